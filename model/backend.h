@@ -1,0 +1,86 @@
+// Backend: runs the model on one device over a fixed pool of recurrent-state slots.
+// The CPU implementation is the source of truth; every other backend is tested against it.
+#ifndef LINSERVE_MODEL_BACKEND_H_
+#define LINSERVE_MODEL_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/model.h"
+#include "model/types.h"
+
+namespace linserve {
+
+// A session's whole recurrent state, as plain host memory (export, hibernate, snapshots).
+// `state` layout: for each layer, for each head: S (feature_dim × head_dim, row-major) then
+// z (feature_dim); ModelConfig::StateFloatsPerSlot() floats in all.
+struct StateBlob {
+  int64_t position = 0;  // tokens consumed so far (the next token's position index)
+  std::vector<float> state;
+};
+
+enum class DeviceKind { kCpu, kCuda };
+
+struct BackendOptions {
+  // Bytes the state pool may use; the slot count is min(max_slots, budget / state bytes).
+  // Default: 1 GiB.
+  int64_t state_memory_budget_bytes = int64_t{1} << 30;
+  // Upper bound on the slot count whatever the budget. Default: 1024.
+  int32_t max_slots = 1024;
+  // Tokens per chunk of the chunked-parallel prefill. Default: 64.
+  int32_t prefill_chunk_size = 64;
+  // CPU threads for GEMMs and per-slot work; 0 = all cores. Default: 0.
+  int32_t num_threads = 0;
+  // Largest decode batch the backend must accept in one Decode call. Default: 256.
+  int32_t max_batch_size = 256;
+};
+
+// Not thread-safe: one owner (the engine thread) calls it.
+class Backend {
+ public:
+  virtual ~Backend() = default;
+
+  virtual DeviceKind device() const = 0;
+  virtual const ModelConfig& config() const = 0;
+  // Number of slots in the pool (fixed at creation).
+  virtual int32_t slot_capacity() const = 0;
+  virtual int32_t free_slots() const = 0;
+
+  // A zeroed slot (position 0), or RESOURCE_EXHAUSTED when the pool is full.
+  virtual absl::StatusOr<SlotId> AllocateSlot() = 0;
+  // Returns the slot to the pool. Freeing an unallocated slot is a no-op.
+  virtual void FreeSlot(SlotId slot) = 0;
+  // Zeroes the state and position of an allocated slot.
+  virtual absl::Status ResetSlot(SlotId slot) = 0;
+  // Copies state and position (fork); `to` must be allocated and differ from `from`.
+  virtual absl::Status CopySlot(SlotId from, SlotId to) = 0;
+  virtual absl::StatusOr<int64_t> SlotPosition(SlotId slot) const = 0;
+
+  // Feeds `tokens` (non-empty) to the slot with the chunked-parallel form, advancing its state
+  // exactly as feeding them one by one would. `logits` selects what comes back:
+  // size 0: nothing; vocab_size: the last token's logits; tokens.size() * vocab_size: every
+  // position's logits, row-major. Any other size is INVALID_ARGUMENT.
+  virtual absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                               absl::Span<float> logits) = 0;
+
+  // One step for a batch of distinct slots: logits is batch.size() × vocab_size, row i for
+  // batch[i]. A session's logits do not depend on which other sessions share the batch.
+  virtual absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) = 0;
+
+  virtual absl::Status ReadSlot(SlotId slot, StateBlob& out) const = 0;
+  // `in.state` must have exactly StateFloatsPerSlot() floats.
+  virtual absl::Status WriteSlot(SlotId slot, const StateBlob& in) = 0;
+};
+
+// The CPU backend; never fails for a valid model except when the options are out of range.
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
+                                                          const BackendOptions& options);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_H_

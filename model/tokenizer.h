@@ -1,0 +1,53 @@
+// Tokenizer: text <-> token ids. Two implementations: ByteTokenizer (one id per byte, plus
+// specials) and SentencePieceTokenizer (Debian's libsentencepiece).
+#ifndef LINSERVE_MODEL_TOKENIZER_H_
+#define LINSERVE_MODEL_TOKENIZER_H_
+
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/config.h"
+#include "model/types.h"
+
+namespace linserve {
+
+// Thread-safe after construction: every method is const.
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+  virtual int32_t vocab_size() const = 0;
+  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece.
+  virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const = 0;
+  // The raw bytes one token stands for (may be part of a UTF-8 character; empty for specials).
+  virtual std::string TokenBytes(TokenId id) const = 0;
+  // Decodes a whole sequence; ids out of range are an error naming the position.
+  absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids) const;
+};
+
+// Loads the tokenizer a model directory names in its config (tokenizer.model for SentencePiece).
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& config,
+                                                         const std::string& model_dir);
+
+// Turns a stream of tokens into text that only ever contains complete UTF-8 characters:
+// bytes of a character split across tokens are held back until the character is complete.
+// Not thread-safe; one per generation stream.
+class StreamingDetokenizer {
+ public:
+  explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
+  // Returns the text that became complete with this token (possibly empty).
+  std::string Push(TokenId id);
+  // Returns what is still held back, with invalid bytes replaced by U+FFFD; resets.
+  std::string Flush();
+
+ private:
+  const Tokenizer& tokenizer_;
+  std::string pending_;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_TOKENIZER_H_

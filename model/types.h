@@ -1,0 +1,28 @@
+// Basic vocabulary types shared by every layer above kernels/.
+#ifndef LINSERVE_MODEL_TYPES_H_
+#define LINSERVE_MODEL_TYPES_H_
+
+#include <compare>
+#include <cstdint>
+
+namespace linserve {
+
+// A token id in the model's vocabulary: 0 <= id < ModelConfig::vocab_size.
+using TokenId = int32_t;
+
+// Index of a state slot in a Backend's pool. Strongly typed so it is never mixed up with a
+// session id, a token or a batch row.
+struct SlotId {
+  int32_t value = -1;
+  friend auto operator<=>(const SlotId&, const SlotId&) = default;
+};
+
+// One row of a batched decode step: feed `token` to the session whose state lives in `slot`.
+struct DecodeItem {
+  SlotId slot;
+  TokenId token = 0;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_TYPES_H_

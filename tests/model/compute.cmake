@@ -1,0 +1,1 @@
+# tests/model/compute.cmake

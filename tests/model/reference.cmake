@@ -1,0 +1,1 @@
+# tests/model/reference.cmake
