@@ -1,6 +1,21 @@
 // Sampler: picks the next token from one session's logits. Deterministic for a given seed: the
 // same (seed, logits sequence) gives the same tokens whatever batch the logits came from, on any
-// machine (the random stream is our own, not a std:: distribution).
+// machine (the random stream is std::mt19937_64, converted to a double by hand, never through a
+// std:: distribution whose output differs between standard libraries).
+//
+// The exact algorithm (model/python/linserve_ref/sampling.py mirrors it step for step):
+//  1. l = logits as double. For every seen token t (prompt + generated, counted c_t times):
+//     repetition: l_t = l_t > 0 ? l_t / r : l_t * r; then l_t -= presence·[c_t > 0] + frequency·c_t.
+//  2. temperature == 0: return argmax l (lowest id on ties). No random number is drawn.
+//  3. l /= temperature.
+//  4. top_k > 0: order by (l desc, id asc), keep the first min(k, vocab).
+//  5. p = softmax over the survivors (max subtracted, in double).
+//  6. min_p > 0: keep p_t >= min_p · max p.
+//  7. top_p < 1: renormalise, order by (p desc, id asc), keep the shortest prefix whose
+//     cumulative sum >= top_p.
+//  8. Renormalise; u = (rng() >> 11) · 2^-53; walk the survivors in ascending id order and return
+//     the first whose cumulative probability exceeds u (the last survivor if rounding leaves none).
+//  Exactly one rng() draw per non-greedy Sample call.
 #ifndef LINSERVE_MODEL_SAMPLER_H_
 #define LINSERVE_MODEL_SAMPLER_H_
 
