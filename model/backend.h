@@ -26,6 +26,10 @@ struct StateBlob {
 
 enum class DeviceKind { kCpu, kCuda };
 
+// How an accelerator stores the weights. GEMMs accumulate in fp32 and the recurrent state is
+// fp32 whatever is chosen; the CPU backend always computes in fp32 and ignores this.
+enum class WeightPrecision { kBf16, kFp16, kFp32 };
+
 struct BackendOptions {
   // Bytes the state pool may use; the slot count is min(max_slots, budget / state bytes).
   // Default: 1 GiB.
@@ -38,6 +42,8 @@ struct BackendOptions {
   int32_t num_threads = 0;
   // Largest decode batch the backend must accept in one Decode call. Default: 256.
   int32_t max_batch_size = 256;
+  // Storage precision of the weights on an accelerator (see WeightPrecision). Default: kBf16.
+  WeightPrecision weight_precision = WeightPrecision::kBf16;
 };
 
 // Not thread-safe: one owner (the engine thread) calls it.
