@@ -1,1 +1,2 @@
-# tests/model/format.cmake
+# tests/model/format.cmake: config.json, safetensors, weights, model loading, tokenizers.
+linserve_test(config_test SOURCES config_test.cc LIBS linserve_model_format)
