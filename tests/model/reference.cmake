@@ -1,1 +1,18 @@
-# tests/model/reference.cmake
+# The PyTorch reference (model/python): its unit tests, and the golden data fixture that the C++
+# golden tests consume (FIXTURES_REQUIRED golden).
+
+set(LINSERVE_REFERENCE_DIR ${PROJECT_SOURCE_DIR}/model/python)
+
+# Writes ${PROJECT_BINARY_DIR}/golden/{cases.json,case_NN/} (see make_golden.py's docstring).
+add_test(NAME golden_data
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/make_golden.py
+                 --out ${PROJECT_BINARY_DIR}/golden)
+set_tests_properties(golden_data PROPERTIES FIXTURES_SETUP golden LABELS "python")
+
+# One ctest test per unittest module: model/python/tests/test_<name>.py -> reference_<name>.
+foreach(name model safetensors export golden)
+  add_test(NAME reference_${name}
+           COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_${name}.py
+           WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+  set_tests_properties(reference_${name} PROPERTIES LABELS "python")
+endforeach()
