@@ -1,0 +1,16 @@
+#include "kernels/cpu/threads.h"
+
+#include <cblas.h>
+#include <omp.h>
+
+#include <algorithm>
+
+namespace linserve::cpu {
+
+int AvailableCores() { return std::max(1, omp_get_num_procs()); }
+
+int ResolveNumThreads(int requested) { return requested > 0 ? requested : AvailableCores(); }
+
+void SetBlasThreads(int num_threads) { openblas_set_num_threads(std::max(1, num_threads)); }
+
+}  // namespace linserve::cpu

@@ -1,0 +1,20 @@
+// Thread counts for the CPU kernels. All parallelism in kernels/cpu is OpenMP with an explicit
+// thread count per call; OpenBLAS is kept single-threaded (SetBlasThreads(1)) by callers that
+// invoke it from inside those parallel regions, so the two pools never oversubscribe the cores.
+#ifndef LINSERVE_KERNELS_CPU_THREADS_H_
+#define LINSERVE_KERNELS_CPU_THREADS_H_
+
+namespace linserve::cpu {
+
+// Cores available to this process (at least 1).
+int AvailableCores();
+
+// `requested` > 0 is returned as is; 0 means AvailableCores().
+int ResolveNumThreads(int requested);
+
+// Threads OpenBLAS may use for one call (process-wide OpenBLAS setting).
+void SetBlasThreads(int num_threads);
+
+}  // namespace linserve::cpu
+
+#endif  // LINSERVE_KERNELS_CPU_THREADS_H_
