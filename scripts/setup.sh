@@ -2,7 +2,16 @@
 # Installs every Debian package that linserve's build, tests, benchmarks and PyTorch reference
 # need. Idempotent: packages already present are left alone, and apt is not touched at all when
 # nothing is missing. CUDA is not installed here: the build uses nvcc when it finds one.
+#   scripts/setup.sh                # everything: build, tests, benchmarks, PyTorch reference
+#   scripts/setup.sh --build-only   # just what compiling the C++ needs (container images)
 set -euo pipefail
+
+build_only=false
+case "${1:-}" in
+  "") ;;
+  --build-only) build_only=true ;;
+  *) echo "usage: setup.sh [--build-only]" >&2; exit 2 ;;
+esac
 
 packages=(
   build-essential cmake ninja-build pkg-config git
@@ -12,8 +21,11 @@ packages=(
   nlohmann-json3-dev libcpp-httplib-dev
   libsentencepiece-dev sentencepiece
   libopenblas-dev
-  python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio python3-protobuf
 )
+if ! $build_only; then
+  packages+=(python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio
+             python3-protobuf)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
