@@ -228,12 +228,11 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text,
   FieldReader reader(*parsed, source);
   ModelConfig c;
 
+  // Optional (its default is the one accepted value), but a file that names another
+  // architecture describes a model this code would silently compute wrongly.
   const Json* architecture = reader.Find("architecture");
-  if (architecture == nullptr) {
-    return reader.Error("architecture",
-                        absl::StrCat("is required (\"", std::string(kArchitecture), "\")"));
-  }
-  if (!architecture->is_string() || architecture->get<std::string>() != kArchitecture) {
+  if (architecture != nullptr &&
+      (!architecture->is_string() || architecture->get<std::string>() != kArchitecture)) {
     return reader.Error("architecture", absl::StrCat("must be \"", std::string(kArchitecture),
                                                      "\", got ", architecture->dump()));
   }

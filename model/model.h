@@ -4,6 +4,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/status/statusor.h"
 #include "model/config.h"
@@ -24,6 +25,10 @@ struct Model {
 
 // Loads and validates a model directory. Errors name the file and the offending field/tensor.
 absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& directory);
+
+// The fingerprint LoadModel computes for a directory whose config.json and model.safetensors
+// hold these bytes: lower-case hex SHA-256 of their concatenation.
+std::string ModelFingerprint(std::string_view config_json, std::string_view weights_file);
 
 }  // namespace linserve
 

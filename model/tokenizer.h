@@ -24,7 +24,9 @@ class Tokenizer {
   virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const = 0;
   // The raw bytes one token stands for (may be part of a UTF-8 character; empty for specials).
   virtual std::string TokenBytes(TokenId id) const = 0;
-  // Decodes a whole sequence; ids out of range are an error naming the position.
+  // Decodes a whole sequence: the concatenated TokenBytes, with ill-formed UTF-8 replaced by
+  // U+FFFD (exactly what a StreamingDetokenizer emits for the same ids). Ids out of range are an
+  // error naming the position.
   absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids) const;
 };
 
@@ -38,7 +40,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& conf
 class StreamingDetokenizer {
  public:
   explicit StreamingDetokenizer(const Tokenizer& tokenizer) : tokenizer_(tokenizer) {}
-  // Returns the text that became complete with this token (possibly empty).
+  // Returns the text that became complete with this token (possibly empty). Bytes that can no
+  // longer start or continue a character are emitted as U+FFFD at once rather than held.
   std::string Push(TokenId id);
   // Returns what is still held back, with invalid bytes replaced by U+FFFD; resets.
   std::string Flush();

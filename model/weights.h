@@ -7,8 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "model/config.h"
+#include "model/safetensors.h"
 
 namespace linserve {
 
@@ -46,6 +49,41 @@ struct ModelWeights {
   }
   int64_t ParameterCount() const;
 };
+
+// One tensor of model.safetensors: its name and the shape a config requires of it.
+struct TensorSpec {
+  std::string name;            // e.g. "layers.3.attn.q_proj.weight"
+  std::vector<int64_t> shape;
+};
+
+// Calls fn(spec, tensor) for every tensor `config` requires, in a fixed order (embeddings, then
+// each layer, then the final norm and head), skipping the fields the config leaves absent. The
+// mutable form first resizes weights.layers to config.n_layers.
+void ForEachTensor(const ModelConfig& config, const ModelWeights& weights,
+                   absl::FunctionRef<void(const TensorSpec&, const Tensor&)> fn);
+void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
+                   absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn);
+
+// Checks that `weights` holds exactly what `config` requires: every required tensor with its
+// shape and matching data size, every other field empty, all values finite. Errors are
+// INVALID_ARGUMENT and name the tensor, the expected and the actual shape.
+absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weights);
+
+// Reads the tensors `config` requires from a parsed model.safetensors, converting F32, F16 and
+// BF16 to fp32. Errors are INVALID_ARGUMENT and name the file and every missing, unexpected or
+// wrongly shaped tensor (expected vs actual shape), a tensor of another dtype, or the first
+// non-finite value.
+absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
+                                              const SafetensorsFile& file);
+
+// The bytes of a model.safetensors holding `weights` (which must pass ValidateWeights), every
+// tensor stored as `dtype`: F32, F16 or BF16. Deterministic: the same weights give the same bytes.
+absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
+                                                  const ModelWeights& weights, Dtype dtype);
+
+// SerializeModelWeights, written to `path` through a temporary file renamed into place.
+absl::Status WriteModelWeights(const ModelConfig& config, const ModelWeights& weights,
+                               const std::string& path, Dtype dtype = Dtype::kF32);
 
 }  // namespace linserve
 

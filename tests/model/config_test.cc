@@ -157,10 +157,13 @@ TEST(ConfigTest, RejectsUnknownFields) {
   EXPECT_THAT(ParseError(With("hidden_size", 64)), HasSubstr("unknown field \"hidden_size\""));
 }
 
-TEST(ConfigTest, ArchitectureMustBeExact) {
+TEST(ConfigTest, ArchitectureIsOptionalButExact) {
   EXPECT_THAT(ParseError(With("architecture", "Linear_Transformer")),
               AllOf(HasSubstr("\"architecture\""), HasSubstr("\"linear_transformer\"")));
-  EXPECT_THAT(ParseError(Without("architecture")), HasSubstr("\"architecture\": is required"));
+  EXPECT_THAT(ParseError(With("architecture", 1)), HasSubstr("\"architecture\""));
+  absl::StatusOr<ModelConfig> c = Parse(Without("architecture"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->architecture, "linear_transformer");
 }
 
 TEST(ConfigTest, RequiredIntegersMustBePresent) {

@@ -1,3 +1,4 @@
 # tests/model/format.cmake: config.json, safetensors, weights, model loading, tokenizers.
 linserve_test(config_test SOURCES config_test.cc LIBS linserve_model_format)
 linserve_test(safetensors_test SOURCES safetensors_test.cc LIBS linserve_model_format)
+linserve_test(weights_test SOURCES weights_test.cc LIBS linserve_model_format linserve_testing)

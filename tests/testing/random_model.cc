@@ -1,0 +1,138 @@
+#include "tests/testing/random_model.h"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <numbers>
+#include <random>
+#include <string_view>
+#include <system_error>
+
+#include "absl/strings/str_cat.h"
+#include "model/file_io.h"
+#include "model/tokenizer.h"
+
+namespace linserve {
+namespace {
+
+constexpr char kConfigFile[] = "config.json";
+constexpr char kWeightsFile[] = "model.safetensors";
+
+[[noreturn]] void Die(std::string_view message) {
+  std::fprintf(stderr, "MakeRandomModel: %.*s\n", static_cast<int>(message.size()),
+               message.data());
+  std::abort();
+}
+
+// Standard normal samples from mt19937_64 by Box-Muller, written out so that the stream is the
+// same with every standard library (std::normal_distribution's is not).
+class Normal {
+ public:
+  explicit Normal(uint64_t seed) : rng_(seed) {}
+  float operator()(float stddev) {
+    // u1 in (0, 1] so the log is finite; u2 in [0, 1).
+    const double u1 = (static_cast<double>(rng_() >> 11) + 1.0) * 0x1p-53;
+    const double u2 = static_cast<double>(rng_() >> 11) * 0x1p-53;
+    return static_cast<float>(stddev * std::sqrt(-2.0 * std::log(u1)) *
+                              std::cos(2.0 * std::numbers::pi * u2));
+  }
+
+ private:
+  std::mt19937_64 rng_;
+};
+
+bool EndsWith(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+}  // namespace
+
+ModelConfig TinyConfig() {
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 32;
+  c.n_layers = 2;
+  c.n_heads = 4;
+  c.head_dim = 8;
+  c.feature_dim = 8;
+  c.d_ff = 64;
+  c.eos_token_id = 257;
+  return c;
+}
+
+ModelWeights MakeRandomWeights(const ModelConfig& config, uint64_t seed) {
+  absl::StatusOr<ModelConfig> checked = ParseModelConfig(ModelConfigToJson(config), "config");
+  if (!checked.ok()) Die(checked.status().ToString());
+  Normal normal(seed);
+  ModelWeights weights;
+  const float d = static_cast<float>(config.d_model);
+  ForEachTensor(config, weights, [&](const TensorSpec& spec, Tensor& t) {
+    float mean = 0.0f;
+    float stddev;
+    if (spec.name == "lm_head.weight") {
+      // Logits are h · rowᵀ with h of unit variance per element (after a LayerNorm): rows of
+      // variance 1/d give logits of variance ~1.
+      stddev = 1.0f / std::sqrt(d);
+    } else if (spec.name == "embed.weight") {
+      // Untied, the embedding is only an input: unit scale, like the position signal. Tied, it
+      // is also the head: d^-1/4 keeps tokens visible in the input while logits stay at a
+      // standard deviation of d^1/4 (2.4 at d_model 32).
+      stddev = config.tie_embeddings ? 1.0f / std::sqrt(std::sqrt(d)) : 1.0f;
+    } else if (spec.name == "pos_embed.weight") {
+      stddev = 0.5f;
+    } else if (EndsWith(spec.name, "favor_projection")) {
+      stddev = 1.0f;
+    } else if (spec.shape.size() == 2) {
+      stddev = 1.0f / std::sqrt(static_cast<float>(spec.shape[1]));  // fan_in
+    } else if (EndsWith(spec.name, "norm.weight") || EndsWith(spec.name, "ln1.weight") ||
+               EndsWith(spec.name, "ln2.weight")) {
+      mean = 1.0f;
+      stddev = 0.1f;
+    } else {
+      stddev = 0.1f;  // biases, LayerNorm shifts
+    }
+    int64_t n = 1;
+    for (int64_t dim : spec.shape) n *= dim;
+    t.shape = spec.shape;
+    t.data.resize(static_cast<size_t>(n));
+    for (float& v : t.data) v = mean + normal(stddev);
+  });
+  return weights;
+}
+
+Model MakeRandomModel(const ModelConfig& config, uint64_t seed) {
+  if (config.tokenizer != TokenizerKind::kByte) {
+    Die("only byte-tokenizer configs can be built in memory (a SentencePiece model needs a "
+        "tokenizer.model: use WriteModelDirectory and LoadModel)");
+  }
+  Model model;
+  model.config = config;
+  model.weights = MakeRandomWeights(config, seed);
+  absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(config, "");
+  if (!tokenizer.ok()) Die(tokenizer.status().ToString());
+  model.tokenizer = *std::move(tokenizer);
+  absl::StatusOr<std::string> bytes = SerializeModelWeights(config, model.weights, Dtype::kF32);
+  if (!bytes.ok()) Die(bytes.status().ToString());
+  model.fingerprint = ModelFingerprint(ModelConfigToJson(config), *bytes);
+  return model;
+}
+
+absl::Status WriteModelDirectory(const std::string& dir, const ModelConfig& config,
+                                 const ModelWeights& weights, Dtype dtype) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::PermissionDeniedError(
+        absl::StrCat(dir, ": cannot create directory: ", ec.message()));
+  }
+  const std::filesystem::path path(dir);
+  if (absl::Status s = WriteFileAtomically((path / kConfigFile).string(),
+                                           ModelConfigToJson(config));
+      !s.ok()) {
+    return s;
+  }
+  return WriteModelWeights(config, weights, (path / kWeightsFile).string(), dtype);
+}
+
+}  // namespace linserve
