@@ -1,0 +1,747 @@
+#include "server/engine/engine.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/snapshot.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+constexpr absl::Duration kExpiryInterval = absl::Seconds(1);
+// How long an idle engine thread sleeps before checking for expired sessions.
+constexpr absl::Duration kIdleWait = absl::Milliseconds(500);
+constexpr absl::string_view kSnapshotExtension = ".session";
+
+std::vector<double> LatencyBuckets() { return ExponentialBuckets(0.0005, 2, 18); }  // 0.5 ms..65 s
+std::vector<double> SizeBuckets() { return ExponentialBuckets(1, 2, 14); }          // 1..8192
+
+absl::Status WriteFileAtomically(const std::filesystem::path& path, absl::string_view bytes) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  if (fd < 0) {
+    return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", std::strerror(errno)));
+  }
+  size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int err = errno;
+      ::close(fd);
+      return absl::InternalError(absl::StrCat(tmp.string(), ": write failed: ", std::strerror(err)));
+    }
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    return absl::InternalError(absl::StrCat(tmp.string(), ": fsync/close failed: ", std::strerror(errno)));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return absl::InternalError(absl::StrCat(path.string(), ": rename failed: ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) return absl::InternalError(absl::StrCat(path.string(), ": read failed"));
+  return std::move(out).str();
+}
+
+}  // namespace
+
+Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
+               const EngineOptions& options, MetricsRegistry& metrics)
+    : model_(model),
+      options_(options),
+      backend_(std::move(backend)),
+      device_(backend_->device()),
+      slot_capacity_(backend_->slot_capacity()),
+      store_(*backend_, options.sessions),
+      metrics_(metrics),
+      m_{
+          metrics.GetCounter("linserve_engine_steps_total",
+                             "Engine steps that ran the model (one decode batch and/or prefill "
+                             "chunks)"),
+          metrics.GetCounter("linserve_prompt_tokens_total", "Prompt tokens fed to the model"),
+          metrics.GetCounter("linserve_generated_tokens_total",
+                             "Tokens sampled and sent to clients"),
+          metrics.GetCounter("linserve_session_hibernations_total",
+                             "Sessions moved from a state slot to host memory to free the slot"),
+          metrics.GetCounter("linserve_sessions_expired_total",
+                             "Sessions deleted after the idle timeout"),
+          metrics.GetCounter("linserve_generations_total", "Generations by outcome",
+                             {{"outcome", "length"}}),
+          metrics.GetCounter("linserve_generations_total", "Generations by outcome",
+                             {{"outcome", "stop"}}),
+          metrics.GetCounter("linserve_generations_total", "Generations by outcome",
+                             {{"outcome", "eos"}}),
+          metrics.GetCounter("linserve_generations_total", "Generations by outcome",
+                             {{"outcome", "cancelled"}}),
+          metrics.GetCounter("linserve_generations_total", "Generations by outcome",
+                             {{"outcome", "error"}}),
+          metrics.GetHistogram("linserve_decode_batch_size", "Sessions per decode step",
+                               SizeBuckets()),
+          metrics.GetHistogram("linserve_prefill_chunk_tokens",
+                               "Prompt tokens per prefill chunk", SizeBuckets()),
+          metrics.GetHistogram("linserve_time_to_first_token_seconds",
+                               "From accepting a request to its first sampled token",
+                               LatencyBuckets()),
+          metrics.GetHistogram("linserve_inter_token_latency_seconds",
+                               "Between consecutive tokens of one request", LatencyBuckets()),
+          metrics.GetGauge("linserve_queue_depth",
+                           "Requests and session operations waiting for the engine"),
+          metrics.GetGauge("linserve_active_requests", "Generations holding a state slot"),
+          metrics.GetGauge("linserve_free_slots", "Free state slots"),
+          metrics.GetGauge("linserve_slot_capacity", "State slots in the pool"),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency",
+                           {{"state", "resident"}}),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency",
+                           {{"state", "hibernated"}}),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency",
+                           {{"state", "ephemeral"}}),
+      } {}
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
+                                                       std::unique_ptr<Backend> backend,
+                                                       const EngineOptions& options,
+                                                       MetricsRegistry& metrics) {
+  if (absl::Status s = ValidateSchedulerLimits(options.scheduler); !s.ok()) return s;
+  if (absl::Status s = ValidateSessionStoreOptions(options.sessions); !s.ok()) return s;
+  if (absl::Status s = ValidateRequestLimits(options.requests); !s.ok()) return s;
+  if (options.max_queue_depth < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));
+  }
+  if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
+  if (backend->config().vocab_size != model.config.vocab_size ||
+      backend->config().StateFloatsPerSlot() != model.config.StateFloatsPerSlot()) {
+    return absl::InvalidArgumentError("the backend runs a different model than the one given");
+  }
+  std::unique_ptr<Engine> engine(new Engine(model, std::move(backend), options, metrics));
+  if (!options.state_dir.empty()) {
+    if (absl::Status s = engine->RestoreSessions(); !s.ok()) return s;
+  }
+  engine->PublishStats();
+  engine->thread_ = std::thread([e = engine.get()] { e->Run(); });
+  return engine;
+}
+
+Engine::~Engine() {
+  if (absl::Status s = Shutdown(absl::ZeroDuration()); !s.ok()) {
+    spdlog::error("engine shutdown: {}", s.ToString());
+  }
+}
+
+// ---- Inbox ---------------------------------------------------------------------------------
+
+absl::Status Engine::Post(Op op, bool is_request) {
+  absl::Status rejected;
+  {
+    absl::MutexLock lock(&mu_);
+    if (draining_) {
+      rejected = absl::UnavailableError("the server is shutting down and accepts no new work");
+    } else if (queued_requests_ + queued_ops_ >= options_.max_queue_depth) {
+      rejected = absl::ResourceExhaustedError(absl::StrCat(
+          "the engine queue is full: max_queue_depth (", options_.max_queue_depth,
+          ") requests and operations are already waiting; retry later"));
+    } else {
+      inbox_.push_back(std::move(op));
+      (is_request ? queued_requests_ : queued_ops_) += 1;
+      return absl::OkStatus();
+    }
+  }
+  std::move(op)(rejected);
+  return rejected;
+}
+
+void Engine::PostAlways(Op op) {
+  absl::MutexLock lock(&mu_);
+  if (shut_down_) return;
+  inbox_.push_back(std::move(op));
+}
+
+bool Engine::HasInboxLocked() const { return !inbox_.empty(); }
+
+bool Engine::IdleLocked() const {
+  return queued_requests_ == 0 && stats_.active_requests == 0;
+}
+
+bool Engine::RunInbox() {
+  std::deque<Op> ops;
+  {
+    absl::MutexLock lock(&mu_);
+    ops.swap(inbox_);
+    queued_ops_ = 0;
+  }
+  for (Op& op : ops) std::move(op)(absl::OkStatus());
+  return !stop_requested_;
+}
+
+// ---- Requests ------------------------------------------------------------------------------
+
+absl::StatusOr<JobId> Engine::Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink) {
+  if (absl::Status s = ValidateGenerateRequest(request, options_.requests, model_.config);
+      !s.ok()) {
+    return s;
+  }
+  JobId id;
+  {
+    absl::MutexLock lock(&mu_);
+    id = JobId{next_job_id_++};
+  }
+  auto job = std::make_unique<Job>(id, std::move(request), std::move(sink), model_, absl::Now());
+  absl::Status posted = Post(
+      [this, job = std::move(job)](absl::Status admitted) mutable {
+        if (admitted.ok()) Accept(std::move(job));
+      },
+      /*is_request=*/true);
+  if (!posted.ok()) return posted;
+  return id;
+}
+
+void Engine::Cancel(JobId id) {
+  PostAlways([this, id](absl::Status admitted) {
+    if (!admitted.ok()) return;
+    std::unique_ptr<Job> job = Extract(id);
+    if (job != nullptr) {
+      Complete(std::move(job), absl::CancelledError("the request was cancelled"),
+               FinishReason::kCancelled);
+    }
+  });
+}
+
+void Engine::Accept(std::unique_ptr<Job> job) {
+  jobs_[job->id()] = job.get();
+  const GenerateRequest& request = job->request();
+  if (request.session_id.has_value()) {
+    absl::StatusOr<Session*> session = store_.Find(*request.session_id);
+    if (!session.ok()) {
+      Complete(std::move(job), session.status(), FinishReason::kLength);
+      return;
+    }
+    if ((*session)->busy) {
+      Complete(std::move(job),
+               absl::AbortedError(absl::StrCat(
+                   "session ", request.session_id->value, " is busy with request ",
+                   (*session)->busy_request_id,
+                   "; a session serves one request at a time")),
+               FinishReason::kLength);
+      return;
+    }
+    (*session)->busy = true;
+    (*session)->busy_request_id = request.request_id;
+    job->Bind(*session);
+  }
+  waiting_.push_back(std::move(job));
+}
+
+void Engine::AdmitWaiting() {
+  if (waiting_.empty()) return;
+  const absl::Time now = absl::Now();
+  std::deque<std::unique_ptr<Job>> still_waiting;
+  std::vector<std::pair<std::unique_ptr<Job>, absl::Status>> failed;
+  while (!waiting_.empty()) {
+    std::unique_ptr<Job> job = std::move(waiting_.front());
+    waiting_.pop_front();
+    absl::Status status;
+    if (job->session() == nullptr) {
+      absl::StatusOr<Session*> session = store_.CreateEphemeral(now);
+      status = session.status();
+      if (session.ok()) job->Bind(*session);
+    } else {
+      status = store_.MakeResident(*job->session(), now);
+    }
+    if (absl::IsResourceExhausted(status)) {
+      still_waiting.push_back(std::move(job));  // every slot is busy; retry next step
+      continue;
+    }
+    if (status.ok()) status = job->Activate(options_.requests.max_prompt_tokens);
+    if (!status.ok()) {
+      failed.emplace_back(std::move(job), status);
+      continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      --queued_requests_;
+    }
+    m_.prompt_tokens.Increment(job->usage().prompt_tokens);
+    active_.push_back(std::move(job));
+  }
+  waiting_ = std::move(still_waiting);
+  for (auto& [job, status] : failed) Complete(std::move(job), status, FinishReason::kLength);
+}
+
+std::unique_ptr<Job> Engine::Extract(JobId id) {
+  for (auto it = active_.begin(); it != active_.end(); ++it) {
+    if ((*it)->id() == id) {
+      std::unique_ptr<Job> job = std::move(*it);
+      active_.erase(it);
+      return job;
+    }
+  }
+  for (auto it = waiting_.begin(); it != waiting_.end(); ++it) {
+    if ((*it)->id() == id) {
+      std::unique_ptr<Job> job = std::move(*it);
+      waiting_.erase(it);
+      return job;
+    }
+  }
+  return nullptr;
+}
+
+void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason) {
+  const absl::Time now = absl::Now();
+  if (!job->active()) {
+    absl::MutexLock lock(&mu_);
+    --queued_requests_;
+  }
+  Session* session = job->session();
+  const std::string session_name =
+      session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
+  job->Finish(status, reason, now);
+  jobs_.erase(job->id());
+  if (session != nullptr) {
+    session->busy = false;
+    session->busy_request_id.clear();
+    session->last_use_time = now;
+    if (session->ephemeral) store_.Erase(session);
+  }
+
+  const Usage& usage = job->usage();
+  if (status.ok()) {
+    switch (reason) {
+      case FinishReason::kLength:
+        m_.generations_length.Increment();
+        break;
+      case FinishReason::kStop:
+        m_.generations_stop.Increment();
+        break;
+      case FinishReason::kEos:
+        m_.generations_eos.Increment();
+        break;
+      case FinishReason::kCancelled:
+        m_.generations_cancelled.Increment();
+        break;
+    }
+    spdlog::info(
+        "request {} session {}: finished ({}) prompt_tokens={} generated_tokens={} "
+        "ttft_ms={:.1f} total_ms={:.1f}",
+        job->request().request_id, session_name, ToString(reason), usage.prompt_tokens,
+        usage.generated_tokens, absl::ToDoubleMilliseconds(usage.time_to_first_token),
+        absl::ToDoubleMilliseconds(usage.total_time));
+  } else {
+    (absl::IsCancelled(status) ? m_.generations_cancelled : m_.generations_failed).Increment();
+    spdlog::info("request {} session {}: ended with {} after {} tokens, total_ms={:.1f}",
+                 job->request().request_id, session_name, status.ToString(),
+                 usage.generated_tokens, absl::ToDoubleMilliseconds(usage.total_time));
+  }
+}
+
+void Engine::FailOnBackendError(JobId id, const absl::Status& status) {
+  std::unique_ptr<Job> job = Extract(id);
+  if (job == nullptr) return;
+  Session* session = job->session();
+  const bool named = session != nullptr && !session->ephemeral;
+  spdlog::error("request {}: backend failure: {}", job->request().request_id, status.ToString());
+  Complete(std::move(job),
+           absl::InternalError(absl::StrCat(
+               "the model backend failed: ", status.message(),
+               named ? "; the session's state is unknown and the session was deleted" : "")),
+           FinishReason::kLength);
+  if (named) store_.Erase(session);
+}
+
+void Engine::CancelAll() {
+  std::vector<JobId> ids;
+  for (const auto& job : waiting_) ids.push_back(job->id());
+  for (const auto& job : active_) ids.push_back(job->id());
+  for (JobId id : ids) {
+    Complete(Extract(id), absl::OkStatus(), FinishReason::kCancelled);
+  }
+}
+
+// ---- The loop ------------------------------------------------------------------------------
+
+void Engine::Run() {
+  while (RunInbox()) {
+    ExpireSessions(absl::Now());
+    AdmitWaiting();
+    if (!active_.empty()) Step();
+    PublishStats();
+    if (active_.empty()) {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &Engine::HasInboxLocked), kIdleWait);
+    }
+  }
+  PublishStats();
+}
+
+void Engine::Step() {
+  std::vector<JobView> views;
+  views.reserve(active_.size());
+  for (const auto& job : active_) {
+    views.push_back({job->id(), job->prefill_remaining(), job->last_decode_step()});
+  }
+  const StepPlan plan = PlanStep(views, options_.scheduler);
+  ++step_;
+  m_.steps.Increment();
+  // Decode first: the sessions already streaming are the ones a long prompt must not stall.
+  if (!plan.decode.empty()) RunDecode(plan.decode);
+  if (!plan.prefill.empty()) RunPrefill(plan.prefill);
+}
+
+void Engine::RunDecode(const std::vector<JobId>& batch) {
+  const int32_t vocab = model_.config.vocab_size;
+  std::vector<DecodeItem> items;
+  std::vector<Job*> jobs;
+  items.reserve(batch.size());
+  for (JobId id : batch) {
+    Job* job = jobs_.at(id);
+    items.push_back({*job->session()->slot, job->decode_token()});
+    jobs.push_back(job);
+  }
+  decode_logits_.resize(items.size() * vocab);
+  m_.batch_size.Observe(static_cast<double>(items.size()));
+  if (absl::Status status = backend_->Decode(items, absl::MakeSpan(decode_logits_));
+      !status.ok()) {
+    for (JobId id : batch) FailOnBackendError(id, status);
+    return;
+  }
+  const absl::Time now = absl::Now();
+  std::vector<std::pair<JobId, FinishReason>> finished;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    Job* job = jobs[i];
+    job->DecodeDone();
+    job->set_last_decode_step(step_);
+    const std::optional<FinishReason> finish = job->SampleAndEmit(
+        absl::MakeConstSpan(decode_logits_).subspan(i * vocab, vocab), now);
+    m_.generated_tokens.Increment();
+    if (job->last_inter_token_latency().has_value()) {
+      m_.inter_token_latency.Observe(absl::ToDoubleSeconds(*job->last_inter_token_latency()));
+    }
+    if (finish.has_value()) finished.emplace_back(job->id(), *finish);
+  }
+  for (const auto& [id, reason] : finished) Complete(Extract(id), absl::OkStatus(), reason);
+}
+
+void Engine::RunPrefill(const std::vector<PrefillChunk>& chunks) {
+  const int32_t vocab = model_.config.vocab_size;
+  prefill_logits_.resize(vocab);
+  for (const PrefillChunk& chunk : chunks) {
+    Job* job = jobs_.at(chunk.id);
+    const bool last = chunk.tokens == job->prefill_remaining();
+    const absl::Span<float> logits =
+        last ? absl::MakeSpan(prefill_logits_) : absl::Span<float>();
+    m_.prefill_chunk.Observe(chunk.tokens);
+    if (absl::Status status =
+            backend_->Prefill(*job->session()->slot, job->PeekPrefill(chunk.tokens), logits);
+        !status.ok()) {
+      FailOnBackendError(chunk.id, status);
+      continue;
+    }
+    job->PrefillDone(chunk.tokens);
+    if (!last) continue;
+    const std::optional<FinishReason> finish =
+        job->SampleAndEmit(absl::MakeConstSpan(prefill_logits_), absl::Now());
+    m_.generated_tokens.Increment();
+    m_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
+    if (finish.has_value()) Complete(Extract(chunk.id), absl::OkStatus(), *finish);
+  }
+}
+
+void Engine::ExpireSessions(absl::Time now) {
+  if (now - last_expiry_ < kExpiryInterval) return;
+  last_expiry_ = now;
+  const std::vector<SessionId> expired = store_.ExpireIdle(now);
+  for (const SessionId& id : expired) {
+    spdlog::info("session {}: expired after {} idle", id.value,
+                 absl::FormatDuration(options_.sessions.idle_timeout));
+  }
+  m_.expired_sessions.Increment(static_cast<double>(expired.size()));
+}
+
+void Engine::PublishStats() {
+  EngineStats stats;
+  stats.slot_capacity = slot_capacity_;
+  stats.free_slots = backend_->free_slots();
+  stats.active_requests = static_cast<int32_t>(active_.size());
+  stats.resident_sessions = store_.resident_named_sessions();
+  stats.hibernated_sessions = store_.hibernated_sessions();
+  stats.ephemeral_sessions = store_.ephemeral_sessions();
+  {
+    absl::MutexLock lock(&mu_);
+    stats.queued_requests = queued_requests_;
+    stats.queue_depth = queued_requests_ + queued_ops_;
+    stats_ = stats;
+  }
+  m_.queue_depth.Set(stats.queue_depth);
+  m_.active_requests.Set(stats.active_requests);
+  m_.free_slots.Set(stats.free_slots);
+  m_.slot_capacity.Set(stats.slot_capacity);
+  m_.resident_sessions.Set(stats.resident_sessions);
+  m_.hibernated_sessions.Set(stats.hibernated_sessions);
+  m_.ephemeral_sessions.Set(stats.ephemeral_sessions);
+  m_.hibernations.Increment(static_cast<double>(store_.hibernations() - hibernations_reported_));
+  hibernations_reported_ = store_.hibernations();
+}
+
+EngineStats Engine::stats() const {
+  absl::MutexLock lock(&mu_);
+  return stats_;
+}
+
+bool Engine::draining() const {
+  absl::MutexLock lock(&mu_);
+  return draining_;
+}
+
+int64_t Engine::max_snapshot_bytes() const {
+  return MaxSnapshotBytes(model_.config, model_.fingerprint, options_.requests.max_prompt_tokens);
+}
+
+// ---- Sessions ------------------------------------------------------------------------------
+
+SessionInfo Engine::InfoOf(const Session& session) const {
+  return SessionInfo{
+      .id = session.id,
+      .num_tokens = session.num_tokens,
+      .resident = session.slot.has_value(),
+      .busy = session.busy,
+      .create_time = session.create_time,
+      .last_use_time = session.last_use_time,
+  };
+}
+
+absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id) {
+  absl::StatusOr<Session*> session = store_.Find(id);
+  if (!session.ok()) return session;
+  if ((*session)->busy) {
+    return absl::AbortedError(absl::StrCat("session ", id.value, " is busy with request ",
+                                           (*session)->busy_request_id,
+                                           "; retry when it has finished"));
+  }
+  return session;
+}
+
+void Engine::CreateSession(Callback<SessionInfo> done) {
+  PostOp(
+      [this, done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> session = store_.Create(absl::Now());
+        if (!session.ok()) return std::move(done)(session.status());
+        spdlog::info("session {}: created", (*session)->id.value);
+        std::move(done)(InfoOf(**session));
+      });
+}
+
+void Engine::GetSession(SessionId id, Callback<SessionInfo> done) {
+  PostOp(
+      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> session = store_.Find(id);
+        if (!session.ok()) return std::move(done)(session.status());
+        std::move(done)(InfoOf(**session));
+      });
+}
+
+void Engine::ListSessions(std::optional<SessionId> after, int32_t limit,
+                          Callback<SessionPage> done) {
+  PostOp(
+      [this, after = std::move(after), limit, done = std::move(done)](
+          absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        SessionPage page;
+        for (const Session* session : store_.List(after, limit)) {
+          page.sessions.push_back(InfoOf(*session));
+        }
+        if (!page.sessions.empty() && store_.HasAfter(page.sessions.back().id)) {
+          page.next_after = page.sessions.back().id;
+        }
+        std::move(done)(std::move(page));
+      });
+}
+
+void Engine::ForkSession(SessionId id, Callback<SessionInfo> done) {
+  PostOp(
+      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> source = FindIdle(id);
+        if (!source.ok()) return std::move(done)(source.status());
+        absl::StatusOr<Session*> fork = store_.Fork(**source, absl::Now());
+        if (!fork.ok()) return std::move(done)(fork.status());
+        spdlog::info("session {}: forked from {}", (*fork)->id.value, id.value);
+        std::move(done)(InfoOf(**fork));
+      });
+}
+
+void Engine::DeleteSession(SessionId id, StatusCallback done) {
+  PostOp(
+      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> session = FindIdle(id);
+        if (!session.ok()) return std::move(done)(session.status());
+        store_.Erase(*session);
+        spdlog::info("session {}: deleted", id.value);
+        std::move(done)(absl::OkStatus());
+      });
+}
+
+void Engine::ExportSession(SessionId id, Callback<std::string> done) {
+  PostOp(
+      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> session = FindIdle(id);
+        if (!session.ok()) return std::move(done)(session.status());
+        absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(**session);
+        if (!snapshot.ok()) return std::move(done)(snapshot.status());
+        (*session)->last_use_time = absl::Now();
+        std::move(done)(EncodeSnapshot(*snapshot, model_.fingerprint));
+      });
+}
+
+void Engine::ImportSession(absl::string_view bytes, Callback<SessionInfo> done) {
+  absl::StatusOr<SessionSnapshot> snapshot =
+      DecodeSnapshot(bytes, model_.config, model_.fingerprint,
+                     options_.requests.max_prompt_tokens);
+  if (!snapshot.ok()) return std::move(done)(snapshot.status());
+  PostOp(
+      [this, snapshot = *std::move(snapshot), done = std::move(done)](
+          absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> session =
+            store_.Insert(std::move(snapshot), std::nullopt, absl::Now());
+        if (!session.ok()) return std::move(done)(session.status());
+        spdlog::info("session {}: imported ({} tokens)", (*session)->id.value,
+                     (*session)->num_tokens);
+        std::move(done)(InfoOf(**session));
+      });
+}
+
+// ---- Shutdown and persistence --------------------------------------------------------------
+
+absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
+  absl::MutexLock shutdown_lock(&shutdown_mu_);
+  {
+    absl::MutexLock lock(&mu_);
+    if (shut_down_) return absl::OkStatus();
+    draining_ = true;
+    const absl::Time deadline = absl::Now() + drain_deadline;
+    if (!mu_.AwaitWithDeadline(absl::Condition(this, &Engine::IdleLocked), deadline)) {
+      spdlog::warn("engine: drain deadline passed with {} requests queued or running; "
+                   "cancelling them",
+                   queued_requests_ + stats_.active_requests);
+    }
+  }
+  PostAlways([this](absl::Status) {
+    CancelAll();
+    stop_requested_ = true;
+  });
+  if (thread_.joinable()) thread_.join();
+  std::deque<Op> leftover;
+  {
+    absl::MutexLock lock(&mu_);
+    shut_down_ = true;
+    leftover.swap(inbox_);
+  }
+  for (Op& op : leftover) {
+    std::move(op)(absl::UnavailableError("the server is shutting down"));
+  }
+  if (options_.state_dir.empty()) return absl::OkStatus();
+  return PersistSessions();
+}
+
+absl::Status Engine::RestoreSessions() {
+  const std::filesystem::path dir(options_.state_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir ", dir.string(), ": cannot create it: ", ec.message()));
+  }
+  std::filesystem::directory_iterator it(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir ", dir.string(), ": cannot list it: ", ec.message()));
+  }
+  int restored = 0;
+  const absl::Time now = absl::Now();
+  for (const auto& entry : it) {
+    const std::filesystem::path& path = entry.path();
+    if (!entry.is_regular_file() || path.extension().string() != kSnapshotExtension) continue;
+    absl::StatusOr<SessionId> id = ParseSessionId(path.stem().string(), "file name");
+    absl::StatusOr<std::string> bytes =
+        id.ok() ? ReadFile(path) : absl::StatusOr<std::string>(id.status());
+    absl::StatusOr<SessionSnapshot> snapshot =
+        bytes.ok() ? DecodeSnapshot(*bytes, model_.config, model_.fingerprint,
+                                    options_.requests.max_prompt_tokens)
+                   : absl::StatusOr<SessionSnapshot>(bytes.status());
+    absl::StatusOr<Session*> session =
+        snapshot.ok() ? store_.Insert(*std::move(snapshot), *id, now)
+                      : absl::StatusOr<Session*>(snapshot.status());
+    if (!session.ok()) {
+      spdlog::warn("state_dir: not restoring {} (left in place): {}", path.string(),
+                   session.status().ToString());
+      continue;
+    }
+    std::filesystem::remove(path, ec);
+    if (ec) {
+      spdlog::warn("state_dir: restored {} but could not remove it: {}", path.string(),
+                   ec.message());
+    }
+    ++restored;
+  }
+  spdlog::info("state_dir {}: restored {} sessions", dir.string(), restored);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::PersistSessions() {
+  const std::filesystem::path dir(options_.state_dir);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state_dir ", dir.string(), ": cannot create it: ", ec.message()));
+  }
+  int written = 0;
+  int failed = 0;
+  absl::Status first_error;
+  for (const Session* session : store_.All()) {
+    absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(*session);
+    absl::Status status = snapshot.status();
+    if (status.ok()) {
+      status = WriteFileAtomically(dir / absl::StrCat(session->id.value, kSnapshotExtension),
+                                   EncodeSnapshot(*snapshot, model_.fingerprint));
+    }
+    if (status.ok()) {
+      ++written;
+    } else {
+      ++failed;
+      if (first_error.ok()) first_error = status;
+      spdlog::error("state_dir: session {} not persisted: {}", session->id.value,
+                    status.ToString());
+    }
+  }
+  spdlog::info("state_dir {}: persisted {} sessions", dir.string(), written);
+  if (failed > 0) {
+    return absl::InternalError(absl::StrCat(failed, " of ", written + failed,
+                                            " sessions could not be persisted; first error: ",
+                                            first_error.message()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace linserve

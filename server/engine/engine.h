@@ -1,0 +1,257 @@
+// Engine: owns the Backend and the SessionStore and runs every generation on one thread.
+//
+// Other threads reach the engine only through a bounded inbox: Submit and the session
+// operations enqueue work and return at once (RESOURCE_EXHAUSTED naming max_queue_depth when it
+// is full), so a transport thread never waits for a model step. The engine thread loops: run the
+// inbox (submissions, cancellations, session operations), admit waiting requests to state
+// slots, ask the Scheduler for a plan, run its prefill chunks and one batched decode, sample,
+// hand tokens to each request's TokenSink.
+//
+// What a session holds after a request: every token of its prompt and every token handed to
+// the sink, even when the request was cancelled or failed part-way. Tokens the model has not
+// consumed yet (the last one sent; the rest of a prompt cut short by a cancellation) are kept
+// as pending and fed first by the session's next request, so the session's state always
+// corresponds exactly to the tokens its client was sent.
+#ifndef LINSERVE_SERVER_ENGINE_ENGINE_H_
+#define LINSERVE_SERVER_ENGINE_ENGINE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "model/backend.h"
+#include "model/model.h"
+#include "server/engine/job.h"
+#include "server/engine/job_id.h"
+#include "server/engine/metrics.h"
+#include "server/engine/request.h"
+#include "server/engine/scheduler.h"
+#include "server/engine/session_id.h"
+#include "server/engine/session_store.h"
+#include "server/engine/token_sink.h"
+
+namespace linserve {
+
+struct EngineOptions {
+  // Decode batch cap and per-step prefill budget. Default: see SchedulerLimits.
+  SchedulerLimits scheduler;
+  // Session count and idle expiry. Default: see SessionStoreOptions.
+  SessionStoreOptions sessions;
+  // Per-request limits. Default: see RequestLimits.
+  RequestLimits requests;
+  // Work waiting for the engine thread: submitted requests not yet running (including those
+  // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
+  // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.
+  int32_t max_queue_depth = 256;
+  // Shutdown writes every session here, Create restores them from here; "" disables both.
+  // Default: "".
+  std::string state_dir;
+};
+
+// A session as clients see it.
+struct SessionInfo {
+  SessionId id;
+  int64_t num_tokens = 0;
+  bool resident = false;
+  bool busy = false;
+  absl::Time create_time;
+  absl::Time last_use_time;
+};
+
+struct SessionPage {
+  std::vector<SessionInfo> sessions;
+  // Pass as `after` to get the next page; nullopt on the last page.
+  std::optional<SessionId> next_after;
+};
+
+// Published by the engine thread after every loop iteration.
+struct EngineStats {
+  int32_t slot_capacity = 0;
+  int32_t free_slots = 0;
+  int32_t active_requests = 0;
+  // Submitted requests not yet running plus session operations not yet run.
+  int32_t queue_depth = 0;
+  int32_t queued_requests = 0;
+  int32_t resident_sessions = 0;
+  int32_t hibernated_sessions = 0;
+  int32_t ephemeral_sessions = 0;
+};
+
+class Engine {
+ public:
+  // Completion callbacks run on the engine thread, or on the calling thread when the operation
+  // is rejected at once (queue full, shutting down). They must not block.
+  template <typename T>
+  using Callback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
+  using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // `model` must outlive the engine; `backend` must run that model. Restores the sessions
+  // persisted in options.state_dir (files that fail to decode are logged and left in place)
+  // and starts the engine thread. Errors name the option or directory at fault.
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
+                                                        std::unique_ptr<Backend> backend,
+                                                        const EngineOptions& options,
+                                                        MetricsRegistry& metrics);
+  // Shuts down without a drain period if Shutdown was not called.
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Thread-safe. Validates `request` (INVALID_ARGUMENT naming the field and limit) and queues
+  // it; RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once shutting down. On success
+  // the sink will hear OnFinish exactly once (NOT_FOUND for an unknown session, ABORTED when
+  // the session is busy, ...).
+  absl::StatusOr<JobId> Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink);
+  // Thread-safe. Ends the job within one engine step: its sink hears OnFinish(CANCELLED).
+  // Unknown or finished jobs are ignored.
+  void Cancel(JobId job);
+
+  // Session operations, thread-safe; errors: NOT_FOUND, ABORTED (a request is running on the
+  // session), RESOURCE_EXHAUSTED (max_sessions, queue full), UNAVAILABLE (shutting down).
+  void CreateSession(Callback<SessionInfo> done);
+  void GetSession(SessionId id, Callback<SessionInfo> done);
+  // `limit` >= 1.
+  void ListSessions(std::optional<SessionId> after, int32_t limit, Callback<SessionPage> done);
+  void ForkSession(SessionId id, Callback<SessionInfo> done);
+  void DeleteSession(SessionId id, StatusCallback done);
+  // The session's snapshot (snapshot.h).
+  void ExportSession(SessionId id, Callback<std::string> done);
+  // Decodes on the calling thread (rejecting corrupt or foreign snapshots before anything
+  // changes), then adds the session under a new id.
+  void ImportSession(absl::string_view snapshot, Callback<SessionInfo> done);
+
+  // Thread-safe.
+  EngineStats stats() const;
+  bool draining() const;
+  const Model& model() const { return model_; }
+  const EngineOptions& options() const { return options_; }
+  DeviceKind device() const { return device_; }
+  int32_t slot_capacity() const { return slot_capacity_; }
+  // The largest snapshot ImportSession accepts.
+  int64_t max_snapshot_bytes() const;
+
+  // Stops admission (UNAVAILABLE from then on), lets queued and running requests finish for up
+  // to `drain_deadline`, cancels what remains (finish reason kCancelled), stops the engine
+  // thread and writes every session to options.state_dir. Returns the persistence outcome.
+  // Thread-safe; later calls return at once with OK.
+  absl::Status Shutdown(absl::Duration drain_deadline);
+
+ private:
+  Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+         MetricsRegistry& metrics);
+
+  // An inbox entry: called with OK on the engine thread, or with the reason it was not run
+  // (queue full, shutting down) on whichever thread found that out.
+  using Op = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // Queues `op` unless the queue is full or the engine is draining; then calls it with that
+  // error at once and returns the error.
+  absl::Status Post(Op op, bool is_request);
+  // Post for session operations, whose ops report a rejection themselves.
+  void PostOp(Op op) { Post(std::move(op), /*is_request=*/false).IgnoreError(); }
+  // Queues `op` whatever the queue depth (cancellations and shutdown steps).
+  void PostAlways(Op op);
+  bool HasInboxLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  void Run();
+  // Runs every queued operation; false once the thread must stop.
+  bool RunInbox();
+  void Accept(std::unique_ptr<Job> job);
+  void AdmitWaiting();
+  void Step();
+  void RunPrefill(const std::vector<PrefillChunk>& chunks);
+  void RunDecode(const std::vector<JobId>& batch);
+  // Takes a job out of the waiting or active list; nullptr if it is in neither.
+  std::unique_ptr<Job> Extract(JobId id);
+  // Ends a job and releases its session.
+  void Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason);
+  // A backend failure leaves the job's session in an unknown state: fail the job and, for a
+  // named session, delete the session.
+  void FailOnBackendError(JobId id, const absl::Status& status);
+  void CancelAll();
+  void ExpireSessions(absl::Time now);
+  void PublishStats();
+  SessionInfo InfoOf(const Session& session) const;
+  // Engine thread (or after it stopped): the session named `id`, checked idle.
+  absl::StatusOr<Session*> FindIdle(const SessionId& id);
+
+  absl::Status RestoreSessions();
+  absl::Status PersistSessions();
+
+  const Model& model_;
+  const EngineOptions options_;
+  std::unique_ptr<Backend> backend_;
+  const DeviceKind device_;
+  const int32_t slot_capacity_;
+
+  // Owned by the engine thread (and by Shutdown once the thread has stopped).
+  SessionStore store_;
+  std::deque<std::unique_ptr<Job>> waiting_;
+  std::vector<std::unique_ptr<Job>> active_;
+  absl::flat_hash_map<JobId, Job*> jobs_;
+  int64_t step_ = 0;
+  bool stop_requested_ = false;
+  absl::Time last_expiry_ = absl::InfinitePast();
+  std::vector<float> prefill_logits_;
+  std::vector<float> decode_logits_;
+
+  mutable absl::Mutex mu_;
+  std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);
+  // Submitted requests not yet active (in the inbox or waiting for a slot).
+  int32_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
+  // Session operations in the inbox.
+  int32_t queued_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  bool draining_ ABSL_GUARDED_BY(mu_) = false;
+  bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;
+  EngineStats stats_ ABSL_GUARDED_BY(mu_);
+
+  // Serialises Shutdown callers.
+  absl::Mutex shutdown_mu_;
+
+  struct Instruments {
+    Counter& steps;
+    Counter& prompt_tokens;
+    Counter& generated_tokens;
+    Counter& hibernations;
+    Counter& expired_sessions;
+    Counter& generations_length;
+    Counter& generations_stop;
+    Counter& generations_eos;
+    Counter& generations_cancelled;
+    Counter& generations_failed;
+    Histogram& batch_size;
+    Histogram& prefill_chunk;
+    Histogram& time_to_first_token;
+    Histogram& inter_token_latency;
+    Gauge& queue_depth;
+    Gauge& active_requests;
+    Gauge& free_slots;
+    Gauge& slot_capacity;
+    Gauge& resident_sessions;
+    Gauge& hibernated_sessions;
+    Gauge& ephemeral_sessions;
+  };
+  MetricsRegistry& metrics_;
+  Instruments m_;
+  int64_t hibernations_reported_ = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_ENGINE_ENGINE_H_

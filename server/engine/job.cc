@@ -1,0 +1,162 @@
+#include "server/engine/job.h"
+
+#include <algorithm>
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+namespace {
+
+bool UsesPenalties(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f;
+}
+
+// log p(token) under softmax(logits), in double.
+float LogProb(absl::Span<const float> logits, TokenId token) {
+  const double max = *std::max_element(logits.begin(), logits.end());
+  double sum = 0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  return static_cast<float>(logits[token] - max - std::log(sum));
+}
+
+}  // namespace
+
+Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, const Model& model,
+         absl::Time submit_time)
+    : id_(id),
+      request_(std::move(request)),
+      sink_(std::move(sink)),
+      model_(model),
+      submit_time_(submit_time),
+      detokenizer_(*model.tokenizer),
+      stop_matcher_(request_.stop) {
+  usage_.seed = request_.sampling.seed;
+}
+
+absl::Status Job::Activate(int32_t max_prompt_tokens) {
+  Session& session = *session_;
+  const bool add_bos = session.num_tokens == 0 && model_.config.bos_token_id >= 0;
+  const int64_t total =
+      static_cast<int64_t>(session.pending.size()) + (add_bos ? 1 : 0) + request_.prompt.size();
+  if (total > max_prompt_tokens) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prompt: ", request_.prompt.size(), " tokens plus the session's ",
+        session.pending.size(), " unprocessed ones (left by a cancelled request) exceed ",
+        "max_prompt_tokens (", max_prompt_tokens, ")"));
+  }
+  feed_ = std::move(session.pending);
+  session.pending.clear();
+  const size_t prompt_start = feed_.size();
+  if (add_bos) feed_.push_back(model_.config.bos_token_id);
+  feed_.insert(feed_.end(), request_.prompt.begin(), request_.prompt.end());
+  for (size_t i = prompt_start; i < feed_.size(); ++i) ++session.token_counts[feed_[i]];
+  session.num_tokens += static_cast<int64_t>(feed_.size() - prompt_start);
+  usage_.prompt_tokens = static_cast<int32_t>(feed_.size() - prompt_start);
+  usage_.session_tokens = session.num_tokens;
+
+  sampler_.emplace(request_.sampling);
+  if (UsesPenalties(request_.sampling)) {
+    // The penalties count every token of the session, as if it had been one long request.
+    std::vector<TokenId> seen;
+    for (const auto& [token, count] : session.token_counts) {
+      for (int64_t done = 0; done < count;) {
+        const int64_t n = std::min<int64_t>(count - done, 4096);
+        seen.assign(n, token);
+        sampler_->Observe(seen);
+        done += n;
+      }
+    }
+  }
+  active_ = true;
+  return absl::OkStatus();
+}
+
+absl::Span<const TokenId> Job::PeekPrefill(int32_t n) const {
+  return absl::MakeConstSpan(feed_).subspan(fed_, n);
+}
+
+void Job::DecodeDone() { last_token_.reset(); }
+
+std::optional<FinishReason> Job::SampleAndEmit(absl::Span<const float> logits, absl::Time now) {
+  const TokenId token = sampler_->Sample(logits);
+  last_token_ = token;
+  ++generated_;
+  ++session_->token_counts[token];
+  ++session_->num_tokens;
+  usage_.generated_tokens = generated_;
+  usage_.session_tokens = session_->num_tokens;
+
+  inter_token_.reset();
+  if (!first_token_time_.has_value()) {
+    first_token_time_ = now;
+    usage_.time_to_first_token = now - submit_time_;
+  } else {
+    inter_token_ = now - *last_token_time_;
+  }
+  last_token_time_ = now;
+
+  GeneratedToken out;
+  out.id = token;
+  if (request_.top_logprobs > 0) {
+    out.logprob = LogProb(logits, token);
+    out.top_logprobs = TopLogprobs(logits, request_.top_logprobs);
+  }
+
+  std::optional<FinishReason> finish;
+  std::string text;
+  if (token == model_.config.eos_token_id && !request_.ignore_eos) {
+    finish = FinishReason::kEos;
+  } else if (std::find(request_.stop_token_ids.begin(), request_.stop_token_ids.end(), token) !=
+             request_.stop_token_ids.end()) {
+    finish = FinishReason::kStop;
+  } else {
+    text = stop_matcher_.Push(detokenizer_.Push(token));
+    if (stop_matcher_.matched()) finish = FinishReason::kStop;
+  }
+  if (!finish.has_value() && generated_ >= request_.max_new_tokens) finish = FinishReason::kLength;
+  sink_->OnToken(out, text);
+  return finish;
+}
+
+void Job::Finish(const absl::Status& status, FinishReason reason, absl::Time now) {
+  if (active_) {
+    // Whatever the client was sent or asked to feed but the model has not consumed stays in
+    // the session, to be fed first next time.
+    std::vector<TokenId> unfed(feed_.begin() + fed_, feed_.end());
+    if (last_token_.has_value()) unfed.push_back(*last_token_);
+    session_->pending = std::move(unfed);
+    usage_.session_tokens = session_->num_tokens;
+  }
+  usage_.total_time = now - submit_time_;
+  GenerationResult result;
+  result.reason = reason;
+  result.usage = usage_;
+  if (status.ok()) {
+    result.text = stop_matcher_.Push(detokenizer_.Flush());
+    if (stop_matcher_.matched()) {
+      if (reason == FinishReason::kLength) result.reason = FinishReason::kStop;
+    } else {
+      result.text += stop_matcher_.Flush();
+    }
+  }
+  sink_->OnFinish(status, result);
+}
+
+std::string_view ToString(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return "length";
+    case FinishReason::kStop:
+      return "stop";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kCancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+}  // namespace linserve

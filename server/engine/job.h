@@ -1,0 +1,101 @@
+// Job: one generation in the engine, from submission to its sink's OnFinish. Holds the request,
+// the tokens still to feed, the sampler, the streaming detokenizer and the stop-string matcher,
+// and keeps its session's token accounting exact: every token it feeds or emits is counted in
+// the session the moment it becomes part of it.
+//
+// Engine thread only.
+#ifndef LINSERVE_SERVER_ENGINE_JOB_H_
+#define LINSERVE_SERVER_ENGINE_JOB_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "model/tokenizer.h"
+#include "server/engine/job_id.h"
+#include "server/engine/request.h"
+#include "server/engine/session_store.h"
+#include "server/engine/stop_matcher.h"
+#include "server/engine/token_sink.h"
+
+namespace linserve {
+
+class Job {
+ public:
+  Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, const Model& model,
+      absl::Time submit_time);
+
+  JobId id() const { return id_; }
+  const GenerateRequest& request() const { return request_; }
+  absl::Time submit_time() const { return submit_time_; }
+
+  // The session this job runs on, once bound (the engine marks it busy).
+  Session* session() const { return session_; }
+  void Bind(Session* session) { session_ = session; }
+  bool active() const { return active_; }
+
+  // Starts the job on its bound, resident session: the session's pending tokens, a BOS when
+  // the session is empty, then the prompt become the tokens to feed, and the prompt joins the
+  // session. INVALID_ARGUMENT (changing nothing) when they exceed `max_prompt_tokens`.
+  absl::Status Activate(int32_t max_prompt_tokens);
+
+  int64_t prefill_remaining() const { return static_cast<int64_t>(feed_.size()) - fed_; }
+  // The next `n` tokens to prefill (n <= prefill_remaining()).
+  absl::Span<const TokenId> PeekPrefill(int32_t n) const;
+  // Records that `n` prefill tokens reached the model.
+  void PrefillDone(int32_t n) { fed_ += n; }
+  // The token to feed in the next decode step (the last sampled one).
+  TokenId decode_token() const { return *last_token_; }
+  // Records that the last sampled token reached the model.
+  void DecodeDone();
+
+  int64_t last_decode_step() const { return last_decode_step_; }
+  void set_last_decode_step(int64_t step) { last_decode_step_ = step; }
+
+  // Samples from the logits that follow everything fed so far, emits the token to the sink and
+  // says whether the generation is over (and why). `now` times the token.
+  std::optional<FinishReason> SampleAndEmit(absl::Span<const float> logits, absl::Time now);
+
+  // Time since the previous token (nullopt for the first); set by SampleAndEmit.
+  std::optional<absl::Duration> last_inter_token_latency() const { return inter_token_; }
+  int32_t generated_tokens() const { return generated_; }
+
+  // Ends the job: unfed tokens become the session's pending tokens, and the sink hears
+  // OnFinish. With an OK status `reason` says why it ended and the held-back text is released.
+  void Finish(const absl::Status& status, FinishReason reason, absl::Time now);
+  const Usage& usage() const { return usage_; }
+
+ private:
+  const JobId id_;
+  GenerateRequest request_;
+  std::shared_ptr<TokenSink> sink_;
+  const Model& model_;
+  const absl::Time submit_time_;
+
+  Session* session_ = nullptr;
+  bool active_ = false;
+  std::vector<TokenId> feed_;
+  int64_t fed_ = 0;
+  std::optional<TokenId> last_token_;  // sampled, not yet fed
+  int64_t last_decode_step_ = -1;
+  int32_t generated_ = 0;
+  std::optional<absl::Time> first_token_time_;
+  std::optional<absl::Time> last_token_time_;
+  std::optional<absl::Duration> inter_token_;
+  Usage usage_;
+
+  std::optional<Sampler> sampler_;
+  StreamingDetokenizer detokenizer_;
+  StopMatcher stop_matcher_;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_ENGINE_JOB_H_

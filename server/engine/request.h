@@ -1,0 +1,65 @@
+// GenerateRequest: one generation as the engine sees it, already parsed out of the wire format.
+// Field names follow proto/linserve/v1/generate.proto so that validation errors name the field
+// the client actually set.
+#ifndef LINSERVE_SERVER_ENGINE_REQUEST_H_
+#define LINSERVE_SERVER_ENGINE_REQUEST_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "model/config.h"
+#include "model/sampler.h"
+#include "model/types.h"
+#include "server/engine/session_id.h"
+
+namespace linserve {
+
+// Per-request limits the server enforces; every one is reported to clients in ModelInfo.
+struct RequestLimits {
+  // Upper bound of max_new_tokens. Default: 4096.
+  int32_t max_new_tokens = 4096;
+  // Tokens one request may feed: its prompt, a prepended BOS and whatever an earlier cancelled
+  // request on the same session left unprocessed. Default: 65536.
+  int32_t max_prompt_tokens = 65536;
+  // Number of stop strings. Default: 16.
+  int32_t max_stop_strings = 16;
+  // Bytes of one stop string. Default: 256.
+  int32_t max_stop_string_bytes = 256;
+  // Number of stop token ids. Default: 64.
+  int32_t max_stop_token_ids = 64;
+  // Largest top_logprobs. Default: 20.
+  int32_t max_top_logprobs = 20;
+};
+
+// max_new_tokens when the client leaves it unset (capped by RequestLimits::max_new_tokens).
+inline constexpr int32_t kDefaultMaxNewTokens = 256;
+
+struct GenerateRequest {
+  // Names the request in logs. Set by the caller (the transport draws a random one).
+  std::string request_id;
+  // The session to continue; nullopt = an ephemeral session freed when the request ends.
+  std::optional<SessionId> session_id;
+  // Token ids to feed, non-empty. BOS is prepended by the engine when the session is empty.
+  std::vector<TokenId> prompt;
+  int32_t max_new_tokens = kDefaultMaxNewTokens;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  std::vector<TokenId> stop_token_ids;
+  bool ignore_eos = false;
+  int32_t top_logprobs = 0;
+};
+
+// Checks every field against `limits` and the model's vocabulary. Errors are INVALID_ARGUMENT
+// and name the field (as in generate.proto, e.g. "sampling.top_p", "stop[2]") and the limit.
+absl::Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits,
+                                     const ModelConfig& config);
+
+// Checks limits themselves (each positive); errors name the field of RequestLimits.
+absl::Status ValidateRequestLimits(const RequestLimits& limits);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_ENGINE_REQUEST_H_
