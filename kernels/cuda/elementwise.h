@@ -1,0 +1,66 @@
+// Host-side launchers for the row-wise kernels of a transformer step: weight conversion,
+// embedding gather, fused residual-add + LayerNorm, bias + activation. Every launcher enqueues
+// on `stream` and returns the launch status; the work itself completes asynchronously.
+// Matrices are row-major; "T" buffers hold the weights' element type (`dtype`).
+#ifndef LINSERVE_KERNELS_CUDA_ELEMENTWISE_H_
+#define LINSERVE_KERNELS_CUDA_ELEMENTWISE_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dtype.h"
+
+namespace linserve::cuda {
+
+enum class PositionKind { kLearned, kSinusoidal, kNone };
+enum class ActivationKind { kGelu, kGeluTanh, kRelu };
+
+// out[i] = T(in[i]) for i < n, rounding to nearest even.
+absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DType dtype,
+                           void* out);
+
+struct EmbedArgs {
+  const int32_t* tokens = nullptr;     // [rows], each in [0, vocab)
+  const int64_t* positions = nullptr;  // [rows], position index of each token
+  const void* table = nullptr;         // T [vocab, d]
+  PositionKind position = PositionKind::kNone;
+  const void* position_table = nullptr;  // T [max_position, d], learned only
+  int rows = 0;
+  int d = 0;
+  DType dtype = DType::kF32;
+  float* x = nullptr;  // fp32 [rows, d]: table[token] + position embedding
+  void* x_t = nullptr; // optional T [rows, d] copy of x (the next GEMM's input)
+};
+// Sinusoidal: pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), computed
+// in double so that it stays exact at positions in the millions.
+absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args);
+
+struct AddLayerNormArgs {
+  // r = x + delta + delta_bias (delta and delta_bias optional), per row of `d` floats.
+  const float* x = nullptr;
+  const float* delta = nullptr;       // optional [rows, d]
+  const float* delta_bias = nullptr;  // optional [d]
+  float* sum_out = nullptr;           // optional [rows, d]: r is stored here (may alias x)
+  // y = (r - mean(r)) / sqrt(var(r) + eps) * gamma + beta, var the biased (1/d) variance.
+  const float* gamma = nullptr;  // [d]
+  const float* beta = nullptr;   // [d]
+  float eps = 1e-5f;
+  float* y = nullptr;   // optional fp32 [rows, d] (may alias x)
+  void* y_t = nullptr;  // optional T [rows, d]
+  int rows = 0;
+  int d = 0;
+  DType dtype = DType::kF32;
+};
+absl::Status LaunchAddLayerNorm(cudaStream_t stream, const AddLayerNormArgs& args);
+
+// out[r, c] = T(act(in[r, c] + bias[c])), bias optional. gelu is the erf form, gelu_tanh the
+// tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+absl::Status LaunchBiasActivation(cudaStream_t stream, const float* in, const float* bias,
+                                  int64_t rows, int64_t cols, ActivationKind activation,
+                                  DType dtype, void* out);
+
+}  // namespace linserve::cuda
+
+#endif  // LINSERVE_KERNELS_CUDA_ELEMENTWISE_H_

@@ -1,0 +1,56 @@
+// Linear layers on cuBLASLt: y[m, n] = x[m, k] · w[n, k]ᵀ (+ y), the nn.Linear layout, every
+// matrix row-major and dense. x and w share one element type (fp32, fp16 or bf16); y is fp32 and
+// every product accumulates in fp32 (CUBLAS_COMPUTE_32F: fp32 inputs never take the TF32 path,
+// which would break the 1e-4 parity with the CPU backend).
+//
+// Why cuBLASLt and a plan cache: a decode step issues ~4 GEMMs per layer whose shapes repeat
+// every step, so the matmul descriptors, layouts and the heuristic's algorithm choice are built
+// once per (shape, type, alignment) and reused; the workspace is owned here and fixed, which is
+// what lets the calls be captured into a CUDA graph.
+#ifndef LINSERVE_KERNELS_CUDA_GEMM_H_
+#define LINSERVE_KERNELS_CUDA_GEMM_H_
+
+#include <cublasLt.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <tuple>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/dtype.h"
+
+namespace linserve::cuda {
+
+// Not thread-safe; one per stream owner. Needs a current device when created and used.
+class Gemm {
+ public:
+  // `workspace_bytes` of device memory is given to cuBLASLt for split-K and similar schemes.
+  static absl::StatusOr<std::unique_ptr<Gemm>> Create(size_t workspace_bytes);
+  ~Gemm();
+  Gemm(const Gemm&) = delete;
+  Gemm& operator=(const Gemm&) = delete;
+
+  // y = x · wᵀ (accumulate: y += x · wᵀ). m, n, k >= 1. Pointers need only element alignment;
+  // the algorithm is chosen for the alignment they actually have.
+  absl::Status Linear(cudaStream_t stream, DType dtype, const void* x, const void* w, float* y,
+                      int64_t m, int64_t n, int64_t k, bool accumulate = false);
+
+ private:
+  struct Plan;
+  using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int, int, int>;
+
+  Gemm() = default;
+  absl::StatusOr<const Plan*> GetPlan(const PlanKey& key);
+
+  cublasLtHandle_t handle_ = nullptr;
+  DeviceBuffer workspace_;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans_;
+};
+
+}  // namespace linserve::cuda
+
+#endif  // LINSERVE_KERNELS_CUDA_GEMM_H_

@@ -1,0 +1,39 @@
+#include "kernels/cuda/linear_attention.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace linserve::cuda {
+
+absl::Status CheckAttentionShape(const AttentionShape& shape) {
+  if (shape.heads < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("attention: heads ", shape.heads, " < 1"));
+  }
+  if (shape.head_dim < 1 || shape.head_dim > kMaxAttentionHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("attention: head_dim ", shape.head_dim,
+                                                   " outside [1, ", kMaxAttentionHeadDim, "]"));
+  }
+  if (shape.feature_dim < 1 || shape.feature_dim > kMaxAttentionFeatureDim) {
+    return absl::InvalidArgumentError(absl::StrCat("attention: feature_dim ", shape.feature_dim,
+                                                   " outside [1, ", kMaxAttentionFeatureDim,
+                                                   "]"));
+  }
+  if (shape.feature_map != FeatureMapKind::kFavorPlus && shape.feature_dim != shape.head_dim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("attention: feature_dim ", shape.feature_dim, " must equal head_dim ",
+                     shape.head_dim, " unless the feature map is favor_plus"));
+  }
+  if (shape.feature_map == FeatureMapKind::kFavorPlus && shape.favor == nullptr) {
+    return absl::InvalidArgumentError("attention: favor_plus needs its projection matrix");
+  }
+  return absl::OkStatus();
+}
+
+int64_t PrefillAttentionScratchFloats(const AttentionShape& shape, int tokens, int chunk) {
+  const int64_t chunks = (static_cast<int64_t>(tokens) + chunk - 1) / chunk;
+  const int64_t phi = 2 * static_cast<int64_t>(tokens) * shape.heads * shape.feature_dim;
+  const int64_t layer_state =
+      static_cast<int64_t>(shape.heads) * shape.feature_dim * (shape.head_dim + 1);
+  return phi + chunks * layer_state;
+}
+
+}  // namespace linserve::cuda

@@ -1,0 +1,423 @@
+// Sampling on the device, one block per row, following model/sampler.h step by step.
+//
+// Why it is built this way: the host algorithm sorts the vocabulary (top-k, top-p), which a
+// block cannot afford for 50k+ tokens every step. But every filter of the algorithm keeps a
+// prefix of one total order — logits descending, ids ascending (the softmax, the min-p test and
+// the renormalisations are all monotone in the logit) — so the survivors are always "every
+// token ordered at or before a threshold (key, id)". The kernel finds that threshold instead
+// of sorting: top-k by an 8-pass radix select on the 64-bit order key of the double logit,
+// top-p by the same radix select with per-bucket probability mass, min-p by one min-reduction.
+// The final draw walks the survivors in ascending id order with a block-wide prefix scan.
+//
+// Values are recomputed from the fp32 logits and the seen counts in every pass (penalty and
+// temperature are a few double operations; exp only where the mass is needed), which costs less
+// than a [rows, vocab] double scratch would in memory traffic. Histograms of mass use 2^-60
+// fixed point so that their atomics are exact and order-independent: the kernel is
+// deterministic, and a CUDA graph replay draws the same tokens as an eager run.
+#include <algorithm>
+#include <cfloat>
+#include <climits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/sampling.h"
+
+namespace linserve::cuda {
+namespace {
+
+constexpr int kThreads = 512;
+constexpr int kBuckets = 256;
+constexpr double kMassScale = 1152921504606846976.0;  // 2^60
+
+// Order key: a < b as doubles  <=>  Key(a) < Key(b) as unsigned integers (-0 folded into +0).
+__device__ __forceinline__ uint64_t Key(double x) {
+  if (x == 0.0) x = 0.0;
+  const uint64_t bits = static_cast<uint64_t>(__double_as_longlong(x));
+  return (bits >> 63) != 0 ? ~bits : bits | 0x8000000000000000ULL;
+}
+
+// "token t survives": ordered at or before the threshold (key desc, id asc).
+struct Threshold {
+  uint64_t key;
+  int id;
+  __device__ bool Keeps(uint64_t k, int t) const { return k > key || (k == key && t <= id); }
+};
+
+// The shorter of two prefixes.
+__device__ __forceinline__ Threshold Tighter(Threshold a, Threshold b) {
+  return (b.key > a.key || (b.key == a.key && b.id < a.id)) ? b : a;
+}
+
+template <typename T>
+__device__ __forceinline__ T BlockMin(T v, T* scratch, T highest) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < static_cast<int>(blockDim.x >> 5) ? scratch[lane] : highest;
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = min(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  }
+  return v;
+}
+
+// Inclusive prefix sum over threads in threadIdx order (fixed association); every thread gets
+// its inclusive value, *total the block's sum.
+template <typename T>
+__device__ __forceinline__ T BlockInclusiveScan(T v, T* scratch, T* total) {
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int warps = blockDim.x >> 5;
+#pragma unroll
+  for (int offset = 1; offset < 32; offset <<= 1) {
+    const T up = __shfl_up_sync(0xffffffffu, v, offset);
+    if (lane >= offset) v += up;
+  }
+  __syncthreads();
+  if (lane == 31) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    T w = lane < warps ? scratch[lane] : T(0);
+#pragma unroll
+    for (int offset = 1; offset < 32; offset <<= 1) {
+      const T up = __shfl_up_sync(0xffffffffu, w, offset);
+      if (lane >= offset) w += up;
+    }
+    if (lane < warps) scratch[lane] = w;  // inclusive over warps
+  }
+  __syncthreads();
+  if (warp > 0) v += scratch[warp - 1];
+  *total = scratch[warps - 1];
+  return v;
+}
+
+struct RowView {
+  const float* logits;
+  const int32_t* counts;
+  DeviceSamplingParams params;
+  int vocab;
+
+  // Step 1 (+ step 3 when divide): penalised logit in double.
+  __device__ double Penalised(int t) const {
+    double l = static_cast<double>(logits[t]);
+    const int32_t c = counts[t];
+    if (c > 0) {
+      const double r = static_cast<double>(params.repetition_penalty);
+      l = l > 0.0 ? l / r : l * r;
+      l -= static_cast<double>(params.presence_penalty) +
+           static_cast<double>(params.frequency_penalty) * static_cast<double>(c);
+    }
+    return l;
+  }
+};
+
+// This thread's contiguous id range, for passes that must follow id order.
+__device__ __forceinline__ void ContiguousRange(int vocab, int* lo, int* hi) {
+  const int per = (vocab + static_cast<int>(blockDim.x) - 1) / static_cast<int>(blockDim.x);
+  *lo = min(vocab, static_cast<int>(threadIdx.x) * per);
+  *hi = min(vocab, *lo + per);
+}
+
+struct SharedState {
+  unsigned int count[kBuckets];
+  unsigned long long mass[kBuckets];
+  double dscratch[32];
+  int iscratch[32];
+  uint64_t prefix;
+  int need;
+  int bucket;
+  int flag;
+  unsigned long long above;
+  double u;
+};
+
+// The id of the n-th (1-based) token, in ascending id order, among those with eligible(t).
+template <typename Eligible>
+__device__ int NthEligibleId(int vocab, int n, Eligible eligible, SharedState& sh) {
+  int lo, hi;
+  ContiguousRange(vocab, &lo, &hi);
+  int local = 0;
+  for (int t = lo; t < hi; ++t) local += eligible(t) ? 1 : 0;
+  int total;
+  const int inclusive = BlockInclusiveScan(local, sh.iscratch, &total);
+  const int before = inclusive - local;
+  int found = INT_MAX;
+  if (before < n && n <= inclusive) {
+    int seen = before;
+    for (int t = lo; t < hi; ++t) {
+      if (eligible(t) && ++seen == n) {
+        found = t;
+        break;
+      }
+    }
+  }
+  return BlockMin(found, sh.iscratch, INT_MAX);
+}
+
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
+  __shared__ SharedState sh;
+  const int row = blockIdx.x;
+  const int slot = args.slots[row];
+  const int vocab = args.vocab;
+  RowView view{args.logits + static_cast<int64_t>(row) * vocab,
+               args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
+               args.state.params[slot], vocab};
+  const DeviceSamplingParams& p = view.params;
+
+  // Step 2: greedy.
+  if (p.temperature == 0.0f) {
+    double best = -DBL_MAX;
+    int best_id = INT_MAX;
+    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+      const double l = view.Penalised(t);
+      if (l > best) {
+        best = l;
+        best_id = t;
+      }
+    }
+    const double top = BlockMax(best, sh.dscratch, -DBL_MAX);
+    const int token = BlockMin(best == top ? best_id : INT_MAX, sh.iscratch, INT_MAX);
+    if (threadIdx.x == 0) {
+      args.tokens[row] = token;
+      args.state.seen_counts[static_cast<int64_t>(slot) * vocab + token] += 1;
+    }
+    return;
+  }
+
+  // Step 3: temperature.
+  const double temperature = static_cast<double>(p.temperature);
+  auto logit = [&](int t) { return view.Penalised(t) / temperature; };
+
+  double local_max = -DBL_MAX;
+  for (int t = threadIdx.x; t < vocab; t += blockDim.x) local_max = fmax(local_max, logit(t));
+  const double m = BlockMax(local_max, sh.dscratch, -DBL_MAX);
+
+  Threshold keep{0, vocab - 1};  // everything
+
+  // Step 4: top-k by radix select on the order key.
+  if (p.top_k > 0 && p.top_k < vocab) {
+    uint64_t prefix = 0;
+    uint64_t mask = 0;
+    int need = p.top_k;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.count[b] = 0;
+      __syncthreads();
+      for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+        const uint64_t k = Key(logit(t));
+        if ((k & mask) == prefix) atomicAdd(&sh.count[(k >> shift) & 0xFF], 1u);
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int b = kBuckets - 1;
+        for (; b > 0; --b) {
+          if (static_cast<int>(sh.count[b]) >= need) break;
+          need -= static_cast<int>(sh.count[b]);
+        }
+        sh.prefix = prefix | (static_cast<uint64_t>(b) << shift);
+        sh.need = need;
+      }
+      __syncthreads();
+      prefix = sh.prefix;
+      need = sh.need;
+      mask |= 0xFFULL << shift;
+    }
+    const int id = NthEligibleId(
+        vocab, need, [&](int t) { return Key(logit(t)) == prefix; }, sh);
+    keep = Threshold{prefix, id};
+  }
+
+  // Step 5: softmax over the survivors; v1(t) = exp(l - m) / z1.
+  double partial = 0.0;
+  for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+    const double l = logit(t);
+    if (keep.Keeps(Key(l), t)) partial += exp(l - m);
+  }
+  const double z1 = BlockSum(partial, sh.dscratch);
+  auto v1 = [&](double l) { return exp(l - m) / z1; };
+
+  // Step 6: min-p. p is monotone in l, so the survivors stay a prefix: cut at the smallest
+  // logit whose probability passes (all its ties pass with it).
+  if (p.min_p > 0.0f) {
+    const double threshold = static_cast<double>(p.min_p) * (1.0 / z1);
+    double local_min = DBL_MAX;
+    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+      const double l = logit(t);
+      if (keep.Keeps(Key(l), t) && v1(l) >= threshold) local_min = fmin(local_min, l);
+    }
+    const double l_min = BlockMin(local_min, sh.dscratch, DBL_MAX);
+    keep = Tighter(keep, Threshold{Key(l_min), vocab - 1});
+  }
+
+  // Step 7: top-p. Renormalise (v2 = v1 / z2), then the shortest prefix whose mass reaches
+  // top_p, by radix select with per-bucket mass in 2^-60 fixed point.
+  double z2 = 1.0;
+  const bool top_p = p.top_p < 1.0f;
+  if (top_p) {
+    partial = 0.0;
+    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+      const double l = logit(t);
+      if (keep.Keeps(Key(l), t)) partial += v1(l);
+    }
+    z2 = BlockSum(partial, sh.dscratch);
+    const unsigned long long target =
+        __double2ull_rn(static_cast<double>(p.top_p) * kMassScale);
+    uint64_t prefix = 0;
+    uint64_t mask = 0;
+    unsigned long long above = 0;  // mass ordered strictly before the current bucket range
+    bool all = false;
+    int chosen_bucket = 0;
+    for (int shift = 56; shift >= 0; shift -= 8) {
+      for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
+        sh.count[b] = 0;
+        sh.mass[b] = 0;
+      }
+      __syncthreads();
+      for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+        const double l = logit(t);
+        const uint64_t k = Key(l);
+        if ((k & mask) == prefix && keep.Keeps(k, t)) {
+          const int b = static_cast<int>((k >> shift) & 0xFF);
+          atomicAdd(&sh.count[b], 1u);
+          atomicAdd(&sh.mass[b], __double2ull_rn(v1(l) / z2 * kMassScale));
+        }
+      }
+      __syncthreads();
+      if (threadIdx.x == 0) {
+        int chosen = -1;
+        int lowest = -1;
+        unsigned long long acc = above;
+        for (int b = kBuckets - 1; b >= 0; --b) {
+          if (sh.count[b] == 0) continue;
+          lowest = b;
+          if (acc + sh.mass[b] >= target) {
+            chosen = b;
+            break;
+          }
+          acc += sh.mass[b];
+        }
+        sh.flag = chosen < 0 ? 1 : 0;  // rounding left the total below top_p: keep everything
+        sh.prefix = prefix | (static_cast<uint64_t>(chosen < 0 ? lowest : chosen) << shift);
+        sh.above = acc;
+        sh.bucket = chosen;
+      }
+      __syncthreads();
+      if (sh.flag != 0) {
+        all = true;
+        break;
+      }
+      prefix = sh.prefix;
+      above = sh.above;
+      chosen_bucket = sh.bucket;
+      mask |= 0xFFULL << shift;
+    }
+    if (!all) {
+      // Every tie at the crossing key has the same mass; take as many, in ascending id, as
+      // the cumulative sum needs to reach top_p.
+      const unsigned int ties = sh.count[chosen_bucket];
+      const unsigned long long each = sh.mass[chosen_bucket] / ties;
+      unsigned long long wanted = ties;
+      if (each > 0) wanted = (target - above + each - 1) / each;
+      wanted = min(max(wanted, 1ULL), static_cast<unsigned long long>(ties));
+      const Threshold before_cut = keep;
+      const int id = NthEligibleId(
+          vocab, static_cast<int>(wanted),
+          [&](int t) {
+            const uint64_t k = Key(logit(t));
+            return k == prefix && before_cut.Keeps(k, t);
+          },
+          sh);
+      keep = Tighter(keep, Threshold{prefix, id});
+    }
+  }
+
+  // Step 8: renormalise over the survivors and walk them in ascending id order.
+  auto current = [&](double l) { return top_p ? v1(l) / z2 : v1(l); };
+  partial = 0.0;
+  for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+    const double l = logit(t);
+    if (keep.Keeps(Key(l), t)) partial += current(l);
+  }
+  const double z3 = BlockSum(partial, sh.dscratch);
+  if (threadIdx.x == 0) {
+    Mt19937_64& rng = args.state.rngs[slot];
+    sh.u = static_cast<double>(rng.Next() >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
+  }
+  __syncthreads();
+  const double u = sh.u;
+
+  int lo, hi;
+  ContiguousRange(vocab, &lo, &hi);
+  double local = 0.0;
+  int last_survivor = -1;
+  for (int t = lo; t < hi; ++t) {
+    const double l = logit(t);
+    if (keep.Keeps(Key(l), t)) {
+      local += current(l) / z3;
+      last_survivor = t;
+    }
+  }
+  double total;
+  const double inclusive = BlockInclusiveScan(local, sh.dscratch, &total);
+  const int crossing =
+      BlockMin(inclusive > u ? static_cast<int>(threadIdx.x) : INT_MAX, sh.iscratch, INT_MAX);
+  int found = INT_MAX;
+  if (static_cast<int>(threadIdx.x) == crossing) {
+    double cumulative = inclusive - local;
+    found = last_survivor;
+    for (int t = lo; t < hi; ++t) {
+      const double l = logit(t);
+      if (!keep.Keeps(Key(l), t)) continue;
+      cumulative += current(l) / z3;
+      if (cumulative > u) {
+        found = t;
+        break;
+      }
+    }
+  }
+  found = BlockMin(found, sh.iscratch, INT_MAX);
+  if (found == INT_MAX) {
+    // The draw lies at or above the rounded total: the last survivor.
+    found = BlockMax(last_survivor, sh.iscratch, -1);
+  }
+  if (threadIdx.x == 0) {
+    args.tokens[row] = found;
+    args.state.seen_counts[static_cast<int64_t>(slot) * vocab + found] += 1;
+  }
+}
+
+__global__ void CountTokensKernel(const int32_t* tokens, int n, int vocab, int32_t slot,
+                                  int32_t* seen_counts) {
+  int32_t* counts = seen_counts + static_cast<int64_t>(slot) * vocab;
+  for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+    atomicAdd(&counts[tokens[i]], 1);
+  }
+}
+
+}  // namespace
+
+absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
+  if (args.rows <= 0) return absl::OkStatus();
+  if (args.vocab < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: vocab ", args.vocab, " < 1"));
+  }
+  SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
+  return LaunchStatus("SampleKernel", __FILE__, __LINE__);
+}
+
+absl::Status LaunchCountTokens(cudaStream_t stream, const int32_t* tokens, int n, int vocab,
+                               int32_t slot, int32_t* seen_counts) {
+  if (n <= 0) return absl::OkStatus();
+  constexpr int kCountThreads = 256;
+  const int blocks = std::min((n + kCountThreads - 1) / kCountThreads, 1024);
+  CountTokensKernel<<<blocks, kCountThreads, 0, stream>>>(tokens, n, vocab, slot, seen_counts);
+  return LaunchStatus("CountTokensKernel", __FILE__, __LINE__);
+}
+
+}  // namespace linserve::cuda

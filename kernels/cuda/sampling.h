@@ -1,0 +1,54 @@
+// On-device sampling: one token per decode row from the logits the LM head just wrote, so that
+// only token ids cross PCIe. It implements model/sampler.h's algorithm step for step (penalties,
+// greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in ascending id
+// order, one MT19937-64 draw per non-greedy call), in double like the host Sampler. Given the
+// same logits and seed it returns the host Sampler's token except when a cumulative sum lands
+// within rounding (~1e-16) of top_p or of the random draw, since sums are formed in a different
+// order.
+#ifndef LINSERVE_KERNELS_CUDA_SAMPLING_H_
+#define LINSERVE_KERNELS_CUDA_SAMPLING_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/mt19937_64.h"
+
+namespace linserve::cuda {
+
+// The fields of SamplingParams that shape the distribution (see model/sampler.h).
+struct DeviceSamplingParams {
+  float temperature = 1.0f;
+  int32_t top_k = 0;
+  float top_p = 1.0f;
+  float min_p = 0.0f;
+  float repetition_penalty = 1.0f;
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+};
+
+// Per-slot sampler state on the device. Row r of a launch uses slot slots[r]'s entries.
+struct SamplerSlots {
+  DeviceSamplingParams* params = nullptr;  // [slots]
+  int32_t* seen_counts = nullptr;          // [slots, vocab]: times each token was seen
+  Mt19937_64* rngs = nullptr;              // [slots]
+};
+
+struct SampleArgs {
+  const float* logits = nullptr;   // [rows, vocab]
+  const int32_t* slots = nullptr;  // [rows], distinct, each >= 0
+  SamplerSlots state;
+  int rows = 0;
+  int vocab = 0;
+  int32_t* tokens = nullptr;  // [rows] out; each sampled token is also counted as seen
+};
+absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args);
+
+// seen_counts[slot, tokens[i]] += 1 for i < n (a prompt's tokens, for the penalties).
+absl::Status LaunchCountTokens(cudaStream_t stream, const int32_t* tokens, int n, int vocab,
+                               int32_t slot, int32_t* seen_counts);
+
+}  // namespace linserve::cuda
+
+#endif  // LINSERVE_KERNELS_CUDA_SAMPLING_H_
