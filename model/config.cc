@@ -67,8 +67,7 @@ class FieldReader {
   FieldReader(const Json& object, std::string_view source) : object_(object), source_(source) {}
 
   absl::Status Error(absl::string_view field, absl::string_view message) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ": field \"", field, "\": ", message));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": field \"", field, "\": ", message));
   }
 
   // The value of `field`, or nullptr when absent.
@@ -78,13 +77,12 @@ class FieldReader {
     return it == object_.end() ? nullptr : &*it;
   }
 
-  absl::Status Int(absl::string_view field, int64_t min, int64_t max, bool required,
-                   int32_t& out) {
+  absl::Status Int(absl::string_view field, int64_t min, int64_t max, bool required, int32_t& out) {
     const Json* value = Find(field);
     if (value == nullptr) {
-      return required ? Error(field, absl::StrCat("is required (an integer in [", min, ", ",
-                                                  max, "])"))
-                      : absl::OkStatus();
+      return required
+                 ? Error(field, absl::StrCat("is required (an integer in [", min, ", ", max, "])"))
+                 : absl::OkStatus();
     }
     int64_t v = 0;
     if (value->is_number_unsigned()) {
@@ -135,11 +133,12 @@ class FieldReader {
     const Json* value = Find(field);
     if (value == nullptr) return absl::OkStatus();
     std::vector<std::string> quoted;
-    for (const auto& entry : names) quoted.push_back(absl::StrCat("\"", std::string(entry.name), "\""));
+    for (const auto& entry : names)
+      quoted.push_back(absl::StrCat("\"", std::string(entry.name), "\""));
     const std::string allowed = absl::StrJoin(quoted, ", ");
     if (!value->is_string()) {
-      return Error(field, absl::StrCat("must be one of ", allowed, ", got ",
-                                       JsonTypeName(*value), " ", value->dump()));
+      return Error(field, absl::StrCat("must be one of ", allowed, ", got ", JsonTypeName(*value),
+                                       " ", value->dump()));
     }
     const std::string text = value->get<std::string>();
     for (const auto& entry : names) {
@@ -158,9 +157,8 @@ class FieldReader {
       if (consumed_.count(key) == 0) unknown.push_back(absl::StrCat("\"", key, "\""));
     }
     if (unknown.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": unknown field",
-                                                   unknown.size() > 1 ? "s " : " ",
-                                                   absl::StrJoin(unknown, ", ")));
+    return absl::InvalidArgumentError(absl::StrCat(
+        source_, ": unknown field", unknown.size() > 1 ? "s " : " ", absl::StrJoin(unknown, ", ")));
   }
 
  private:
@@ -174,29 +172,28 @@ class FieldReader {
   std::set<std::string> consumed_;
 };
 
-absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader,
-                              bool feature_dim_given) {
+absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader, bool feature_dim_given) {
   if (static_cast<int64_t>(c.n_heads) * c.head_dim != c.d_model) {
-    return reader.Error("d_model", absl::StrCat("must equal n_heads * head_dim = ", c.n_heads,
-                                                " * ", c.head_dim, " = ",
-                                                static_cast<int64_t>(c.n_heads) * c.head_dim,
-                                                ", got ", c.d_model));
+    return reader.Error(
+        "d_model",
+        absl::StrCat("must equal n_heads * head_dim = ", c.n_heads, " * ", c.head_dim, " = ",
+                     static_cast<int64_t>(c.n_heads) * c.head_dim, ", got ", c.d_model));
   }
-  if (c.feature_map != FeatureMap::kFavorPlus && feature_dim_given &&
-      c.feature_dim != c.head_dim) {
-    return reader.Error("feature_dim",
-                        absl::StrCat("must equal head_dim (", c.head_dim, ") for feature_map \"",
-                                     std::string(ToString(c.feature_map)), "\", got ", c.feature_dim,
-                                     "; only favor_plus has its own feature count"));
+  if (c.feature_map != FeatureMap::kFavorPlus && feature_dim_given && c.feature_dim != c.head_dim) {
+    return reader.Error(
+        "feature_dim", absl::StrCat("must equal head_dim (", c.head_dim, ") for feature_map \"",
+                                    std::string(ToString(c.feature_map)), "\", got ", c.feature_dim,
+                                    "; only favor_plus has its own feature count"));
   }
   if (c.position == PositionEmbedding::kLearned && c.max_position == 0) {
     return reader.Error("max_position",
                         "is required for position \"learned\" (table rows, in [1, 16777216])");
   }
   if (c.position != PositionEmbedding::kLearned && c.max_position != 0) {
-    return reader.Error("max_position",
-                        absl::StrCat("must be 0 or absent unless position is \"learned\" (it is \"",
-                                     std::string(ToString(c.position)), "\"), got ", c.max_position));
+    return reader.Error(
+        "max_position",
+        absl::StrCat("must be 0 or absent unless position is \"learned\" (it is \"",
+                     std::string(ToString(c.position)), "\"), got ", c.max_position));
   }
   if (c.tokenizer == TokenizerKind::kByte && c.vocab_size < 256) {
     return reader.Error("vocab_size",
@@ -204,9 +201,9 @@ absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader,
                                      "plus specials), got ",
                                      c.vocab_size));
   }
-  for (const auto& [field, id] : {std::pair<absl::string_view, TokenId>{"bos_token_id",
-                                                                         c.bos_token_id},
-                                  {"eos_token_id", c.eos_token_id}}) {
+  for (const auto& [field, id] :
+       {std::pair<absl::string_view, TokenId>{"bos_token_id", c.bos_token_id},
+        {"eos_token_id", c.eos_token_id}}) {
     if (id != -1 && (id < 0 || id >= c.vocab_size)) {
       return reader.Error(field, absl::StrCat("must be -1 (none) or in [0, vocab_size) = [0, ",
                                               c.vocab_size, "), got ", id));
@@ -221,8 +218,7 @@ int64_t ModelConfig::StateFloatsPerSlot() const {
   return int64_t{n_layers} * n_heads * feature_dim * (int64_t{head_dim} + 1);
 }
 
-absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text,
-                                             std::string_view source) {
+absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source) {
   absl::StatusOr<Json> parsed = ParseStrictJsonObject(json_text, source);
   if (!parsed.ok()) return parsed.status();
   FieldReader reader(*parsed, source);

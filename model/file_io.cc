@@ -50,8 +50,8 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
       return OsError(errno, path, "read");
     }
     if (n == 0) {
-      return absl::InternalError(absl::StrCat(path, ": file shrank while being read (",
-                                              done, " of ", contents.size(), " bytes)"));
+      return absl::InternalError(absl::StrCat(path, ": file shrank while being read (", done,
+                                              " of ", contents.size(), " bytes)"));
     }
     done += static_cast<size_t>(n);
   }

@@ -16,8 +16,7 @@ absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
   // The parser callback sees every key as it is read; one set of keys per open object.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
-  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event,
-                      nlohmann::json& parsed) {
+  auto callback = [&](int /*depth*/, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
     switch (event) {
       case nlohmann::json::parse_event_t::object_start:
         open_objects.emplace_back();
@@ -43,12 +42,11 @@ absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
     return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON: ", e.what()));
   }
   if (!duplicate.empty()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source, ": duplicate key \"", duplicate, "\""));
+    return absl::InvalidArgumentError(absl::StrCat(source, ": duplicate key \"", duplicate, "\""));
   }
   if (!value.is_object()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        source, ": the top level must be a JSON object, got ", JsonTypeName(value)));
+    return absl::InvalidArgumentError(
+        absl::StrCat(source, ": the top level must be a JSON object, got ", JsonTypeName(value)));
   }
   return value;
 }

@@ -71,9 +71,8 @@ absl::StatusOr<std::unique_ptr<Model>> LoadModel(const std::string& directory) {
   model->tokenizer = *std::move(tokenizer);
   model->fingerprint = ModelFingerprint(*config_text, (*file)->bytes());
   spdlog::info("loaded model {}: {} layers, d_model {}, vocab {}, {} parameters, fingerprint {}",
-               directory, model->config.n_layers, model->config.d_model,
-               model->config.vocab_size, model->weights.ParameterCount(),
-               model->fingerprint.substr(0, 16));
+               directory, model->config.n_layers, model->config.d_model, model->config.vocab_size,
+               model->weights.ParameterCount(), model->fingerprint.substr(0, 16));
   return model;
 }
 

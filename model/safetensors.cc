@@ -84,8 +84,7 @@ class Errors {
     return absl::InvalidArgumentError(absl::StrCat(source_, ": ", message));
   }
   absl::Status Tensor(absl::string_view name, absl::string_view message) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat(source_, ": tensor \"", name, "\": ", message));
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": tensor \"", name, "\": ", message));
   }
 
  private:
@@ -173,12 +172,11 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
     return errors.File(absl::StrCat("truncated: the file is ", data.size(),
                                     " bytes, shorter than the 8-byte header length"));
   }
-  const uint64_t header_length = LoadLittleEndian<uint64_t>(
-      reinterpret_cast<const uint8_t*>(data.data()));
+  const uint64_t header_length =
+      LoadLittleEndian<uint64_t>(reinterpret_cast<const uint8_t*>(data.data()));
   if (header_length > kMaxSafetensorsHeaderBytes) {
-    return errors.File(absl::StrCat("header length ", header_length,
-                                    " bytes exceeds the limit of ", kMaxSafetensorsHeaderBytes,
-                                    " bytes"));
+    return errors.File(absl::StrCat("header length ", header_length, " bytes exceeds the limit of ",
+                                    kMaxSafetensorsHeaderBytes, " bytes"));
   }
   if (header_length > data.size() - 8) {
     return errors.File(absl::StrCat("truncated: the header length is ", header_length,
@@ -227,8 +225,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
     }
     const std::optional<Dtype> dtype = DtypeFromName(dtype_it->get<std::string>());
     if (!dtype.has_value()) {
-      return errors.Tensor(name, absl::StrCat("unknown dtype ", dtype_it->dump(), " (known: ",
-                                              KnownDtypes(), ")"));
+      return errors.Tensor(
+          name, absl::StrCat("unknown dtype ", dtype_it->dump(), " (known: ", KnownDtypes(), ")"));
     }
     tensor.dtype = *dtype;
 
@@ -252,35 +250,36 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
     overflow = overflow || __builtin_mul_overflow(elements, Info(tensor.dtype).size, &byte_size) ||
                byte_size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
     if (overflow) {
-      return errors.Tensor(name, absl::StrCat("shape ", ShapeText(tensor.shape), " of ",
-                                              DtypeName(tensor.dtype).data(),
-                                              " overflows 63-bit byte arithmetic"));
+      return errors.Tensor(
+          name, absl::StrCat("shape ", ShapeText(tensor.shape), " of ",
+                             DtypeName(tensor.dtype).data(), " overflows 63-bit byte arithmetic"));
     }
     tensor.num_elements = static_cast<int64_t>(elements);
 
     auto offsets_it = entry.find("data_offsets");
     if (offsets_it == entry.end() || !offsets_it->is_array() || offsets_it->size() != 2 ||
         !AsUnsigned((*offsets_it)[0]).has_value() || !AsUnsigned((*offsets_it)[1]).has_value()) {
-      return errors.Tensor(name, "\"data_offsets\" must be present and [begin, end] with "
-                                 "non-negative integers");
+      return errors.Tensor(name,
+                           "\"data_offsets\" must be present and [begin, end] with "
+                           "non-negative integers");
     }
     tensor.begin = *AsUnsigned((*offsets_it)[0]);
     tensor.end = *AsUnsigned((*offsets_it)[1]);
-    const std::string offsets_text = absl::StrCat("data_offsets [", tensor.begin, ", ",
-                                                  tensor.end, "]");
+    const std::string offsets_text =
+        absl::StrCat("data_offsets [", tensor.begin, ", ", tensor.end, "]");
     if (tensor.begin > tensor.end) {
       return errors.Tensor(name, absl::StrCat(offsets_text, " are reversed (begin > end)"));
     }
     if (tensor.end > data_size) {
-      return errors.Tensor(name, absl::StrCat(offsets_text,
-                                              " run past the end of the data buffer (",
-                                              data_size, " bytes)"));
+      return errors.Tensor(
+          name, absl::StrCat(offsets_text, " run past the end of the data buffer (", data_size,
+                             " bytes)"));
     }
     if (tensor.end - tensor.begin != byte_size) {
-      return errors.Tensor(name, absl::StrCat("dtype ", DtypeName(tensor.dtype).data(),
-                                              " and shape ", ShapeText(tensor.shape), " need ",
-                                              byte_size, " bytes but ", offsets_text, " span ",
-                                              tensor.end - tensor.begin));
+      return errors.Tensor(name,
+                           absl::StrCat("dtype ", DtypeName(tensor.dtype).data(), " and shape ",
+                                        ShapeText(tensor.shape), " need ", byte_size, " bytes but ",
+                                        offsets_text, " span ", tensor.end - tensor.begin));
     }
     file->tensors_.push_back(std::move(tensor));
   }
@@ -294,10 +293,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
   const SafetensorsTensor* previous = nullptr;
   for (const SafetensorsTensor& tensor : file->tensors_) {
     if (tensor.begin < covered) {
-      return errors.Tensor(tensor.name,
-                           absl::StrCat("data_offsets [", tensor.begin, ", ", tensor.end,
-                                        "] overlap tensor \"", previous->name, "\" at [",
-                                        previous->begin, ", ", previous->end, "]"));
+      return errors.Tensor(
+          tensor.name,
+          absl::StrCat("data_offsets [", tensor.begin, ", ", tensor.end, "] overlap tensor \"",
+                       previous->name, "\" at [", previous->begin, ", ", previous->end, "]"));
     }
     if (tensor.begin > covered) {
       return errors.File(absl::StrCat("bytes [", covered, ", ", tensor.begin,
@@ -354,7 +353,8 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat32(std::string_view
       }
       break;
     case Dtype::kF16:
-      for (size_t i = 0; i < out.size(); ++i) out[i] = HalfToFloat(LoadLittleEndian<uint16_t>(p + 2 * i));
+      for (size_t i = 0; i < out.size(); ++i)
+        out[i] = HalfToFloat(LoadLittleEndian<uint16_t>(p + 2 * i));
       break;
     default:  // kBF16
       for (size_t i = 0; i < out.size(); ++i) {
@@ -489,11 +489,10 @@ absl::StatusOr<std::string> SerializeSafetensors(
     const size_t given = is_float ? t.floats.size() : t.ints.size();
     const size_t other = is_float ? t.ints.size() : t.floats.size();
     if (given != elements || other != 0) {
-      return error(absl::StrCat("dtype ", DtypeName(t.dtype).data(), " and shape ",
-                                ShapeText(t.shape), " need ", elements, " ",
-                                is_float ? "floats" : "ints", " (and no ",
-                                is_float ? "ints" : "floats", "), got ", t.floats.size(),
-                                " floats and ", t.ints.size(), " ints"));
+      return error(absl::StrCat(
+          "dtype ", DtypeName(t.dtype).data(), " and shape ", ShapeText(t.shape), " need ",
+          elements, " ", is_float ? "floats" : "ints", " (and no ", is_float ? "ints" : "floats",
+          "), got ", t.floats.size(), " floats and ", t.ints.size(), " ints"));
     }
     const uint64_t begin = data.size();
     if (is_float) {

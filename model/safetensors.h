@@ -81,8 +81,8 @@ class SafetensorsFile {
   absl::StatusOr<std::vector<int64_t>> ReadInt64(std::string_view name) const;
 
  private:
-  SafetensorsFile(std::string bytes, std::string source) : bytes_(std::move(bytes)),
-                                                          source_(std::move(source)) {}
+  SafetensorsFile(std::string bytes, std::string source)
+      : bytes_(std::move(bytes)), source_(std::move(source)) {}
 
   std::string bytes_;
   std::string source_;

@@ -19,13 +19,12 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
   std::string error;
   std::unique_ptr<SentencePieceModel> model = SentencePieceModel::Load(path, error);
   if (model == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": not a SentencePiece model: ", error));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": not a SentencePiece model: ", error));
   }
   if (model->vocab_size() != expected_vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, ": has ", model->vocab_size(), " pieces but config.json vocab_size is ",
-        expected_vocab_size, "; they must be equal"));
+    return absl::InvalidArgumentError(absl::StrCat(path, ": has ", model->vocab_size(),
+                                                   " pieces but config.json vocab_size is ",
+                                                   expected_vocab_size, "; they must be equal"));
   }
   return std::unique_ptr<SentencePieceTokenizer>(
       new SentencePieceTokenizer(path, std::move(model)));
@@ -33,8 +32,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
 
 absl::StatusOr<std::vector<TokenId>> SentencePieceTokenizer::Encode(std::string_view text) const {
   if (std::optional<size_t> bad = FirstInvalidUtf8(text); bad.has_value()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("text is not valid UTF-8 (at byte ", *bad, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("text is not valid UTF-8 (at byte ", *bad, ")"));
   }
   std::vector<int> ids;
   std::string error;

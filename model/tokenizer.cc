@@ -35,8 +35,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& conf
   switch (config.tokenizer) {
     case TokenizerKind::kByte:
       if (config.vocab_size < ByteTokenizer::kByteIds) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "byte tokenizer needs vocab_size >= 256, got ", config.vocab_size));
+        return absl::InvalidArgumentError(
+            absl::StrCat("byte tokenizer needs vocab_size >= 256, got ", config.vocab_size));
       }
       return std::make_unique<ByteTokenizer>(config.vocab_size);
     case TokenizerKind::kSentencePiece: {

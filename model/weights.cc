@@ -34,8 +34,8 @@ void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
        required);
   };
   visit("embed.weight", true, {vocab, d}, w.token_embedding);
-  visit("pos_embed.weight", c.position == PositionEmbedding::kLearned,
-        {int64_t{c.max_position}, d}, w.position_embedding);
+  visit("pos_embed.weight", c.position == PositionEmbedding::kLearned, {int64_t{c.max_position}, d},
+        w.position_embedding);
   for (int32_t i = 0; i < c.n_layers; ++i) {
     auto& l = w.layers[static_cast<size_t>(i)];
     const std::string p = absl::StrCat("layers.", i, ".");
@@ -80,9 +80,8 @@ absl::Status CheckFinite(const std::string& source, const std::string& name,
                          const std::vector<float>& data) {
   for (size_t i = 0; i < data.size(); ++i) {
     if (!std::isfinite(data[i])) {
-      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor \"", name, "\" element ",
-                                                     i, " is ", data[i],
-                                                     "; weights must be finite"));
+      return absl::InvalidArgumentError(absl::StrCat(source, ": tensor \"", name, "\" element ", i,
+                                                     " is ", data[i], "; weights must be finite"));
     }
   }
   return absl::OkStatus();
@@ -95,10 +94,10 @@ int64_t ModelWeights::ParameterCount() const {
   int64_t n = count(token_embedding) + count(position_embedding) + count(final_norm_weight) +
               count(final_norm_bias) + count(lm_head);
   for (const LayerWeights& l : layers) {
-    for (const Tensor* t : {&l.ln1_weight, &l.ln1_bias, &l.q_weight, &l.q_bias, &l.k_weight,
-                            &l.k_bias, &l.v_weight, &l.v_bias, &l.o_weight, &l.o_bias,
-                            &l.favor_projection, &l.ln2_weight, &l.ln2_bias, &l.fc1_weight,
-                            &l.fc1_bias, &l.fc2_weight, &l.fc2_bias}) {
+    for (const Tensor* t :
+         {&l.ln1_weight, &l.ln1_bias, &l.q_weight, &l.q_bias, &l.k_weight, &l.k_bias, &l.v_weight,
+          &l.v_bias, &l.o_weight, &l.o_bias, &l.favor_projection, &l.ln2_weight, &l.ln2_bias,
+          &l.fc1_weight, &l.fc1_bias, &l.fc2_weight, &l.fc2_bias}) {
       n += count(*t);
     }
   }
@@ -122,9 +121,8 @@ void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
 
 absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weights) {
   if (weights.layers.size() != static_cast<size_t>(config.n_layers)) {
-    return absl::InvalidArgumentError(absl::StrCat("weights have ", weights.layers.size(),
-                                                   " layers; config n_layers is ",
-                                                   config.n_layers));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "weights have ", weights.layers.size(), " layers; config n_layers is ", config.n_layers));
   }
   absl::Status status;
   VisitFields(config, weights, [&](const TensorSpec& spec, const Tensor& t, bool required) {
@@ -143,10 +141,9 @@ absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weig
       return;
     }
     if (static_cast<int64_t>(t.data.size()) != Product(spec.shape)) {
-      status = absl::InvalidArgumentError(absl::StrCat("tensor \"", spec.name, "\" has ",
-                                                       t.data.size(), " values; shape ",
-                                                       ShapeText(spec.shape), " needs ",
-                                                       Product(spec.shape)));
+      status = absl::InvalidArgumentError(
+          absl::StrCat("tensor \"", spec.name, "\" has ", t.data.size(), " values; shape ",
+                       ShapeText(spec.shape), " needs ", Product(spec.shape)));
       return;
     }
     status = CheckFinite("weights", spec.name, t.data);
@@ -186,9 +183,9 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
     if (expected_names.count(stored.name) == 0) unexpected.push_back(stored.name);
   }
   if (!missing.empty()) {
-    problems.insert(problems.begin(), absl::StrCat("missing ", missing.size(), " tensor",
-                                                   missing.size() > 1 ? "s " : " ",
-                                                   NameList(missing)));
+    problems.insert(problems.begin(),
+                    absl::StrCat("missing ", missing.size(), " tensor",
+                                 missing.size() > 1 ? "s " : " ", NameList(missing)));
   }
   if (!unexpected.empty()) {
     problems.push_back(absl::StrCat(unexpected.size(), " unexpected tensor",
@@ -213,8 +210,8 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
 absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
                                                   const ModelWeights& weights, Dtype dtype) {
   if (dtype != Dtype::kF32 && dtype != Dtype::kF16 && dtype != Dtype::kBF16) {
-    return absl::InvalidArgumentError(absl::StrCat("weight dtype ", DtypeName(dtype).data(),
-                                                   " is not one of F32, F16, BF16"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("weight dtype ", DtypeName(dtype).data(), " is not one of F32, F16, BF16"));
   }
   if (absl::Status s = ValidateWeights(config, weights); !s.ok()) return s;
   std::vector<SafetensorsWriteTensor> tensors;

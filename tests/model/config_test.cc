@@ -121,8 +121,8 @@ TEST(ConfigTest, EnumNamesRoundTrip) {
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->activation, v);
   }
-  for (auto v : {FeatureMap::kEluPlusOne, FeatureMap::kRelu, FeatureMap::kExp,
-                 FeatureMap::kFavorPlus}) {
+  for (auto v :
+       {FeatureMap::kEluPlusOne, FeatureMap::kRelu, FeatureMap::kExp, FeatureMap::kFavorPlus}) {
     absl::StatusOr<ModelConfig> c = Parse(With("feature_map", std::string(ToString(v))));
     ASSERT_TRUE(c.ok()) << c.status();
     EXPECT_EQ(c->feature_map, v);
@@ -167,10 +167,11 @@ TEST(ConfigTest, ArchitectureIsOptionalButExact) {
 }
 
 TEST(ConfigTest, RequiredIntegersMustBePresent) {
-  for (std::string_view field : {"vocab_size", "d_model", "n_layers", "n_heads", "head_dim",
-                                 "d_ff"}) {
-    EXPECT_THAT(ParseError(Without(field)),
-                AllOf(HasSubstr(absl::StrCat("\"", std::string(field), "\"")), HasSubstr("is required")));
+  for (std::string_view field :
+       {"vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff"}) {
+    EXPECT_THAT(
+        ParseError(Without(field)),
+        AllOf(HasSubstr(absl::StrCat("\"", std::string(field), "\"")), HasSubstr("is required")));
   }
 }
 
@@ -188,14 +189,13 @@ TEST(ConfigTest, IntegersAreRangeChecked) {
     int64_t bad;
     std::string_view limit;
   };
-  for (const Case& c : {Case{"vocab_size", 0, "[1, 1048576]"},
-                        Case{"vocab_size", (1 << 20) + 1, "[1, 1048576]"},
-                        Case{"d_model", 65537, "[1, 65536]"}, Case{"n_layers", 0, "[1, 1024]"},
-                        Case{"n_layers", 1025, "[1, 1024]"}, Case{"n_heads", -1, "[1, 1024]"},
-                        Case{"head_dim", 4097, "[1, 4096]"}, Case{"d_ff", 0, "[1, 1048576]"},
-                        Case{"feature_dim", 0, "[1, 16384]"},
-                        Case{"max_position", -1, "[0, 16777216]"},
-                        Case{"bos_token_id", -2, "[-1, 1048575]"}}) {
+  for (const Case& c :
+       {Case{"vocab_size", 0, "[1, 1048576]"}, Case{"vocab_size", (1 << 20) + 1, "[1, 1048576]"},
+        Case{"d_model", 65537, "[1, 65536]"}, Case{"n_layers", 0, "[1, 1024]"},
+        Case{"n_layers", 1025, "[1, 1024]"}, Case{"n_heads", -1, "[1, 1024]"},
+        Case{"head_dim", 4097, "[1, 4096]"}, Case{"d_ff", 0, "[1, 1048576]"},
+        Case{"feature_dim", 0, "[1, 16384]"}, Case{"max_position", -1, "[0, 16777216]"},
+        Case{"bos_token_id", -2, "[-1, 1048575]"}}) {
     EXPECT_THAT(ParseError(With(c.field, c.bad)),
                 AllOf(HasSubstr(absl::StrCat("\"", std::string(c.field), "\"")), HasSubstr(c.limit),
                       HasSubstr(absl::StrCat("got ", c.bad))));
@@ -207,9 +207,9 @@ TEST(ConfigTest, IntegersAreRangeChecked) {
 }
 
 TEST(ConfigTest, ChoicesAreChecked) {
-  EXPECT_THAT(ParseError(With("norm", "middle")),
-              AllOf(HasSubstr("\"norm\""), HasSubstr("\"pre\", \"post\""),
-                    HasSubstr("got \"middle\"")));
+  EXPECT_THAT(
+      ParseError(With("norm", "middle")),
+      AllOf(HasSubstr("\"norm\""), HasSubstr("\"pre\", \"post\""), HasSubstr("got \"middle\"")));
   EXPECT_THAT(ParseError(With("activation", "swish")), HasSubstr("\"gelu_tanh\""));
   EXPECT_THAT(ParseError(With("feature_map", "softmax")), HasSubstr("\"favor_plus\""));
   EXPECT_THAT(ParseError(With("position", "rope")), HasSubstr("\"sinusoidal\""));
@@ -264,9 +264,9 @@ TEST(ConfigTest, MaxPositionIsRequiredExactlyForLearnedPositions) {
 }
 
 TEST(ConfigTest, ByteTokenizerNeedsAllByteIds) {
-  EXPECT_THAT(ParseError(With("vocab_size", 255)),
-              AllOf(HasSubstr("\"vocab_size\""), HasSubstr("at least 256"),
-                    HasSubstr("byte tokenizer")));
+  EXPECT_THAT(
+      ParseError(With("vocab_size", 255)),
+      AllOf(HasSubstr("\"vocab_size\""), HasSubstr("at least 256"), HasSubstr("byte tokenizer")));
   nlohmann::json j = With("vocab_size", 100);
   j["tokenizer"] = "sentencepiece";
   EXPECT_TRUE(Parse(j).ok());

@@ -88,9 +88,8 @@ TEST(LoadModelTest, FingerprintIsTheSha256OfBothFiles) {
   ASSERT_TRUE(model.ok()) << model.status();
   const std::string fingerprint = (*model)->fingerprint;
   EXPECT_THAT(fingerprint, MatchesRegex("[0-9a-f]{64}"));
-  EXPECT_EQ(fingerprint,
-            ModelFingerprint(ReadFileToString(dir.Join("config.json")).value(),
-                             ReadFileToString(dir.Join("model.safetensors")).value()));
+  EXPECT_EQ(fingerprint, ModelFingerprint(ReadFileToString(dir.Join("config.json")).value(),
+                                          ReadFileToString(dir.Join("model.safetensors")).value()));
   // Known answer: SHA-256("abc").
   EXPECT_EQ(ModelFingerprint("a", "bc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -134,9 +133,8 @@ TEST(LoadModelTest, BadConfigNamesTheFileAndField) {
   WriteText(dir.Join("config.json"), text);
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir.path());
   ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr(dir.Join("config.json")), HasSubstr("\"n_layers\""),
-                    HasSubstr("[1, 1024]")));
+  EXPECT_THAT(model.status().message(), AllOf(HasSubstr(dir.Join("config.json")),
+                                              HasSubstr("\"n_layers\""), HasSubstr("[1, 1024]")));
 }
 
 TEST(LoadModelTest, MissingWeightsFile) {
@@ -157,9 +155,10 @@ TEST(LoadModelTest, WeightsThatDoNotMatchTheConfigNameTheFile) {
   WriteText(dir.Join("config.json"), ModelConfigToJson(wider));
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir.path());
   ASSERT_FALSE(model.ok());
-  EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr(dir.Join("model.safetensors")),
-                    HasSubstr("\"layers.0.ffn.fc1.weight\" has shape [64, 32], expected [128, 32]")));
+  EXPECT_THAT(
+      model.status().message(),
+      AllOf(HasSubstr(dir.Join("model.safetensors")),
+            HasSubstr("\"layers.0.ffn.fc1.weight\" has shape [64, 32], expected [128, 32]")));
 }
 
 TEST(LoadModelTest, TruncatedWeightsFile) {
@@ -240,8 +239,8 @@ TEST(LoadModelTest, CorruptTokenizerModel) {
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir.path());
   ASSERT_FALSE(model.ok());
   EXPECT_EQ(model.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(model.status().message(),
-              AllOf(HasSubstr(dir.Join("tokenizer.model")), HasSubstr("not a SentencePiece model")));
+  EXPECT_THAT(model.status().message(), AllOf(HasSubstr(dir.Join("tokenizer.model")),
+                                              HasSubstr("not a SentencePiece model")));
 }
 
 }  // namespace

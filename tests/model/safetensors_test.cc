@@ -54,9 +54,8 @@ std::string RawError(std::string_view header, std::string_view data) {
 }
 
 // Two F32 tensors a[2] at [0, 8) and b[1] at [8, 12), 12 bytes of data.
-constexpr char kTwoTensors[] =
-    R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
-    R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})";
+constexpr char kTwoTensors[] = R"({"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},)"
+                               R"( "b": {"dtype": "F32", "shape": [1], "data_offsets": [8, 12]}})";
 
 TEST(SafetensorsTest, ParsesAHandWrittenFile) {
   std::string data(12, '\0');
@@ -110,7 +109,8 @@ TEST(SafetensorsTest, EveryDtypeRoundTripsThroughTheWriter) {
   EXPECT_EQ(f.ReadFloat32("f64").value(), floats);
   EXPECT_EQ(f.ReadFloat32("f32").value(), floats);
   EXPECT_EQ(f.ReadFloat32("f16").value(), floats);  // every value is exact in binary16
-  EXPECT_THAT(f.ReadFloat32("bf16").value(), ElementsAre(0.0f, -1.5f, 65536.0f, 0.0009765625f, 3.0f));
+  EXPECT_THAT(f.ReadFloat32("bf16").value(),
+              ElementsAre(0.0f, -1.5f, 65536.0f, 0.0009765625f, 3.0f));
   EXPECT_THAT(f.Find("f16").value()->shape, ElementsAre(3, 2));
   EXPECT_EQ(f.Find("f16").value()->dtype, Dtype::kF16);
   EXPECT_EQ(f.ReadInt64("i64").value(), wide);
@@ -300,8 +300,10 @@ TEST(SafetensorsMalformedTest, MalformedDataOffsets) {
 
 TEST(SafetensorsMalformedTest, OffsetsOutOfRange) {
   EXPECT_THAT(
-      RawError(R"({"a": {"dtype": "U8", "shape": [4], "data_offsets": [18446744073709551611, 18446744073709551615]}})",
-               std::string(4, '\0')),
+      RawError(
+          R"({"a": {"dtype": "U8", "shape": [4], )"
+          R"("data_offsets": [18446744073709551611, 18446744073709551615]}})",
+          std::string(4, '\0')),
       AllOf(HasSubstr("tensor \"a\""), HasSubstr("past the end of the data buffer (4 bytes)")));
 }
 
@@ -414,7 +416,8 @@ TEST(SafetensorsWriterTest, WriteToUnwritableDirectoryFails) {
 // ---- Half and bfloat16 conversions. ----
 
 bool SameFloat(float a, float b) {
-  return (std::isnan(a) && std::isnan(b)) || std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
+  return (std::isnan(a) && std::isnan(b)) ||
+         std::bit_cast<uint32_t>(a) == std::bit_cast<uint32_t>(b);
 }
 
 TEST(HalfFloatTest, EveryHalfWidensExactly) {
@@ -428,9 +431,9 @@ TEST(HalfFloatTest, EveryHalfWidensExactly) {
 }
 
 TEST(HalfFloatTest, SpecialValues) {
-  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(HalfToFloat(0x0001), std::ldexp(1.0f, -24));     // smallest subnormal
   EXPECT_EQ(HalfToFloat(0x03ff), std::ldexp(1023.0f, -24));  // largest subnormal
-  EXPECT_EQ(HalfToFloat(0x0400), std::ldexp(1.0f, -14));  // smallest normal
+  EXPECT_EQ(HalfToFloat(0x0400), std::ldexp(1.0f, -14));     // smallest normal
   EXPECT_EQ(HalfToFloat(0x7bff), 65504.0f);
   EXPECT_TRUE(std::signbit(HalfToFloat(0x8000)));
   EXPECT_EQ(HalfToFloat(0x7c00), std::numeric_limits<float>::infinity());
@@ -439,10 +442,10 @@ TEST(HalfFloatTest, SpecialValues) {
   EXPECT_TRUE(std::isnan(HalfToFloat(0x7c01)));  // signalling NaN stays a NaN
 
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -24)), 0x0001);
-  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);        // tie to even (zero)
-  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);        // tie to even (2)
+  EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -25)), 0x0000);  // tie to even (zero)
+  EXPECT_EQ(FloatToHalf(std::ldexp(3.0f, -25)), 0x0002);  // tie to even (2)
   EXPECT_EQ(FloatToHalf(std::ldexp(1.0f, -26)), 0x0000);
-  EXPECT_EQ(FloatToHalf(-std::ldexp(1023.5f, -24)), 0x8400);    // rounds up into the normals
+  EXPECT_EQ(FloatToHalf(-std::ldexp(1023.5f, -24)), 0x8400);  // rounds up into the normals
   EXPECT_EQ(FloatToHalf(65504.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65519.0f), 0x7bff);
   EXPECT_EQ(FloatToHalf(65520.0f), 0x7c00);
@@ -460,7 +463,8 @@ TEST(HalfFloatTest, SpecialValues) {
 TEST(HalfFloatTest, NarrowingMatchesTheCompilerForManyFloats) {
   std::mt19937 rng(7);
   std::vector<float> samples;
-  for (uint32_t bits = 0; bits < (1u << 20); ++bits) samples.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
+  for (uint32_t bits = 0; bits < (1u << 20); ++bits)
+    samples.push_back(std::bit_cast<float>(static_cast<uint32_t>(rng())));
   // Every float around the half range boundaries and subnormals, bit by bit.
   for (uint32_t base : {0x33000000u, 0x38800000u, 0x477fe000u, 0x3f800000u}) {
     for (uint32_t d = 0; d < 0x4000; ++d) {
@@ -491,9 +495,9 @@ TEST(HalfFloatTest, EveryHalfRoundTrips) {
 TEST(BFloat16Test, WideningIsTheUpperHalfOfAFloat) {
   EXPECT_EQ(BFloat16ToFloat(0x3f80), 1.0f);
   EXPECT_EQ(BFloat16ToFloat(0xc040), -3.0f);
-  EXPECT_EQ(BFloat16ToFloat(0x0001), std::ldexp(1.0f, -133));  // smallest subnormal
+  EXPECT_EQ(BFloat16ToFloat(0x0001), std::ldexp(1.0f, -133));    // smallest subnormal
   EXPECT_EQ(BFloat16ToFloat(0x007f), std::ldexp(127.0f, -133));  // largest subnormal
-  EXPECT_EQ(BFloat16ToFloat(0x7f7f), std::ldexp(255.0f, 120));  // largest finite
+  EXPECT_EQ(BFloat16ToFloat(0x7f7f), std::ldexp(255.0f, 120));   // largest finite
   EXPECT_EQ(BFloat16ToFloat(0x7f80), std::numeric_limits<float>::infinity());
   EXPECT_EQ(BFloat16ToFloat(0xff80), -std::numeric_limits<float>::infinity());
   EXPECT_TRUE(std::isnan(BFloat16ToFloat(0x7fc0)));
@@ -502,11 +506,11 @@ TEST(BFloat16Test, WideningIsTheUpperHalfOfAFloat) {
 }
 
 TEST(BFloat16Test, NarrowingRoundsToNearestEven) {
-  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);       // tie, to even
-  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);   // tie, to even
+  EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8)), 0x3f80);      // tie, to even
+  EXPECT_EQ(FloatToBFloat16(1.0f + 3 * std::ldexp(1.0f, -8)), 0x3f82);  // tie, to even
   EXPECT_EQ(FloatToBFloat16(1.0f + std::ldexp(1.0f, -8) + std::ldexp(1.0f, -20)), 0x3f81);
   EXPECT_EQ(FloatToBFloat16(std::ldexp(1.0f, -133)), 0x0001);
-  EXPECT_EQ(FloatToBFloat16(std::ldexp(1.0f, -134)), 0x0000);            // tie, to even zero
+  EXPECT_EQ(FloatToBFloat16(std::ldexp(1.0f, -134)), 0x0000);             // tie, to even zero
   EXPECT_EQ(FloatToBFloat16(std::numeric_limits<float>::max()), 0x7f80);  // overflows to inf
   EXPECT_EQ(FloatToBFloat16(-std::numeric_limits<float>::infinity()), 0xff80);
   const uint16_t nan = FloatToBFloat16(std::bit_cast<float>(0x7f800001u));

@@ -47,13 +47,13 @@ TEST(Utf8Test, WellFormedText) {
 }
 
 TEST(Utf8Test, FindsTheFirstIllFormedByte) {
-  EXPECT_EQ(FirstInvalidUtf8("ab\x80"), 2u);                // stray continuation
-  EXPECT_EQ(FirstInvalidUtf8("a\xC0\xAF"), 1u);             // overlong '/'
-  EXPECT_EQ(FirstInvalidUtf8("\xE0\x80\xAF"), 0u);          // overlong, 3 bytes
-  EXPECT_EQ(FirstInvalidUtf8("ok\xED\xA0\x80"), 2u);        // UTF-16 surrogate
-  EXPECT_EQ(FirstInvalidUtf8("\xF4\x90\x80\x80"), 0u);      // above U+10FFFF
+  EXPECT_EQ(FirstInvalidUtf8("ab\x80"), 2u);            // stray continuation
+  EXPECT_EQ(FirstInvalidUtf8("a\xC0\xAF"), 1u);         // overlong '/'
+  EXPECT_EQ(FirstInvalidUtf8("\xE0\x80\xAF"), 0u);      // overlong, 3 bytes
+  EXPECT_EQ(FirstInvalidUtf8("ok\xED\xA0\x80"), 2u);    // UTF-16 surrogate
+  EXPECT_EQ(FirstInvalidUtf8("\xF4\x90\x80\x80"), 0u);  // above U+10FFFF
   EXPECT_EQ(FirstInvalidUtf8("\xF5"), 0u);
-  EXPECT_EQ(FirstInvalidUtf8("abc\xE6\x97"), 3u);           // truncated at the end
+  EXPECT_EQ(FirstInvalidUtf8("abc\xE6\x97"), 3u);  // truncated at the end
 }
 
 TEST(Utf8Test, EachMaximalIllFormedSubpartBecomesOneReplacement) {
@@ -62,8 +62,10 @@ TEST(Utf8Test, EachMaximalIllFormedSubpartBecomesOneReplacement) {
   EXPECT_EQ(Repaired("\xC0\xAF"), absl::StrCat(kFffd, kFffd));
   EXPECT_EQ(Repaired("\xED\xA0\x80"), absl::StrCat(kFffd, kFffd, kFffd));
   EXPECT_EQ(Repaired("\xF4\x90\x80\x80"), absl::StrCat(kFffd, kFffd, kFffd, kFffd));
-  EXPECT_EQ(Repaired("\xE6\x97" "a"), absl::StrCat(kFffd, "a"));  // cut short, then ASCII
-  EXPECT_EQ(Repaired("\xF0\x9F\x98"), kFffd);                       // truncated at the end
+  EXPECT_EQ(Repaired("\xE6\x97"
+                     "a"),
+            absl::StrCat(kFffd, "a"));         // cut short, then ASCII
+  EXPECT_EQ(Repaired("\xF0\x9F\x98"), kFffd);  // truncated at the end
   EXPECT_EQ(Repaired("\xF0\x9F\x98\xE6\x97\xA5"), absl::StrCat(kFffd, "\xE6\x97\xA5"));
 }
 
@@ -128,7 +130,7 @@ TEST(StreamingDetokenizerTest, HoldsMultiByteCharactersUntilComplete) {
   EXPECT_EQ(d.Push(0xA9), "\xC3\xA9");  // é
   EXPECT_EQ(d.Push(0xE6), "");
   EXPECT_EQ(d.Push(0x97), "");
-  EXPECT_EQ(d.Push(256), "");           // a special in the middle changes nothing
+  EXPECT_EQ(d.Push(256), "");               // a special in the middle changes nothing
   EXPECT_EQ(d.Push(0xA5), "\xE6\x97\xA5");  // 日
   EXPECT_EQ(d.Push(0xF0), "");
   EXPECT_EQ(d.Push(0x9F), "");
@@ -161,8 +163,8 @@ TEST(StreamingDetokenizerTest, StreamEqualsDecodeForRandomBytes) {
   std::unique_ptr<Tokenizer> t = ByteTokenizerFor(258);
   std::mt19937 rng(42);
   // Mostly well-formed text with multi-byte characters, plus random noise and specials.
-  const std::vector<std::string> pieces = {"a", " ", "\xC3\xA9", "\xE6\x97\xA5",
-                                           "\xF0\x9F\x98\x80", "\xCE\xA9"};
+  const std::vector<std::string> pieces = {
+      "a", " ", "\xC3\xA9", "\xE6\x97\xA5", "\xF0\x9F\x98\x80", "\xCE\xA9"};
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<TokenId> ids;
     for (int k = 0; k < 40; ++k) {
@@ -195,8 +197,7 @@ class SentencePieceTokenizerTest : public ::testing::Test {
 
   static void SetUpTestSuite() {
     dir_ = new ScopedTempDir();
-    ASSERT_EQ(TrainSentencePiece(SentencePieceTestCorpus(), kVocab,
-                                 dir_->Join("tokenizer.model")),
+    ASSERT_EQ(TrainSentencePiece(SentencePieceTestCorpus(), kVocab, dir_->Join("tokenizer.model")),
               "");
     ModelConfig c = TinyConfig();
     c.tokenizer = TokenizerKind::kSentencePiece;
@@ -255,9 +256,8 @@ TEST_F(SentencePieceTokenizerTest, WordPiecesMapTheSpaceSymbolToASpace) {
 TEST_F(SentencePieceTokenizerTest, ConcatenatedTokenBytesReproduceTheText) {
   // Words from the corpus, characters it never saw (byte fallback) and emoji. SentencePiece's
   // dummy prefix adds the leading space.
-  for (std::string_view text :
-       {"hello world", "naïve café résumé", "日本語 テキスト", "Ωμέγα λόγος",
-        "unseen Жизнь and 🦀 crab", "emoji🎉 😀 dog"}) {
+  for (std::string_view text : {"hello world", "naïve café résumé", "日本語 テキスト",
+                                "Ωμέγα λόγος", "unseen Жизнь and 🦀 crab", "emoji🎉 😀 dog"}) {
     const std::vector<TokenId> ids = Encode(text);
     std::string bytes;
     for (TokenId id : ids) bytes += tokenizer_->TokenBytes(id);

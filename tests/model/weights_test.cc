@@ -92,10 +92,9 @@ TEST(WeightsTest, TensorNamesFollowTheConfig) {
                           "layers.0.attn.k_proj.weight", "layers.0.attn.k_proj.bias",
                           "layers.0.attn.v_proj.weight", "layers.0.attn.v_proj.bias",
                           "layers.0.attn.o_proj.weight", "layers.0.attn.o_proj.bias",
-                          "layers.0.ln2.weight", "layers.0.ln2.bias",
-                          "layers.0.ffn.fc1.weight", "layers.0.ffn.fc1.bias",
-                          "layers.0.ffn.fc2.weight", "layers.0.ffn.fc2.bias",
-                          "final_norm.weight", "final_norm.bias"));
+                          "layers.0.ln2.weight", "layers.0.ln2.bias", "layers.0.ffn.fc1.weight",
+                          "layers.0.ffn.fc1.bias", "layers.0.ffn.fc2.weight",
+                          "layers.0.ffn.fc2.bias", "final_norm.weight", "final_norm.bias"));
   c.bias = false;
   c.norm = NormPlacement::kPost;
   c.tie_embeddings = false;
@@ -103,13 +102,13 @@ TEST(WeightsTest, TensorNamesFollowTheConfig) {
   c.max_position = 16;
   c.feature_map = FeatureMap::kFavorPlus;
   c.feature_dim = 12;
-  EXPECT_THAT(Names(c),
-              ElementsAre("embed.weight", "pos_embed.weight", "layers.0.ln1.weight",
-                          "layers.0.ln1.bias", "layers.0.attn.q_proj.weight",
-                          "layers.0.attn.k_proj.weight", "layers.0.attn.v_proj.weight",
-                          "layers.0.attn.o_proj.weight", "layers.0.attn.favor_projection",
-                          "layers.0.ln2.weight", "layers.0.ln2.bias", "layers.0.ffn.fc1.weight",
-                          "layers.0.ffn.fc2.weight", "lm_head.weight"));
+  EXPECT_THAT(
+      Names(c),
+      ElementsAre("embed.weight", "pos_embed.weight", "layers.0.ln1.weight", "layers.0.ln1.bias",
+                  "layers.0.attn.q_proj.weight", "layers.0.attn.k_proj.weight",
+                  "layers.0.attn.v_proj.weight", "layers.0.attn.o_proj.weight",
+                  "layers.0.attn.favor_projection", "layers.0.ln2.weight", "layers.0.ln2.bias",
+                  "layers.0.ffn.fc1.weight", "layers.0.ffn.fc2.weight", "lm_head.weight"));
 }
 
 TEST(WeightsTest, ShapesFollowTheConfig) {
@@ -165,8 +164,7 @@ TEST(WeightsTest, ValidateRejectsWrongShapesExtraTensorsAndNonFiniteValues) {
   w = MakeRandomWeights(c, 3);
   w.final_norm_bias.data[5] = std::numeric_limits<float>::quiet_NaN();
   EXPECT_THAT(ValidateWeights(c, w).message(),
-              AllOf(HasSubstr("\"final_norm.bias\""), HasSubstr("element 5"),
-                    HasSubstr("finite")));
+              AllOf(HasSubstr("\"final_norm.bias\""), HasSubstr("element 5"), HasSubstr("finite")));
 
   w = MakeRandomWeights(c, 3);
   w.layers.pop_back();
@@ -239,8 +237,9 @@ TEST(WeightsTest, WronglyShapedTensorsNameExpectedAndActual) {
   NamedTensors t = FromWeights(c, MakeRandomWeights(c, 1));
   const size_t i = t.Find("layers.0.ffn.fc1.weight");
   t.shapes[i] = {32, 64};  // transposed
-  EXPECT_THAT(ReadError(c, *t.File()),
-              AllOf(HasSubstr("\"layers.0.ffn.fc1.weight\" has shape [32, 64], expected [64, 32]")));
+  EXPECT_THAT(
+      ReadError(c, *t.File()),
+      AllOf(HasSubstr("\"layers.0.ffn.fc1.weight\" has shape [32, 64], expected [64, 32]")));
 }
 
 TEST(WeightsTest, NonFloatDtypeIsRejected) {
@@ -255,9 +254,8 @@ TEST(WeightsTest, NonFloatDtypeIsRejected) {
   tensors.push_back({"layers.0.ln1.bias", Dtype::kI32, {32}, {}, ints});
   auto file = SafetensorsFile::Parse(SerializeSafetensors(tensors).value(), kSource);
   ASSERT_TRUE(file.ok());
-  EXPECT_THAT(ReadError(c, **file),
-              AllOf(HasSubstr("\"layers.0.ln1.bias\" has dtype I32"),
-                    HasSubstr("F32, F16 or BF16")));
+  EXPECT_THAT(ReadError(c, **file), AllOf(HasSubstr("\"layers.0.ln1.bias\" has dtype I32"),
+                                          HasSubstr("F32, F16 or BF16")));
 }
 
 TEST(WeightsTest, NonFiniteWeightsAreRejected) {

@@ -20,8 +20,7 @@ constexpr char kConfigFile[] = "config.json";
 constexpr char kWeightsFile[] = "model.safetensors";
 
 [[noreturn]] void Die(std::string_view message) {
-  std::fprintf(stderr, "MakeRandomModel: %.*s\n", static_cast<int>(message.size()),
-               message.data());
+  std::fprintf(stderr, "MakeRandomModel: %.*s\n", static_cast<int>(message.size()), message.data());
   std::abort();
 }
 
@@ -127,8 +126,8 @@ absl::Status WriteModelDirectory(const std::string& dir, const ModelConfig& conf
         absl::StrCat(dir, ": cannot create directory: ", ec.message()));
   }
   const std::filesystem::path path(dir);
-  if (absl::Status s = WriteFileAtomically((path / kConfigFile).string(),
-                                           ModelConfigToJson(config));
+  if (absl::Status s =
+          WriteFileAtomically((path / kConfigFile).string(), ModelConfigToJson(config));
       !s.ok()) {
     return s;
   }

@@ -12,9 +12,9 @@ namespace linserve {
 
 std::string SentencePieceTestCorpus() {
   static const std::vector<std::string_view> kWords = {
-      "the",    "quick",  "brown", "fox",   "jumps",  "over",    "lazy",   "dog",
-      "hello",  "world",  "naïve", "café",  "résumé", "Ωμέγα",   "λόγος",  "日本語",
-      "東京",   "テキスト", "😀",    "emoji🎉", "linear", "attention", "state", "token"};
+      "the",   "quick",    "brown", "fox",    "jumps",  "over",      "lazy",  "dog",
+      "hello", "world",    "naïve", "café",   "résumé", "Ωμέγα",     "λόγος", "日本語",
+      "東京",  "テキスト", "😀",     "emoji🎉", "linear", "attention", "state", "token"};
   std::mt19937 rng(2020);
   std::string corpus;
   for (int line = 0; line < 400; ++line) {
