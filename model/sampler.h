@@ -15,7 +15,10 @@
 //     cumulative sum >= top_p.
 //  8. Renormalise; u = (rng() >> 11) · 2^-53; walk the survivors in ascending id order and return
 //     the first whose cumulative probability exceeds u (the last survivor if rounding leaves none).
-//  Exactly one rng() draw per non-greedy Sample call.
+//  Exactly one rng() draw per non-greedy Sample call. Every sum (softmax denominators,
+//  renormalisations, the walk of step 8) runs sequentially in ascending id order; the cumulative
+//  sum of step 7 runs in that step's (p desc, id asc) order. Seen ids outside [0, vocab) are
+//  ignored.
 #ifndef LINSERVE_MODEL_SAMPLER_H_
 #define LINSERVE_MODEL_SAMPLER_H_
 
@@ -72,8 +75,9 @@ class Sampler {
   SamplingParams params_;
   std::mt19937_64 rng_;
   std::unordered_map<TokenId, int32_t> seen_counts_;
-  std::vector<float> scratch_;
-  std::vector<int32_t> order_;
+  std::vector<double> scratch_;   // l, then p, indexed by token id
+  std::vector<int32_t> order_;    // surviving ids, ascending
+  std::vector<int32_t> ranked_;   // survivors by (p desc, id asc), for top_p
 };
 
 // log-softmax top-n of raw logits (n <= logits.size()), most likely first.

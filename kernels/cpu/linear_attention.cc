@@ -12,6 +12,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
 
@@ -41,7 +42,8 @@ void LinearAttentionDecode(const AttentionShape& shape, int batch, const float* 
                            int num_threads) {
   const int64_t pairs = static_cast<int64_t>(batch) * shape.heads;
   const int64_t hd = static_cast<int64_t>(shape.heads) * shape.head_dim;
-  const int threads = static_cast<int>(std::clamp<int64_t>(num_threads, 1, pairs));
+  const int threads = static_cast<int>(std::min<int64_t>(
+      ThreadsForWork(num_threads, pairs * shape.StateFloatsPerHead() * 2), pairs));
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int64_t i = 0; i < pairs; ++i) {
     const int64_t b = i / shape.heads;
@@ -108,7 +110,10 @@ void ChunkOneHead(const AttentionShape& shape, int chunk, int h, const float* ph
 void LinearAttentionChunk(const AttentionShape& shape, int chunk, const float* phi_q,
                           const float* phi_k, const float* v, float* state, float* out,
                           float* scratch, int num_threads) {
-  const int threads = std::clamp(num_threads, 1, shape.heads);
+  // Per head: four products of about chunk · (chunk + F) · Dh multiply-adds in all.
+  const int64_t work = static_cast<int64_t>(shape.heads) * chunk *
+                       (chunk + shape.feature_dim) * shape.head_dim * 2;
+  const int threads = std::min(ThreadsForWork(num_threads, work), shape.heads);
   const int64_t per_thread = static_cast<int64_t>(chunk) * (chunk + 1);
 #pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
   for (int h = 0; h < shape.heads; ++h) {

@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "kernels/cpu/simd_math.h"
+#include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
 namespace {
@@ -157,7 +158,8 @@ void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, co
             Activation act, LinearOutput output, float* y, int64_t ldy, int num_threads) {
   if (rows <= 0) return;
   const int64_t panels = w.panels();
-  const int threads = static_cast<int>(std::clamp<int64_t>(num_threads, 1, panels));
+  const int threads = static_cast<int>(std::min<int64_t>(
+      ThreadsForWork(num_threads, rows * w.in_features() * w.out_features()), panels));
   if (threads == 1) {
     for (int64_t p = 0; p < panels; ++p) Panel(x, rows, ldx, w, p, bias, act, output, y, ldy);
     return;

@@ -4,6 +4,8 @@
 #ifndef LINSERVE_KERNELS_CPU_THREADS_H_
 #define LINSERVE_KERNELS_CPU_THREADS_H_
 
+#include <cstdint>
+
 namespace linserve::cpu {
 
 // Cores available to this process (at least 1).
@@ -11,6 +13,12 @@ int AvailableCores();
 
 // `requested` > 0 is returned as is; 0 means AvailableCores().
 int ResolveNumThreads(int requested);
+
+// Threads worth starting for `work` multiply-adds: at most `num_threads`, and one per
+// kMinWorkPerThread, because a parallel region costs microseconds (and far more when the cores
+// are shared and a worker is descheduled) — tiny models and tiny batches run faster inline.
+inline constexpr int64_t kMinWorkPerThread = int64_t{1} << 15;
+int ThreadsForWork(int num_threads, int64_t work);
 
 // Threads OpenBLAS may use for one call (process-wide OpenBLAS setting).
 void SetBlasThreads(int num_threads);

@@ -1,2 +1,5 @@
 # Kernels, the CPU backend, the sampler and linserve-generate.
 linserve_test(cpu_kernels_test SOURCES cpu_kernels_test.cc LIBS linserve_kernels_cpu)
+linserve_test(cpu_backend_test SOURCES cpu_backend_test.cc
+              LIBS linserve_model_compute linserve_testing)
+linserve_test(sampler_test SOURCES sampler_test.cc LIBS linserve_model_compute)

@@ -1,0 +1,450 @@
+#include "model/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/threads.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+constexpr int32_t kMaxSlots = 1 << 20;
+constexpr int32_t kMaxChunk = 4096;
+constexpr int32_t kMaxThreads = 1024;
+constexpr int32_t kMaxBatch = 1 << 16;
+
+cpu::FeatureMap ToKernel(FeatureMap m) {
+  switch (m) {
+    case FeatureMap::kEluPlusOne:
+      return cpu::FeatureMap::kEluPlusOne;
+    case FeatureMap::kRelu:
+      return cpu::FeatureMap::kRelu;
+    case FeatureMap::kExp:
+      return cpu::FeatureMap::kExp;
+    case FeatureMap::kFavorPlus:
+      return cpu::FeatureMap::kFavorPlus;
+  }
+  return cpu::FeatureMap::kEluPlusOne;
+}
+
+cpu::Activation ToKernel(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return cpu::Activation::kGelu;
+    case Activation::kGeluTanh:
+      return cpu::Activation::kGeluTanh;
+    case Activation::kRelu:
+      return cpu::Activation::kRelu;
+  }
+  return cpu::Activation::kGelu;
+}
+
+cpu::PackedMatrix Pack(const Tensor& t) {
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
+}
+
+const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
+
+absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
+  if (value < lo || value > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("BackendOptions.", field, " = ", value,
+                                                   " is outside [", lo, ", ", hi, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
+                                                               const BackendOptions& options) {
+  const int64_t slot_bytes =
+      model.config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
+  if (options.state_memory_budget_bytes < slot_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("BackendOptions.state_memory_budget_bytes = ",
+                     options.state_memory_budget_bytes, " is below one slot's state (",
+                     slot_bytes, " bytes for this model)"));
+  }
+  if (absl::Status s = CheckRange("max_slots", options.max_slots, 1, kMaxSlots); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange("prefill_chunk_size", options.prefill_chunk_size, 1, kMaxChunk);
+      !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange("num_threads", options.num_threads, 0, kMaxThreads); !s.ok()) {
+    return s;
+  }
+  if (absl::Status s = CheckRange("max_batch_size", options.max_batch_size, 1, kMaxBatch);
+      !s.ok()) {
+    return s;
+  }
+  const int32_t capacity = static_cast<int32_t>(
+      std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
+  const int threads = cpu::ResolveNumThreads(options.num_threads);
+  // OpenBLAS is only called from inside our OpenMP regions (one head per thread).
+  cpu::SetBlasThreads(1);
+  auto backend =
+      std::unique_ptr<CpuBackend>(new CpuBackend(model, options, capacity, threads));
+  spdlog::info("cpu backend: {} slots of {} KiB state, {} threads, prefill chunk {}", capacity,
+               slot_bytes / 1024, threads, options.prefill_chunk_size);
+  return backend;
+}
+
+CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_t capacity,
+                       int threads)
+    : model_(model),
+      config_(model.config),
+      options_(options),
+      capacity_(capacity),
+      threads_(threads),
+      state_floats_(model.config.StateFloatsPerSlot()),
+      max_rows_(std::max(options.max_batch_size, options.prefill_chunk_size)),
+      shape_{model.config.n_heads, model.config.feature_dim, model.config.head_dim,
+             static_cast<float>(model.config.attention_eps)},
+      feature_map_(ToKernel(model.config.feature_map)),
+      activation_(ToKernel(model.config.activation)),
+      sinusoid_(model.config.position == PositionEmbedding::kSinusoidal
+                    ? cpu::SinusoidalDenominators(model.config.d_model)
+                    : std::vector<double>()),
+      states_(static_cast<int64_t>(capacity) * model.config.StateFloatsPerSlot()),
+      positions_(static_cast<size_t>(capacity), 0),
+      allocated_(static_cast<size_t>(capacity), 0),
+      batch_mark_(static_cast<size_t>(capacity), 0) {
+  const ModelWeights& w = model.weights;
+  layers_.reserve(w.layers.size());
+  for (const LayerWeights& l : w.layers) {
+    layers_.push_back(PackedLayer{Pack(l.q_weight), Pack(l.k_weight), Pack(l.v_weight),
+                                  Pack(l.o_weight), Pack(l.fc1_weight), Pack(l.fc2_weight)});
+  }
+  head_ = Pack(w.head(config_));
+
+  free_list_.reserve(static_cast<size_t>(capacity));
+  for (int32_t i = capacity - 1; i >= 0; --i) free_list_.push_back(i);
+
+  const int64_t rows = max_rows_;
+  const int64_t d = config_.d_model;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
+  x_ = cpu::FloatBuffer(rows * d);
+  h_ = cpu::FloatBuffer(rows * d);
+  q_ = cpu::FloatBuffer(rows * hd);
+  k_ = cpu::FloatBuffer(rows * hd);
+  v_ = cpu::FloatBuffer(rows * hd);
+  phi_q_ = cpu::FloatBuffer(rows * hf);
+  phi_k_ = cpu::FloatBuffer(rows * hf);
+  attn_ = cpu::FloatBuffer(rows * hd);
+  ff_ = cpu::FloatBuffer(rows * config_.d_ff);
+  chunk_scratch_ = cpu::FloatBuffer(
+      cpu::LinearAttentionChunkScratchFloats(options.prefill_chunk_size, threads));
+  decode_slots_.resize(static_cast<size_t>(options.max_batch_size));
+  layer_states_.resize(static_cast<size_t>(options.max_batch_size));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
+                                                          const BackendOptions& options) {
+  absl::StatusOr<std::unique_ptr<CpuBackend>> backend = CpuBackend::Create(model, options);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(std::move(*backend));
+}
+
+// ---- Slots -------------------------------------------------------------------------------
+
+absl::Status CpuBackend::CheckAllocated(SlotId slot, absl::string_view what) const {
+  if (slot.value < 0 || slot.value >= capacity_) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " = ", slot.value,
+                                                   " is not a slot id (capacity ", capacity_,
+                                                   ")"));
+  }
+  if (!allocated_[slot.value]) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " = ", slot.value, " is not an allocated slot"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CheckPositions(int64_t start, int64_t count,
+                                        absl::string_view what) const {
+  if (config_.position == PositionEmbedding::kLearned && start + count > config_.max_position) {
+    return absl::OutOfRangeError(absl::StrCat(
+        what, ": positions ", start, "..", start + count - 1,
+        " are past the learned position table (max_position ", config_.max_position, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CheckToken(TokenId token, absl::string_view what) const {
+  if (token < 0 || token >= config_.vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " = ", token,
+                                                   " is outside the vocabulary [0, ",
+                                                   config_.vocab_size, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<SlotId> CpuBackend::AllocateSlot() {
+  if (free_list_.empty()) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("all ", capacity_, " state slots are in use (slot capacity = min(max_slots ",
+                     options_.max_slots, ", state_memory_budget_bytes ",
+                     options_.state_memory_budget_bytes, " / ", state_floats_ * 4,
+                     " bytes per slot))"));
+  }
+  const int32_t id = free_list_.back();
+  free_list_.pop_back();
+  allocated_[id] = 1;
+  positions_[id] = 0;
+  std::fill_n(SlotState(id), state_floats_, 0.0f);
+  return SlotId{id};
+}
+
+void CpuBackend::FreeSlot(SlotId slot) {
+  if (slot.value < 0 || slot.value >= capacity_ || !allocated_[slot.value]) return;
+  allocated_[slot.value] = 0;
+  free_list_.push_back(slot.value);
+}
+
+absl::Status CpuBackend::ResetSlot(SlotId slot) {
+  if (absl::Status s = CheckAllocated(slot, "ResetSlot: slot"); !s.ok()) return s;
+  positions_[slot.value] = 0;
+  std::fill_n(SlotState(slot.value), state_floats_, 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopySlot(SlotId from, SlotId to) {
+  if (absl::Status s = CheckAllocated(from, "CopySlot: from"); !s.ok()) return s;
+  if (absl::Status s = CheckAllocated(to, "CopySlot: to"); !s.ok()) return s;
+  if (from == to) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopySlot: from and to are the same slot (", from.value, ")"));
+  }
+  std::memcpy(SlotState(to.value), SlotState(from.value),
+              static_cast<size_t>(state_floats_) * sizeof(float));
+  positions_[to.value] = positions_[from.value];
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CpuBackend::SlotPosition(SlotId slot) const {
+  if (absl::Status s = CheckAllocated(slot, "SlotPosition: slot"); !s.ok()) return s;
+  return positions_[slot.value];
+}
+
+absl::Status CpuBackend::ReadSlot(SlotId slot, StateBlob& out) const {
+  if (absl::Status s = CheckAllocated(slot, "ReadSlot: slot"); !s.ok()) return s;
+  out.position = positions_[slot.value];
+  out.state.assign(SlotState(slot.value), SlotState(slot.value) + state_floats_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::WriteSlot(SlotId slot, const StateBlob& in) {
+  if (absl::Status s = CheckAllocated(slot, "WriteSlot: slot"); !s.ok()) return s;
+  if (static_cast<int64_t>(in.state.size()) != state_floats_) {
+    return absl::InvalidArgumentError(absl::StrCat("WriteSlot: in.state has ", in.state.size(),
+                                                   " floats; this model's state has ",
+                                                   state_floats_));
+  }
+  if (in.position < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("WriteSlot: in.position = ", in.position, " is negative"));
+  }
+  if (config_.position == PositionEmbedding::kLearned && in.position > config_.max_position) {
+    return absl::OutOfRangeError(absl::StrCat("WriteSlot: in.position = ", in.position,
+                                              " is past the learned position table (max_position ",
+                                              config_.max_position, ")"));
+  }
+  std::copy(in.state.begin(), in.state.end(), SlotState(slot.value));
+  positions_[slot.value] = in.position;
+  return absl::OkStatus();
+}
+
+// ---- Compute -----------------------------------------------------------------------------
+
+void CpuBackend::Embed(int row, TokenId token, int64_t position) {
+  const int64_t d = config_.d_model;
+  const float* e = model_.weights.token_embedding.data.data() + static_cast<int64_t>(token) * d;
+  float* x = x_.data() + row * d;
+  std::copy(e, e + d, x);
+  switch (config_.position) {
+    case PositionEmbedding::kLearned: {
+      const float* p = model_.weights.position_embedding.data.data() + position * d;
+      for (int64_t i = 0; i < d; ++i) x[i] += p[i];
+      break;
+    }
+    case PositionEmbedding::kSinusoidal:
+      cpu::AddSinusoidalPosition(position, sinusoid_, x);
+      break;
+    case PositionEmbedding::kNone:
+      break;
+  }
+}
+
+void CpuBackend::Attention(int layer, int rows, int32_t chunk_slot) {
+  const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
+  if (chunk_slot >= 0) {
+    cpu::LinearAttentionChunk(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
+                              SlotState(chunk_slot) + layer_offset, attn_.data(),
+                              chunk_scratch_.data(), threads_);
+    return;
+  }
+  for (int i = 0; i < rows; ++i) layer_states_[i] = SlotState(decode_slots_[i]) + layer_offset;
+  cpu::LinearAttentionDecode(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
+                             layer_states_.data(), attn_.data(), threads_);
+}
+
+void CpuBackend::RunLayers(int rows, int32_t chunk_slot) {
+  using cpu::Linear;
+  using cpu::LinearOutput;
+  const int64_t d = config_.d_model;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  const int64_t ff = config_.d_ff;
+  const float ln_eps = static_cast<float>(config_.layer_norm_eps);
+  const bool pre = config_.norm == NormPlacement::kPre;
+  const cpu::Activation none = cpu::Activation::kNone;
+  float* x = x_.data();
+  float* h = h_.data();
+
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerWeights& w = model_.weights.layers[l];
+    const PackedLayer& p = layers_[l];
+    // Attention block; its input is LN1(x) (pre-norm) or x itself (post-norm).
+    const float* in = x;
+    if (pre) {
+      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, h);
+      in = h;
+    }
+    Linear(in, rows, d, p.q, OrNull(w.q_bias), none, LinearOutput::kStore, q_.data(), hd, threads_);
+    Linear(in, rows, d, p.k, OrNull(w.k_bias), none, LinearOutput::kStore, k_.data(), hd, threads_);
+    Linear(in, rows, d, p.v, OrNull(w.v_bias), none, LinearOutput::kStore, v_.data(), hd, threads_);
+    const float* favor = OrNull(w.favor_projection);
+    const int64_t vectors = static_cast<int64_t>(rows) * config_.n_heads;
+    cpu::ApplyFeatureMap(feature_map_, q_.data(), vectors, config_.head_dim, favor,
+                         config_.feature_dim, phi_q_.data());
+    cpu::ApplyFeatureMap(feature_map_, k_.data(), vectors, config_.head_dim, favor,
+                         config_.feature_dim, phi_k_.data());
+    Attention(static_cast<int>(l), rows, chunk_slot);
+    Linear(attn_.data(), rows, hd, p.o, OrNull(w.o_bias), none, LinearOutput::kAccumulate, x, d,
+           threads_);
+    if (!pre) {
+      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, x);
+    }
+    // Feed-forward block.
+    in = x;
+    if (pre) {
+      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, h);
+      in = h;
+    }
+    Linear(in, rows, d, p.fc1, OrNull(w.fc1_bias), activation_, LinearOutput::kStore, ff_.data(),
+           ff, threads_);
+    Linear(ff_.data(), rows, ff, p.fc2, OrNull(w.fc2_bias), none, LinearOutput::kAccumulate, x, d,
+           threads_);
+    if (!pre) {
+      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, x);
+    }
+  }
+}
+
+void CpuBackend::Head(int first, int rows, float* logits) {
+  const int64_t d = config_.d_model;
+  const float* in = x_.data() + first * d;
+  if (config_.norm == NormPlacement::kPre) {
+    cpu::LayerNorm(in, rows, d, model_.weights.final_norm_weight.data.data(),
+                   model_.weights.final_norm_bias.data.data(),
+                   static_cast<float>(config_.layer_norm_eps), h_.data());
+    in = h_.data();
+  }
+  cpu::Linear(in, rows, d, head_, nullptr, cpu::Activation::kNone, cpu::LinearOutput::kStore,
+              logits, config_.vocab_size, threads_);
+}
+
+absl::Status CpuBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                                 absl::Span<float> logits) {
+  if (absl::Status s = CheckAllocated(slot, "Prefill: slot"); !s.ok()) return s;
+  if (tokens.empty()) return absl::InvalidArgumentError("Prefill: tokens is empty");
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  const bool all_logits = static_cast<int64_t>(logits.size()) == n * vocab;
+  const bool last_logits = static_cast<int64_t>(logits.size()) == vocab;
+  if (!logits.empty() && !all_logits && !last_logits) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Prefill: logits has ", logits.size(), " floats; expected 0, ", vocab,
+        " (vocab_size: the last token's logits) or ", n * vocab,
+        " (tokens.size() × vocab_size: every position's logits)"));
+  }
+  for (int64_t i = 0; i < n; ++i) {
+    if (absl::Status s = CheckToken(tokens[i], absl::StrCat("Prefill: tokens[", i, "]"));
+        !s.ok()) {
+      return s;
+    }
+  }
+  const int64_t start = positions_[slot.value];
+  if (absl::Status s = CheckPositions(start, n, absl::StrCat("Prefill: slot ", slot.value));
+      !s.ok()) {
+    return s;
+  }
+
+  const int64_t chunk = options_.prefill_chunk_size;
+  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
+    const int rows = static_cast<int>(std::min(chunk, n - c0));
+    for (int r = 0; r < rows; ++r) Embed(r, tokens[c0 + r], start + c0 + r);
+    RunLayers(rows, slot.value);
+    if (all_logits) {
+      Head(0, rows, logits.data() + c0 * vocab);
+    } else if (last_logits && c0 + rows == n) {
+      Head(rows - 1, 1, logits.data());
+    }
+  }
+  positions_[slot.value] = start + n;
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
+  if (batch.empty()) return absl::InvalidArgumentError("Decode: batch is empty");
+  if (static_cast<int64_t>(batch.size()) > options_.max_batch_size) {
+    return absl::InvalidArgumentError(absl::StrCat("Decode: batch has ", batch.size(),
+                                                   " items; max_batch_size is ",
+                                                   options_.max_batch_size));
+  }
+  const int64_t vocab = config_.vocab_size;
+  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(batch.size()) * vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Decode: logits has ", logits.size(), " floats; expected batch.size() × ",
+                     "vocab_size = ", batch.size() * vocab));
+  }
+  ++batch_generation_;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const SlotId slot = batch[i].slot;
+    if (absl::Status s = CheckAllocated(slot, absl::StrCat("Decode: batch[", i, "].slot"));
+        !s.ok()) {
+      return s;
+    }
+    if (batch_mark_[slot.value] == batch_generation_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Decode: batch[", i, "].slot = ", slot.value, " appears twice in the batch"));
+    }
+    batch_mark_[slot.value] = batch_generation_;
+    if (absl::Status s = CheckToken(batch[i].token, absl::StrCat("Decode: batch[", i, "].token"));
+        !s.ok()) {
+      return s;
+    }
+    if (absl::Status s = CheckPositions(positions_[slot.value], 1,
+                                        absl::StrCat("Decode: batch[", i, "].slot ", slot.value));
+        !s.ok()) {
+      return s;
+    }
+  }
+
+  const int rows = static_cast<int>(batch.size());
+  for (int i = 0; i < rows; ++i) {
+    decode_slots_[i] = batch[i].slot.value;
+    Embed(i, batch[i].token, positions_[batch[i].slot.value]);
+  }
+  RunLayers(rows, -1);
+  Head(0, rows, logits.data());
+  for (int i = 0; i < rows; ++i) ++positions_[decode_slots_[i]];
+  return absl::OkStatus();
+}
+
+}  // namespace linserve
