@@ -93,7 +93,7 @@ class FieldReader {
       v = value->get<int64_t>();
     } else {
       return Error(field, absl::StrCat("must be an integer in [", min, ", ", max, "], got ",
-                                       JsonTypeName(*value), " ", value->dump()));
+                                       DescribeJson(*value)));
     }
     if (v < min || v > max) return OutOfRange(field, *value, min, max);
     out = static_cast<int32_t>(v);
@@ -104,8 +104,7 @@ class FieldReader {
     const Json* value = Find(field);
     if (value == nullptr) return absl::OkStatus();
     if (!value->is_boolean()) {
-      return Error(field, absl::StrCat("must be true or false, got ", JsonTypeName(*value), " ",
-                                       value->dump()));
+      return Error(field, absl::StrCat("must be true or false, got ", DescribeJson(*value)));
     }
     out = value->get<bool>();
     return absl::OkStatus();
@@ -116,8 +115,7 @@ class FieldReader {
     const Json* value = Find(field);
     if (value == nullptr) return absl::OkStatus();
     if (!value->is_number()) {
-      return Error(field, absl::StrCat("must be a number in (0, 1], got ", JsonTypeName(*value),
-                                       " ", value->dump()));
+      return Error(field, absl::StrCat("must be a number in (0, 1], got ", DescribeJson(*value)));
     }
     const double v = value->get<double>();
     if (!(v > 0.0 && v <= 1.0)) {
@@ -137,8 +135,7 @@ class FieldReader {
       quoted.push_back(absl::StrCat("\"", std::string(entry.name), "\""));
     const std::string allowed = absl::StrJoin(quoted, ", ");
     if (!value->is_string()) {
-      return Error(field, absl::StrCat("must be one of ", allowed, ", got ", JsonTypeName(*value),
-                                       " ", value->dump()));
+      return Error(field, absl::StrCat("must be one of ", allowed, ", got ", DescribeJson(*value)));
     }
     const std::string text = value->get<std::string>();
     for (const auto& entry : names) {
@@ -147,7 +144,7 @@ class FieldReader {
         return absl::OkStatus();
       }
     }
-    return Error(field, absl::StrCat("must be one of ", allowed, ", got ", value->dump()));
+    return Error(field, absl::StrCat("must be one of ", allowed, ", got ", DescribeJson(*value)));
   }
 
   // Every key of the object that no reader asked for.
@@ -230,7 +227,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   if (architecture != nullptr &&
       (!architecture->is_string() || architecture->get<std::string>() != kArchitecture)) {
     return reader.Error("architecture", absl::StrCat("must be \"", std::string(kArchitecture),
-                                                     "\", got ", architecture->dump()));
+                                                     "\", got ", DescribeJson(*architecture)));
   }
 
   absl::Status status;

@@ -13,6 +13,28 @@ absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
                                                      std::string_view source_view) {
   // Debian's Abseil has its own absl::string_view, which std::string_view does not convert to.
   const std::string source(source_view);
+  // Depth first, on the raw text: brackets inside strings do not count.
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > kMaxJsonDepth) {
+        return absl::InvalidArgumentError(absl::StrCat(source, ": JSON nested deeper than ",
+                                                       kMaxJsonDepth, " levels (at byte ", i, ")"));
+      }
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
   // The parser callback sees every key as it is read; one set of keys per open object.
   std::vector<std::set<std::string>> open_objects;
   std::string duplicate;
@@ -71,6 +93,18 @@ const char* JsonTypeName(const nlohmann::json& value) {
     default:
       return "invalid value";
   }
+}
+
+std::string DescribeJson(const nlohmann::json& value) {
+  if (value.is_structured()) return JsonTypeName(value);
+  if (value.is_null()) return "null";
+  constexpr size_t kMaxText = 64;
+  std::string text = value.dump();
+  if (text.size() > kMaxText) {
+    text.resize(kMaxText);
+    text += "...";
+  }
+  return absl::StrCat(JsonTypeName(value), " ", text);
 }
 
 }  // namespace linserve

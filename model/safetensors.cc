@@ -225,8 +225,8 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
     }
     const std::optional<Dtype> dtype = DtypeFromName(dtype_it->get<std::string>());
     if (!dtype.has_value()) {
-      return errors.Tensor(
-          name, absl::StrCat("unknown dtype ", dtype_it->dump(), " (known: ", KnownDtypes(), ")"));
+      return errors.Tensor(name, absl::StrCat("unknown dtype ", DescribeJson(*dtype_it),
+                                              " (known: ", KnownDtypes(), ")"));
     }
     tensor.dtype = *dtype;
 
@@ -239,9 +239,10 @@ absl::StatusOr<std::unique_ptr<SafetensorsFile>> SafetensorsFile::Parse(std::str
     for (const Json& dim : *shape_it) {
       const std::optional<uint64_t> d = AsUnsigned(dim);
       if (!d.has_value() || *d > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-        return errors.Tensor(name, absl::StrCat("shape ", shape_it->dump(),
-                                                ": every dimension must be an integer in [0, ",
-                                                std::numeric_limits<int64_t>::max(), "]"));
+        return errors.Tensor(
+            name, absl::StrCat("shape dimension ", tensor.shape.size(), " is ", DescribeJson(dim),
+                               "; every dimension must be an integer in [0, ",
+                               std::numeric_limits<int64_t>::max(), "]"));
       }
       tensor.shape.push_back(static_cast<int64_t>(*d));
       overflow = overflow || __builtin_mul_overflow(elements, *d, &elements);
@@ -345,7 +346,7 @@ absl::StatusOr<std::vector<float>> SafetensorsFile::ReadFloat32(std::string_view
   std::vector<float> out(static_cast<size_t>(tensor.num_elements));
   switch (tensor.dtype) {
     case Dtype::kF32:
-      std::memcpy(out.data(), p, out.size() * sizeof(float));
+      if (!out.empty()) std::memcpy(out.data(), p, out.size() * sizeof(float));
       break;
     case Dtype::kF64:
       for (size_t i = 0; i < out.size(); ++i) {

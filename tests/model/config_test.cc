@@ -209,12 +209,24 @@ TEST(ConfigTest, IntegersAreRangeChecked) {
 TEST(ConfigTest, ChoicesAreChecked) {
   EXPECT_THAT(
       ParseError(With("norm", "middle")),
-      AllOf(HasSubstr("\"norm\""), HasSubstr("\"pre\", \"post\""), HasSubstr("got \"middle\"")));
+      AllOf(HasSubstr("\"norm\""), HasSubstr("\"pre\", \"post\""), HasSubstr("got string \"middle\"")));
   EXPECT_THAT(ParseError(With("activation", "swish")), HasSubstr("\"gelu_tanh\""));
   EXPECT_THAT(ParseError(With("feature_map", "softmax")), HasSubstr("\"favor_plus\""));
   EXPECT_THAT(ParseError(With("position", "rope")), HasSubstr("\"sinusoidal\""));
   EXPECT_THAT(ParseError(With("tokenizer", 1)),
               AllOf(HasSubstr("\"tokenizer\""), HasSubstr("got integer 1")));
+}
+
+TEST(ConfigTest, HostileValuesGiveShortMessages) {
+  const std::string huge(100000, 'x');
+  const std::string message = ParseError(With("norm", huge));
+  EXPECT_LT(message.size(), 300u);
+  EXPECT_THAT(message, HasSubstr("xxx..."));
+  EXPECT_THAT(ParseError(With("d_ff", nlohmann::json::array({1, 2}))), HasSubstr("got array"));
+  std::string deep = ValidJson().dump();
+  deep.insert(1, "\"x\": " + std::string(100, '[') + std::string(100, ']') + ", ");
+  EXPECT_THAT(ParseModelConfig(deep, kSource).status().message(),
+              HasSubstr("nested deeper than 16 levels"));
 }
 
 TEST(ConfigTest, BooleansAreTypeChecked) {

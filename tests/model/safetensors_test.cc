@@ -235,6 +235,16 @@ TEST(SafetensorsMalformedTest, HeaderNotJson) {
               AllOf(HasSubstr("(header)"), HasSubstr("not valid JSON")));
 }
 
+TEST(SafetensorsMalformedTest, HeaderNestedTooDeeply) {
+  // A million nested arrays would cost gigabytes as parsed values; the depth check refuses them
+  // before parsing. Brackets inside strings do not count.
+  const std::string deep = std::string(1000000, '[') + std::string(1000000, ']');
+  EXPECT_THAT(RawError(absl::StrCat(R"({"a": )", deep, "}"), ""),
+              AllOf(HasSubstr("nested deeper than 16 levels"), HasSubstr("at byte 21")));
+  auto file = ParseRaw(R"({"__metadata__": {"note": "[[[[[[[[[[[[[[[[[[[[[[[[[["}})", "");
+  EXPECT_TRUE(file.ok()) << file.status();
+}
+
 TEST(SafetensorsMalformedTest, HeaderNotAnObject) {
   EXPECT_THAT(RawError("[1, 2, 3]", ""), HasSubstr("must be a JSON object, got array"));
 }
@@ -264,10 +274,10 @@ TEST(SafetensorsMalformedTest, MissingDtype) {
 }
 
 TEST(SafetensorsMalformedTest, UnknownDtype) {
-  EXPECT_THAT(
-      RawError(R"({"a": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})",
-               std::string(4, '\0')),
-      AllOf(HasSubstr("tensor \"a\""), HasSubstr("unknown dtype \"F8_E4M3\""), HasSubstr("BF16")));
+  EXPECT_THAT(RawError(R"({"a": {"dtype": "F8_E4M3", "shape": [4], "data_offsets": [0, 4]}})",
+                       std::string(4, '\0')),
+              AllOf(HasSubstr("tensor \"a\""), HasSubstr("unknown dtype string \"F8_E4M3\""),
+                    HasSubstr("BF16")));
 }
 
 TEST(SafetensorsMalformedTest, ShapeNotAnArray) {
@@ -278,7 +288,7 @@ TEST(SafetensorsMalformedTest, ShapeNotAnArray) {
 
 TEST(SafetensorsMalformedTest, NegativeDimension) {
   EXPECT_THAT(RawError(R"({"a": {"dtype": "F32", "shape": [2, -2], "data_offsets": [0, 0]}})", ""),
-              AllOf(HasSubstr("tensor \"a\""), HasSubstr("[2,-2]"),
+              AllOf(HasSubstr("tensor \"a\""), HasSubstr("dimension 1 is integer -2"),
                     HasSubstr("every dimension must be an integer")));
 }
 
@@ -300,10 +310,9 @@ TEST(SafetensorsMalformedTest, MalformedDataOffsets) {
 
 TEST(SafetensorsMalformedTest, OffsetsOutOfRange) {
   EXPECT_THAT(
-      RawError(
-          R"({"a": {"dtype": "U8", "shape": [4], )"
-          R"("data_offsets": [18446744073709551611, 18446744073709551615]}})",
-          std::string(4, '\0')),
+      RawError(R"({"a": {"dtype": "U8", "shape": [4], )"
+               R"("data_offsets": [18446744073709551611, 18446744073709551615]}})",
+               std::string(4, '\0')),
       AllOf(HasSubstr("tensor \"a\""), HasSubstr("past the end of the data buffer (4 bytes)")));
 }
 
@@ -374,6 +383,71 @@ TEST(SafetensorsMalformedTest, MetadataMustBeAStringMap) {
               AllOf(HasSubstr("\"__metadata__\" entry \"format\""), HasSubstr("got integer")));
   EXPECT_THAT(RawError(R"({"__metadata__": "pt"})", ""),
               HasSubstr("\"__metadata__\" must be an object"));
+}
+
+// Random damage to a valid file: every result is either an error or a file whose tensors all
+// lie inside it and read back in full. Run under AddressSanitizer, this also checks that the
+// reader never touches a byte it should not.
+TEST(SafetensorsFuzzTest, DamagedFilesAreRejectedOrConsistent) {
+  const std::vector<float> floats(24, 0.5f);
+  const std::vector<int64_t> ints = {1, 2, 3};
+  const SafetensorsWriteTensor tensors[] = {{"w", Dtype::kF32, {2, 3}, {floats.data(), 6}, {}},
+                                            {"h", Dtype::kF16, {4}, {floats.data(), 4}, {}},
+                                            {"b", Dtype::kBF16, {3, 1}, {floats.data(), 3}, {}},
+                                            {"i", Dtype::kI16, {3}, {}, ints}};
+  const std::string valid = SerializeSafetensors(tensors, {{"k", "v"}}).value();
+  std::mt19937 rng(1234);
+  int accepted = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    std::string bytes = valid;
+    const int edits = 1 + static_cast<int>(rng() % 3);
+    for (int e = 0; e < edits; ++e) {
+      const size_t at = rng() % bytes.size();
+      switch (rng() % 5) {
+        case 0:  // any byte
+          bytes[at] = static_cast<char>(rng());
+          break;
+        case 1:  // a digit for another digit: offsets and shapes that still parse
+        case 2:
+          for (size_t k = at; k < bytes.size(); ++k) {
+            if (bytes[k] >= '0' && bytes[k] <= '9') {
+              bytes[k] = static_cast<char>('0' + rng() % 10);
+              break;
+            }
+          }
+          break;
+        case 3:  // truncate
+          bytes.resize(at);
+          break;
+        default:  // grow the data buffer
+          bytes.append(rng() % 9, '\0');
+          break;
+      }
+      if (bytes.empty()) break;
+    }
+    absl::StatusOr<std::unique_ptr<SafetensorsFile>> file =
+        SafetensorsFile::Parse(bytes, "fuzz");
+    if (!file.ok()) {
+      ASSERT_EQ(file.status().code(), absl::StatusCode::kInvalidArgument) << file.status();
+      continue;
+    }
+    ++accepted;
+    for (const SafetensorsTensor& t : (*file)->tensors()) {
+      ASSERT_LE(t.begin, t.end);
+      ASSERT_EQ((*file)->Data(t).size(),
+                static_cast<size_t>(t.num_elements * DtypeSize(t.dtype)));
+      const std::string& held = (*file)->bytes();
+      ASSERT_EQ(held, bytes);
+      ASSERT_LE((*file)->Data(t).data() + (*file)->Data(t).size(),
+                reinterpret_cast<const uint8_t*>(held.data()) + held.size());
+      if (IsFloatDtype(t.dtype)) {
+        ASSERT_EQ((*file)->ReadFloat32(t.name)->size(), static_cast<size_t>(t.num_elements));
+      } else {
+        ASSERT_EQ((*file)->ReadInt64(t.name)->size(), static_cast<size_t>(t.num_elements));
+      }
+    }
+  }
+  EXPECT_GT(accepted, 0) << "some damage (to data bytes, padding) leaves a valid file";
 }
 
 // ---- The writer refuses what the reader would refuse. ----
