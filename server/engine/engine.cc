@@ -177,7 +177,7 @@ void Engine::PostAlways(Op op) {
 bool Engine::HasInboxLocked() const { return !inbox_.empty(); }
 
 bool Engine::IdleLocked() const {
-  return queued_requests_ == 0 && stats_.active_requests == 0;
+  return queued_requests_ == 0 && active_requests_ == 0;
 }
 
 bool Engine::RunInbox() {
@@ -277,6 +277,7 @@ void Engine::AdmitWaiting() {
     {
       absl::MutexLock lock(&mu_);
       --queued_requests_;
+      ++active_requests_;
     }
     m_.prompt_tokens.Increment(job->usage().prompt_tokens);
     active_.push_back(std::move(job));
@@ -305,14 +306,14 @@ std::unique_ptr<Job> Engine::Extract(JobId id) {
 
 void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason) {
   const absl::Time now = absl::Now();
-  if (!job->active()) {
+  {
     absl::MutexLock lock(&mu_);
-    --queued_requests_;
+    --(job->active() ? active_requests_ : queued_requests_);
   }
   Session* session = job->session();
   const std::string session_name =
       session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
-  job->Finish(status, reason, now);
+  job->SettleSession();
   jobs_.erase(job->id());
   if (session != nullptr) {
     session->busy = false;
@@ -320,6 +321,9 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
     session->last_use_time = now;
     if (session->ephemeral) store_.Erase(session);
   }
+  // Published before the client hears of the end, so that what it sees next is current.
+  PublishStats();
+  job->Report(status, reason, now);
 
   const Usage& usage = job->usage();
   if (status.ok()) {
@@ -394,7 +398,7 @@ void Engine::Step() {
   std::vector<JobView> views;
   views.reserve(active_.size());
   for (const auto& job : active_) {
-    views.push_back({job->id(), job->prefill_remaining(), job->last_decode_step()});
+    views.push_back({job->id(), job->prefill_remaining(), job->last_token_step()});
   }
   const StepPlan plan = PlanStep(views, options_.scheduler);
   ++step_;
@@ -426,7 +430,7 @@ void Engine::RunDecode(const std::vector<JobId>& batch) {
   for (size_t i = 0; i < jobs.size(); ++i) {
     Job* job = jobs[i];
     job->DecodeDone();
-    job->set_last_decode_step(step_);
+    job->set_last_token_step(step_);
     const std::optional<FinishReason> finish = job->SampleAndEmit(
         absl::MakeConstSpan(decode_logits_).subspan(i * vocab, vocab), now);
     m_.generated_tokens.Increment();
@@ -455,6 +459,7 @@ void Engine::RunPrefill(const std::vector<PrefillChunk>& chunks) {
     }
     job->PrefillDone(chunk.tokens);
     if (!last) continue;
+    job->set_last_token_step(step_);
     const std::optional<FinishReason> finish =
         job->SampleAndEmit(absl::MakeConstSpan(prefill_logits_), absl::Now());
     m_.generated_tokens.Increment();
@@ -643,7 +648,7 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
     if (!mu_.AwaitWithDeadline(absl::Condition(this, &Engine::IdleLocked), deadline)) {
       spdlog::warn("engine: drain deadline passed with {} requests queued or running; "
                    "cancelling them",
-                   queued_requests_ + stats_.active_requests);
+                   queued_requests_ + active_requests_);
     }
   }
   PostAlways([this](absl::Status) {

@@ -214,6 +214,8 @@ class Engine {
   int32_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
   // Session operations in the inbox.
   int32_t queued_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Requests holding a slot (active_.size(), kept where Shutdown can wait on it).
+  int32_t active_requests_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
   bool shut_down_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_job_id_ ABSL_GUARDED_BY(mu_) = 1;

@@ -121,15 +121,17 @@ std::optional<FinishReason> Job::SampleAndEmit(absl::Span<const float> logits, a
   return finish;
 }
 
-void Job::Finish(const absl::Status& status, FinishReason reason, absl::Time now) {
-  if (active_) {
-    // Whatever the client was sent or asked to feed but the model has not consumed stays in
-    // the session, to be fed first next time.
-    std::vector<TokenId> unfed(feed_.begin() + fed_, feed_.end());
-    if (last_token_.has_value()) unfed.push_back(*last_token_);
-    session_->pending = std::move(unfed);
-    usage_.session_tokens = session_->num_tokens;
-  }
+void Job::SettleSession() {
+  if (!active_) return;
+  // Whatever the client was sent or asked to feed but the model has not consumed stays in the
+  // session, to be fed first next time.
+  std::vector<TokenId> unfed(feed_.begin() + fed_, feed_.end());
+  if (last_token_.has_value()) unfed.push_back(*last_token_);
+  session_->pending = std::move(unfed);
+  usage_.session_tokens = session_->num_tokens;
+}
+
+void Job::Report(const absl::Status& status, FinishReason reason, absl::Time now) {
   usage_.total_time = now - submit_time_;
   GenerationResult result;
   result.reason = reason;

@@ -56,8 +56,9 @@ class Job {
   // Records that the last sampled token reached the model.
   void DecodeDone();
 
-  int64_t last_decode_step() const { return last_decode_step_; }
-  void set_last_decode_step(int64_t step) { last_decode_step_ = step; }
+  // The engine step at which the job last got a token (see JobView).
+  int64_t last_token_step() const { return last_token_step_; }
+  void set_last_token_step(int64_t step) { last_token_step_ = step; }
 
   // Samples from the logits that follow everything fed so far, emits the token to the sink and
   // says whether the generation is over (and why). `now` times the token.
@@ -67,9 +68,12 @@ class Job {
   std::optional<absl::Duration> last_inter_token_latency() const { return inter_token_; }
   int32_t generated_tokens() const { return generated_; }
 
-  // Ends the job: unfed tokens become the session's pending tokens, and the sink hears
-  // OnFinish. With an OK status `reason` says why it ended and the held-back text is released.
-  void Finish(const absl::Status& status, FinishReason reason, absl::Time now);
+  // Ends the job's use of its session: tokens the model has not consumed (the rest of the
+  // prompt, the last sampled token) become the session's pending tokens.
+  void SettleSession();
+  // Tells the sink OnFinish. With an OK status `reason` says why the job ended and the
+  // held-back text is released.
+  void Report(const absl::Status& status, FinishReason reason, absl::Time now);
   const Usage& usage() const { return usage_; }
 
  private:
@@ -84,7 +88,7 @@ class Job {
   std::vector<TokenId> feed_;
   int64_t fed_ = 0;
   std::optional<TokenId> last_token_;  // sampled, not yet fed
-  int64_t last_decode_step_ = -1;
+  int64_t last_token_step_ = -1;
   int32_t generated_ = 0;
   std::optional<absl::Time> first_token_time_;
   std::optional<absl::Time> last_token_time_;

@@ -28,7 +28,7 @@ StepPlan PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits)
   if (decoding.size() > static_cast<size_t>(limits.max_batch_size)) {
     // Least recently served first; stable, so ties keep admission order.
     std::stable_sort(decoding.begin(), decoding.end(), [&](size_t a, size_t b) {
-      return jobs[a].last_decode_step < jobs[b].last_decode_step;
+      return jobs[a].last_token_step < jobs[b].last_token_step;
     });
     decoding.resize(limits.max_batch_size);
     std::sort(decoding.begin(), decoding.end());

@@ -33,8 +33,9 @@ struct JobView {
   JobId id;
   // Prompt tokens not yet fed; 0 means the job is decoding (it has a sampled token to feed).
   int64_t prefill_remaining = 0;
-  // The step at which the job last decoded; -1 if it never has.
-  int64_t last_decode_step = -1;
+  // The step at which the job last got a token (a decode, or the end of its prefill); the
+  // least recently served decode first.
+  int64_t last_token_step = -1;
 };
 
 struct PrefillChunk {
@@ -51,8 +52,9 @@ struct StepPlan {
 
 // `jobs` in admission order (earliest first); ids distinct. Guarantees:
 //  - decode holds min(#decoding, max_batch_size) jobs, those with the smallest
-//    last_decode_step (ties: earliest admitted), so each decoding job runs at least once every
-//    ceil(#decoding / max_batch_size) steps;
+//    last_token_step (ties: earliest admitted). A job is passed over only for jobs served no
+//    later than it, each at most once, so it waits at most ceil(#decoding / max_batch_size)
+//    steps for its next token;
 //  - prefill chunks sum to min(prefill_token_budget, total prefill_remaining) and go to the
 //    earliest admitted prefilling jobs, each chunk at most that job's remaining tokens;
 //  - no job is both decoded and prefilled.

@@ -1,0 +1,567 @@
+// The engine end to end over a FakeBackend: generation, stops, sessions, hibernation, fork,
+// export/import, persistence, cancellation, queue limits, drain and failures.
+#include "server/engine/engine.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "fake_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/random_model.h"
+#include "tests/testing/scoped_temp_dir.h"
+
+namespace linserve {
+namespace {
+
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr TokenId kBos = 256;
+constexpr TokenId kEos = 257;
+
+ModelConfig TestConfig() {
+  ModelConfig config = TinyConfig();
+  config.bos_token_id = kBos;
+  return config;
+}
+
+// The engine plus a handle on its backend for fault injection.
+struct Harness {
+  std::unique_ptr<Engine> engine;
+  FakeBackend* backend = nullptr;
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  Harness Start(EngineOptions options = {}, int32_t slots = 8, int64_t eos_after = -1,
+                const Model* model = nullptr) {
+    const Model& m = model != nullptr ? *model : model_;
+    auto backend = std::make_unique<FakeBackend>(m.config, slots, eos_after);
+    Harness h;
+    h.backend = backend.get();
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(m, std::move(backend), options, metrics_);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    h.engine = *std::move(engine);
+    return h;
+  }
+
+  static GenerateRequest Request(std::vector<TokenId> prompt, int32_t max_new_tokens,
+                                 uint64_t seed, std::optional<SessionId> session = std::nullopt) {
+    GenerateRequest r;
+    r.request_id = "test";
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new_tokens;
+    r.sampling.seed = seed;
+    r.sampling.temperature = 0.9f;
+    r.ignore_eos = true;
+    r.session_id = std::move(session);
+    return r;
+  }
+
+  static std::vector<TokenId> Concat(std::initializer_list<std::vector<TokenId>> parts) {
+    std::vector<TokenId> out;
+    for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+    return out;
+  }
+
+  Model model_ = MakeRandomModel(TestConfig(), 1);
+  MetricsRegistry metrics_;
+};
+
+TEST_F(EngineTest, StreamsTokensUntilMaxNewTokens) {
+  Harness h = Start();
+  GenerateRequest r = Request({72, 105, 33}, 24, 7);
+  r.ignore_eos = true;
+  const Outcome out = RunRequest(*h.engine, r);
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens.size(), 24u);
+  EXPECT_EQ(out.result.reason, FinishReason::kLength);
+  EXPECT_EQ(out.result.usage.prompt_tokens, 4);  // BOS + prompt
+  EXPECT_EQ(out.result.usage.generated_tokens, 24);
+  EXPECT_EQ(out.result.usage.seed, 7u);
+  EXPECT_EQ(out.result.usage.session_tokens, 28);
+  EXPECT_GT(out.result.usage.time_to_first_token, absl::ZeroDuration());
+  EXPECT_GE(out.result.usage.total_time, out.result.usage.time_to_first_token);
+  for (const std::string& piece : out.pieces) EXPECT_TRUE(IsValidUtf8(piece));
+  EXPECT_TRUE(IsValidUtf8(out.text));
+
+  const EngineStats stats = h.engine->stats();
+  EXPECT_EQ(stats.active_requests, 0);
+  EXPECT_EQ(stats.free_slots, 8);
+  EXPECT_EQ(stats.queue_depth, 0);
+}
+
+TEST_F(EngineTest, SameSeedSameTokensAloneAndAmongConcurrentRequests) {
+  Harness h = Start({}, /*slots=*/64);
+  const GenerateRequest probe = Request({10, 20, 30, 40}, 40, 1234);
+  const Outcome alone = RunRequest(*h.engine, probe);
+  ASSERT_TRUE(alone.status.ok());
+
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int i = 0; i < 40; ++i) {
+    auto sink = std::make_shared<RecordingSink>();
+    GenerateRequest r = i == 17 ? probe : Request({static_cast<TokenId>(i), 5}, 10 + i, i);
+    ASSERT_TRUE(h.engine->Submit(r, sink).ok());
+    sinks.push_back(sink);
+  }
+  for (auto& sink : sinks) ASSERT_TRUE(sink->Wait().status.ok());
+  EXPECT_EQ(sinks[17]->Wait().tokens, alone.tokens);
+}
+
+TEST_F(EngineTest, SessionContinuedOverTwoRequestsEqualsOneLongRequest) {
+  Harness h = Start();
+  absl::StatusOr<SessionInfo> session = CreateSession(*h.engine);
+  ASSERT_TRUE(session.ok());
+  const std::vector<TokenId> p1 = {65, 66, 67}, p2 = {68, 69};
+  GenerateRequest first = Request(p1, 12, 1, session->id);
+  first.sampling.repetition_penalty = 1.3f;
+  first.sampling.presence_penalty = 0.5f;
+  GenerateRequest second = Request(p2, 15, 2, session->id);
+  second.sampling.repetition_penalty = 1.3f;
+  second.sampling.frequency_penalty = 0.4f;
+  const Outcome g1 = RunRequest(*h.engine, first);
+  const Outcome g2 = RunRequest(*h.engine, second);
+  ASSERT_TRUE(g1.status.ok() && g2.status.ok());
+  EXPECT_EQ(g2.result.usage.prompt_tokens, 2);  // no second BOS
+  EXPECT_EQ(g2.result.usage.session_tokens, 1 + 3 + 12 + 2 + 15);
+
+  GenerateRequest once = second;
+  once.session_id.reset();
+  once.prompt = Concat({p1, g1.tokens, p2});
+  const Outcome whole = RunRequest(*h.engine, once);
+  ASSERT_TRUE(whole.status.ok());
+  EXPECT_EQ(whole.tokens, g2.tokens);
+
+  absl::StatusOr<SessionInfo> info = GetSession(*h.engine, session->id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_EQ(info->num_tokens, 33);
+}
+
+TEST_F(EngineTest, StopsAtEosUnlessIgnored) {
+  // The fake model puts all mass on EOS from position 10: BOS + 3 prompt tokens = 4 fed, so
+  // the 7th sampled token (sampled at position 10) is EOS.
+  Harness h = Start({}, 8, /*eos_after=*/10);
+  GenerateRequest r = Request({1, 2, 3}, 50, 3);
+  r.ignore_eos = false;
+  const Outcome out = RunRequest(*h.engine, r);
+  ASSERT_TRUE(out.status.ok());
+  EXPECT_EQ(out.result.reason, FinishReason::kEos);
+  ASSERT_EQ(out.tokens.size(), 7u);
+  EXPECT_EQ(out.tokens.back(), kEos);
+  EXPECT_EQ(std::count(out.tokens.begin(), out.tokens.end(), kEos), 1);
+
+  r.ignore_eos = true;
+  const Outcome ignored = RunRequest(*h.engine, r);
+  EXPECT_EQ(ignored.result.reason, FinishReason::kLength);
+  EXPECT_EQ(ignored.tokens.size(), 50u);
+}
+
+TEST_F(EngineTest, StopsAtAStopTokenId) {
+  Harness h = Start();
+  GenerateRequest r = Request({9, 8, 7}, 40, 5);
+  const Outcome free_run = RunRequest(*h.engine, r);
+  ASSERT_EQ(free_run.tokens.size(), 40u);
+  // The first position (> 0) whose token did not occur before.
+  size_t k = 1;
+  while (std::find(free_run.tokens.begin(), free_run.tokens.begin() + k, free_run.tokens[k]) !=
+         free_run.tokens.begin() + k) {
+    ++k;
+  }
+  r.stop_token_ids = {free_run.tokens[k]};
+  const Outcome stopped = RunRequest(*h.engine, r);
+  EXPECT_EQ(stopped.result.reason, FinishReason::kStop);
+  EXPECT_THAT(stopped.tokens, ElementsAreArray(free_run.tokens.begin(),
+                                               free_run.tokens.begin() + k + 1));
+}
+
+TEST_F(EngineTest, StopStringsEndTheTextBeforeTheirFirstOccurrence) {
+  Harness h = Start();
+  GenerateRequest r = Request({'a', 'b'}, 60, 11);
+  r.sampling.temperature = 0;
+  const Outcome free_run = RunRequest(*h.engine, r);
+  // A non-empty piece from the middle of the stream as the stop string.
+  size_t k = free_run.pieces.size() / 2;
+  while (k < free_run.pieces.size() && free_run.pieces[k].empty()) ++k;
+  ASSERT_LT(k, free_run.pieces.size());
+  const std::string stop = free_run.pieces[k];
+  r.stop = {stop};
+  const Outcome stopped = RunRequest(*h.engine, r);
+  EXPECT_EQ(stopped.result.reason, FinishReason::kStop);
+  EXPECT_EQ(stopped.text, free_run.text.substr(0, free_run.text.find(stop)));
+  EXPECT_LE(stopped.tokens.size(), k + 1);
+  EXPECT_EQ(stopped.text.find(stop), std::string::npos);
+}
+
+TEST_F(EngineTest, TopLogprobsDescribeTheSampledToken) {
+  Harness h = Start();
+  GenerateRequest r = Request({1, 2}, 6, 0);
+  r.sampling.temperature = 0;
+  r.top_logprobs = 5;
+  const Outcome out = RunRequest(*h.engine, r);
+  ASSERT_EQ(out.details.size(), 6u);
+  for (const GeneratedToken& t : out.details) {
+    ASSERT_EQ(t.top_logprobs.size(), 5u);
+    EXPECT_EQ(t.top_logprobs[0].token, t.id);  // greedy picks the most likely
+    EXPECT_NEAR(t.top_logprobs[0].logprob, t.logprob, 1e-5);
+    EXPECT_LE(t.logprob, 0);
+    for (size_t i = 1; i < 5; ++i) {
+      EXPECT_LE(t.top_logprobs[i].logprob, t.top_logprobs[i - 1].logprob);
+    }
+  }
+  r.top_logprobs = 0;
+  EXPECT_TRUE(RunRequest(*h.engine, r).details[0].top_logprobs.empty());
+}
+
+TEST_F(EngineTest, RejectsInvalidRequestsAtSubmit) {
+  Harness h = Start();
+  GenerateRequest r = Request({1}, 0, 0);
+  const absl::StatusOr<JobId> job = h.engine->Submit(r, std::make_shared<RecordingSink>());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(job.status().message()), HasSubstr("max_new_tokens"));
+}
+
+TEST_F(EngineTest, UnknownSessionIsNotFound) {
+  Harness h = Start();
+  const Outcome out =
+      RunRequest(*h.engine, Request({1}, 3, 0, SessionId{std::string(32, 'a')}));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(out.status.message()), HasSubstr(std::string(32, 'a')));
+  EXPECT_EQ(GetSession(*h.engine, SessionId{std::string(32, 'b')}).status().code(),
+            absl::StatusCode::kNotFound);
+  EXPECT_EQ(h.engine->stats().queued_requests, 0);
+}
+
+TEST_F(EngineTest, ASecondConcurrentRequestOnASessionIsAborted) {
+  Harness h = Start();
+  const SessionId id = CreateSession(*h.engine)->id;
+  h.backend->CloseGate();
+  auto first = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request({1, 2}, 50, 0, id), first).ok());
+  first->WaitForTokens(1);  // prefilled; now held in its first decode
+  auto second = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request({3}, 5, 0, id), second).ok());
+  h.backend->Open();
+  const Outcome aborted = second->Wait();
+  EXPECT_EQ(aborted.status.code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(std::string(aborted.status.message()), HasSubstr("one request at a time"));
+  EXPECT_TRUE(first->Wait().status.ok());
+  // Busy sessions cannot be forked, exported or deleted either; once idle they can.
+  EXPECT_TRUE(ForkSession(*h.engine, id).ok());
+}
+
+TEST_F(EngineTest, FullQueueIsResourceExhaustedAtOnce) {
+  EngineOptions options;
+  options.max_queue_depth = 4;
+  Harness h = Start(options);
+  h.backend->CloseGate();
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request({1}, 3, 0), running).ok());
+  running->WaitForTokens(1);  // the engine thread is now held in Decode
+  std::vector<std::shared_ptr<RecordingSink>> queued;
+  for (int i = 0; i < 4; ++i) {
+    queued.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(h.engine->Submit(Request({2}, 3, 0), queued.back()).ok());
+  }
+  const absl::StatusOr<JobId> rejected =
+      h.engine->Submit(Request({2}, 3, 0), std::make_shared<RecordingSink>());
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(rejected.status().message()), HasSubstr("max_queue_depth (4)"));
+  EXPECT_EQ(CreateSession(*h.engine).status().code(), absl::StatusCode::kResourceExhausted);
+  h.backend->Open();
+  EXPECT_TRUE(running->Wait().status.ok());
+  for (auto& sink : queued) EXPECT_TRUE(sink->Wait().status.ok());
+  EXPECT_TRUE(CreateSession(*h.engine).ok());
+}
+
+TEST_F(EngineTest, CancelledRequestLeavesTheSessionHoldingWhatWasSent) {
+  Harness h = Start();
+  const SessionId id = CreateSession(*h.engine)->id;
+  const std::vector<TokenId> p1 = {5, 6, 7}, p2 = {8};
+  h.backend->CloseGate();
+  auto sink = std::make_shared<RecordingSink>();
+  absl::StatusOr<JobId> job = h.engine->Submit(Request(p1, 1000, 4, id), sink);
+  ASSERT_TRUE(job.ok());
+  sink->WaitForTokens(1);
+  h.engine->Cancel(*job);
+  h.backend->Open();
+  const Outcome cancelled = sink->Wait();
+  EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled);
+  ASSERT_GE(cancelled.tokens.size(), 1u);
+  ASSERT_LT(cancelled.tokens.size(), 1000u);
+  EXPECT_EQ(GetSession(*h.engine, id)->num_tokens, 1 + 3 + cancelled.tokens.size());
+  EXPECT_EQ(h.engine->stats().active_requests, 0);
+  EXPECT_EQ(h.engine->stats().free_slots, 7);  // the session keeps its slot until needed
+
+  // Continuing equals one request over everything the client was sent.
+  const Outcome next = RunRequest(*h.engine, Request(p2, 10, 9, id));
+  const Outcome whole = RunRequest(*h.engine, Request(Concat({p1, cancelled.tokens, p2}), 10, 9));
+  ASSERT_TRUE(next.status.ok() && whole.status.ok());
+  EXPECT_EQ(next.tokens, whole.tokens);
+}
+
+TEST_F(EngineTest, CancelWhileWaitingForASlot) {
+  Harness h = Start({}, /*slots=*/1);
+  h.backend->CloseGate();
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request({1}, 5, 0), running).ok());
+  running->WaitForTokens(1);
+  auto waiting = std::make_shared<RecordingSink>();
+  absl::StatusOr<JobId> job = h.engine->Submit(Request({2}, 5, 0), waiting);
+  ASSERT_TRUE(job.ok());
+  h.engine->Cancel(*job);
+  h.backend->Open();
+  const Outcome cancelled = waiting->Wait();
+  EXPECT_EQ(cancelled.status.code(), absl::StatusCode::kCancelled);
+  EXPECT_TRUE(cancelled.tokens.empty());
+  EXPECT_TRUE(running->Wait().status.ok());
+  EXPECT_EQ(h.engine->stats().queued_requests, 0);
+}
+
+// Sessions taking turns over fewer slots than sessions are hibernated and restored; what they
+// generate must not change.
+TEST_F(EngineTest, HibernationRoundTripGivesIdenticalContinuations) {
+  auto run = [&](int32_t slots) {
+    Harness h = Start({}, slots);
+    std::vector<SessionId> ids;
+    for (int i = 0; i < 5; ++i) ids.push_back(CreateSession(*h.engine)->id);
+    std::vector<std::vector<TokenId>> out(5);
+    for (int round = 0; round < 3; ++round) {
+      for (int i = 0; i < 5; ++i) {
+        const Outcome o = RunRequest(
+            *h.engine, Request({static_cast<TokenId>(40 + i), static_cast<TokenId>(round)}, 6,
+                               100 * round + i, ids[i]));
+        EXPECT_TRUE(o.status.ok()) << o.status;
+        out[i].insert(out[i].end(), o.tokens.begin(), o.tokens.end());
+      }
+    }
+    return std::make_pair(out, h.engine->stats().hibernated_sessions);
+  };
+  const auto [with_hibernation, hibernated] = run(2);
+  const auto [without, none_hibernated] = run(16);
+  EXPECT_EQ(hibernated, 3);
+  EXPECT_EQ(none_hibernated, 0);
+  EXPECT_EQ(with_hibernation, without);
+  EXPECT_THAT(metrics_.RenderPrometheus(),
+              Not(HasSubstr("linserve_session_hibernations_total 0\n")));
+}
+
+TEST_F(EngineTest, ForkedSessionsContinueIdentically) {
+  Harness h = Start();
+  const SessionId a = CreateSession(*h.engine)->id;
+  ASSERT_TRUE(RunRequest(*h.engine, Request({1, 2, 3}, 9, 1, a)).status.ok());
+  absl::StatusOr<SessionInfo> b = ForkSession(*h.engine, a);
+  ASSERT_TRUE(b.ok());
+  EXPECT_NE(b->id, a);
+  EXPECT_EQ(b->num_tokens, GetSession(*h.engine, a)->num_tokens);
+  const Outcome from_a = RunRequest(*h.engine, Request({4}, 20, 77, a));
+  const Outcome from_b = RunRequest(*h.engine, Request({4}, 20, 77, b->id));
+  ASSERT_TRUE(from_a.status.ok() && from_b.status.ok());
+  EXPECT_EQ(from_a.tokens, from_b.tokens);
+}
+
+TEST_F(EngineTest, ExportImportIntoAnotherEngineContinuesIdentically) {
+  std::string bytes;
+  SessionId id;
+  Outcome expected;
+  {
+    Harness h = Start();
+    id = CreateSession(*h.engine)->id;
+    ASSERT_TRUE(RunRequest(*h.engine, Request({3, 1, 4}, 8, 1, id)).status.ok());
+    absl::StatusOr<std::string> exported = ExportSession(*h.engine, id);
+    ASSERT_TRUE(exported.ok()) << exported.status();
+    bytes = *exported;
+    expected = RunRequest(*h.engine, Request({1, 5}, 12, 9, id));
+  }
+  Harness h = Start();
+  absl::StatusOr<SessionInfo> imported = ImportSession(*h.engine, bytes);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+  EXPECT_NE(imported->id, id);
+  EXPECT_EQ(imported->num_tokens, 1 + 3 + 8);
+  EXPECT_FALSE(imported->resident);
+  const Outcome continued = RunRequest(*h.engine, Request({1, 5}, 12, 9, imported->id));
+  EXPECT_EQ(continued.tokens, expected.tokens);
+}
+
+TEST_F(EngineTest, CorruptOrForeignImportsAreRejectedAndChangeNothing) {
+  Harness h = Start();
+  const SessionId id = CreateSession(*h.engine)->id;
+  ASSERT_TRUE(RunRequest(*h.engine, Request({3}, 4, 1, id)).status.ok());
+  std::string bytes = *ExportSession(*h.engine, id);
+  std::string corrupt = bytes;
+  corrupt[corrupt.size() / 2] ^= 1;
+  EXPECT_EQ(ImportSession(*h.engine, corrupt).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ImportSession(*h.engine, bytes.substr(0, 100)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  const Model other = MakeRandomModel(TestConfig(), 2);
+  ASSERT_NE(other.fingerprint, model_.fingerprint);
+  Harness foreign = Start({}, 8, -1, &other);
+  const absl::Status status = ImportSession(*foreign.engine, bytes).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("model"));
+
+  EXPECT_EQ(ListSessions(*h.engine, std::nullopt, 100)->sessions.size(), 1u);
+  EXPECT_TRUE(ListSessions(*foreign.engine, std::nullopt, 100)->sessions.empty());
+}
+
+TEST_F(EngineTest, ShutdownPersistsSessionsAndCreateRestoresThem) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2};
+  SessionId id;
+  Outcome first;
+  {
+    Harness h = Start(options);
+    id = CreateSession(*h.engine)->id;
+    first = RunRequest(*h.engine, Request(p1, 10, 3, id));
+    ASSERT_TRUE(first.status.ok());
+    ASSERT_TRUE(h.engine->Shutdown(absl::Seconds(5)).ok());
+    EXPECT_TRUE(std::filesystem::exists(options.state_dir + "/" + id.value + ".session"));
+  }
+  // A file the engine cannot use is left alone.
+  const std::string junk = options.state_dir + "/" + std::string(32, 'c') + ".session";
+  { std::ofstream(junk) << "not a snapshot"; }
+
+  Harness h = Start(options);
+  absl::StatusOr<SessionInfo> info = GetSession(*h.engine, id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
+  EXPECT_FALSE(std::filesystem::exists(options.state_dir + "/" + id.value + ".session"));
+  EXPECT_TRUE(std::filesystem::exists(junk));
+  const Outcome continued = RunRequest(*h.engine, Request(p2, 10, 4, id));
+  const Outcome whole = RunRequest(*h.engine, Request(Concat({p1, first.tokens, p2}), 10, 4));
+  ASSERT_TRUE(continued.status.ok() && whole.status.ok());
+  EXPECT_EQ(continued.tokens, whole.tokens);
+}
+
+TEST_F(EngineTest, DrainLetsShortRequestsFinishAndCancelsThePastDeadline) {
+  Harness h = Start();
+  auto quick = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request({1}, 5, 0), quick).ok());
+  // Finishing within the drain deadline.
+  ASSERT_TRUE(h.engine->Shutdown(absl::Seconds(30)).ok());
+  const Outcome done = quick->Wait();
+  EXPECT_TRUE(done.status.ok());
+  EXPECT_EQ(done.result.reason, FinishReason::kLength);
+  EXPECT_EQ(h.engine->Submit(Request({1}, 5, 0), std::make_shared<RecordingSink>())
+                .status()
+                .code(),
+            absl::StatusCode::kUnavailable);
+  EXPECT_EQ(CreateSession(*h.engine).status().code(), absl::StatusCode::kUnavailable);
+
+  Harness slow = Start();
+  slow.backend->CloseGate();
+  auto long_running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(slow.engine->Submit(Request({1}, 4000, 0), long_running).ok());
+  long_running->WaitForTokens(1);
+  std::thread shutdown([&] { EXPECT_TRUE(slow.engine->Shutdown(absl::ZeroDuration()).ok()); });
+  slow.backend->Open();
+  shutdown.join();
+  const Outcome cancelled = long_running->Wait();
+  EXPECT_TRUE(cancelled.status.ok());
+  EXPECT_EQ(cancelled.result.reason, FinishReason::kCancelled);
+  EXPECT_LT(cancelled.tokens.size(), 4000u);
+}
+
+TEST_F(EngineTest, BackendFailureFailsTheRequestAndDropsTheUntrustworthySession) {
+  Harness h = Start();
+  const SessionId id = CreateSession(*h.engine)->id;
+  h.backend->set_fail(true);
+  const Outcome named = RunRequest(*h.engine, Request({1}, 5, 0, id));
+  EXPECT_EQ(named.status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(named.status.message()), HasSubstr("session was deleted"));
+  EXPECT_EQ(GetSession(*h.engine, id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(RunRequest(*h.engine, Request({1}, 5, 0)).status.code(),
+            absl::StatusCode::kInternal);
+  h.backend->set_fail(false);
+  EXPECT_TRUE(RunRequest(*h.engine, Request({1}, 5, 0)).status.ok());
+  EXPECT_EQ(h.engine->stats().free_slots, 8);
+}
+
+TEST_F(EngineTest, LongPromptNeverStallsADecodingSession) {
+  EngineOptions options;
+  options.scheduler.prefill_token_budget = 8;
+  Harness h = Start(options);
+  auto decoding = std::make_shared<RecordingSink>();
+  h.backend->CloseGate();
+  ASSERT_TRUE(h.engine->Submit(Request({1, 2, 3}, 300, 0), decoding).ok());
+  decoding->WaitForTokens(1);  // held in its first decode: it outlives the long prompt
+  auto long_prompt = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(Request(std::vector<TokenId>(400, 65), 3, 0), long_prompt).ok());
+  h.backend->Open();
+  ASSERT_TRUE(long_prompt->Wait().status.ok());
+  ASSERT_TRUE(decoding->Wait().status.ok());
+  const std::vector<FakeBackend::Call> calls = h.backend->calls();
+  int prefills = 0;
+  for (size_t i = 1; i < calls.size(); ++i) {
+    if (calls[i].kind != FakeBackend::Call::kPrefill) continue;
+    ++prefills;
+    EXPECT_LE(calls[i].size, 8);
+    // Each step decodes first, so every chunk follows a decode of the streaming session.
+    EXPECT_EQ(calls[i - 1].kind, FakeBackend::Call::kDecode) << "call " << i;
+  }
+  EXPECT_EQ(prefills, 51);  // 401 tokens (BOS + 400) in chunks of 8
+}
+
+TEST_F(EngineTest, IdleSessionsExpire) {
+  EngineOptions options;
+  options.sessions.idle_timeout = absl::Milliseconds(100);
+  Harness h = Start(options);
+  const SessionId id = CreateSession(*h.engine)->id;
+  const absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (GetSession(*h.engine, id).ok() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(GetSession(*h.engine, id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(metrics_.RenderPrometheus(), HasSubstr("linserve_sessions_expired_total 1\n"));
+}
+
+TEST_F(EngineTest, SessionOperations) {
+  EngineOptions options;
+  options.sessions.max_sessions = 3;
+  Harness h = Start(options);
+  const SessionId a = CreateSession(*h.engine)->id;
+  const SessionId b = CreateSession(*h.engine)->id;
+  EXPECT_TRUE(ForkSession(*h.engine, a).ok());
+  EXPECT_EQ(CreateSession(*h.engine).status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ForkSession(*h.engine, a).status().code(), absl::StatusCode::kResourceExhausted);
+  const std::string bytes = *ExportSession(*h.engine, a);
+  EXPECT_EQ(ImportSession(*h.engine, bytes).status().code(),
+            absl::StatusCode::kResourceExhausted);
+
+  absl::StatusOr<SessionPage> page = ListSessions(*h.engine, std::nullopt, 2);
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->sessions.size(), 2u);
+  ASSERT_TRUE(page->next_after.has_value());
+  absl::StatusOr<SessionPage> rest = ListSessions(*h.engine, page->next_after, 2);
+  EXPECT_EQ(rest->sessions.size(), 1u);
+  EXPECT_FALSE(rest->next_after.has_value());
+
+  EXPECT_TRUE(DeleteSession(*h.engine, b).ok());
+  EXPECT_EQ(DeleteSession(*h.engine, b).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetSession(*h.engine, b).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(CreateSession(*h.engine).ok());
+}
+
+TEST_F(EngineTest, CreateValidatesOptions) {
+  EngineOptions options;
+  options.max_queue_depth = 0;
+  absl::StatusOr<std::unique_ptr<Engine>> engine = Engine::Create(
+      model_, std::make_unique<FakeBackend>(model_.config, 2), options, metrics_);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(engine.status().message()), HasSubstr("max_queue_depth"));
+}
+
+}  // namespace
+}  // namespace linserve

@@ -1,0 +1,185 @@
+#include "fake_backend.h"
+
+#include <cmath>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+namespace {
+
+// A fixed pseudo-random value in [-1, 1) for (token, index).
+float Table(TokenId token, int64_t index) {
+  uint64_t x = static_cast<uint64_t>(token) * 0x9E3779B97F4A7C15ull ^
+               static_cast<uint64_t>(index) * 0xC2B2AE3D27D4EB4Full;
+  x ^= x >> 31;
+  x *= 0xBF58476D1CE4E5B9ull;
+  x ^= x >> 29;
+  return static_cast<float>(x >> 40) / static_cast<float>(1 << 23) - 1.0f;
+}
+
+}  // namespace
+
+FakeBackend::FakeBackend(const ModelConfig& config, int32_t slots, int64_t eos_after)
+    : config_(config), eos_after_(eos_after), slots_(slots) {}
+
+int32_t FakeBackend::free_slots() const {
+  int32_t free = 0;
+  for (const Slot& slot : slots_) free += slot.allocated ? 0 : 1;
+  return free;
+}
+
+absl::StatusOr<SlotId> FakeBackend::AllocateSlot() {
+  for (size_t i = 0; i < slots_.size(); ++i) {
+    if (!slots_[i].allocated) {
+      slots_[i].allocated = true;
+      slots_[i].position = 0;
+      slots_[i].state.assign(config_.StateFloatsPerSlot(), 0.0f);
+      return SlotId{static_cast<int32_t>(i)};
+    }
+  }
+  return absl::ResourceExhaustedError("fake backend: no free slot");
+}
+
+void FakeBackend::FreeSlot(SlotId slot) {
+  if (slot.value >= 0 && slot.value < static_cast<int32_t>(slots_.size())) {
+    slots_[slot.value].allocated = false;
+  }
+}
+
+absl::Status FakeBackend::Check(SlotId slot) const {
+  if (slot.value < 0 || slot.value >= static_cast<int32_t>(slots_.size()) ||
+      !slots_[slot.value].allocated) {
+    return absl::InvalidArgumentError(absl::StrCat("fake backend: slot ", slot.value,
+                                                   " is not allocated"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::ResetSlot(SlotId slot) {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  slots_[slot.value].position = 0;
+  slots_[slot.value].state.assign(config_.StateFloatsPerSlot(), 0.0f);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::CopySlot(SlotId from, SlotId to) {
+  if (absl::Status s = Check(from); !s.ok()) return s;
+  if (absl::Status s = Check(to); !s.ok()) return s;
+  if (from == to) return absl::InvalidArgumentError("fake backend: copy onto itself");
+  slots_[to.value].position = slots_[from.value].position;
+  slots_[to.value].state = slots_[from.value].state;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> FakeBackend::SlotPosition(SlotId slot) const {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  return slots_[slot.value].position;
+}
+
+void FakeBackend::Feed(Slot& slot, TokenId token) const {
+  for (size_t i = 0; i < slot.state.size(); ++i) {
+    slot.state[i] = 0.75f * slot.state[i] + Table(token, static_cast<int64_t>(i));
+  }
+  ++slot.position;
+}
+
+void FakeBackend::Logits(const Slot& slot, absl::Span<float> out) const {
+  const int64_t n = static_cast<int64_t>(slot.state.size());
+  for (int32_t v = 0; v < config_.vocab_size; ++v) {
+    out[v] = 2.0f * slot.state[(v * 7) % n] + 1.5f * slot.state[(v * 13 + 5) % n];
+  }
+  if (eos_after_ >= 0 && slot.position >= eos_after_ && config_.eos_token_id >= 0) {
+    out[config_.eos_token_id] = 1e4f;
+  }
+}
+
+absl::Status FakeBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                                  absl::Span<float> logits) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (fail_) return absl::InternalError("fake backend: injected Prefill failure");
+    calls_.push_back({Call::kPrefill, static_cast<int32_t>(tokens.size())});
+  }
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  if (tokens.empty()) return absl::InvalidArgumentError("fake backend: empty prefill");
+  const size_t vocab = config_.vocab_size;
+  if (logits.size() != 0 && logits.size() != vocab && logits.size() != tokens.size() * vocab) {
+    return absl::InvalidArgumentError("fake backend: bad logits size");
+  }
+  Slot& s = slots_[slot.value];
+  for (size_t i = 0; i < tokens.size(); ++i) {
+    Feed(s, tokens[i]);
+    if (logits.size() == tokens.size() * vocab) Logits(s, logits.subspan(i * vocab, vocab));
+  }
+  if (logits.size() == vocab) Logits(s, logits);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
+  {
+    absl::MutexLock lock(&mu_);
+    waiting_at_gate_ = true;
+    mu_.Await(absl::Condition(
+        +[](bool* closed) { return !*closed; }, &gate_closed_));
+    waiting_at_gate_ = false;
+    if (fail_) return absl::InternalError("fake backend: injected Decode failure");
+    calls_.push_back({Call::kDecode, static_cast<int32_t>(batch.size())});
+  }
+  const size_t vocab = config_.vocab_size;
+  if (logits.size() != batch.size() * vocab) {
+    return absl::InvalidArgumentError("fake backend: bad logits size");
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (absl::Status s = Check(batch[i].slot); !s.ok()) return s;
+    Slot& slot = slots_[batch[i].slot.value];
+    Feed(slot, batch[i].token);
+    Logits(slot, logits.subspan(i * vocab, vocab));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::ReadSlot(SlotId slot, StateBlob& out) const {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  out.position = slots_[slot.value].position;
+  out.state = slots_[slot.value].state;
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::WriteSlot(SlotId slot, const StateBlob& in) {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  if (in.state.size() != static_cast<size_t>(config_.StateFloatsPerSlot())) {
+    return absl::InvalidArgumentError("fake backend: state size mismatch");
+  }
+  slots_[slot.value].position = in.position;
+  slots_[slot.value].state = in.state;
+  return absl::OkStatus();
+}
+
+void FakeBackend::set_fail(bool fail) {
+  absl::MutexLock lock(&mu_);
+  fail_ = fail;
+}
+
+void FakeBackend::CloseGate() {
+  absl::MutexLock lock(&mu_);
+  gate_closed_ = true;
+}
+
+void FakeBackend::Open() {
+  absl::MutexLock lock(&mu_);
+  gate_closed_ = false;
+}
+
+bool FakeBackend::WaitingAtGate() const {
+  absl::MutexLock lock(&mu_);
+  return waiting_at_gate_;
+}
+
+std::vector<FakeBackend::Call> FakeBackend::calls() const {
+  absl::MutexLock lock(&mu_);
+  return calls_;
+}
+
+}  // namespace linserve

@@ -1,0 +1,80 @@
+// FakeBackend: a Backend with the exact contracts of the real ones (slot pool, positions,
+// Prefill == token-by-token Decode, batch-independent logits) but a trivial, fast "model", so
+// that engine tests run thousands of steps without weights. It can also fail on demand, hold a
+// Decode call until released, and record the sequence of calls it received.
+#ifndef LINSERVE_TESTS_SERVER_FAKE_BACKEND_H_
+#define LINSERVE_TESTS_SERVER_FAKE_BACKEND_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "model/backend.h"
+#include "model/config.h"
+
+namespace linserve {
+
+class FakeBackend : public Backend {
+ public:
+  // One call the backend received.
+  struct Call {
+    enum Kind { kPrefill, kDecode } kind;
+    int32_t size;  // tokens prefilled, or sessions decoded
+  };
+
+  // Every token t updates each state float s_i <- 0.75·s_i + table(t, i) and advances the
+  // position; logits are a fixed mix of state floats, scaled so sampling is neither uniform nor
+  // one-hot. With `eos_after` >= 0, a session at position >= eos_after puts all mass on EOS.
+  FakeBackend(const ModelConfig& config, int32_t slots, int64_t eos_after = -1);
+
+  DeviceKind device() const override { return DeviceKind::kCpu; }
+  const ModelConfig& config() const override { return config_; }
+  int32_t slot_capacity() const override { return static_cast<int32_t>(slots_.size()); }
+  int32_t free_slots() const override;
+  absl::StatusOr<SlotId> AllocateSlot() override;
+  void FreeSlot(SlotId slot) override;
+  absl::Status ResetSlot(SlotId slot) override;
+  absl::Status CopySlot(SlotId from, SlotId to) override;
+  absl::StatusOr<int64_t> SlotPosition(SlotId slot) const override;
+  absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                       absl::Span<float> logits) override;
+  absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
+  absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
+  absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+
+  // Thread-safe controls for tests.
+  // Every later Prefill/Decode fails with INTERNAL while set.
+  void set_fail(bool fail);
+  // While closed, Decode blocks (on the engine thread) until Open().
+  void CloseGate();
+  void Open();
+  // Whether a Decode call is currently blocked at the closed gate.
+  bool WaitingAtGate() const;
+  std::vector<Call> calls() const;
+
+ private:
+  struct Slot {
+    bool allocated = false;
+    int64_t position = 0;
+    std::vector<float> state;
+  };
+  absl::Status Check(SlotId slot) const;
+  void Feed(Slot& slot, TokenId token) const;
+  void Logits(const Slot& slot, absl::Span<float> out) const;
+
+  ModelConfig config_;
+  const int64_t eos_after_;
+  std::vector<Slot> slots_;
+
+  mutable absl::Mutex mu_;
+  bool fail_ ABSL_GUARDED_BY(mu_) = false;
+  bool gate_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool waiting_at_gate_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_TESTS_SERVER_FAKE_BACKEND_H_

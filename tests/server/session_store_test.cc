@@ -1,0 +1,199 @@
+#include "server/engine/session_store.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "fake_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/testing/random_model.h"
+
+namespace linserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
+
+class SessionStoreTest : public ::testing::Test {
+ protected:
+  explicit SessionStoreTest(int32_t slots = 2) : backend_(TinyConfig(), slots) {}
+
+  // Makes `s` resident and feeds it `tokens` directly through the backend.
+  void Feed(Session& s, std::vector<TokenId> tokens, absl::Time now) {
+    ASSERT_TRUE(store_.MakeResident(s, now).ok());
+    ASSERT_TRUE(backend_.Prefill(*s.slot, tokens, {}).ok());
+    s.num_tokens += static_cast<int64_t>(tokens.size());
+    for (TokenId t : tokens) ++s.token_counts[t];
+  }
+  StateBlob Read(const Session& s) {
+    absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(s);
+    EXPECT_TRUE(snapshot.ok());
+    return snapshot->state;
+  }
+
+  FakeBackend backend_;
+  SessionStoreOptions options_{.max_sessions = 4, .idle_timeout = absl::Minutes(10)};
+  SessionStore store_{backend_, options_};
+};
+
+TEST_F(SessionStoreTest, NewSessionsTakeNoSlotUntilUsed) {
+  absl::StatusOr<Session*> s = store_.Create(kT0);
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ((*s)->id.value.size(), 32u);
+  EXPECT_FALSE((*s)->slot.has_value());
+  EXPECT_EQ(backend_.free_slots(), 2);
+  EXPECT_EQ(store_.hibernated_sessions(), 1);
+  ASSERT_TRUE(store_.MakeResident(**s, kT0).ok());
+  EXPECT_EQ(backend_.free_slots(), 1);
+  EXPECT_EQ(store_.resident_named_sessions(), 1);
+  EXPECT_EQ(*backend_.SlotPosition(*(*s)->slot), 0);
+}
+
+TEST_F(SessionStoreTest, HibernatesTheLeastRecentlyUsedIdleSessionAndRestoresItExactly) {
+  Session* a = *store_.Create(kT0);
+  Session* b = *store_.Create(kT0);
+  Session* c = *store_.Create(kT0);
+  Feed(*a, {1, 2, 3}, kT0 + absl::Seconds(1));
+  Feed(*b, {4, 5}, kT0 + absl::Seconds(2));
+  const StateBlob a_state = Read(*a);
+  b->busy = true;
+
+  // c needs a slot: a (least recently used, idle) is hibernated, b (busy) never is.
+  Feed(*c, {6}, kT0 + absl::Seconds(3));
+  EXPECT_FALSE(a->slot.has_value());
+  ASSERT_TRUE(a->hibernated.has_value());
+  EXPECT_TRUE(b->slot.has_value());
+  EXPECT_EQ(store_.hibernations(), 1);
+  EXPECT_EQ(store_.hibernated_sessions(), 1);
+
+  // a comes back: c is now the LRU idle one, and a's state is bit-identical.
+  ASSERT_TRUE(store_.MakeResident(*a, kT0 + absl::Seconds(4)).ok());
+  EXPECT_FALSE(c->slot.has_value());
+  const StateBlob restored = Read(*a);
+  EXPECT_EQ(restored.position, 3);
+  EXPECT_EQ(restored.state, a_state.state);
+}
+
+TEST_F(SessionStoreTest, ResourceExhaustedWhenEverySlotIsBusy) {
+  Session* a = *store_.Create(kT0);
+  Session* b = *store_.Create(kT0);
+  Session* c = *store_.Create(kT0);
+  Feed(*a, {1}, kT0);
+  Feed(*b, {1}, kT0);
+  a->busy = b->busy = true;
+  const absl::Status status = store_.MakeResident(*c, kT0);
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("all 2 state slots"));
+  EXPECT_EQ(store_.CreateEphemeral(kT0).status().code(), absl::StatusCode::kResourceExhausted);
+  b->busy = false;
+  EXPECT_TRUE(store_.MakeResident(*c, kT0).ok());
+}
+
+TEST_F(SessionStoreTest, EnforcesMaxSessionsButNotForEphemeralSessions) {
+  for (int i = 0; i < 4; ++i) ASSERT_TRUE(store_.Create(kT0).ok());
+  const absl::Status status = store_.Create(kT0).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("max_sessions (4)"));
+  absl::StatusOr<Session*> ephemeral = store_.CreateEphemeral(kT0);
+  ASSERT_TRUE(ephemeral.ok());
+  EXPECT_TRUE((*ephemeral)->busy);
+  EXPECT_EQ(store_.Find((*ephemeral)->id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(store_.named_sessions(), 4);
+  EXPECT_EQ(store_.ephemeral_sessions(), 1);
+  store_.Erase(*ephemeral);
+  EXPECT_EQ(backend_.free_slots(), 2);
+}
+
+TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheTimeout) {
+  Session* old_idle = *store_.Create(kT0);
+  Session* old_busy = *store_.Create(kT0);
+  Session* recent = *store_.Create(kT0 + absl::Minutes(5));
+  Feed(*old_idle, {1}, kT0);
+  old_busy->busy = true;
+  const SessionId old_id = old_idle->id;
+  EXPECT_TRUE(store_.ExpireIdle(kT0 + absl::Minutes(9)).empty());
+  const std::vector<SessionId> expired = store_.ExpireIdle(kT0 + absl::Minutes(10));
+  EXPECT_EQ(expired, std::vector<SessionId>{old_id});
+  EXPECT_EQ(store_.Find(old_id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_TRUE(store_.Find(old_busy->id).ok());
+  EXPECT_TRUE(store_.Find(recent->id).ok());
+  EXPECT_EQ(backend_.free_slots(), 2);  // the expired session's slot came back
+}
+
+TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
+  Session* a = *store_.Create(kT0);
+  Feed(*a, {7, 8, 9}, kT0);
+  a->pending = {10};
+  a->num_tokens += 1;
+  ++a->token_counts[10];
+  absl::StatusOr<Session*> b = store_.Fork(*a, kT0);  // a slot is free: slot to slot
+  ASSERT_TRUE(b.ok());
+  EXPECT_TRUE((*b)->slot.has_value());
+  absl::StatusOr<Session*> c = store_.Fork(*a, kT0);  // none free: into host memory
+  ASSERT_TRUE(c.ok());
+  EXPECT_FALSE((*c)->slot.has_value());
+  for (Session* fork : {*b, *c}) {
+    EXPECT_NE(fork->id, a->id);
+    EXPECT_EQ(fork->pending, a->pending);
+    EXPECT_EQ(fork->num_tokens, a->num_tokens);
+    EXPECT_EQ(fork->token_counts, a->token_counts);
+    EXPECT_EQ(Read(*fork).state, Read(*a).state);
+  }
+}
+
+TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
+  Session* a = *store_.Create(kT0);
+  Feed(*a, {3, 3, 4}, kT0);
+  a->pending = {5};
+  a->num_tokens += 1;
+  ++a->token_counts[5];
+  absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(*a);
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->token_counts,
+            (std::vector<std::pair<TokenId, int64_t>>{{3, 2}, {4, 1}, {5, 1}}));
+  absl::StatusOr<Session*> b = store_.Insert(*snapshot, std::nullopt, kT0);
+  ASSERT_TRUE(b.ok());
+  EXPECT_FALSE((*b)->slot.has_value());
+  EXPECT_EQ(Read(**b).state, Read(*a).state);
+  EXPECT_EQ((*b)->num_tokens, 4);
+  EXPECT_EQ(store_.Insert(*snapshot, a->id, kT0).status().code(),
+            absl::StatusCode::kAlreadyExists);
+
+  // An empty session's snapshot is the zero state.
+  absl::StatusOr<SessionSnapshot> empty = store_.Snapshot(**store_.Create(kT0));
+  ASSERT_TRUE(empty.ok());
+  EXPECT_EQ(empty->state.position, 0);
+  EXPECT_EQ(empty->state.state, std::vector<float>(TinyConfig().StateFloatsPerSlot(), 0.0f));
+}
+
+TEST_F(SessionStoreTest, ListsByIdInPages) {
+  std::set<SessionId> ids;
+  for (int i = 0; i < 4; ++i) ids.insert((*store_.Create(kT0))->id);
+  ASSERT_TRUE(store_.CreateEphemeral(kT0).ok());  // never listed
+  std::vector<SessionId> listed;
+  std::optional<SessionId> after;
+  while (true) {
+    const std::vector<const Session*> page = store_.List(after, 3);
+    for (const Session* s : page) listed.push_back(s->id);
+    if (page.empty() || !store_.HasAfter(page.back()->id)) break;
+    after = page.back()->id;
+  }
+  EXPECT_EQ(listed, std::vector<SessionId>(ids.begin(), ids.end()));
+}
+
+TEST(SessionStoreOptionsTest, Validates) {
+  EXPECT_TRUE(ValidateSessionStoreOptions({}).ok());
+  SessionStoreOptions no_sessions;
+  no_sessions.max_sessions = 0;
+  EXPECT_THAT(std::string(ValidateSessionStoreOptions(no_sessions).message()),
+              HasSubstr("max_sessions"));
+  SessionStoreOptions no_timeout;
+  no_timeout.idle_timeout = absl::ZeroDuration();
+  EXPECT_THAT(std::string(ValidateSessionStoreOptions(no_timeout).message()),
+              HasSubstr("idle timeout"));
+}
+
+}  // namespace
+}  // namespace linserve
