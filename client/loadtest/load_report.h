@@ -27,8 +27,9 @@ struct GenerateRecord {
   // the final Usage (0 when the call failed before it).
   int64_t output_tokens = 0;
   int64_t prompt_tokens = 0;
-  // Gaps between consecutive tokens, in seconds. A message carrying k tokens (the server
-  // merges tokens for a slow reader) contributes k gaps of (its gap to the previous message)/k.
+  // Gaps between consecutive tokens, in seconds: output_tokens - 1 of them. A message
+  // carrying k tokens (the server merges tokens for a slow reader) contributes k gaps of (its
+  // gap to the previous message) / k; the first message's k - 1 extra tokens count as 0.
   std::vector<double> inter_token_s;
   absl::StatusCode code = absl::StatusCode::kOk;
 };
