@@ -1,0 +1,548 @@
+// CudaBackend against CpuBackend (the source of truth), whole model: logits of every model
+// variant at every weight precision, greedy decoding, batch invariance, CUDA graphs, device
+// sampling, slot operations and input validation.
+#include "model/cuda_backend.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/backend.h"
+#include "model/sampler.h"
+#include "tests/gpu/gpu_test_util.h"
+#include "tests/testing/random_model.h"
+
+namespace linserve {
+namespace {
+
+using gpu_test::ModelVariants;
+using gpu_test::RandomTokens;
+using gpu_test::RelativeError;
+using gpu_test::Variant;
+using ::testing::HasSubstr;
+
+// fp32 weights: the GPU differs from the CPU only in summation order and FMA contraction, so
+// logits agree to ~1e-6; the bound is 1e-4. bf16/fp16 weights round every weight and
+// every GEMM input to 8/11 significant bits: 2e-2.
+double Tolerance(WeightPrecision precision) {
+  return precision == WeightPrecision::kFp32 ? 1e-4 : 2e-2;
+}
+
+const char* Name(WeightPrecision precision) {
+  switch (precision) {
+    case WeightPrecision::kFp32: return "fp32";
+    case WeightPrecision::kBf16: return "bf16";
+    case WeightPrecision::kFp16: return "fp16";
+  }
+  return "?";
+}
+
+std::unique_ptr<CudaBackend> MakeCuda(const Model& model, BackendOptions options = {},
+                                      CudaBackendOptions cuda_options = {}) {
+  absl::StatusOr<std::unique_ptr<CudaBackend>> b =
+      CreateCudaBackend(model, options, cuda_options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+std::unique_ptr<Backend> MakeCpu(const Model& model, BackendOptions options = {}) {
+  absl::StatusOr<std::unique_ptr<Backend>> b = CreateCpuBackend(model, options);
+  EXPECT_TRUE(b.ok()) << b.status();
+  return b.ok() ? *std::move(b) : nullptr;
+}
+
+SlotId Allocate(Backend& b) {
+  absl::StatusOr<SlotId> s = b.AllocateSlot();
+  EXPECT_TRUE(s.ok()) << s.status();
+  return s.ok() ? *s : SlotId{};
+}
+
+StateBlob Read(const Backend& b, SlotId slot) {
+  StateBlob blob;
+  EXPECT_TRUE(b.ReadSlot(slot, blob).ok());
+  return blob;
+}
+
+TokenId Argmax(absl::Span<const float> logits) {
+  return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// Prefill (every position's logits), then batched decode steps, then the final states: GPU
+// against CPU for every variant and weight precision.
+TEST(CudaBackendTest, LogitsMatchCpuForEveryVariantAndPrecision) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const int kPrompt = 150;  // two full chunks of 64 and a ragged one
+  const int kSessions = 3;
+  const int kSteps = 20;
+  for (const Variant& variant : ModelVariants()) {
+    const Model model = MakeRandomModel(variant.config, 11);
+    const int64_t vocab = variant.config.vocab_size;
+    std::unique_ptr<Backend> cpu = MakeCpu(model);
+    std::vector<SlotId> cpu_slots;
+    std::vector<std::vector<float>> cpu_prefill;
+    for (int s = 0; s < kSessions; ++s) {
+      cpu_slots.push_back(Allocate(*cpu));
+      cpu_prefill.emplace_back(kPrompt * vocab);
+      ASSERT_TRUE(cpu->Prefill(cpu_slots[s], RandomTokens(kPrompt, vocab, 100 + s),
+                               absl::MakeSpan(cpu_prefill[s]))
+                      .ok());
+    }
+    std::vector<std::vector<float>> cpu_steps;
+    for (int step = 0; step < kSteps; ++step) {
+      const std::vector<int32_t> tokens = RandomTokens(kSessions, vocab, 200 + step);
+      std::vector<DecodeItem> batch;
+      for (int s = 0; s < kSessions; ++s) batch.push_back({cpu_slots[s], tokens[s]});
+      cpu_steps.emplace_back(kSessions * vocab);
+      ASSERT_TRUE(cpu->Decode(batch, absl::MakeSpan(cpu_steps.back())).ok());
+    }
+
+    for (WeightPrecision precision :
+         {WeightPrecision::kFp32, WeightPrecision::kBf16, WeightPrecision::kFp16}) {
+      SCOPED_TRACE(variant.name + " " + Name(precision));
+      const double tolerance = Tolerance(precision);
+      BackendOptions options;
+      options.weight_precision = precision;
+      std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+      ASSERT_NE(gpu, nullptr);
+      std::vector<SlotId> slots;
+      for (int s = 0; s < kSessions; ++s) {
+        slots.push_back(Allocate(*gpu));
+        std::vector<float> logits(kPrompt * vocab);
+        ASSERT_TRUE(
+            gpu->Prefill(slots[s], RandomTokens(kPrompt, vocab, 100 + s), absl::MakeSpan(logits))
+                .ok());
+        EXPECT_LE(RelativeError(logits, cpu_prefill[s]), tolerance) << "prefill session " << s;
+      }
+      for (int step = 0; step < kSteps; ++step) {
+        const std::vector<int32_t> tokens = RandomTokens(kSessions, vocab, 200 + step);
+        std::vector<DecodeItem> batch;
+        for (int s = 0; s < kSessions; ++s) batch.push_back({slots[s], tokens[s]});
+        std::vector<float> logits(kSessions * vocab);
+        ASSERT_TRUE(gpu->Decode(batch, absl::MakeSpan(logits)).ok());
+        EXPECT_LE(RelativeError(logits, cpu_steps[step]), tolerance) << "step " << step;
+      }
+      for (int s = 0; s < kSessions; ++s) {
+        const StateBlob got = Read(*gpu, slots[s]);
+        const StateBlob expect = Read(*cpu, cpu_slots[s]);
+        EXPECT_EQ(got.position, expect.position);
+        EXPECT_LE(RelativeError(got.state, expect.state), tolerance) << "state of session " << s;
+      }
+    }
+  }
+}
+
+// The acceptance check: 1000 greedy tokens with fp32 weights, GPU (sampling on the
+// device) and CPU (argmax of its logits), identical.
+TEST(CudaBackendTest, GreedyDecodeOf1000TokensEqualsCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[0].config, 12);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model);
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int32_t> prompt = RandomTokens(40, vocab, 3);
+  const SlotId g = Allocate(*gpu);
+  const SlotId c = Allocate(*cpu);
+  std::vector<float> cpu_logits(vocab);
+  ASSERT_TRUE(gpu->Prefill(g, prompt, {}).ok());
+  ASSERT_TRUE(cpu->Prefill(c, prompt, absl::MakeSpan(cpu_logits)).ok());
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  ASSERT_TRUE(gpu->StartSampling(g, greedy, prompt).ok());
+  // The first generated token comes from the prompt's last logits; feed it to both.
+  TokenId next = Argmax(cpu_logits);
+  for (int i = 0; i < 1000; ++i) {
+    const DecodeItem gpu_item{g, next};
+    TokenId gpu_token = -1;
+    ASSERT_TRUE(gpu->DecodeAndSample({&gpu_item, 1}, {&gpu_token, 1}).ok());
+    const DecodeItem cpu_item{c, next};
+    ASSERT_TRUE(cpu->Decode({&cpu_item, 1}, absl::MakeSpan(cpu_logits)).ok());
+    const TokenId cpu_token = Argmax(cpu_logits);
+    ASSERT_EQ(gpu_token, cpu_token) << "token " << i;
+    next = cpu_token;
+  }
+}
+
+// A session decoded inside a batch of 256 against the same session decoded alone (a copy of
+// its slot). Not bitwise: cuBLASLt picks different kernels (tile shapes, split-K) for M = 1 and
+// M = 256, which changes the order of the fp32 sums; every other kernel is per-row. With fp32
+// weights that is a ~1e-6 effect (bound 1e-5, and the greedy token must agree); with bf16 a
+// last-bit difference can flip the rounding of an activation to bf16 (bound 2e-2).
+TEST(CudaBackendTest, SessionInBatchOf256MatchesAlone) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[4].config, 13);
+  const int64_t vocab = model.config.vocab_size;
+  for (WeightPrecision precision : {WeightPrecision::kFp32, WeightPrecision::kBf16}) {
+    SCOPED_TRACE(Name(precision));
+    BackendOptions options;
+    options.weight_precision = precision;
+    options.max_batch_size = 256;
+    options.max_slots = 300;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    std::vector<SlotId> slots;
+    for (int s = 0; s < 256; ++s) {
+      slots.push_back(Allocate(*gpu));
+      ASSERT_TRUE(gpu->Prefill(slots.back(), RandomTokens(20 + s % 7, vocab, 300 + s), {}).ok());
+    }
+    const int probe = 137;  // position of the session in the batch
+    const SlotId alone = Allocate(*gpu);
+    ASSERT_TRUE(gpu->CopySlot(slots[probe], alone).ok());
+    for (int step = 0; step < 8; ++step) {
+      const std::vector<int32_t> tokens = RandomTokens(256, vocab, 400 + step);
+      std::vector<DecodeItem> batch;
+      for (int s = 0; s < 256; ++s) batch.push_back({slots[s], tokens[s]});
+      std::vector<float> batch_logits(256 * vocab);
+      ASSERT_TRUE(gpu->Decode(batch, absl::MakeSpan(batch_logits)).ok());
+      std::vector<float> alone_logits(vocab);
+      const DecodeItem item{alone, tokens[probe]};
+      ASSERT_TRUE(gpu->Decode({&item, 1}, absl::MakeSpan(alone_logits)).ok());
+      const absl::Span<const float> in_batch =
+          absl::MakeConstSpan(batch_logits).subspan(probe * vocab, vocab);
+      EXPECT_LE(RelativeError(in_batch, alone_logits),
+                precision == WeightPrecision::kFp32 ? 1e-5 : 2e-2)
+          << "step " << step;
+      if (precision == WeightPrecision::kFp32) {
+        EXPECT_EQ(Argmax(in_batch), Argmax(alone_logits)) << "step " << step;
+      }
+    }
+  }
+}
+
+// Graph replay is the same sequence of kernels with the same plans: bitwise equal to launching
+// them directly, for several buckets and across the first (capturing) and later calls.
+TEST(CudaBackendTest, CudaGraphsGiveBitwiseTheEagerResults) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[1].config, 14);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.max_batch_size = 24;  // buckets 1, 2, 4, 8, 16, 24
+  CudaBackendOptions eager_options;
+  eager_options.use_cuda_graphs = false;
+  std::unique_ptr<CudaBackend> graphs = MakeCuda(model, options);
+  std::unique_ptr<CudaBackend> eager = MakeCuda(model, options, eager_options);
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_NE(eager, nullptr);
+  std::vector<SlotId> a, b;
+  for (int s = 0; s < 24; ++s) {
+    a.push_back(Allocate(*graphs));
+    b.push_back(Allocate(*eager));
+  }
+  for (int step = 0; step < 12; ++step) {
+    const int batch_size = std::vector<int>{1, 3, 24, 3, 17, 1, 5, 24, 2, 3, 9, 24}[step];
+    const std::vector<int32_t> tokens = RandomTokens(batch_size, vocab, 500 + step);
+    std::vector<DecodeItem> batch_a, batch_b;
+    for (int i = 0; i < batch_size; ++i) {
+      const int s = (i * 7 + step) % 24;  // a different set of sessions each step
+      batch_a.push_back({a[s], tokens[i]});
+      batch_b.push_back({b[s], tokens[i]});
+    }
+    // Distinct sessions within a step.
+    std::sort(batch_a.begin(), batch_a.end(),
+              [](const DecodeItem& x, const DecodeItem& y) { return x.slot < y.slot; });
+    std::sort(batch_b.begin(), batch_b.end(),
+              [](const DecodeItem& x, const DecodeItem& y) { return x.slot < y.slot; });
+    std::vector<float> la(batch_size * vocab), lb(batch_size * vocab);
+    ASSERT_TRUE(graphs->Decode(batch_a, absl::MakeSpan(la)).ok());
+    ASSERT_TRUE(eager->Decode(batch_b, absl::MakeSpan(lb)).ok());
+    EXPECT_EQ(la, lb) << "step " << step << ", batch " << batch_size;
+  }
+  for (int s = 0; s < 24; ++s) EXPECT_EQ(Read(*graphs, a[s]).state, Read(*eager, b[s]).state);
+}
+
+// Device sampling against the host Sampler on the very logits the device sampled from: two
+// copies of one session, one decoded with logits (sampled on the host), one with
+// DecodeAndSample; both are then fed the same token.
+TEST(CudaBackendTest, DecodeAndSampleEqualsHostSamplerOnTheSameLogits) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[2].config, 15);
+  const int64_t vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<SamplingParams> settings(4);
+  settings[0].temperature = 0.9f;
+  settings[0].seed = 1;
+  settings[1].temperature = 1.2f;
+  settings[1].top_k = 30;
+  settings[1].top_p = 0.8f;
+  settings[1].seed = 2;
+  settings[2].min_p = 0.05f;
+  settings[2].repetition_penalty = 1.3f;
+  settings[2].presence_penalty = 0.4f;
+  settings[2].frequency_penalty = 0.2f;
+  settings[2].seed = 3;
+  settings[3].temperature = 0.0f;
+  settings[3].frequency_penalty = 1.0f;
+  for (const SamplingParams& params : settings) {
+    SCOPED_TRACE(params.seed);
+    const std::vector<int32_t> prompt = RandomTokens(25, vocab, 600 + params.seed);
+    const SlotId host_slot = Allocate(*gpu);
+    const SlotId device_slot = Allocate(*gpu);
+    ASSERT_TRUE(gpu->Prefill(host_slot, prompt, {}).ok());
+    ASSERT_TRUE(gpu->CopySlot(host_slot, device_slot).ok());
+    Sampler sampler(params);
+    sampler.Observe(prompt);
+    ASSERT_TRUE(gpu->StartSampling(device_slot, params, prompt).ok());
+    TokenId next = prompt.back();
+    for (int step = 0; step < 60; ++step) {
+      std::vector<float> logits(vocab);
+      const DecodeItem host_item{host_slot, next};
+      ASSERT_TRUE(gpu->Decode({&host_item, 1}, absl::MakeSpan(logits)).ok());
+      const TokenId expect = sampler.Sample(logits);
+      TokenId got = -1;
+      const DecodeItem device_item{device_slot, next};
+      ASSERT_TRUE(gpu->DecodeAndSample({&device_item, 1}, {&got, 1}).ok());
+      ASSERT_EQ(got, expect) << "step " << step;
+      next = got;
+    }
+    gpu->FreeSlot(host_slot);
+    gpu->FreeSlot(device_slot);
+  }
+}
+
+// A forked slot carries its sampler: both branches draw the same tokens.
+TEST(CudaBackendTest, CopySlotForksTheSampler) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 16);
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  const SlotId a = Allocate(*gpu);
+  const SlotId b = Allocate(*gpu);
+  const std::vector<int32_t> prompt = RandomTokens(10, model.config.vocab_size, 5);
+  ASSERT_TRUE(gpu->Prefill(a, prompt, {}).ok());
+  SamplingParams params;
+  params.seed = 77;
+  ASSERT_TRUE(gpu->StartSampling(a, params, prompt).ok());
+  TokenId token = -1;
+  const DecodeItem first{a, prompt.back()};
+  ASSERT_TRUE(gpu->DecodeAndSample({&first, 1}, {&token, 1}).ok());
+  ASSERT_TRUE(gpu->CopySlot(a, b).ok());
+  TokenId ta = token, tb = token;
+  for (int i = 0; i < 30; ++i) {
+    const DecodeItem batch[] = {{a, ta}, {b, tb}};
+    TokenId out[2];
+    ASSERT_TRUE(gpu->DecodeAndSample(batch, out).ok());
+    ASSERT_EQ(out[0], out[1]) << "step " << i;
+    ta = out[0];
+    tb = out[1];
+  }
+}
+
+TEST(CudaBackendTest, DecodeAndSampleNeedsStartSampling) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 17);
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  const SlotId slot = Allocate(*gpu);
+  const DecodeItem item{slot, 1};
+  TokenId token;
+  absl::Status status = gpu->DecodeAndSample({&item, 1}, {&token, 1});
+  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(status.message(), HasSubstr("StartSampling"));
+  SamplingParams bad;
+  bad.top_p = 0.0f;
+  status = gpu->StartSampling(slot, bad, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("top_p"));
+  ASSERT_TRUE(gpu->StartSampling(slot, SamplingParams(), {}).ok());
+  ASSERT_TRUE(gpu->DecodeAndSample({&item, 1}, {&token, 1}).ok());
+  ASSERT_TRUE(gpu->ResetSlot(slot).ok());  // clears the sampler
+  EXPECT_EQ(gpu->DecodeAndSample({&item, 1}, {&token, 1}).code(),
+            absl::StatusCode::kFailedPrecondition);
+}
+
+// Chunk sizes 1, 7, 64 and 128 and prompts longer than one 2048-token pass all leave the state
+// of the token-by-token recurrence (on the GPU itself).
+TEST(CudaBackendTest, ChunkedPrefillEqualsRecurrence) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[0].config, 18);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> recurrent = MakeCuda(model, options);
+  ASSERT_NE(recurrent, nullptr);
+  const std::vector<int32_t> tokens = RandomTokens(2500, vocab, 7);
+  const SlotId r = Allocate(*recurrent);
+  std::vector<float> step_logits(vocab);
+  for (TokenId t : tokens) {
+    const DecodeItem item{r, t};
+    ASSERT_TRUE(recurrent->Decode({&item, 1}, absl::MakeSpan(step_logits)).ok());
+  }
+  const StateBlob expect = Read(*recurrent, r);
+  for (int chunk : {1, 7, 64, 128}) {
+    SCOPED_TRACE(chunk);
+    options.prefill_chunk_size = chunk;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    const SlotId slot = Allocate(*gpu);
+    std::vector<float> all(tokens.size() * vocab);
+    ASSERT_TRUE(gpu->Prefill(slot, tokens, absl::MakeSpan(all)).ok());
+    const StateBlob got = Read(*gpu, slot);
+    EXPECT_EQ(got.position, expect.position);
+    EXPECT_LE(RelativeError(got.state, expect.state), 1e-5);
+    EXPECT_LE(RelativeError(absl::MakeConstSpan(all).subspan((tokens.size() - 1) * vocab),
+                            step_logits),
+              1e-5);
+  }
+}
+
+// Export from one backend, import into the other, continue: the CPU and GPU state layouts are
+// the same, so a session can move between devices. Also at a far position (sinusoidal phase at
+// 300 000).
+TEST(CudaBackendTest, StateMovesBetweenCpuAndGpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 19);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model);
+  ASSERT_NE(gpu, nullptr);
+  const SlotId c = Allocate(*cpu);
+  ASSERT_TRUE(cpu->Prefill(c, RandomTokens(50, vocab, 8), {}).ok());
+  StateBlob blob = Read(*cpu, c);
+  for (int64_t position : {int64_t{50}, int64_t{300000}}) {
+    SCOPED_TRACE(position);
+    blob.position = position;
+    ASSERT_TRUE(cpu->WriteSlot(c, blob).ok());
+    const SlotId g = Allocate(*gpu);
+    ASSERT_TRUE(gpu->WriteSlot(g, blob).ok());
+    EXPECT_EQ(Read(*gpu, g).state, blob.state);
+    const std::vector<int32_t> tokens = RandomTokens(5, vocab, 9);
+    for (TokenId t : tokens) {
+      std::vector<float> lc(vocab), lg(vocab);
+      const DecodeItem ic{c, t}, ig{g, t};
+      ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
+      ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
+      EXPECT_LE(RelativeError(lg, lc), 1e-4);
+    }
+    EXPECT_EQ(*gpu->SlotPosition(g), position + 5);
+    gpu->FreeSlot(g);
+  }
+}
+
+TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 20);
+  const int64_t slot_bytes = model.config.StateFloatsPerSlot() * 4;
+  BackendOptions options;
+  options.state_memory_budget_bytes = slot_bytes * 5 + 7;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->slot_capacity(), 5);
+  EXPECT_EQ(gpu->memory_use().state_pool_bytes, slot_bytes * 5);
+  std::vector<SlotId> slots;
+  for (int i = 0; i < 5; ++i) slots.push_back(Allocate(*gpu));
+  EXPECT_EQ(slots[0].value, 0);  // lowest ids first
+  EXPECT_EQ(gpu->free_slots(), 0);
+  const absl::StatusOr<SlotId> full = gpu->AllocateSlot();
+  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(full.status().message(), HasSubstr("state_memory_budget_bytes"));
+
+  ASSERT_TRUE(gpu->Prefill(slots[0], RandomTokens(30, model.config.vocab_size, 10), {}).ok());
+  ASSERT_TRUE(gpu->CopySlot(slots[0], slots[1]).ok());
+  const StateBlob a = Read(*gpu, slots[0]);
+  const StateBlob b = Read(*gpu, slots[1]);
+  EXPECT_EQ(a.state, b.state);
+  EXPECT_EQ(b.position, 30);
+  EXPECT_NE(std::count(a.state.begin(), a.state.end(), 0.0f),
+            static_cast<std::ptrdiff_t>(a.state.size()));
+  ASSERT_TRUE(gpu->ResetSlot(slots[1]).ok());
+  const StateBlob reset = Read(*gpu, slots[1]);
+  EXPECT_EQ(reset.position, 0);
+  EXPECT_EQ(std::count(reset.state.begin(), reset.state.end(), 0.0f),
+            static_cast<std::ptrdiff_t>(reset.state.size()));
+  // A freed and reallocated slot comes back zeroed.
+  gpu->FreeSlot(slots[0]);
+  const SlotId again = Allocate(*gpu);
+  EXPECT_EQ(again, slots[0]);
+  const StateBlob fresh = Read(*gpu, again);
+  EXPECT_EQ(fresh.position, 0);
+  EXPECT_EQ(std::count(fresh.state.begin(), fresh.state.end(), 0.0f),
+            static_cast<std::ptrdiff_t>(fresh.state.size()));
+}
+
+TEST(CudaBackendTest, OutOfMemoryAtStartIsAClearError) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig config = TinyConfig();
+  config.d_model = 512;
+  config.n_heads = 8;
+  config.head_dim = 64;
+  config.feature_dim = 64;
+  config.n_layers = 16;  // 2 MiB of state per slot
+  const Model model = MakeRandomModel(config, 21);
+  BackendOptions options;
+  options.state_memory_budget_bytes = int64_t{4} << 40;  // 4 TiB
+  options.max_slots = 1 << 20;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(model, options);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(b.status().message(), HasSubstr("state_memory_budget_bytes"));
+  EXPECT_THAT(b.status().message(), HasSubstr("free"));
+  // The device is still usable afterwards.
+  options.state_memory_budget_bytes = int64_t{1} << 30;
+  EXPECT_TRUE(CreateCudaBackend(model, options).ok());
+}
+
+// The same inputs are rejected with the same codes as the CPU backend.
+TEST(CudaBackendTest, BadInputsAreRejectedLikeTheCpuBackend) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig config = TinyConfig();
+  config.position = PositionEmbedding::kLearned;
+  config.max_position = 16;
+  const Model model = MakeRandomModel(config, 22);
+  BackendOptions options;
+  options.max_batch_size = 4;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model, options);
+  ASSERT_NE(gpu, nullptr);
+  for (Backend* b : {static_cast<Backend*>(gpu.get()), cpu.get()}) {
+    SCOPED_TRACE(b->device() == DeviceKind::kCuda ? "cuda" : "cpu");
+    const SlotId s = Allocate(*b);
+    const SlotId t = Allocate(*b);
+    const int64_t vocab = config.vocab_size;
+    std::vector<float> one(vocab), two(2 * vocab), odd(vocab + 1);
+    auto code = [](const absl::Status& status) { return status.code(); };
+    using absl::StatusCode;
+    EXPECT_EQ(code(b->Prefill(s, {}, {})), StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(b->Prefill(s, std::vector<TokenId>{1, 2}, absl::MakeSpan(odd))),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(b->Prefill(s, std::vector<TokenId>{1, static_cast<TokenId>(vocab)}, {})),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(b->Prefill(SlotId{999}, std::vector<TokenId>{1}, {})),
+              StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(b->Prefill(s, RandomTokens(17, vocab, 1), {})), StatusCode::kOutOfRange);
+    EXPECT_EQ(code(b->Decode({}, {})), StatusCode::kInvalidArgument);
+    const DecodeItem dup[] = {{s, 1}, {s, 2}};
+    EXPECT_EQ(code(b->Decode(dup, absl::MakeSpan(two))), StatusCode::kInvalidArgument);
+    const DecodeItem pair[] = {{s, 1}, {t, 2}};
+    EXPECT_EQ(code(b->Decode(pair, absl::MakeSpan(one))), StatusCode::kInvalidArgument);
+    const DecodeItem bad_token[] = {{s, -1}};
+    EXPECT_EQ(code(b->Decode(bad_token, absl::MakeSpan(one))), StatusCode::kInvalidArgument);
+    const DecodeItem five[] = {{s, 1}, {t, 1}, {s, 1}, {t, 1}, {s, 1}};
+    std::vector<float> five_logits(5 * vocab);
+    EXPECT_EQ(code(b->Decode(five, absl::MakeSpan(five_logits))), StatusCode::kInvalidArgument);
+    EXPECT_EQ(code(b->CopySlot(s, s)), StatusCode::kInvalidArgument);
+    StateBlob blob;
+    blob.state.resize(3);
+    EXPECT_EQ(code(b->WriteSlot(s, blob)), StatusCode::kInvalidArgument);
+    blob.state.resize(static_cast<size_t>(config.StateFloatsPerSlot()));
+    blob.position = 17;
+    EXPECT_EQ(code(b->WriteSlot(s, blob)), StatusCode::kOutOfRange);
+    blob.position = 16;
+    EXPECT_TRUE(b->WriteSlot(s, blob).ok());
+    const DecodeItem past[] = {{s, 1}};
+    EXPECT_EQ(code(b->Decode(past, absl::MakeSpan(one))), StatusCode::kOutOfRange);
+    b->FreeSlot(t);
+    EXPECT_EQ(code(b->ResetSlot(t)), StatusCode::kInvalidArgument);
+    b->FreeSlot(t);  // freeing twice is a no-op
+  }
+}
+
+}  // namespace
+}  // namespace linserve

@@ -1,0 +1,594 @@
+// Every kernel of kernels/cuda against its CPU counterpart in kernels/cpu (the source of truth)
+// or, for the sampler, against the host Sampler, on random inputs. Tolerances are relative to
+// the reference's largest magnitude (RelativeError) and say why they are what they are.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear_attention.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/sampling.h"
+#include "model/sampler.h"
+#include "tests/gpu/gpu_test_util.h"
+
+namespace linserve {
+namespace {
+
+using cuda::DType;
+using gpu_test::DeviceArray;
+using gpu_test::RandomFloats;
+using gpu_test::RelativeError;
+
+// fp32 kernels differ from the CPU's only in summation order, FMA contraction and the last ulp
+// of exp/erf/tanh: errors stay within a few fp32 ulps of the largest value.
+constexpr double kFp32Tolerance = 1e-5;
+
+float Round(DType dtype, float x) {
+  switch (dtype) {
+    case DType::kBf16: return gpu_test::RoundBf16(x);
+    case DType::kF16: return gpu_test::RoundFp16(x);
+    case DType::kF32: return x;
+  }
+  return x;
+}
+
+// Uploads fp32 values and converts them to `dtype` on the device; also returns the host copy
+// rounded the same way.
+struct TypedArray {
+  DeviceArray<uint8_t> bytes;
+  std::vector<float> rounded;
+};
+TypedArray Upload(const std::vector<float>& host, DType dtype) {
+  DeviceArray<float> staging(host);
+  TypedArray out{DeviceArray<uint8_t>(host.size() * cuda::DTypeSize(dtype)), {}};
+  EXPECT_TRUE(cuda::LaunchConvert(nullptr, staging.get(), static_cast<int64_t>(host.size()),
+                                  dtype, out.bytes.get())
+                  .ok());
+  EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  out.rounded.resize(host.size());
+  for (size_t i = 0; i < host.size(); ++i) out.rounded[i] = Round(dtype, host[i]);
+  return out;
+}
+
+// Reads back a T buffer as floats.
+std::vector<float> ToFloats(const DeviceArray<uint8_t>& bytes, DType dtype, size_t n) {
+  const std::vector<uint8_t> raw = bytes.Download();
+  std::vector<float> out(n);
+  for (size_t i = 0; i < n; ++i) {
+    if (dtype == DType::kF32) {
+      std::memcpy(&out[i], raw.data() + 4 * i, 4);
+    } else if (dtype == DType::kBf16) {
+      uint32_t bits = static_cast<uint32_t>(raw[2 * i]) | (static_cast<uint32_t>(raw[2 * i + 1]) << 8);
+      bits <<= 16;
+      std::memcpy(&out[i], &bits, 4);
+    } else {
+      _Float16 h;
+      std::memcpy(&h, raw.data() + 2 * i, 2);
+      out[i] = static_cast<float>(h);
+    }
+  }
+  return out;
+}
+
+constexpr DType kTypes[] = {DType::kF32, DType::kBf16, DType::kF16};
+
+TEST(CudaKernelsTest, ConvertRoundsToNearestEvenLikeTheHost) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  std::vector<float> values = RandomFloats(4096, 1, 3.0f);
+  const float specials[] = {0.0f, -0.0f, 1.0f / 3.0f, 65504.0f, 65520.0f, 1e-7f, -6e-8f, 1e-40f,
+                            3.0e38f, std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(), 1.00390625f, 1.01171875f};
+  values.insert(values.end(), std::begin(specials), std::end(specials));
+  for (DType dtype : {DType::kBf16, DType::kF16}) {
+    SCOPED_TRACE(cuda::DTypeName(dtype));
+    TypedArray typed = Upload(values, dtype);
+    const std::vector<float> back = ToFloats(typed.bytes, dtype, values.size());
+    for (size_t i = 0; i < values.size(); ++i) {
+      ASSERT_EQ(std::memcmp(&back[i], &typed.rounded[i], 4), 0)
+          << values[i] << " -> " << back[i] << ", host " << typed.rounded[i];
+    }
+  }
+}
+
+// y = x · wᵀ with fp32 accumulation: against OpenBLAS on the same (rounded) inputs.
+TEST(CudaKernelsTest, LinearMatchesCpuGemm) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(size_t{32} << 20);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  struct Shape {
+    int m, n, k;
+  };
+  for (const Shape s : {Shape{1, 2304, 768}, Shape{7, 33, 19}, Shape{256, 64, 128},
+                        Shape{3, 50257, 64}}) {
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k << " "
+                                      << cuda::DTypeName(dtype));
+      TypedArray x = Upload(RandomFloats(static_cast<size_t>(s.m) * s.k, 2), dtype);
+      TypedArray w = Upload(RandomFloats(static_cast<size_t>(s.n) * s.k, 3, 0.1f), dtype);
+      const std::vector<float> y0 = RandomFloats(static_cast<size_t>(s.m) * s.n, 4);
+      DeviceArray<float> y(y0);
+      std::vector<float> expect(y0.size());
+      cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, s.m, s.n, s.k, 1.0f,
+                x.rounded.data(), s.k, w.rounded.data(), s.k, 0.0f, expect.data(), s.n);
+      ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m,
+                                  s.n, s.k)
+                      .ok());
+      EXPECT_LE(RelativeError(y.Download(), expect), kFp32Tolerance);
+
+      // Accumulating form: y += x · wᵀ.
+      y.Upload(y0);
+      for (size_t i = 0; i < expect.size(); ++i) expect[i] += y0[i];
+      ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m,
+                                  s.n, s.k, /*accumulate=*/true)
+                      .ok());
+      EXPECT_LE(RelativeError(y.Download(), expect), kFp32Tolerance);
+    }
+  }
+}
+
+// Rows that start at an odd element offset (the prefill LM head reads one row of a matrix).
+TEST(CudaKernelsTest, LinearOnUnalignedRows) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(size_t{4} << 20);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const int m = 5, n = 77, k = 33;
+  for (DType dtype : kTypes) {
+    SCOPED_TRACE(cuda::DTypeName(dtype));
+    TypedArray x = Upload(RandomFloats(static_cast<size_t>(m) * k, 5), dtype);
+    TypedArray w = Upload(RandomFloats(static_cast<size_t>(n) * k, 6), dtype);
+    DeviceArray<float> y(static_cast<size_t>(n) + 1);
+    const int row = 3;
+    const void* x_row = static_cast<const char*>(static_cast<const void*>(x.bytes.get())) +
+                        static_cast<size_t>(row) * k * cuda::DTypeSize(dtype);
+    ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x_row, w.bytes.get(), y.get() + 1, 1, n, k).ok());
+    std::vector<float> expect(n);
+    cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, 1, n, k, 1.0f,
+              x.rounded.data() + row * k, k, w.rounded.data(), k, 0.0f, expect.data(), n);
+    std::vector<float> got = y.Download();
+    got.erase(got.begin());
+    EXPECT_LE(RelativeError(got, expect), kFp32Tolerance);
+  }
+}
+
+TEST(CudaKernelsTest, EmbeddingGatherAndPositions) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const int vocab = 300, d = 96, rows = 9, max_position = 64;
+  const std::vector<int32_t> tokens = gpu_test::RandomTokens(rows, vocab, 7);
+  const std::vector<int64_t> positions = {0, 1, 2, 63, 17, 1000, 262143, 999999, 5000000};
+  const std::vector<int64_t> learned_positions = {0, 1, 2, 63, 17, 40, 41, 5, 6};
+  DeviceArray<int32_t> tokens_dev(tokens);
+  for (DType dtype : kTypes) {
+    for (cuda::PositionKind kind : {cuda::PositionKind::kNone, cuda::PositionKind::kSinusoidal,
+                                    cuda::PositionKind::kLearned}) {
+      SCOPED_TRACE(testing::Message() << cuda::DTypeName(dtype) << " kind "
+                                      << static_cast<int>(kind));
+      const std::vector<int64_t>& pos =
+          kind == cuda::PositionKind::kLearned ? learned_positions : positions;
+      DeviceArray<int64_t> positions_dev(pos);
+      TypedArray table = Upload(RandomFloats(static_cast<size_t>(vocab) * d, 8), dtype);
+      TypedArray position_table =
+          Upload(RandomFloats(static_cast<size_t>(max_position) * d, 9), dtype);
+      DeviceArray<float> x(static_cast<size_t>(rows) * d);
+      DeviceArray<uint8_t> x_t(static_cast<size_t>(rows) * d * cuda::DTypeSize(dtype));
+      cuda::EmbedArgs args;
+      args.tokens = tokens_dev.get();
+      args.positions = positions_dev.get();
+      args.table = table.bytes.get();
+      args.position = kind;
+      args.position_table = position_table.bytes.get();
+      args.rows = rows;
+      args.d = d;
+      args.dtype = dtype;
+      args.x = x.get();
+      args.x_t = x_t.get();
+      ASSERT_TRUE(cuda::LaunchEmbed(nullptr, args).ok());
+
+      const std::vector<double> denominators = cpu::SinusoidalDenominators(d);
+      std::vector<float> expect(static_cast<size_t>(rows) * d);
+      for (int r = 0; r < rows; ++r) {
+        float* e = expect.data() + static_cast<size_t>(r) * d;
+        std::copy_n(table.rounded.data() + static_cast<size_t>(tokens[r]) * d, d, e);
+        if (kind == cuda::PositionKind::kLearned) {
+          for (int c = 0; c < d; ++c) e[c] += position_table.rounded[pos[r] * d + c];
+        } else if (kind == cuda::PositionKind::kSinusoidal) {
+          cpu::AddSinusoidalPosition(pos[r], denominators, e);
+        }
+      }
+      // Device sin/cos/pow are within 2 ulp of glibc's in double: identical after rounding to
+      // fp32 but for rare last-bit cases.
+      EXPECT_LE(RelativeError(x.Download(), expect), 1e-6);
+      std::vector<float> expect_t(expect.size());
+      for (size_t i = 0; i < expect.size(); ++i) expect_t[i] = Round(dtype, expect[i]);
+      EXPECT_LE(RelativeError(ToFloats(x_t, dtype, expect.size()), expect_t),
+                dtype == DType::kF32 ? 1e-6 : 1e-2);
+    }
+  }
+}
+
+// Residual add + LayerNorm in both of its uses: pre-norm (store x + δ + b, normalise into the
+// GEMM input) and post-norm (normalise x + δ + b in place).
+TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (int d : {32, 768, 1000}) {
+    for (bool post : {false, true}) {
+      SCOPED_TRACE(testing::Message() << "d " << d << (post ? " post" : " pre"));
+      const int rows = 13;
+      const float eps = 1e-5f;
+      const std::vector<float> x0 = RandomFloats(static_cast<size_t>(rows) * d, 10, 20.0f);
+      const std::vector<float> delta = RandomFloats(x0.size(), 11);
+      const std::vector<float> bias = RandomFloats(d, 12);
+      const std::vector<float> gamma = RandomFloats(d, 13);
+      const std::vector<float> beta = RandomFloats(d, 14);
+      std::vector<float> sum(x0.size());
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = x0[i] + delta[i] + bias[i % d];
+      std::vector<float> expect(x0.size());
+      cpu::LayerNorm(sum.data(), rows, d, gamma.data(), beta.data(), eps, expect.data());
+
+      DeviceArray<float> x(x0), delta_dev(delta), bias_dev(bias), gamma_dev(gamma),
+          beta_dev(beta);
+      DeviceArray<uint8_t> y_t(x0.size() * sizeof(float));
+      cuda::AddLayerNormArgs args;
+      args.x = x.get();
+      args.delta = delta_dev.get();
+      args.delta_bias = bias_dev.get();
+      args.gamma = gamma_dev.get();
+      args.beta = beta_dev.get();
+      args.eps = eps;
+      args.y_t = y_t.get();
+      args.rows = rows;
+      args.d = d;
+      args.dtype = DType::kF32;
+      if (post) {
+        args.y = x.get();
+      } else {
+        args.sum_out = x.get();
+      }
+      ASSERT_TRUE(cuda::LaunchAddLayerNorm(nullptr, args).ok());
+      EXPECT_LE(RelativeError(ToFloats(y_t, DType::kF32, expect.size()), expect),
+                kFp32Tolerance);
+      if (post) {
+        EXPECT_LE(RelativeError(x.Download(), expect), kFp32Tolerance);
+      } else {
+        EXPECT_EQ(x.Download(), sum);  // the residual sum is stored exactly
+      }
+    }
+  }
+}
+
+TEST(CudaKernelsTest, BiasActivationMatchesCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const int rows = 17, cols = 333;
+  const std::vector<float> in = RandomFloats(static_cast<size_t>(rows) * cols, 15, 3.0f);
+  const std::vector<float> bias = RandomFloats(cols, 16);
+  DeviceArray<float> in_dev(in), bias_dev(bias);
+  const std::pair<cuda::ActivationKind, cpu::Activation> kinds[] = {
+      {cuda::ActivationKind::kGelu, cpu::Activation::kGelu},
+      {cuda::ActivationKind::kGeluTanh, cpu::Activation::kGeluTanh},
+      {cuda::ActivationKind::kRelu, cpu::Activation::kRelu}};
+  for (const auto& [gpu_kind, cpu_kind] : kinds) {
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(testing::Message() << static_cast<int>(cpu_kind) << " "
+                                      << cuda::DTypeName(dtype));
+      std::vector<float> expect(in.size());
+      for (size_t i = 0; i < in.size(); ++i) expect[i] = in[i] + bias[i % cols];
+      cpu::ApplyActivation(cpu_kind, expect.data(), static_cast<int64_t>(expect.size()));
+      for (float& e : expect) e = Round(dtype, e);
+      DeviceArray<uint8_t> out(in.size() * cuda::DTypeSize(dtype));
+      ASSERT_TRUE(cuda::LaunchBiasActivation(nullptr, in_dev.get(), bias_dev.get(), rows, cols,
+                                             gpu_kind, dtype, out.get())
+                      .ok());
+      // fp32: erf/tanh differ by a few ulp between CUDA and libmvec; bf16/fp16: such an ulp can
+      // move a value across a rounding boundary of the narrow type.
+      EXPECT_LE(RelativeError(ToFloats(out, dtype, in.size()), expect),
+                dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+    }
+  }
+}
+
+struct AttentionCase {
+  const char* name;
+  cuda::FeatureMapKind gpu_map;
+  cpu::FeatureMap cpu_map;
+  int heads, head_dim, feature_dim;
+};
+
+constexpr AttentionCase kAttentionCases[] = {
+    {"elu_plus_one", cuda::FeatureMapKind::kEluPlusOne, cpu::FeatureMap::kEluPlusOne, 4, 8, 8},
+    {"relu", cuda::FeatureMapKind::kRelu, cpu::FeatureMap::kRelu, 3, 64, 64},
+    {"exp", cuda::FeatureMapKind::kExp, cpu::FeatureMap::kExp, 2, 48, 48},
+    {"favor_plus", cuda::FeatureMapKind::kFavorPlus, cpu::FeatureMap::kFavorPlus, 2, 16, 40},
+    {"elu_plus_one_125m", cuda::FeatureMapKind::kEluPlusOne, cpu::FeatureMap::kEluPlusOne, 12, 64,
+     64},
+};
+
+// The q/k/v rows, bias and favor projection of one attention test, plus the CPU's φ.
+struct AttentionInputs {
+  std::vector<float> qkv, bias, favor;
+  std::vector<float> phi_q, phi_k, v;  // CPU: [rows·heads, F], [rows·heads, F], [rows, H·Dh]
+};
+
+AttentionInputs MakeAttentionInputs(const AttentionCase& c, int rows, uint64_t seed) {
+  AttentionInputs in;
+  const int hd = c.heads * c.head_dim;
+  in.qkv = RandomFloats(static_cast<size_t>(rows) * 3 * hd, seed, 0.7f);
+  in.bias = RandomFloats(static_cast<size_t>(3) * hd, seed + 1, 0.2f);
+  in.favor = RandomFloats(static_cast<size_t>(c.feature_dim) * c.head_dim, seed + 2,
+                          1.0f / std::sqrt(static_cast<float>(c.head_dim)));
+  std::vector<float> q(static_cast<size_t>(rows) * hd), k(q.size());
+  in.v.resize(q.size());
+  for (int r = 0; r < rows; ++r) {
+    for (int i = 0; i < hd; ++i) {
+      const float* row = in.qkv.data() + static_cast<size_t>(r) * 3 * hd;
+      q[static_cast<size_t>(r) * hd + i] = row[i] + in.bias[i];
+      k[static_cast<size_t>(r) * hd + i] = row[hd + i] + in.bias[hd + i];
+      in.v[static_cast<size_t>(r) * hd + i] = row[2 * hd + i] + in.bias[2 * hd + i];
+    }
+  }
+  const int64_t vectors = static_cast<int64_t>(rows) * c.heads;
+  in.phi_q.resize(static_cast<size_t>(vectors) * c.feature_dim);
+  in.phi_k.resize(in.phi_q.size());
+  cpu::ApplyFeatureMap(c.cpu_map, q.data(), vectors, c.head_dim, in.favor.data(), c.feature_dim,
+                       in.phi_q.data());
+  cpu::ApplyFeatureMap(c.cpu_map, k.data(), vectors, c.head_dim, in.favor.data(), c.feature_dim,
+                       in.phi_k.data());
+  return in;
+}
+
+cuda::AttentionShape GpuShape(const AttentionCase& c, const float* favor) {
+  cuda::AttentionShape shape;
+  shape.heads = c.heads;
+  shape.head_dim = c.head_dim;
+  shape.feature_dim = c.feature_dim;
+  shape.feature_map = c.gpu_map;
+  shape.favor = favor;
+  shape.eps = 1e-6f;
+  return shape;
+}
+
+TEST(CudaKernelsTest, FeatureMapsMatchCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionCase& c : kAttentionCases) {
+    SCOPED_TRACE(c.name);
+    const int rows = 11;
+    const AttentionInputs in = MakeAttentionInputs(c, rows, 20);
+    DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor);
+    DeviceArray<float> phi_q(in.phi_q.size()), phi_k(in.phi_k.size());
+    ASSERT_TRUE(cuda::LaunchFeatureMaps(nullptr, GpuShape(c, favor.get()), qkv.get(), bias.get(),
+                                        rows, phi_q.get(), phi_k.get())
+                    .ok());
+    EXPECT_LE(RelativeError(phi_q.Download(), in.phi_q), kFp32Tolerance);
+    EXPECT_LE(RelativeError(phi_k.Download(), in.phi_k), kFp32Tolerance);
+  }
+}
+
+// The fused decode step against cpu::LinearAttentionDecode: outputs and the updated states of
+// every slot in the batch, in a scattered slot order, with a padding row (slot -1) that must
+// leave every state untouched.
+TEST(CudaKernelsTest, DecodeAttentionMatchesCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionCase& c : kAttentionCases) {
+    SCOPED_TRACE(c.name);
+    const int real_rows = 6;
+    const int rows = real_rows + 1;  // + one padding row
+    const int slots = 9;
+    const std::vector<int32_t> slot_of_row = {7, 2, 0, 5, 8, 3, -1};
+    const int layers = 2, layer = 1;
+    const int64_t layer_floats = static_cast<int64_t>(c.heads) * c.feature_dim * (c.head_dim + 1);
+    const int64_t slot_floats = layers * layer_floats;
+    // Non-negative states, as φ ≥ 0 accumulates them.
+    std::vector<float> states = RandomFloats(static_cast<size_t>(slots * slot_floats), 21);
+    for (float& s : states) s = std::abs(s);
+    const AttentionInputs in = MakeAttentionInputs(c, rows, 22);
+
+    std::vector<float> expect_states = states;
+    std::vector<float*> row_states;
+    for (int r = 0; r < real_rows; ++r) {
+      row_states.push_back(expect_states.data() + slot_of_row[r] * slot_floats +
+                           layer * layer_floats);
+    }
+    const int hd = c.heads * c.head_dim;
+    std::vector<float> expect_out(static_cast<size_t>(real_rows) * hd);
+    cpu::AttentionShape cpu_shape{c.heads, c.feature_dim, c.head_dim, 1e-6f};
+    cpu::LinearAttentionDecode(cpu_shape, real_rows, in.phi_q.data(), in.phi_k.data(),
+                               in.v.data(), row_states.data(), expect_out.data(), 1);
+
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(cuda::DTypeName(dtype));
+      DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor), state(states);
+      DeviceArray<int32_t> slot_dev(slot_of_row);
+      DeviceArray<uint8_t> out(static_cast<size_t>(rows) * hd * cuda::DTypeSize(dtype));
+      cuda::DecodeAttentionArgs args;
+      args.shape = GpuShape(c, favor.get());
+      args.qkv = qkv.get();
+      args.qkv_bias = bias.get();
+      args.slots = slot_dev.get();
+      args.state = state.get();
+      args.slot_stride = slot_floats;
+      args.layer_offset = layer * layer_floats;
+      args.rows = rows;
+      args.out_dtype = dtype;
+      args.out = out.get();
+      ASSERT_TRUE(cuda::LaunchDecodeAttention(nullptr, args).ok());
+      std::vector<float> got = ToFloats(out, dtype, static_cast<size_t>(rows) * hd);
+      got.resize(expect_out.size());  // the padding row's output is unspecified
+      std::vector<float> expect_t = expect_out;
+      for (float& e : expect_t) e = Round(dtype, e);
+      EXPECT_LE(RelativeError(got, expect_t), dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+      // The state is fp32 whatever the output type; untouched slots (1, 4, 6 and layer 0 of
+      // all) compare exactly because the reference copied them.
+      EXPECT_LE(RelativeError(state.Download(), expect_states), kFp32Tolerance);
+    }
+  }
+}
+
+// Chunked prefill against the token-by-token recurrence (cpu::LinearAttentionStep), for chunk
+// sizes that divide the prompt, leave a ragged last chunk, and exceed it.
+TEST(CudaKernelsTest, PrefillAttentionMatchesRecurrence) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionCase& c : kAttentionCases) {
+    SCOPED_TRACE(c.name);
+    const int tokens = 150;
+    const int hd = c.heads * c.head_dim;
+    const int64_t layer_floats = static_cast<int64_t>(c.heads) * c.feature_dim * (c.head_dim + 1);
+    std::vector<float> initial = RandomFloats(static_cast<size_t>(layer_floats), 23);
+    for (float& s : initial) s = std::abs(s);
+    const AttentionInputs in = MakeAttentionInputs(c, tokens, 24);
+
+    std::vector<float> expect_state = initial;
+    std::vector<float> expect_out(static_cast<size_t>(tokens) * hd);
+    for (int t = 0; t < tokens; ++t) {
+      for (int h = 0; h < c.heads; ++h) {
+        float* s = expect_state.data() + static_cast<int64_t>(h) * c.feature_dim * (c.head_dim + 1);
+        const size_t phi = (static_cast<size_t>(t) * c.heads + h) * c.feature_dim;
+        const size_t v = static_cast<size_t>(t) * hd + static_cast<size_t>(h) * c.head_dim;
+        cpu::LinearAttentionStep(in.phi_q.data() + phi, in.phi_k.data() + phi, in.v.data() + v,
+                                 c.feature_dim, c.head_dim, 1e-6f, s,
+                                 s + static_cast<int64_t>(c.feature_dim) * c.head_dim,
+                                 expect_out.data() + v);
+      }
+    }
+    for (int chunk : {1, 7, 64, 128}) {
+      SCOPED_TRACE(chunk);
+      DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor), state(initial);
+      DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * hd * sizeof(float));
+      const cuda::AttentionShape shape = GpuShape(c, favor.get());
+      DeviceArray<float> scratch(
+          static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
+      cuda::PrefillAttentionArgs args;
+      args.shape = shape;
+      args.qkv = qkv.get();
+      args.qkv_bias = bias.get();
+      args.state = state.get();
+      args.tokens = tokens;
+      args.chunk = chunk;
+      args.scratch = scratch.get();
+      args.out_dtype = DType::kF32;
+      args.out = out.get();
+      ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
+      EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
+                kFp32Tolerance);
+      EXPECT_LE(RelativeError(state.Download(), expect_state), kFp32Tolerance);
+    }
+  }
+}
+
+TEST(CudaKernelsTest, AttentionRejectsShapesOutOfRange) {
+  cuda::AttentionShape shape;
+  shape.heads = 1;
+  shape.head_dim = cuda::kMaxAttentionHeadDim + 1;
+  shape.feature_dim = shape.head_dim;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("head_dim"));
+  shape.head_dim = 8;
+  shape.feature_dim = 9;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("must equal"));
+  shape.feature_map = cuda::FeatureMapKind::kFavorPlus;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("projection"));
+  cuda::PrefillAttentionArgs args;
+  args.shape.heads = 1;
+  args.shape.head_dim = args.shape.feature_dim = 8;
+  args.chunk = cuda::kMaxPrefillChunk + 1;
+  EXPECT_THAT(cuda::LaunchPrefillAttention(nullptr, args).message(), testing::HasSubstr("chunk"));
+}
+
+// The device sampler against the host Sampler: the same logits and seed give the same tokens,
+// step after step (so the random streams and the seen-token counts advance alike), over every
+// filter and penalty, including logits with many exact ties around the top-k and top-p cuts.
+TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  std::vector<SamplingParams> settings;
+  auto add = [&](float temperature, int top_k, float top_p, float min_p, float repetition,
+                 float presence, float frequency) {
+    SamplingParams p;
+    p.temperature = temperature;
+    p.top_k = top_k;
+    p.top_p = top_p;
+    p.min_p = min_p;
+    p.repetition_penalty = repetition;
+    p.presence_penalty = presence;
+    p.frequency_penalty = frequency;
+    p.seed = 1000 + settings.size();
+    settings.push_back(p);
+  };
+  add(0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // greedy
+  add(0.0f, 0, 1.0f, 0.0f, 1.5f, 0.5f, 0.25f);     // greedy with penalties
+  add(1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // plain sampling
+  add(0.7f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);     // top-k
+  add(1.3f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f);      // top-p
+  add(1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f);      // min-p
+  add(0.8f, 50, 0.95f, 0.02f, 1.2f, 0.3f, 0.1f);   // everything
+  add(2.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // top-k 1
+  add(1.0f, 0, 0.05f, 0.0f, 0.8f, -0.5f, -0.2f);   // tiny top-p, negative penalties
+  const int vocab = 5003;
+  const int rows = static_cast<int>(settings.size()) * 2;
+  const int steps = 12;
+
+  std::vector<cuda::DeviceSamplingParams> params(rows);
+  std::vector<Sampler> host;
+  std::vector<cuda::Mt19937_64> rngs(rows);
+  std::vector<int32_t> counts(static_cast<size_t>(rows) * vocab, 0);
+  std::vector<int32_t> slots(rows);
+  for (int r = 0; r < rows; ++r) {
+    SamplingParams p = settings[r % settings.size()];
+    p.seed += 100 * (r / settings.size());
+    host.emplace_back(p);
+    params[r] = {p.temperature,        p.top_k,           p.top_p,           p.min_p,
+                 p.repetition_penalty, p.presence_penalty, p.frequency_penalty};
+    rngs[r].Seed(p.seed);
+    slots[r] = rows - 1 - r;  // rows address slots in reverse
+    // A prompt for the penalties.
+    const std::vector<int32_t> prompt = gpu_test::RandomTokens(30, vocab, 30 + r);
+    host.back().Observe(prompt);
+    for (int32_t t : prompt) ++counts[static_cast<size_t>(slots[r]) * vocab + t];
+  }
+  std::vector<cuda::DeviceSamplingParams> params_by_slot(rows);
+  std::vector<cuda::Mt19937_64> rngs_by_slot(rows);
+  for (int r = 0; r < rows; ++r) {
+    params_by_slot[slots[r]] = params[r];
+    rngs_by_slot[slots[r]] = rngs[r];
+  }
+  DeviceArray<cuda::DeviceSamplingParams> params_dev(params_by_slot);
+  DeviceArray<cuda::Mt19937_64> rngs_dev(rngs_by_slot);
+  DeviceArray<int32_t> counts_dev(counts), slots_dev(slots), tokens_dev(rows);
+
+  std::mt19937_64 rng(99);
+  for (int step = 0; step < steps; ++step) {
+    SCOPED_TRACE(step);
+    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 40 + step, 2.5f);
+    if (step % 3 == 1) {
+      // Quantised logits: many exact ties, also at the top.
+      for (float& l : logits) l = std::round(l * 2.0f) / 2.0f;
+    }
+    DeviceArray<float> logits_dev(logits);
+    cuda::SampleArgs args;
+    args.logits = logits_dev.get();
+    args.slots = slots_dev.get();
+    args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+    args.rows = rows;
+    args.vocab = vocab;
+    args.tokens = tokens_dev.get();
+    ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
+    const std::vector<int32_t> got = tokens_dev.Download();
+    for (int r = 0; r < rows; ++r) {
+      const TokenId expect =
+          host[r].Sample(absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab));
+      EXPECT_EQ(got[r], expect) << "row " << r << " params " << r % settings.size();
+    }
+  }
+  // The device counted every sampled token on top of the prompt.
+  const std::vector<int32_t> final_counts = counts_dev.Download();
+  int64_t total = 0;
+  for (int32_t c : final_counts) total += c;
+  EXPECT_EQ(total, static_cast<int64_t>(rows) * (30 + steps));
+}
+
+}  // namespace
+}  // namespace linserve

@@ -1,0 +1,43 @@
+#include "tests/gpu/gpu_test_util.h"
+
+#include "tests/testing/random_model.h"
+
+namespace linserve::gpu_test {
+
+std::vector<Variant> ModelVariants() {
+  std::vector<Variant> v;
+  ModelConfig c = TinyConfig();  // pre-norm, elu_plus_one, sinusoidal, gelu, biases, tied
+  v.push_back({"pre_elu_sinusoidal_gelu", c});
+  c = TinyConfig();
+  c.norm = NormPlacement::kPost;
+  c.feature_map = FeatureMap::kExp;
+  c.position = PositionEmbedding::kLearned;
+  c.max_position = 4096;
+  c.activation = Activation::kRelu;
+  v.push_back({"post_exp_learned_relu", c});
+  c = TinyConfig();
+  c.feature_map = FeatureMap::kFavorPlus;
+  c.feature_dim = 12;
+  c.position = PositionEmbedding::kNone;
+  c.activation = Activation::kGeluTanh;
+  c.tie_embeddings = false;
+  v.push_back({"pre_favor_none_gelutanh_untied", c});
+  c = TinyConfig();
+  c.norm = NormPlacement::kPost;
+  c.feature_map = FeatureMap::kRelu;
+  c.bias = false;
+  v.push_back({"post_relu_sinusoidal_nobias", c});
+  // A wider one: head_dim 64 exercises the full-width column tiles of the attention kernels,
+  // an odd d_ff the ragged GEMM shapes.
+  c = TinyConfig();
+  c.d_model = 128;
+  c.n_heads = 2;
+  c.head_dim = 64;
+  c.feature_dim = 64;
+  c.d_ff = 200;
+  c.n_layers = 3;
+  v.push_back({"pre_elu_wide_heads", c});
+  return v;
+}
+
+}  // namespace linserve::gpu_test
