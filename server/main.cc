@@ -1,0 +1,306 @@
+// linserve: the gRPC inference server. Wires the layers together: loads the model, creates the
+// backend, the engine, the gRPC and HTTP servers from flags, then waits for SIGTERM/SIGINT to
+// drain, persist sessions and exit.
+#include <signal.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "model/backend.h"
+#include "model/backend_factory.h"
+#include "model/model.h"
+#include "server/engine/engine.h"
+#include "server/engine/metrics.h"
+#include "server/transport/grpc_server.h"
+#include "server/transport/http_server.h"
+#include "spdlog/spdlog.h"
+
+ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR,
+          "Model directory: config.json, model.safetensors and, for SentencePiece models, "
+          "tokenizer.model.");
+ABSL_FLAG(std::string, device, "auto",
+          "Where the model runs: auto (CUDA when this build has it and a GPU is present, else "
+          "CPU), cpu or cuda.");
+ABSL_FLAG(std::string, weight_precision, "bf16",
+          "Weight storage on a GPU: bf16, fp16 or fp32. The CPU always computes in fp32 and the "
+          "recurrent state is fp32 everywhere.");
+ABSL_FLAG(std::string, host, "0.0.0.0", "Interface the gRPC and HTTP servers listen on.");
+ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free one (see --port_file).");
+ABSL_FLAG(int32_t, metrics_port, 9090,
+          "HTTP port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one, -1 "
+          "turns the HTTP server off.");
+ABSL_FLAG(std::string, port_file, "",
+          "Once serving, write \"grpc_port=N\" and \"metrics_port=N\" lines to this file (for "
+          "supervisors and tests using port 0). Empty: none.");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM certificate chain. With --tls_key, gRPC is served over TLS; neither: plaintext.");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key matching --tls_cert.");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File whose contents (surrounding whitespace trimmed) are a bearer token every "
+          "linserve.v1 call must send as \"authorization: Bearer <token>\" metadata; health "
+          "checks and reflection are exempt. Empty: no authentication.");
+ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (for grpcurl and grpc_cli).");
+ABSL_FLAG(std::string, state_dir, "",
+          "On shutdown every session is written here; at start the sessions found here are "
+          "restored (and their files removed). Empty: sessions end with the process.");
+ABSL_FLAG(absl::Duration, drain_deadline, absl::Seconds(30),
+          "On SIGTERM/SIGINT: how long queued and running requests may go on before they are "
+          "cancelled (they end with finish_reason CANCELLED).");
+ABSL_FLAG(int64_t, state_memory_mib, 1024,
+          "Memory for the pool of session state slots, MiB; slots = min(--max_slots, this / "
+          "state bytes per session). Sessions beyond the pool hibernate to host memory.");
+ABSL_FLAG(int32_t, max_slots, 1024, "Most state slots, whatever --state_memory_mib allows.");
+ABSL_FLAG(int32_t, max_batch_size, 64, "Most sessions decoded together in one step.");
+ABSL_FLAG(int32_t, prefill_token_budget, 256,
+          "Most prompt tokens fed per step: a long prompt delays streaming sessions by at most "
+          "this much work per token they receive.");
+ABSL_FLAG(int32_t, prefill_chunk_size, 64,
+          "Tokens per chunk of the backend's chunked-parallel prefill.");
+ABSL_FLAG(int32_t, threads, 0, "CPU threads for the CPU backend; 0 = every core.");
+ABSL_FLAG(int32_t, max_queue_depth, 256,
+          "Requests and session operations that may wait for the engine; more are refused at "
+          "once with RESOURCE_EXHAUSTED.");
+ABSL_FLAG(int32_t, max_sessions, 4096,
+          "Most named sessions (resident or hibernated) held at once.");
+ABSL_FLAG(absl::Duration, session_idle_timeout, absl::Hours(1),
+          "Sessions unused this long are deleted; \"inf\" keeps them forever.");
+ABSL_FLAG(int32_t, max_new_tokens, 4096, "Largest max_new_tokens a request may ask for.");
+ABSL_FLAG(int32_t, max_prompt_tokens, 65536, "Most prompt tokens one request may feed.");
+ABSL_FLAG(int32_t, max_stop_strings, 16, "Most stop strings per request.");
+ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest stop string, bytes.");
+ABSL_FLAG(int32_t, max_stop_token_ids, 64, "Most stop token ids per request.");
+ABSL_FLAG(int32_t, max_top_logprobs, 20, "Largest top_logprobs per request.");
+ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn or error.");
+
+namespace linserve {
+namespace {
+
+absl::StatusOr<WeightPrecision> ParseWeightPrecision(const std::string& text) {
+  if (text == "bf16") return WeightPrecision::kBf16;
+  if (text == "fp16") return WeightPrecision::kFp16;
+  if (text == "fp32") return WeightPrecision::kFp32;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--weight_precision: \"", text, "\" is not one of bf16, fp16, fp32"));
+}
+
+absl::StatusOr<std::string> ReadToken(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (!in) {
+    return absl::InvalidArgumentError(absl::StrCat("--auth_token_file: cannot read \"", path,
+                                                   "\""));
+  }
+  std::string token = out.str();
+  const size_t begin = token.find_first_not_of(" \t\r\n");
+  const size_t end = token.find_last_not_of(" \t\r\n");
+  if (begin == std::string::npos) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--auth_token_file: \"", path, "\" holds no token"));
+  }
+  return token.substr(begin, end - begin + 1);
+}
+
+absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << "grpc_port=" << grpc_port << "\nmetrics_port=" << metrics_port << "\n";
+    if (!out) return absl::InternalError(absl::StrCat("--port_file: cannot write \"", tmp, "\""));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    return absl::InternalError(
+        absl::StrCat("--port_file: cannot rename to \"", path, "\": ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
+  EngineOptions o;
+  o.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  o.scheduler.prefill_token_budget = absl::GetFlag(FLAGS_prefill_token_budget);
+  o.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
+  o.sessions.idle_timeout = absl::GetFlag(FLAGS_session_idle_timeout);
+  o.requests.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
+  o.requests.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.requests.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
+  o.requests.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
+  o.requests.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
+  o.requests.max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs);
+  o.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
+  o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  return o;
+}
+
+absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
+  BackendOptions o;
+  const int64_t mib = absl::GetFlag(FLAGS_state_memory_mib);
+  if (mib < 1 || mib > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--state_memory_mib must be in [1, 2^30], got ", mib));
+  }
+  o.state_memory_budget_bytes = mib << 20;
+  o.max_slots = absl::GetFlag(FLAGS_max_slots);
+  o.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
+  o.prefill_chunk_size = absl::GetFlag(FLAGS_prefill_chunk_size);
+  o.num_threads = absl::GetFlag(FLAGS_threads);
+  absl::StatusOr<WeightPrecision> precision =
+      ParseWeightPrecision(absl::GetFlag(FLAGS_weight_precision));
+  if (!precision.ok()) return precision.status();
+  o.weight_precision = *precision;
+  return o;
+}
+
+// Blocks until SIGTERM or SIGINT (blocked in every thread since the start of main).
+int WaitForSignal(const sigset_t& signals) {
+  int signal = 0;
+  while (sigwait(&signals, &signal) != 0) {
+  }
+  return signal;
+}
+
+int Run(const sigset_t& signals) {
+  const std::string level = absl::GetFlag(FLAGS_log_level);
+  const spdlog::level::level_enum log_level = spdlog::level::from_str(level);
+  if (log_level == spdlog::level::off && level != "off") {
+    spdlog::error("--log_level: \"{}\" is not one of trace, debug, info, warn, error", level);
+    return 1;
+  }
+  spdlog::set_level(log_level);
+
+  absl::StatusOr<EngineOptions> engine_options = EngineOptionsFromFlags();
+  absl::StatusOr<BackendOptions> backend_options = BackendOptionsFromFlags();
+  absl::StatusOr<DeviceSelection> device = ParseDeviceSelection(absl::GetFlag(FLAGS_device));
+  for (const absl::Status& s :
+       {engine_options.status(), backend_options.status(), device.status()}) {
+    if (!s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 1;
+    }
+  }
+  GrpcServerOptions grpc_options;
+  grpc_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  grpc_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  grpc_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  grpc_options.reflection = absl::GetFlag(FLAGS_reflection);
+  if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
+    absl::StatusOr<std::string> token = ReadToken(path);
+    if (!token.ok()) {
+      spdlog::error("{}", token.status().ToString());
+      return 1;
+    }
+    grpc_options.auth_token = *std::move(token);
+  }
+
+  const absl::Time load_start = absl::Now();
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(absl::GetFlag(FLAGS_model));
+  if (!model.ok()) {
+    spdlog::error("--model: {}", model.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend(**model, *backend_options, *device);
+  if (!backend.ok()) {
+    spdlog::error("backend: {}", backend.status().ToString());
+    return 1;
+  }
+  spdlog::info("model {} ({} parameters, fingerprint {:.16}...) on {} with {} state slots, "
+               "loaded in {}",
+               (*model)->directory, (*model)->weights.ParameterCount(), (*model)->fingerprint,
+               (*backend)->device() == DeviceKind::kCuda ? "cuda" : "cpu",
+               (*backend)->slot_capacity(), absl::FormatDuration(absl::Now() - load_start));
+
+  MetricsRegistry metrics;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(**model, *std::move(backend), *engine_options, metrics);
+  if (!engine.ok()) {
+    spdlog::error("engine: {}", engine.status().ToString());
+    return 1;
+  }
+  absl::StatusOr<std::unique_ptr<GrpcServer>> grpc =
+      GrpcServer::Start(**engine, metrics, grpc_options);
+  if (!grpc.ok()) {
+    spdlog::error("gRPC: {}", grpc.status().ToString());
+    return 1;
+  }
+  std::unique_ptr<HttpServer> http;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {
+    Engine* e = engine->get();
+    GrpcServer* g = grpc->get();
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        {.host = absl::GetFlag(FLAGS_host), .port = metrics_port}, metrics,
+        [e, g] { return g->serving() && !e->draining(); });
+    if (!started.ok()) {
+      spdlog::error("--metrics_port: {}", started.status().ToString());
+      return 1;
+    }
+    http = *std::move(started);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
+    if (absl::Status s = WritePortFile(path, (*grpc)->port(), http ? http->port() : -1);
+        !s.ok()) {
+      spdlog::error("{}", s.ToString());
+      return 1;
+    }
+  }
+  spdlog::info("ready");
+
+  const int signal = WaitForSignal(signals);
+  const absl::Duration drain = absl::GetFlag(FLAGS_drain_deadline);
+  spdlog::info("{}: not serving; draining for up to {}", strsignal(signal),
+               absl::FormatDuration(drain));
+  (*grpc)->SetServing(false);
+  const absl::Status persisted = (*engine)->Shutdown(drain);
+  (*grpc)->Shutdown(absl::Seconds(5));
+  if (http != nullptr) http->Stop();
+  if (!persisted.ok()) {
+    spdlog::error("sessions were not all persisted: {}", persisted.ToString());
+    return 1;
+  }
+  spdlog::info("shut down cleanly");
+  return 0;
+}
+
+}  // namespace
+}  // namespace linserve
+
+int main(int argc, char** argv) {
+  // Blocked before any thread starts, so every thread inherits the mask and only sigwait sees
+  // them.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::SetProgramUsageMessage(
+      "serves a linear-attention transformer over gRPC.\n"
+      "Usage: linserve --model DIR --port 50051 [flags]");
+  // --help lists this file's flags (absl would look for a file named after the binary).
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::ParseCommandLine(argc, argv);
+  return linserve::Run(signals);
+}

@@ -1,0 +1,181 @@
+#include "server/transport/convert.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "openssl/rand.h"
+
+namespace linserve {
+namespace {
+
+void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
+  const int64_t micros = absl::ToUnixMicros(time);
+  out->set_seconds(micros / 1000000);
+  out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+}
+
+absl::StatusOr<uint64_t> RandomSeed() {
+  uint64_t seed = 0;
+  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
+    return absl::InternalError("RAND_bytes failed drawing a seed");
+  }
+  return seed;
+}
+
+}  // namespace
+
+grpc::Status ToGrpcStatus(const absl::Status& status) {
+  if (status.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(status.code()),
+                      std::string(status.message()));
+}
+
+absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
+                                          const Tokenizer& tokenizer,
+                                          const RequestLimits& limits, std::string request_id) {
+  GenerateRequest out;
+  out.request_id = std::move(request_id);
+  switch (in.prompt_case()) {
+    case v1::GenerateRequest::kText: {
+      if (in.text().empty()) {
+        return absl::InvalidArgumentError("prompt.text: must not be empty");
+      }
+      absl::StatusOr<std::vector<TokenId>> ids = tokenizer.Encode(in.text());
+      if (!ids.ok()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("prompt.text: cannot be tokenized: ", ids.status().message()));
+      }
+      out.prompt = *std::move(ids);
+      break;
+    }
+    case v1::GenerateRequest::kTokenIds:
+      out.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::PROMPT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "prompt: required: set prompt.text or prompt.token_ids");
+  }
+  if (!in.session_id().empty()) {
+    absl::StatusOr<SessionId> id = ParseSessionId(in.session_id(), "session_id");
+    if (!id.ok()) return id.status();
+    out.session_id = *std::move(id);
+  }
+  out.max_new_tokens = in.has_max_new_tokens()
+                           ? in.max_new_tokens()
+                           : std::min(kDefaultMaxNewTokens, limits.max_new_tokens);
+  const v1::SamplingParams& s = in.sampling();
+  if (s.has_temperature()) out.sampling.temperature = s.temperature();
+  if (s.has_top_k()) out.sampling.top_k = s.top_k();
+  if (s.has_top_p()) out.sampling.top_p = s.top_p();
+  if (s.has_min_p()) out.sampling.min_p = s.min_p();
+  if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
+  if (s.has_presence_penalty()) out.sampling.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) out.sampling.frequency_penalty = s.frequency_penalty();
+  if (s.has_seed()) {
+    out.sampling.seed = s.seed();
+  } else {
+    absl::StatusOr<uint64_t> seed = RandomSeed();
+    if (!seed.ok()) return seed.status();
+    out.sampling.seed = *seed;
+  }
+  out.stop.assign(in.stop().begin(), in.stop().end());
+  out.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
+  out.ignore_eos = in.ignore_eos();
+  out.top_logprobs = in.top_logprobs();
+  return out;
+}
+
+v1::FinishReason ToProto(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::kLength:
+      return v1::FINISH_REASON_LENGTH;
+    case FinishReason::kStop:
+      return v1::FINISH_REASON_STOP;
+    case FinishReason::kEos:
+      return v1::FINISH_REASON_EOS;
+    case FinishReason::kCancelled:
+      return v1::FINISH_REASON_CANCELLED;
+  }
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+void ToProto(const GeneratedToken& token, v1::GeneratedToken* out) {
+  out->set_id(token.id);
+  out->set_logprob(token.logprob);
+  for (const TokenLogprob& alt : token.top_logprobs) {
+    v1::TokenLogprob* p = out->add_top_logprobs();
+    p->set_id(alt.token);
+    p->set_logprob(alt.logprob);
+  }
+}
+
+void ToProto(const Usage& usage, v1::Usage* out) {
+  out->set_prompt_tokens(usage.prompt_tokens);
+  out->set_generated_tokens(usage.generated_tokens);
+  out->set_time_to_first_token_us(absl::ToInt64Microseconds(usage.time_to_first_token));
+  out->set_total_time_us(absl::ToInt64Microseconds(usage.total_time));
+  out->set_seed(usage.seed);
+  out->set_session_tokens(usage.session_tokens);
+}
+
+void ToProto(const SessionInfo& info, v1::Session* out) {
+  out->set_id(info.id.value);
+  out->set_num_tokens(info.num_tokens);
+  out->set_residency(info.resident ? v1::Session::RESIDENCY_RESIDENT
+                                   : v1::Session::RESIDENCY_HIBERNATED);
+  out->set_busy(info.busy);
+  ToTimestamp(info.create_time, out->mutable_create_time());
+  ToTimestamp(info.last_use_time, out->mutable_last_use_time());
+}
+
+void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
+  const Model& model = engine.model();
+  const ModelConfig& c = model.config;
+  v1::ModelInfo* m = out->mutable_model();
+  m->set_architecture(c.architecture);
+  m->set_vocab_size(c.vocab_size);
+  m->set_d_model(c.d_model);
+  m->set_n_layers(c.n_layers);
+  m->set_n_heads(c.n_heads);
+  m->set_head_dim(c.head_dim);
+  m->set_d_ff(c.d_ff);
+  m->set_feature_dim(c.feature_dim);
+  m->set_feature_map(std::string(ToString(c.feature_map)));
+  m->set_norm(std::string(ToString(c.norm)));
+  m->set_activation(std::string(ToString(c.activation)));
+  m->set_position(std::string(ToString(c.position)));
+  m->set_tokenizer(std::string(ToString(c.tokenizer)));
+  m->set_bos_token_id(c.bos_token_id);
+  m->set_eos_token_id(c.eos_token_id);
+  m->set_parameter_count(model.weights.ParameterCount());
+  m->set_fingerprint(model.fingerprint);
+
+  out->set_device(engine.device() == DeviceKind::kCuda ? "cuda" : "cpu");
+  out->set_state_bytes_per_session(c.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float)));
+  out->set_slot_capacity(engine.slot_capacity());
+
+  const EngineOptions& o = engine.options();
+  v1::ServerLimits* l = out->mutable_limits();
+  l->set_max_new_tokens(o.requests.max_new_tokens);
+  l->set_max_prompt_tokens(o.requests.max_prompt_tokens);
+  l->set_max_stop_strings(o.requests.max_stop_strings);
+  l->set_max_stop_string_bytes(o.requests.max_stop_string_bytes);
+  l->set_max_stop_token_ids(o.requests.max_stop_token_ids);
+  l->set_max_top_logprobs(o.requests.max_top_logprobs);
+  l->set_max_sessions(o.sessions.max_sessions);
+  l->set_max_queue_depth(o.max_queue_depth);
+  l->set_max_batch_size(o.scheduler.max_batch_size);
+  l->set_prefill_token_budget(o.scheduler.prefill_token_budget);
+
+  const EngineStats stats = engine.stats();
+  v1::ServerLoad* load = out->mutable_load();
+  load->set_free_slots(stats.free_slots);
+  load->set_active_requests(stats.active_requests);
+  load->set_queued_requests(stats.queued_requests);
+  load->set_resident_sessions(stats.resident_sessions);
+  load->set_hibernated_sessions(stats.hibernated_sessions);
+}
+
+}  // namespace linserve

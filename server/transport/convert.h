@@ -1,0 +1,39 @@
+// Conversions between the wire schema (linserve.v1) and the engine's native types. The one place
+// where protobuf messages meet engine types; validation of values stays in the engine.
+#ifndef LINSERVE_SERVER_TRANSPORT_CONVERT_H_
+#define LINSERVE_SERVER_TRANSPORT_CONVERT_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "grpcpp/support/status.h"
+#include "linserve/v1/generate.pb.h"
+#include "linserve/v1/model.pb.h"
+#include "linserve/v1/session.pb.h"
+#include "model/tokenizer.h"
+#include "server/engine/engine.h"
+#include "server/engine/request.h"
+#include "server/engine/token_sink.h"
+
+namespace linserve {
+
+// absl codes and gRPC codes share their numbering.
+grpc::Status ToGrpcStatus(const absl::Status& status);
+
+// Parses a Generate request: tokenizes a text prompt, fills unset fields with their defaults
+// and draws a seed when none is given. Errors (INVALID_ARGUMENT) name the proto field; range
+// checks happen in Engine::Submit.
+absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in, const Tokenizer& tokenizer,
+                                          const RequestLimits& limits, std::string request_id);
+
+v1::FinishReason ToProto(FinishReason reason);
+void ToProto(const GeneratedToken& token, v1::GeneratedToken* out);
+void ToProto(const Usage& usage, v1::Usage* out);
+void ToProto(const SessionInfo& info, v1::Session* out);
+// Model, limits and current load.
+void ToProto(const Engine& engine, v1::GetModelInfoResponse* out);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_TRANSPORT_CONVERT_H_

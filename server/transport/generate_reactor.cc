@@ -1,0 +1,198 @@
+#include "server/transport/generate_reactor.h"
+
+#include <chrono>
+#include <utility>
+
+#include "server/engine/session_id.h"
+#include "server/transport/convert.h"
+
+namespace linserve {
+namespace {
+
+// Forwards the engine's calls to the reactor. The reactor outlives every call: it is released
+// only after OnFinish.
+class GenerateSink : public TokenSink {
+ public:
+  explicit GenerateSink(GenerateReactor* reactor) : reactor_(reactor) {}
+  void OnToken(const GeneratedToken& token, std::string_view text) override {
+    reactor_->Deliver(token, text);
+  }
+  void OnFinish(const absl::Status& status, const GenerationResult& result) override {
+    reactor_->Complete(status, result);
+  }
+
+ private:
+  GenerateReactor* const reactor_;
+};
+
+// A client-chosen request id (x-request-id metadata, 1..64 printable ASCII characters) or a
+// fresh random one.
+std::string RequestIdFor(const grpc::CallbackServerContext& context) {
+  const auto& metadata = context.client_metadata();
+  if (auto it = metadata.find("x-request-id"); it != metadata.end()) {
+    const std::string id(it->second.data(), it->second.size());
+    bool printable = !id.empty() && id.size() <= 64;
+    for (char c : id) printable = printable && c > ' ' && c < 127;
+    if (printable) return id;
+  }
+  absl::StatusOr<std::string> random = RandomHex(8);
+  return random.ok() ? *random : "unnamed";
+}
+
+}  // namespace
+
+GenerateReactor::GenerateReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
+                                 const v1::GenerateRequest* request)
+    : env_(env), context_(context), request_id_(RequestIdFor(*context)) {
+  absl::Status status = absl::OkStatus();
+  if (grpc::Status auth = env_.auth().Check(*context); !auth.ok()) {
+    status = absl::Status(static_cast<absl::StatusCode>(auth.error_code()), auth.error_message());
+  }
+  absl::StatusOr<GenerateRequest> parsed =
+      status.ok() ? FromProto(*request, *env_.engine().model().tokenizer,
+                              env_.engine().options().requests, request_id_)
+                  : absl::StatusOr<GenerateRequest>(status);
+  if (parsed.ok()) {
+    absl::StatusOr<JobId> job =
+        env_.engine().Submit(*std::move(parsed), std::make_shared<GenerateSink>(this));
+    if (job.ok()) {
+      absl::MutexLock lock(&mu_);
+      job_ = *job;
+      return;
+    }
+    status = job.status();
+  } else {
+    status = parsed.status();
+  }
+  // Rejected before the engine took it: the engine will never call back.
+  {
+    absl::MutexLock lock(&mu_);
+    finished_ = true;
+    final_status_ = ToGrpcStatus(status);
+  }
+  Finish(ToGrpcStatus(status));
+  Release();
+}
+
+GenerateReactor::Action GenerateReactor::NextActionLocked() {
+  if (finished_ || writing_) return {};
+  if (cancelled_) {
+    finished_ = true;
+    final_status_ = grpc::Status::CANCELLED;
+    return {Action::kFinish, grpc::Status::CANCELLED};
+  }
+  if (has_next_) {
+    in_flight_ = std::move(next_);
+    next_.Clear();
+    has_next_ = false;
+    in_flight_is_last_ = next_is_last_;
+    writing_ = true;
+    return {Action::kWrite, {}};
+  }
+  if (error_.has_value()) {
+    finished_ = true;
+    final_status_ = *error_;
+    return {Action::kFinish, *error_};
+  }
+  return {};
+}
+
+void GenerateReactor::Run(const Action& action) {
+  switch (action.kind) {
+    case Action::kNone:
+      break;
+    case Action::kWrite:
+      StartWrite(&in_flight_);
+      break;
+    case Action::kFinish:
+      Finish(action.status);
+      break;
+  }
+}
+
+void GenerateReactor::Deliver(const GeneratedToken& token, std::string_view text) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || cancelled_) return;
+    ToProto(token, next_.add_tokens());
+    next_.mutable_text()->append(text);
+    has_next_ = true;
+    action = NextActionLocked();
+  }
+  Run(action);
+}
+
+void GenerateReactor::Complete(const absl::Status& status, const GenerationResult& result) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (status.ok()) {
+      next_.mutable_text()->append(result.text);
+      next_.set_finish_reason(ToProto(result.reason));
+      ToProto(result.usage, next_.mutable_usage());
+      next_.set_request_id(request_id_);
+      has_next_ = true;
+      next_is_last_ = true;
+    } else {
+      error_ = ToGrpcStatus(status);
+    }
+    action = NextActionLocked();
+  }
+  Run(action);
+  Release();
+}
+
+void GenerateReactor::OnWriteDone(bool ok) {
+  Action action;
+  std::optional<JobId> job_to_cancel;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      cancelled_ = true;  // the stream broke: nothing more can be sent
+      job_to_cancel = job_;
+    } else if (in_flight_is_last_) {
+      finished_ = true;
+      final_status_ = grpc::Status::OK;
+      action = {Action::kFinish, grpc::Status::OK};
+    }
+    if (action.kind == Action::kNone) action = NextActionLocked();
+  }
+  if (job_to_cancel.has_value()) env_.engine().Cancel(*job_to_cancel);
+  Run(action);
+}
+
+void GenerateReactor::OnCancel() {
+  std::optional<JobId> job;
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    job = job_;
+    action = NextActionLocked();
+  }
+  // Cancelling a job that already finished is a no-op.
+  if (job.has_value()) env_.engine().Cancel(*job);
+  Run(action);
+}
+
+void GenerateReactor::OnDone() {
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = final_status_;
+  }
+  if (status.error_code() == grpc::StatusCode::CANCELLED &&
+      context_->deadline() <= std::chrono::system_clock::now()) {
+    status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
+  }
+  env_.RecordRpc("Generate", status);
+  Release();
+}
+
+void GenerateReactor::Release() {
+  if (holds_.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+}
+
+}  // namespace linserve

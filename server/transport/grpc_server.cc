@@ -1,0 +1,112 @@
+#include "server/transport/grpc_server.h"
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+constexpr char kServiceName[] = "linserve.v1.LinServe";
+
+// Adds reflection to one builder only (grpc++'s InitProtoReflectionServerBuilderPlugin would
+// add it to every server the process builds).
+class ReflectionOption : public grpc::ServerBuilderOption {
+ public:
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
+    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+  }
+};
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (!in || out.str().empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": cannot read a PEM file at \"", path, "\""));
+  }
+  return out.str();
+}
+
+}  // namespace
+
+GrpcServer::GrpcServer(Engine& engine, MetricsRegistry& metrics,
+                       const GrpcServerOptions& options)
+    : auth_(options.auth_token),
+      env_(engine, auth_, metrics, options.export_chunk_bytes),
+      service_(env_) {}
+
+absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
+                                                              MetricsRegistry& metrics,
+                                                              const GrpcServerOptions& options) {
+  if (options.export_chunk_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "export_chunk_bytes must be >= 1, got ", options.export_chunk_bytes));
+  }
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert and tls_key: give both (TLS) or neither (plaintext)");
+  }
+  std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert = ReadPem(options.tls_cert_file, "tls_cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = ReadPem(options.tls_key_file, "tls_key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    credentials = grpc::SslServerCredentials(ssl);
+  }
+
+  std::unique_ptr<GrpcServer> server(new GrpcServer(engine, metrics, options));
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.address, credentials, &server->port_);
+  builder.RegisterService(&server->service_);
+  if (options.reflection) builder.SetOption(std::make_unique<ReflectionOption>());
+  server->server_ = builder.BuildAndStart();
+  if (server->server_ == nullptr || server->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot serve gRPC on \"", options.address,
+        "\" (address in use, not an address, or a TLS key that does not match the "
+        "certificate)"));
+  }
+  server->SetServing(true);
+  spdlog::info("gRPC: serving {} on port {} ({}{}{})", kServiceName, server->port_,
+               options.tls_cert_file.empty() ? "plaintext" : "TLS",
+               server->auth_.enabled() ? ", bearer token required" : "",
+               options.reflection ? ", reflection" : "");
+  return server;
+}
+
+GrpcServer::~GrpcServer() { Shutdown(absl::ZeroDuration()); }
+
+void GrpcServer::SetServing(bool serving) {
+  serving_ = serving;
+  grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+  health->SetServingStatus(serving);
+  health->SetServingStatus(kServiceName, serving);
+}
+
+bool GrpcServer::serving() const { return serving_; }
+
+void GrpcServer::Shutdown(absl::Duration deadline) {
+  if (server_ == nullptr || shut_down_.exchange(true)) return;
+  serving_ = false;
+  server_->Shutdown(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(deadline));
+  server_->Wait();
+}
+
+}  // namespace linserve

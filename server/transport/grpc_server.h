@@ -1,0 +1,74 @@
+// GrpcServer: the gRPC endpoint. Serves linserve.v1.LinServe over an Engine, the standard
+// grpc.health.v1 service (grpc++'s default implementation, overall and per service) and,
+// optionally, server reflection; plaintext or TLS; optional bearer-token auth.
+#ifndef LINSERVE_SERVER_TRANSPORT_GRPC_SERVER_H_
+#define LINSERVE_SERVER_TRANSPORT_GRPC_SERVER_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "grpcpp/server.h"
+#include "server/engine/engine.h"
+#include "server/engine/metrics.h"
+#include "server/transport/auth.h"
+#include "server/transport/linserve_service.h"
+#include "server/transport/service_env.h"
+
+namespace linserve {
+
+struct GrpcServerOptions {
+  // host:port to listen on; port 0 picks a free port (see GrpcServer::port()).
+  // Default: "0.0.0.0:50051".
+  std::string address = "0.0.0.0:50051";
+  // PEM certificate chain and private key files; both set = TLS, both empty = plaintext.
+  // Default: "" (plaintext).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Required as "authorization: Bearer <token>" on every linserve.v1 call; "" = no auth.
+  // Default: "".
+  std::string auth_token;
+  // Serve grpc.reflection.v1alpha (grpcurl, grpc_cli). Default: true.
+  bool reflection = true;
+  // Bytes per ExportSession message. Default: 1 MiB.
+  int32_t export_chunk_bytes = 1 << 20;
+};
+
+class GrpcServer {
+ public:
+  // Starts serving (health: SERVING). `engine` and `metrics` must outlive the server. Errors
+  // name the option at fault (unreadable TLS files, an address that cannot be bound).
+  static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
+                                                           MetricsRegistry& metrics,
+                                                           const GrpcServerOptions& options);
+  ~GrpcServer();
+  GrpcServer(const GrpcServer&) = delete;
+  GrpcServer& operator=(const GrpcServer&) = delete;
+
+  // The bound port.
+  int port() const { return port_; }
+  // Health status of the server and of linserve.v1.LinServe.
+  void SetServing(bool serving);
+  bool serving() const;
+  // Stops accepting calls and waits up to `deadline` for calls in flight, then cancels them.
+  // Idempotent.
+  void Shutdown(absl::Duration deadline);
+
+ private:
+  GrpcServer(Engine& engine, MetricsRegistry& metrics, const GrpcServerOptions& options);
+
+  BearerTokenAuth auth_;
+  ServiceEnv env_;
+  LinServeService service_;
+  std::unique_ptr<grpc::Server> server_;
+  int port_ = 0;
+  std::atomic<bool> serving_{false};
+  std::atomic<bool> shut_down_{false};
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_TRANSPORT_GRPC_SERVER_H_

@@ -1,0 +1,52 @@
+// HttpServer: the operator's HTTP endpoint on its own port (cpp-httplib): Prometheus metrics at
+// /metrics, liveness at /healthz (200 while the process serves HTTP) and readiness at /readyz
+// (200 while the server accepts work, 503 once it drains).
+#ifndef LINSERVE_SERVER_TRANSPORT_HTTP_SERVER_H_
+#define LINSERVE_SERVER_TRANSPORT_HTTP_SERVER_H_
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "server/engine/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace linserve {
+
+struct HttpServerOptions {
+  // Interface to listen on. Default: "0.0.0.0".
+  std::string host = "0.0.0.0";
+  // Port; 0 picks a free one (see HttpServer::port()). Default: 9090.
+  int port = 9090;
+};
+
+class HttpServer {
+ public:
+  // `metrics` must outlive the server; `ready` is called (from HTTP threads) for /readyz.
+  static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
+                                                           const MetricsRegistry& metrics,
+                                                           std::function<bool()> ready);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+  // Stops listening and joins the server thread. Idempotent.
+  void Stop();
+
+ private:
+  HttpServer();
+
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+  int port_ = 0;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_TRANSPORT_HTTP_SERVER_H_

@@ -1,0 +1,167 @@
+#include "server/transport/session_streams.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/engine/session_id.h"
+#include "server/transport/convert.h"
+
+namespace linserve {
+
+// ---- Export --------------------------------------------------------------------------------
+
+ExportReactor::ExportReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
+                             const v1::ExportSessionRequest* request)
+    : env_(env) {
+  grpc::Status rejected = env_.auth().Check(*context);
+  absl::StatusOr<SessionId> id = absl::UnknownError("unreachable");
+  if (rejected.ok()) {
+    id = ParseSessionId(request->session_id(), "session_id");
+    if (!id.ok()) rejected = ToGrpcStatus(id.status());
+  }
+  if (!rejected.ok()) {
+    FinishOnce(rejected);
+    return;
+  }
+  env_.engine().ExportSession(
+      *id, [this](absl::StatusOr<std::string> snapshot) { Exported(std::move(snapshot)); });
+}
+
+void ExportReactor::Exported(absl::StatusOr<std::string> snapshot) {
+  grpc::Status finish_with;
+  bool write = false;
+  {
+    absl::MutexLock lock(&mu_);
+    replied_ = true;
+    if (!snapshot.ok()) {
+      finish_with = ToGrpcStatus(snapshot.status());
+    } else {
+      snapshot_ = *std::move(snapshot);
+      write = NextLocked(&finish_with);
+    }
+  }
+  if (write) {
+    StartWrite(&chunk_);
+  } else {
+    FinishOnce(finish_with);
+  }
+}
+
+bool ExportReactor::NextLocked(grpc::Status* finish_with) {
+  if (cancelled_) {
+    *finish_with = grpc::Status::CANCELLED;
+    return false;
+  }
+  if (offset_ >= snapshot_.size()) {
+    *finish_with = grpc::Status::OK;
+    return false;
+  }
+  const size_t n = std::min<size_t>(env_.export_chunk_bytes(), snapshot_.size() - offset_);
+  chunk_.set_data(snapshot_.substr(offset_, n));
+  offset_ += n;
+  writing_ = true;
+  return true;
+}
+
+void ExportReactor::OnWriteDone(bool ok) {
+  grpc::Status finish_with;
+  bool write = false;
+  {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) cancelled_ = true;
+    write = NextLocked(&finish_with);
+  }
+  if (write) {
+    StartWrite(&chunk_);
+  } else {
+    FinishOnce(finish_with);
+  }
+}
+
+void ExportReactor::OnCancel() {
+  {
+    absl::MutexLock lock(&mu_);
+    cancelled_ = true;
+    // Before the engine replies the callback still needs this reactor; during a write,
+    // OnWriteDone follows. Either finishes.
+    if (!replied_ || writing_) return;
+  }
+  FinishOnce(grpc::Status::CANCELLED);
+}
+
+void ExportReactor::FinishOnce(const grpc::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    finished_ = true;
+    final_status_ = status;
+  }
+  Finish(status);
+}
+
+void ExportReactor::OnDone() {
+  grpc::Status status;
+  {
+    absl::MutexLock lock(&mu_);
+    status = final_status_;
+  }
+  env_.RecordRpc("ExportSession", status);
+  delete this;
+}
+
+// ---- Import --------------------------------------------------------------------------------
+
+ImportReactor::ImportReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
+                             v1::Session* response)
+    : env_(env),
+      context_(context),
+      response_(response),
+      max_bytes_(env.engine().max_snapshot_bytes()) {
+  if (grpc::Status auth = env_.auth().Check(*context); !auth.ok()) {
+    FinishWith(auth);
+    return;
+  }
+  StartRead(&chunk_);
+}
+
+void ImportReactor::OnReadDone(bool ok) {
+  if (ok) {
+    if (static_cast<int64_t>(snapshot_.size() + chunk_.data().size()) > max_bytes_) {
+      FinishWith(grpc::Status(
+          grpc::StatusCode::INVALID_ARGUMENT,
+          absl::StrCat("data: the snapshot exceeds ", max_bytes_,
+                       " bytes, the most a session of this model can take")));
+      return;
+    }
+    snapshot_.append(chunk_.data());
+    StartRead(&chunk_);
+    return;
+  }
+  if (context_->IsCancelled()) {
+    FinishWith(grpc::Status::CANCELLED);
+    return;
+  }
+  if (snapshot_.empty()) {
+    FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                            "data: no snapshot bytes were sent"));
+    return;
+  }
+  env_.engine().ImportSession(snapshot_, [this](absl::StatusOr<SessionInfo> info) {
+    if (info.ok()) ToProto(*info, response_);
+    FinishWith(ToGrpcStatus(info.status()));
+  });
+}
+
+void ImportReactor::FinishWith(const grpc::Status& status) {
+  final_status_ = status;
+  Finish(status);
+}
+
+void ImportReactor::OnDone() {
+  env_.RecordRpc("ImportSession", final_status_);
+  delete this;
+}
+
+}  // namespace linserve
