@@ -2,6 +2,7 @@
 
 import contextlib
 import io
+import json
 import os
 import sys
 import tempfile
@@ -13,6 +14,7 @@ import torch.nn.functional as F
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
+import evaluate  # noqa: E402
 import train  # noqa: E402
 import train_tokenizer  # noqa: E402
 from linserve_ref import corpus, export, training  # noqa: E402
@@ -66,13 +68,6 @@ class TokenizerTest(unittest.TestCase):
     def test_vocab_size_bounds(self):
         with self.assertRaisesRegex(ValueError, r"--vocab-size 999 is outside \[1000, 4000\]"):
             train_tokenizer.train(self.train_text, 999)
-
-    def test_bundled_tokenizer_is_reproducible(self):
-        bundled = os.path.join(corpus.REPO_ROOT, "models", "shakespeare-linear", "tokenizer.model")
-        with open(bundled, "rb") as f:
-            shipped = f.read()
-        tok = SentencePieceTokenizer(bundled)
-        self.assertEqual(train_tokenizer.train(self.train_text, tok.vocab_size), shipped)
 
 
 class ScheduleAndBatchesTest(unittest.TestCase):
@@ -205,6 +200,37 @@ class TrainScriptTest(unittest.TestCase):
             for extra in (["--d-model", "15"], ["--steps", "0"], ["--resume"]):
                 with self.subTest(extra=extra), self.assertRaises(SystemExit):
                     train.main(self.args(os.path.join(self.dir.name, "x"), *extra))
+
+
+class EvaluateScriptTest(unittest.TestCase):
+    def test_reports_every_window_and_start_position(self):
+        with tempfile.TemporaryDirectory() as d:
+            text_path = os.path.join(d, "corpus.txt")
+            with open(text_path, "w", encoding="utf-8") as f:
+                f.write(corpus.read_text(corpus.DEFAULT_CORPUS)[:3000])
+            torch.manual_seed(0)
+            model = LinearTransformer(dict(vocab_size=258, d_model=16, n_layers=1, n_heads=2,
+                                           head_dim=8, d_ff=16, bos_token_id=256,
+                                           position="sinusoidal"))
+            export.save_model_dir(model, os.path.join(d, "m"))
+            out = os.path.join(d, "r.json")
+            quiet(evaluate.main, ["--model", os.path.join(d, "m"), "--corpus", text_path,
+                                  "--context", "8", "--multiples", "1", "4",
+                                  "--start-positions", "0", "100", "--slice-start", "10",
+                                  "--slice-chars", "90", "--threads", "1", "--json", out])
+            with open(out) as f:
+                rows = json.load(f)["results"]
+            _, val = corpus.split(corpus.read_text(text_path))
+            self.assertEqual([(r["window"], r["start_position"]) for r in rows],
+                             [(8, 0), (32, 0), (8, 100), (32, 100)])
+            expected, losses = training.nats_per_char(
+                export.load_model_dir(os.path.join(d, "m")), ByteTokenizer(258), val[10:100],
+                32, 256, start_position=100)
+            self.assertAlmostEqual(rows[3]["nats_per_char"], expected, places=6)
+            self.assertEqual(rows[3]["chars"], 90)
+            self.assertAlmostEqual(rows[3]["quarters"][0],
+                                   losses[torch.arange(90) % 32 < 8].mean().item(), places=6)
+            self.assertNotAlmostEqual(rows[0]["nats_per_char"], rows[2]["nats_per_char"])
 
 
 if __name__ == "__main__":
