@@ -1,0 +1,449 @@
+// cpu_bench: the CPU engine on the 125M shape (d_model 768, 12 layers, 12 heads × 64, d_ff 3072,
+// vocab 32000, tied head, random fp32 weights), each figure against its floor (DESIGN.md §7):
+//   bytes that must move / measured read bandwidth, and FLOPs / measured GEMM peak,
+// both measured in this same run, and against the PyTorch reference's recurrent step measured
+// by bench/peer_torch.py in the same session (--peer_json). bench/run_cpu.sh runs both and
+// writes bench/results/cpu.md.
+//
+// Sections: machine floors; our packed Linear vs OpenBLAS sgemm over the model's weights;
+// decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens chunked and token by token;
+// decode latency at positions 100, 1 000 and 10 000. Output: markdown on stdout.
+#include <cblas.h>
+#include <immintrin.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/blas.h"
+#include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/threads.h"
+#include "model/backend.h"
+#include "model/cpu_backend.h"
+#include "model/model.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/random_model.h"
+
+ABSL_FLAG(std::string, peer_json, "",
+          "JSON from bench/peer_torch.py, measured in the same session; adds the peer ratios.");
+ABSL_FLAG(int32_t, threads, 0, "Threads for everything measured, [0, 1024]; 0 = every core.");
+ABSL_FLAG(int32_t, chunk_size, 64, "Prefill chunk size of the chunked-prefill figure.");
+
+namespace linserve {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double Best(int repeats, const std::function<void()>& f) {
+  double best = 1e300;
+  for (int i = 0; i < repeats; ++i) {
+    const auto t = Clock::now();
+    f();
+    best = std::min(best, Seconds(t));
+  }
+  return best;
+}
+
+ModelConfig Config125M() {
+  ModelConfig c;
+  c.vocab_size = 32000;
+  c.d_model = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.head_dim = 64;
+  c.feature_dim = 64;
+  c.d_ff = 3072;
+  c.norm = NormPlacement::kPre;
+  c.activation = Activation::kGelu;
+  c.feature_map = FeatureMap::kEluPlusOne;
+  c.position = PositionEmbedding::kSinusoidal;
+  c.tie_embeddings = true;
+  return c;
+}
+
+// ---- Machine floors ------------------------------------------------------------------------
+
+// STREAM-like read: every thread sums its contiguous share with four AVX2 accumulators, the
+// access pattern of a weight stream.
+__attribute__((target("avx2"))) float ReadSum(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  alignas(32) float t[8];
+  _mm256_store_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return t[0] + t[1] + t[2] + t[3] + t[4] + t[5] + t[6] + t[7];
+}
+
+struct Floors {
+  double read_gbs = 0, triad_gbs = 0;
+  double blas_gflops = 0, packed_gflops = 0;
+  double peak_gflops() const { return std::max(blas_gflops, packed_gflops); }
+};
+
+Floors MeasureFloors(int threads) {
+  Floors f;
+  const int64_t n = int64_t{1} << 27;  // 512 MiB per array: far beyond the caches
+  cpu::FloatBuffer a(n), b(n), c(n);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (int64_t i = 0; i < n; ++i) a[i] = b[i] = c[i] = 1.0f;
+  volatile float sink = 0;
+  const double read = Best(5, [&] {
+    float s = 0;
+#pragma omp parallel num_threads(threads) reduction(+ : s)
+    {
+      const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
+      const int64_t chunk = (n / k) & ~int64_t{31};
+      s += ReadSum(a.data() + t * chunk, chunk);
+    }
+    sink = sink + s;
+  });
+  f.read_gbs = 4.0 * n / read / 1e9;
+  const double triad = Best(5, [&] {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (int64_t i = 0; i < n; ++i) c[i] = a[i] + 1.5f * b[i];
+  });
+  f.triad_gbs = 12.0 * n / triad / 1e9;  // STREAM convention: 2 reads + 1 write counted
+
+  // GEMM peak: OpenBLAS on a large square product, and our packed kernel on a large panel.
+  const int g = 2048;
+  std::vector<float> x(static_cast<size_t>(g) * g, 0.01f), w(x.size(), 0.01f), y(x.size());
+  cpu::SetBlasThreads(threads);
+  const double blas = Best(5, [&] {
+    cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, g, g, g, 1.0f, x.data(), g, w.data(), g,
+              0.0f, y.data(), g);
+  });
+  cpu::SetBlasThreads(1);
+  f.blas_gflops = 2.0 * g * g * g / blas / 1e9;
+  const cpu::PackedMatrix packed = cpu::PackedMatrix::Pack(w.data(), g, g);
+  const double own = Best(5, [&] {
+    cpu::Linear(x.data(), g, g, packed, nullptr, cpu::Activation::kNone,
+                cpu::LinearOutput::kStore, y.data(), g, threads);
+  });
+  f.packed_gflops = 2.0 * g * g * g / own / 1e9;
+  return f;
+}
+
+// ---- Linear: packed kernel vs OpenBLAS over the model's weights ------------------------------
+
+struct LinearRow {
+  int rows;
+  double packed_ms, blas_ms, flops, bytes;
+};
+
+std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
+  struct Matrix {
+    const Tensor* w;
+    cpu::PackedMatrix packed;
+  };
+  std::vector<Matrix> ms;
+  for (const LayerWeights& l : model.weights.layers) {
+    for (const Tensor* t : {&l.q_weight, &l.k_weight, &l.v_weight, &l.o_weight, &l.fc1_weight,
+                            &l.fc2_weight}) {
+      ms.push_back({t, cpu::PackedMatrix::Pack(t->data.data(), t->shape[0], t->shape[1])});
+    }
+  }
+  const Tensor& head = model.weights.token_embedding;
+  ms.push_back({&head, cpu::PackedMatrix::Pack(head.data.data(), head.shape[0], head.shape[1])});
+
+  std::vector<LinearRow> out;
+  for (int rows : {1, 8, 32, 128}) {
+    std::vector<float> x(static_cast<size_t>(rows) * 3072, 0.01f);
+    std::vector<float> y(static_cast<size_t>(rows) * 32000);
+    LinearRow r{rows, 0, 0, 0, 0};
+    for (const Matrix& m : ms) {
+      r.flops += 2.0 * rows * m.w->shape[0] * m.w->shape[1];
+      r.bytes += 4.0 * m.w->shape[0] * m.w->shape[1];
+    }
+    const int repeats = rows >= 32 ? 3 : 5;
+    r.packed_ms = 1e3 * Best(repeats, [&] {
+      for (const Matrix& m : ms) {
+        cpu::Linear(x.data(), rows, m.w->shape[1], m.packed, nullptr, cpu::Activation::kNone,
+                    cpu::LinearOutput::kStore, y.data(), m.w->shape[0], threads);
+      }
+    });
+    cpu::SetBlasThreads(threads);
+    r.blas_ms = 1e3 * Best(repeats, [&] {
+      for (const Matrix& m : ms) {
+        const int out_f = static_cast<int>(m.w->shape[0]), in_f = static_cast<int>(m.w->shape[1]);
+        cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, rows, out_f, in_f, 1.0f, x.data(),
+                  in_f, m.w->data.data(), in_f, 0.0f, y.data(), out_f);
+      }
+    });
+    cpu::SetBlasThreads(1);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// ---- The engine ----------------------------------------------------------------------------
+
+struct Work {
+  double weight_bytes = 0;      // projections + head, read once per forward pass
+  double head_bytes = 0;        // the head's share of weight_bytes
+  double layer_flops = 0;       // per token, projections + FFN
+  double head_flops = 0;        // per token whose logits are computed
+  double attention_flops = 0;   // per token, recurrent form
+  double state_bytes = 0;       // per session
+};
+
+Work WorkOf(const ModelConfig& c) {
+  Work w;
+  const double d = c.d_model, hd = static_cast<double>(c.n_heads) * c.head_dim, ff = c.d_ff;
+  const double layer_params = 3 * d * hd + hd * d + 2 * d * ff;
+  w.weight_bytes = 4.0 * (c.n_layers * layer_params + static_cast<double>(c.vocab_size) * d);
+  w.layer_flops = 2.0 * c.n_layers * layer_params;
+  w.head_flops = 2.0 * c.vocab_size * d;
+  w.head_bytes = 4.0 * c.vocab_size * d;
+  w.attention_flops = 4.0 * c.n_layers * c.n_heads * c.feature_dim * c.head_dim;
+  w.state_bytes = 4.0 * static_cast<double>(c.StateFloatsPerSlot());
+  return w;
+}
+
+std::vector<TokenId> RandomTokens(int n, std::mt19937_64& rng) {
+  std::vector<TokenId> t(static_cast<size_t>(n));
+  for (TokenId& x : t) x = static_cast<TokenId>(rng() % 32000);
+  return t;
+}
+
+struct DecodeRow {
+  int batch;
+  double step_ms, floor_ms, floor_bw_ms, floor_compute_ms, flops;
+};
+
+DecodeRow MeasureDecode(Backend& backend, const Work& work, const Floors& floors, int batch,
+                        int steps, std::mt19937_64& rng) {
+  std::vector<SlotId> slots;
+  for (int i = 0; i < batch; ++i) {
+    slots.push_back(*backend.AllocateSlot());
+    (void)backend.Prefill(slots.back(), RandomTokens(16, rng), {});
+  }
+  std::vector<float> logits(static_cast<size_t>(batch) * 32000);
+  std::vector<double> times;
+  for (int s = 0; s < steps + 2; ++s) {
+    std::vector<DecodeItem> items;
+    for (SlotId slot : slots) items.push_back({slot, static_cast<TokenId>(rng() % 32000)});
+    const auto t = Clock::now();
+    (void)backend.Decode(items, absl::MakeSpan(logits));
+    if (s >= 2) times.push_back(Seconds(t));
+  }
+  for (SlotId slot : slots) backend.FreeSlot(slot);
+  DecodeRow r{batch, 1e3 * Median(times), 0, 0, 0, 0};
+  const double bytes = work.weight_bytes + 2.0 * batch * work.state_bytes;
+  r.flops = batch * (work.layer_flops + work.head_flops + work.attention_flops);
+  r.floor_bw_ms = 1e3 * bytes / (floors.read_gbs * 1e9);
+  r.floor_compute_ms = 1e3 * r.flops / (floors.peak_gflops() * 1e9);
+  r.floor_ms = std::max(r.floor_bw_ms, r.floor_compute_ms);
+  return r;
+}
+
+struct PrefillRow {
+  std::string name;
+  int chunk;
+  int tokens;
+  double seconds, floor_s, flops;
+};
+
+PrefillRow MeasurePrefill(const Model& model, const Work& work, const Floors& floors, int chunk,
+                          int tokens, int threads, std::mt19937_64& rng) {
+  BackendOptions options;
+  options.prefill_chunk_size = chunk;
+  options.num_threads = threads;
+  options.max_slots = 1;
+  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
+  const SlotId slot = *backend->AllocateSlot();
+  const std::vector<TokenId> prompt = RandomTokens(tokens, rng);
+  std::vector<float> logits(32000);
+  const auto t = Clock::now();
+  (void)backend->Prefill(slot, prompt, absl::MakeSpan(logits));
+  PrefillRow r{chunk == 1 ? "token by token (chunk 1)" : absl::StrCat("chunked (", chunk, ")"),
+               chunk, tokens, Seconds(t), 0, 0};
+  r.flops = tokens * (work.layer_flops + work.attention_flops) + work.head_flops;
+  const double passes = (tokens + chunk - 1) / chunk;
+  // Layer weights once per chunk, the head once.
+  const double bytes = passes * (work.weight_bytes - work.head_bytes) + work.head_bytes;
+  r.floor_s = std::max(bytes / (floors.read_gbs * 1e9), r.flops / (floors.peak_gflops() * 1e9));
+  return r;
+}
+
+struct LatencyRow {
+  int64_t position;
+  double ms;
+};
+
+std::vector<LatencyRow> MeasureLatency(const Model& model, int threads, std::mt19937_64& rng) {
+  BackendOptions options;
+  options.num_threads = threads;
+  options.max_slots = 2;
+  options.prefill_chunk_size = 256;
+  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
+  const SlotId slot = *backend->AllocateSlot();
+  const SlotId probe = *backend->AllocateSlot();
+  std::vector<LatencyRow> out;
+  std::vector<float> logits(32000);
+  int64_t position = 0;
+  for (int64_t target : {100, 1000, 10000}) {
+    (void)backend->Prefill(slot, RandomTokens(static_cast<int>(target - position), rng), {});
+    position = target;
+    (void)backend->CopySlot(slot, probe);
+    std::vector<double> times;
+    for (int s = 0; s < 23; ++s) {
+      const DecodeItem item{probe, static_cast<TokenId>(rng() % 32000)};
+      const auto t = Clock::now();
+      (void)backend->Decode({&item, 1}, absl::MakeSpan(logits));
+      if (s >= 2) times.push_back(Seconds(t));
+    }
+    out.push_back({target, 1e3 * Median(times)});
+  }
+  return out;
+}
+
+// ---- Report --------------------------------------------------------------------------------
+
+std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
+
+std::string Ratio(const nlohmann::json& peer, const std::string& key, double ours,
+                  bool higher_is_better) {
+  if (!peer.contains(key)) return "–";
+  const double p = peer.at(key).get<double>();
+  return absl::StrFormat("%.2f× (peer %.4g)", higher_is_better ? ours / p : p / ours, p);
+}
+
+int Main() {
+  const int threads = cpu::ResolveNumThreads(absl::GetFlag(FLAGS_threads));
+  nlohmann::json peer = nlohmann::json::object();
+  if (const std::string path = absl::GetFlag(FLAGS_peer_json); !path.empty()) {
+    std::ifstream in(path);
+    if (!in) {
+      std::fprintf(stderr, "cpu_bench: --peer_json %s cannot be read\n", path.c_str());
+      return 1;
+    }
+    std::stringstream s;
+    s << in.rdbuf();
+    peer = nlohmann::json::parse(s.str(), nullptr, /*allow_exceptions=*/false);
+    if (peer.is_discarded() || !peer.is_object()) {
+      std::fprintf(stderr, "cpu_bench: --peer_json %s is not a JSON object\n", path.c_str());
+      return 1;
+    }
+  }
+  std::mt19937_64 rng(1);
+
+  std::fprintf(stderr, "measuring bandwidth and GEMM peak...\n");
+  const Floors floors = MeasureFloors(threads);
+  std::fprintf(stderr, "building the 125M-shape model...\n");
+  const ModelConfig config = Config125M();
+  const Model model = MakeRandomModel(config, 1);
+  const Work work = WorkOf(config);
+
+  std::printf("## Machine (measured in this run, %d threads)\n\n", threads);
+  std::printf("| figure | value |\n|---|---|\n");
+  std::printf("| read bandwidth (STREAM-like sum, 512 MiB) | %.1f GB/s |\n", floors.read_gbs);
+  std::printf("| triad bandwidth (STREAM convention) | %.1f GB/s |\n", floors.triad_gbs);
+  std::printf("| OpenBLAS sgemm 2048³ | %.1f GFLOP/s |\n", floors.blas_gflops);
+  std::printf("| our packed Linear 2048³ | %.1f GFLOP/s |\n", floors.packed_gflops);
+  std::printf("| GEMM peak used for the floors (the larger) | %.1f GFLOP/s |\n\n",
+              floors.peak_gflops());
+  std::printf("Model: 125M shape, %.1f M parameters, weights streamed per step %.0f MB, "
+              "state %.2f MB per session.\n\n",
+              model.weights.ParameterCount() / 1e6, work.weight_bytes / 1e6,
+              work.state_bytes / 1e6);
+
+  std::fprintf(stderr, "linear kernels...\n");
+  std::printf("## Linear layers: packed kernel vs OpenBLAS sgemm (all 73 weight matrices, "
+              "cold in DRAM)\n\n");
+  std::printf("| rows | packed | OpenBLAS | packed GFLOP/s | OpenBLAS GFLOP/s | speed-up |\n"
+              "|---|---|---|---|---|---|\n");
+  for (const LinearRow& r : CompareLinear(model, threads)) {
+    std::printf("| %d | %.1f ms | %.1f ms | %.0f | %.0f | %.2f× |\n", r.rows, r.packed_ms,
+                r.blas_ms, r.flops / r.packed_ms / 1e6, r.flops / r.blas_ms / 1e6,
+                r.blas_ms / r.packed_ms);
+  }
+
+  BackendOptions options;
+  options.num_threads = threads;
+  options.max_batch_size = 128;
+  options.max_slots = 130;
+  options.state_memory_budget_bytes = int64_t{130} * config.StateFloatsPerSlot() * 4;
+  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
+
+  std::fprintf(stderr, "decode...\n");
+  std::printf("\n## Decode (median step; floor = max(bytes / read bandwidth, FLOPs / peak); "
+              "bytes = weights + 2 × state per session)\n\n");
+  std::printf("| batch | tokens/s | step | floor (bandwidth / compute) | of floor | "
+              "of GEMM peak | vs PyTorch peer |\n|---|---|---|---|---|---|---|\n");
+  for (auto [batch, steps] : {std::pair{1, 40}, {8, 24}, {32, 12}, {128, 6}}) {
+    const DecodeRow r = MeasureDecode(*backend, work, floors, batch, steps, rng);
+    const double tps = batch / (r.step_ms / 1e3);
+    std::printf("| %d | %.1f | %.2f ms | %.2f ms (%.2f / %.2f) | %s | %s | %s |\n", batch, tps,
+                r.step_ms, r.floor_ms, r.floor_bw_ms, r.floor_compute_ms,
+                Pct(r.floor_ms / r.step_ms).c_str(),
+                Pct(r.flops / (r.step_ms / 1e3) / (floors.peak_gflops() * 1e9)).c_str(),
+                Ratio(peer, absl::StrCat("decode_tps_", batch), tps, true).c_str());
+  }
+
+  std::fprintf(stderr, "prefill...\n");
+  std::printf("\n## Prefill of 2048 tokens (last logits only)\n\n");
+  std::printf("| mode | tokens/s | time | floor | of floor | of GEMM peak | vs PyTorch peer |\n"
+              "|---|---|---|---|---|---|---|\n");
+  for (int chunk : {absl::GetFlag(FLAGS_chunk_size), 1}) {
+    const PrefillRow r = MeasurePrefill(model, work, floors, chunk, 2048, threads, rng);
+    const double tps = r.tokens / r.seconds;
+    std::printf("| %s | %.1f | %.2f s | %.2f s | %s | %s | %s |\n", r.name.c_str(), tps,
+                r.seconds, r.floor_s, Pct(r.floor_s / r.seconds).c_str(),
+                Pct(r.flops / r.seconds / (floors.peak_gflops() * 1e9)).c_str(),
+                Ratio(peer, chunk == 1 ? "prefill_token_by_token_tps" : "prefill_chunked_tps",
+                      tps, true)
+                    .c_str());
+  }
+
+  std::fprintf(stderr, "latency...\n");
+  std::printf("\n## Decode latency by position (batch 1, median of 21 steps)\n\n");
+  std::printf("| position | latency | vs position 100 | vs PyTorch peer |\n|---|---|---|---|\n");
+  const std::vector<LatencyRow> latency = MeasureLatency(model, threads, rng);
+  for (const LatencyRow& r : latency) {
+    std::printf("| %lld | %.2f ms | %+.1f%% | %s |\n", static_cast<long long>(r.position), r.ms,
+                100 * (r.ms / latency[0].ms - 1),
+                Ratio(peer, absl::StrCat("latency_ms_", r.position), r.ms, false).c_str());
+  }
+  if (peer.contains("torch")) {
+    std::printf("\nPeer: %s\n", peer.at("torch").get<std::string>().c_str());
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace linserve
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Benchmarks the CPU engine on the 125M shape against measured floors and the PyTorch "
+      "peer; prints markdown.");
+  absl::ParseCommandLine(argc, argv);
+  return linserve::Main();
+}
