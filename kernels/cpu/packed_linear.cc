@@ -98,37 +98,40 @@ void Tile(const float* __restrict x, int64_t ldx, const float* __restrict panel,
   for (int i = 0; i < kRows; ++i) Finish(e, lo[i], hi[i], y + i * ldy);
 }
 
+void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int64_t k_dim,
+                const Epilogue& e, float* y, int64_t ldy) {
+  switch (n) {
+    case 1:
+      return Tile<1>(x, ldx, panel, k_dim, e, y, ldy);
+    case 2:
+      return Tile<2>(x, ldx, panel, k_dim, e, y, ldy);
+    case 3:
+      return Tile<3>(x, ldx, panel, k_dim, e, y, ldy);
+    case 4:
+      return Tile<4>(x, ldx, panel, k_dim, e, y, ldy);
+    case 5:
+      return Tile<5>(x, ldx, panel, k_dim, e, y, ldy);
+    case 6:
+      return Tile<6>(x, ldx, panel, k_dim, e, y, ldy);
+  }
+}
+
 void Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t p,
            const float* bias, Activation act, LinearOutput output, float* y, int64_t ldy) {
   const int64_t col0 = p * kWidth;
   const Epilogue e{bias != nullptr ? bias + col0 : nullptr, act, output,
                    static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};
-  const float* panel = w.panel(p);
-  const int64_t k_dim = w.in_features();
+  // Rows are split into the fewest tiles of at most kMaxRows, as evenly as possible: a tile of
+  // 1–2 rows has too few independent FMA chains to hide the FMA latency, so 32 rows run as
+  // 6+6+5+5+5+5 rather than 6·5+2.
+  const int64_t tiles = (rows + kMaxRows - 1) / kMaxRows;
+  const int64_t base = rows / tiles;
+  const int64_t longer = rows % tiles;  // the first `longer` tiles take base + 1 rows
   int64_t r = 0;
-  for (; r + kMaxRows <= rows; r += kMaxRows) {
-    Tile<kMaxRows>(x + r * ldx, ldx, panel, k_dim, e, y + r * ldy + col0, ldy);
-  }
-  const float* xr = x + r * ldx;
-  float* yr = y + r * ldy + col0;
-  switch (rows - r) {
-    case 0:
-      break;
-    case 1:
-      Tile<1>(xr, ldx, panel, k_dim, e, yr, ldy);
-      break;
-    case 2:
-      Tile<2>(xr, ldx, panel, k_dim, e, yr, ldy);
-      break;
-    case 3:
-      Tile<3>(xr, ldx, panel, k_dim, e, yr, ldy);
-      break;
-    case 4:
-      Tile<4>(xr, ldx, panel, k_dim, e, yr, ldy);
-      break;
-    case 5:
-      Tile<5>(xr, ldx, panel, k_dim, e, yr, ldy);
-      break;
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t n = base + (t < longer ? 1 : 0);
+    TileOfRows(n, x + r * ldx, ldx, w.panel(p), w.in_features(), e, y + r * ldy + col0, ldy);
+    r += n;
   }
 }
 
