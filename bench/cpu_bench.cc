@@ -16,6 +16,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <random>
@@ -26,6 +27,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "kernels/cpu/aligned_buffer.h"
@@ -50,6 +53,20 @@ using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The benchmark cannot go on after a failed call: report it and stop.
+void Must(const absl::Status& status) {
+  if (!status.ok()) {
+    std::fprintf(stderr, "cpu_bench: %s\n", status.ToString().c_str());
+    std::exit(1);
+  }
+}
+
+template <class T>
+T Must(absl::StatusOr<T> value) {
+  Must(value.status());
+  return *std::move(value);
 }
 
 double Median(std::vector<double> v) {
@@ -241,8 +258,8 @@ DecodeRow MeasureDecode(Backend& backend, const Work& work, const Floors& floors
                         int steps, std::mt19937_64& rng) {
   std::vector<SlotId> slots;
   for (int i = 0; i < batch; ++i) {
-    slots.push_back(*backend.AllocateSlot());
-    (void)backend.Prefill(slots.back(), RandomTokens(16, rng), {});
+    slots.push_back(Must(backend.AllocateSlot()));
+    Must(backend.Prefill(slots.back(), RandomTokens(16, rng), {}));
   }
   std::vector<float> logits(static_cast<size_t>(batch) * 32000);
   std::vector<double> times;
@@ -250,7 +267,7 @@ DecodeRow MeasureDecode(Backend& backend, const Work& work, const Floors& floors
     std::vector<DecodeItem> items;
     for (SlotId slot : slots) items.push_back({slot, static_cast<TokenId>(rng() % 32000)});
     const auto t = Clock::now();
-    (void)backend.Decode(items, absl::MakeSpan(logits));
+    Must(backend.Decode(items, absl::MakeSpan(logits)));
     if (s >= 2) times.push_back(Seconds(t));
   }
   for (SlotId slot : slots) backend.FreeSlot(slot);
@@ -276,12 +293,12 @@ PrefillRow MeasurePrefill(const Model& model, const Work& work, const Floors& fl
   options.prefill_chunk_size = chunk;
   options.num_threads = threads;
   options.max_slots = 1;
-  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
-  const SlotId slot = *backend->AllocateSlot();
+  std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
+  const SlotId slot = Must(backend->AllocateSlot());
   const std::vector<TokenId> prompt = RandomTokens(tokens, rng);
   std::vector<float> logits(32000);
   const auto t = Clock::now();
-  (void)backend->Prefill(slot, prompt, absl::MakeSpan(logits));
+  Must(backend->Prefill(slot, prompt, absl::MakeSpan(logits)));
   PrefillRow r{chunk == 1 ? "token by token (chunk 1)" : absl::StrCat("chunked (", chunk, ")"),
                chunk, tokens, Seconds(t), 0, 0};
   r.flops = tokens * (work.layer_flops + work.attention_flops) + work.head_flops;
@@ -302,21 +319,21 @@ std::vector<LatencyRow> MeasureLatency(const Model& model, int threads, std::mt1
   options.num_threads = threads;
   options.max_slots = 2;
   options.prefill_chunk_size = 256;
-  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
-  const SlotId slot = *backend->AllocateSlot();
-  const SlotId probe = *backend->AllocateSlot();
+  std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
+  const SlotId slot = Must(backend->AllocateSlot());
+  const SlotId probe = Must(backend->AllocateSlot());
   std::vector<LatencyRow> out;
   std::vector<float> logits(32000);
   int64_t position = 0;
   for (int64_t target : {100, 1000, 10000}) {
-    (void)backend->Prefill(slot, RandomTokens(static_cast<int>(target - position), rng), {});
+    Must(backend->Prefill(slot, RandomTokens(static_cast<int>(target - position), rng), {}));
     position = target;
-    (void)backend->CopySlot(slot, probe);
+    Must(backend->CopySlot(slot, probe));
     std::vector<double> times;
     for (int s = 0; s < 23; ++s) {
       const DecodeItem item{probe, static_cast<TokenId>(rng() % 32000)};
       const auto t = Clock::now();
-      (void)backend->Decode({&item, 1}, absl::MakeSpan(logits));
+      Must(backend->Decode({&item, 1}, absl::MakeSpan(logits)));
       if (s >= 2) times.push_back(Seconds(t));
     }
     out.push_back({target, 1e3 * Median(times)});
@@ -390,7 +407,7 @@ int Main() {
   options.max_batch_size = 128;
   options.max_slots = 130;
   options.state_memory_budget_bytes = int64_t{130} * config.StateFloatsPerSlot() * 4;
-  std::unique_ptr<Backend> backend = *CreateCpuBackend(model, options);
+  std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
 
   std::fprintf(stderr, "decode...\n");
   std::printf("\n## Decode (median step; floor = max(bytes / read bandwidth, FLOPs / peak); "
