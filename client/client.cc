@@ -30,9 +30,16 @@ absl::Status CancelledByClient() {
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& options) {
   if (options.target.empty()) return absl::InvalidArgumentError("target: must not be empty");
-  if (!options.tls && (!options.tls_root_certs.empty() || !options.tls_server_name.empty())) {
+  if (!options.tls && (!options.tls_root_certs.empty() || !options.tls_server_name.empty() ||
+                       !options.tls_client_cert_chain.empty() ||
+                       !options.tls_client_key.empty())) {
     return absl::InvalidArgumentError(
-        "tls_root_certs / tls_server_name: only meaningful with tls = true");
+        "tls_root_certs / tls_server_name / tls_client_cert_chain / tls_client_key: only "
+        "meaningful with tls = true");
+  }
+  if (options.tls_client_cert_chain.empty() != options.tls_client_key.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_client_cert_chain and tls_client_key: give both (mutual TLS) or neither");
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -43,6 +50,8 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
   if (options.tls) {
     grpc::SslCredentialsOptions ssl;
     ssl.pem_root_certs = options.tls_root_certs;
+    ssl.pem_cert_chain = options.tls_client_cert_chain;
+    ssl.pem_private_key = options.tls_client_key;
     credentials = grpc::SslCredentials(ssl);
     if (!options.tls_server_name.empty()) {
       args.SetSslTargetNameOverride(options.tls_server_name);

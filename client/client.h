@@ -39,6 +39,10 @@ struct ClientOptions {
   // The name the server's certificate must carry when it differs from the target's host (e.g.
   // connecting by IP address); "" = the target's host. Default: "".
   std::string tls_server_name;
+  // PEM certificate chain and private key presented to a server that asks for client
+  // certificates (mutual TLS); both or neither. Default: "" (none).
+  std::string tls_client_cert_chain;
+  std::string tls_client_key;
   // Sent as "authorization: Bearer <token>" on every linserve.v1 call (never on health
   // checks); "" = none. Default: "".
   std::string auth_token;
@@ -91,8 +95,8 @@ class Client {
   // Called on a gRPC thread for every GenerateResponse of a StartGenerate stream, in order.
   using AsyncMessageCallback = std::function<void(const v1::GenerateResponse&)>;
 
-  // Creates the channel (connecting lazily). INVALID_ARGUMENT for an empty target or
-  // TLS-only options without tls.
+  // Creates the channel (connecting lazily). INVALID_ARGUMENT for an empty target, TLS-only
+  // options without tls, or a client certificate without its key (or the reverse).
   static absl::StatusOr<std::unique_ptr<Client>> Create(const ClientOptions& options);
 
   // Streams one generation, calling `on_message` on this thread for each message. Returns the
