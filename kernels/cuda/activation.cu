@@ -13,13 +13,19 @@
 namespace linserve::cuda {
 namespace {
 
+// Written with _rn intrinsics in the CPU kernels' order of operations (they are built without
+// FMA contraction), so that only erff/tanhf themselves differ from the CPU's.
 __device__ __forceinline__ float Activate(float x, ActivationKind activation) {
   switch (activation) {
-    case ActivationKind::kGelu:
-      return 0.5f * x * (1.0f + erff(x * 0.70710678118654752f));
+    case ActivationKind::kGelu: {
+      const float e = erff(__fmul_rn(x, 0.70710678118654752f));
+      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, e));
+    }
     case ActivationKind::kGeluTanh: {
       constexpr float kSqrt2OverPi = 0.79788456080286536f;
-      return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + 0.044715f * x * x * x)));
+      const float x3 = __fmul_rn(__fmul_rn(x, x), x);
+      const float inner = __fmul_rn(kSqrt2OverPi, __fadd_rn(x, __fmul_rn(0.044715f, x3)));
+      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
     }
     case ActivationKind::kRelu:
       return x > 0.0f ? x : 0.0f;
@@ -36,7 +42,7 @@ __global__ void BiasActivationKernel(const float* __restrict__ in, const float* 
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
     float v = in[i];
-    if (bias != nullptr) v += bias[i % cols];
+    if (bias != nullptr) v = __fadd_rn(v, bias[i % cols]);
     out[i] = FromFloat<T>(Activate(v, activation));
   }
 }

@@ -38,7 +38,7 @@ struct EmbedArgs {
 absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args);
 
 struct AddLayerNormArgs {
-  // r = x + delta + delta_bias (delta and delta_bias optional), per row of `d` floats.
+  // r = x + (delta + delta_bias) (delta_bias only with delta), per row of `d` floats.
   const float* x = nullptr;
   const float* delta = nullptr;       // optional [rows, d]
   const float* delta_bias = nullptr;  // optional [d]

@@ -25,11 +25,13 @@ __global__ void __launch_bounds__(kThreads) AddLayerNormKernel(AddLayerNormArgs 
   const float* delta = args.delta == nullptr ? nullptr : args.delta + offset;
   float* sum_out = args.sum_out == nullptr ? nullptr : args.sum_out + offset;
 
+  // x + (delta + bias), the order in which the CPU backend's Linear accumulates a projection
+  // with its bias into the residual stream.
   auto residual = [&](int c) {
-    float r = x[c];
-    if (delta != nullptr) r += delta[c];
-    if (args.delta_bias != nullptr) r += args.delta_bias[c];
-    return r;
+    if (delta == nullptr) return x[c];
+    float update = delta[c];
+    if (args.delta_bias != nullptr) update = __fadd_rn(update, args.delta_bias[c]);
+    return __fadd_rn(x[c], update);
   };
 
   double local = 0.0;
@@ -55,7 +57,10 @@ __global__ void __launch_bounds__(kThreads) AddLayerNormKernel(AddLayerNormArgs 
   float* y = args.y == nullptr ? nullptr : args.y + offset;
   T* y_t = args.y_t == nullptr ? nullptr : static_cast<T*>(args.y_t) + offset;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
-    const float v = (stored(c) - mean_f) * inv_std * args.gamma[c] + args.beta[c];
+    // Unfused, in the CPU kernel's order (it is built with -ffp-contract=off).
+    const float v = __fadd_rn(
+        __fmul_rn(__fmul_rn(__fsub_rn(stored(c), mean_f), inv_std), args.gamma[c]),
+        args.beta[c]);
     if (y != nullptr) y[c] = v;
     if (y_t != nullptr) y_t[c] = FromFloat<T>(v);
   }
