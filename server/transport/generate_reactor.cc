@@ -9,6 +9,8 @@
 namespace linserve {
 namespace {
 
+constexpr std::chrono::milliseconds kDeadlineGrace(100);
+
 // Forwards the engine's calls to the reactor. The reactor outlives every call: it is released
 // only after OnFinish.
 class GenerateSink : public TokenSink {
@@ -183,8 +185,11 @@ void GenerateReactor::OnDone() {
     absl::MutexLock lock(&mu_);
     status = final_status_;
   }
+  // Count an expired deadline as such. The client's own deadline timer usually cancels the
+  // call a moment before the server's copy of the deadline (taken when the call arrived)
+  // expires, hence the grace.
   if (status.error_code() == grpc::StatusCode::CANCELLED &&
-      context_->deadline() <= std::chrono::system_clock::now()) {
+      context_->deadline() <= std::chrono::system_clock::now() + kDeadlineGrace) {
     status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
   }
   env_.RecordRpc("Generate", status);

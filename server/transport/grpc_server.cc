@@ -19,14 +19,23 @@ namespace {
 
 constexpr char kServiceName[] = "linserve.v1.LinServe";
 
-// Adds reflection to one builder only (grpc++'s InitProtoReflectionServerBuilderPlugin would
-// add it to every server the process builds).
+// Turns reflection on or off for one builder. Loading grpc++_reflection registers its plugin
+// for every server of the process at static initialisation, so "off" must remove it and "on"
+// must add it only where it is missing.
 class ReflectionOption : public grpc::ServerBuilderOption {
  public:
+  explicit ReflectionOption(bool enabled) : enabled_(enabled) {}
   void UpdateArguments(grpc::ChannelArguments*) override {}
   void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins) override {
-    plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    const std::string name = grpc::reflection::ProtoServerReflectionPlugin().name();
+    std::erase_if(*plugins, [&](const auto& plugin) { return plugin->name() == name; });
+    if (enabled_) {
+      plugins->push_back(std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    }
   }
+
+ private:
+  const bool enabled_;
 };
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
@@ -75,7 +84,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, credentials, &server->port_);
   builder.RegisterService(&server->service_);
-  if (options.reflection) builder.SetOption(std::make_unique<ReflectionOption>());
+  builder.SetOption(std::make_unique<ReflectionOption>(options.reflection));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {
     return absl::UnavailableError(absl::StrCat(
