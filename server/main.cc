@@ -51,6 +51,9 @@ ABSL_FLAG(std::string, port_file, "",
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain. With --tls_key, gRPC is served over TLS; neither: plaintext.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key matching --tls_cert.");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "With TLS: PEM CA certificates that must have signed every client's certificate "
+          "(mutual TLS). Empty: clients need no certificate.");
 ABSL_FLAG(std::string, auth_token_file, "",
           "File whose contents (surrounding whitespace trimmed) are a bearer token every "
           "linserve.v1 call must send as \"authorization: Bearer <token>\" metadata; health "
@@ -200,6 +203,7 @@ int Run(const sigset_t& signals) {
   grpc_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
   grpc_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   grpc_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  grpc_options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   grpc_options.reflection = absl::GetFlag(FLAGS_reflection);
   if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = ReadToken(path);

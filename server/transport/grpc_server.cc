@@ -68,6 +68,10 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     return absl::InvalidArgumentError(
         "tls_cert and tls_key: give both (TLS) or neither (plaintext)");
   }
+  if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_client_ca: client certificates need TLS (tls_cert and tls_key)");
+  }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_file.empty()) {
     absl::StatusOr<std::string> cert = ReadPem(options.tls_cert_file, "tls_cert");
@@ -76,6 +80,13 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     if (!key.ok()) return key.status();
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    if (!options.tls_client_ca_file.empty()) {
+      absl::StatusOr<std::string> ca = ReadPem(options.tls_client_ca_file, "tls_client_ca");
+      if (!ca.ok()) return ca.status();
+      ssl.pem_root_certs = *ca;
+      ssl.client_certificate_request =
+          GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+    }
     credentials = grpc::SslServerCredentials(ssl);
   }
 
@@ -94,7 +105,9 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   }
   server->SetServing(true);
   spdlog::info("gRPC: serving {} on port {} ({}{}{})", kServiceName, server->port_,
-               options.tls_cert_file.empty() ? "plaintext" : "TLS",
+               options.tls_cert_file.empty()          ? "plaintext"
+               : options.tls_client_ca_file.empty() ? "TLS"
+                                                    : "mutual TLS",
                server->auth_.enabled() ? ", bearer token required" : "",
                options.reflection ? ", reflection" : "");
   return server;

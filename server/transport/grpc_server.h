@@ -28,6 +28,10 @@ struct GrpcServerOptions {
   // Default: "" (plaintext).
   std::string tls_cert_file;
   std::string tls_key_file;
+  // With TLS: PEM CA certificates that must have signed every client's certificate (mutual
+  // TLS; clients without a valid certificate cannot connect); "" = clients need none.
+  // Default: "".
+  std::string tls_client_ca_file;
   // Required as "authorization: Bearer <token>" on every linserve.v1 call; "" = no auth.
   // Default: "".
   std::string auth_token;

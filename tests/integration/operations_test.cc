@@ -249,6 +249,33 @@ TEST_F(OperationsTest, ServesTls) {
             absl::StatusCode::kUnavailable);
 }
 
+TEST_F(OperationsTest, MutualTlsRequiresAClientCertificateFromTheConfiguredCa) {
+  const std::string dir = std::string(LINSERVE_SOURCE_DIR) + "/tests/integration/testdata/";
+  TestServerOptions options = Options();
+  options.grpc.tls_cert_file = dir + "server.crt";
+  options.grpc.tls_key_file = dir + "server.key";
+  options.grpc.tls_client_ca_file = dir + "ca.crt";
+  options.client.tls = true;
+  options.client.tls_root_certs = ReadTestData("ca.crt");
+  options.client.tls_client_cert_chain = ReadTestData("client.crt");
+  options.client.tls_client_key = ReadTestData("client.key");
+  TestServer server(model_, options);
+  EXPECT_TRUE(server.client().GetModelInfo().ok());
+  EXPECT_TRUE(RunGenerate(server.client(), TokensRequest({1, 2}, 4, 0)).status.ok());
+
+  ClientOptions anonymous;  // trusts the server, but shows no certificate
+  anonymous.tls = true;
+  anonymous.tls_root_certs = ReadTestData("ca.crt");
+  anonymous.timeout = absl::Seconds(3);
+  EXPECT_EQ(server.NewClient(anonymous)->GetModelInfo().status().code(),
+            absl::StatusCode::kUnavailable);
+  ClientOptions wrong_ca = anonymous;  // a certificate the CA did not sign
+  wrong_ca.tls_client_cert_chain = ReadTestData("stranger.crt");
+  wrong_ca.tls_client_key = ReadTestData("stranger.key");
+  EXPECT_EQ(server.NewClient(wrong_ca)->GetModelInfo().status().code(),
+            absl::StatusCode::kUnavailable);
+}
+
 TEST_F(OperationsTest, BadTlsOrAddressOptionsFailToStart) {
   absl::StatusOr<std::unique_ptr<Backend>> backend = CreateCpuBackend(model_, {});
   ASSERT_TRUE(backend.ok());
@@ -265,6 +292,12 @@ TEST_F(OperationsTest, BadTlsOrAddressOptionsFailToStart) {
   missing.tls_key_file = "/nonexistent.key";
   EXPECT_THAT(std::string(GrpcServer::Start(**engine, metrics, missing).status().message()),
               HasSubstr("tls_cert: cannot read"));
+  GrpcServerOptions client_ca_without_tls;
+  client_ca_without_tls.address = "127.0.0.1:0";
+  client_ca_without_tls.tls_client_ca_file = "/some/ca.crt";
+  EXPECT_THAT(
+      std::string(GrpcServer::Start(**engine, metrics, client_ca_without_tls).status().message()),
+      HasSubstr("tls_client_ca"));
   GrpcServerOptions bad_address;
   bad_address.address = "256.1.1.1:99999";
   EXPECT_EQ(GrpcServer::Start(**engine, metrics, bad_address).status().code(),
