@@ -8,3 +8,5 @@ linserve_test(generate_test SOURCES generate_test.cc LIBS linserve_model_compute
 target_compile_definitions(generate_test PRIVATE
   LINSERVE_GENERATE_BIN="$<TARGET_FILE:linserve-generate>")
 add_dependencies(generate_test linserve-generate)
+linserve_test(sampler_mirror_test SOURCES sampler_mirror_test.cc
+              LIBS linserve_model_compute linserve_testing LABELS python)

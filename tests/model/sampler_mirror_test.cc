@@ -1,0 +1,132 @@
+// The C++ Sampler against model/python/linserve_ref/sampling.py, the Python mirror of
+// sampler.h's algorithm: the same logits and parameters must give exactly the same tokens.
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/safetensors.h"
+#include "model/sampler.h"
+#include "nlohmann/json.hpp"
+#include "tests/testing/scoped_temp_dir.h"
+
+namespace linserve {
+namespace {
+
+constexpr int kVocab = 1000;
+constexpr int kSteps = 60;
+
+struct Case {
+  SamplingParams params;
+  float logit_scale;  // small: flat distributions whose nucleus holds hundreds of tokens
+};
+
+std::vector<Case> Cases() {
+  std::vector<Case> cases;
+  auto add = [&cases](float scale, auto set) {
+    SamplingParams p;
+    set(p);
+    cases.push_back({p, scale});
+  };
+  add(2.0f, [](SamplingParams& p) { p.seed = 1; });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 0.0f;
+    p.repetition_penalty = 1.3f;
+    p.presence_penalty = 0.5f;
+    p.frequency_penalty = 0.3f;
+  });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 0.7f;
+    p.top_k = 20;
+    p.seed = 2;
+  });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 1.2f;
+    p.top_p = 0.9f;
+    p.seed = 3;
+  });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 0.9f;
+    p.min_p = 0.1f;
+    p.seed = 4;
+  });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 0.8f;
+    p.top_k = 50;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.repetition_penalty = 1.1f;
+    p.presence_penalty = 0.2f;
+    p.frequency_penalty = -0.1f;
+    p.seed = 0xfeedface12345678ull;
+  });
+  add(0.3f, [](SamplingParams& p) {
+    p.top_p = 0.5f;
+    p.seed = 5;
+  });
+  add(2.0f, [](SamplingParams& p) {
+    p.temperature = 0.05f;
+    p.repetition_penalty = 0.8f;
+    p.seed = 6;
+  });
+  return cases;
+}
+
+TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
+  const std::vector<Case> cases = Cases();
+  std::mt19937_64 rng(11);
+  std::normal_distribution<float> normal;
+  std::vector<float> logits;
+  for (const Case& c : cases) {
+    for (int i = 0; i < kSteps * kVocab; ++i) logits.push_back(c.logit_scale * normal(rng));
+  }
+  std::vector<int64_t> prompt;
+  for (int i = 0; i < 30; ++i) prompt.push_back(static_cast<int64_t>(rng() % 40));
+
+  ScopedTempDir dir;
+  const std::vector<SafetensorsWriteTensor> tensors = {
+      {"logits", Dtype::kF32, {static_cast<int64_t>(cases.size()), kSteps, kVocab}, logits, {}},
+      {"prompt", Dtype::kI32, {static_cast<int64_t>(prompt.size())}, {}, prompt}};
+  ASSERT_TRUE(WriteSafetensors(dir.Join("logits.safetensors"), tensors).ok());
+  nlohmann::json params = nlohmann::json::array();
+  for (const Case& c : cases) {
+    const SamplingParams& p = c.params;
+    params.push_back({{"temperature", p.temperature},
+                      {"top_k", p.top_k},
+                      {"top_p", p.top_p},
+                      {"min_p", p.min_p},
+                      {"repetition_penalty", p.repetition_penalty},
+                      {"presence_penalty", p.presence_penalty},
+                      {"frequency_penalty", p.frequency_penalty},
+                      {"seed", p.seed}});
+  }
+  std::ofstream(dir.Join("params.json")) << params.dump();
+
+  const std::string cmd = std::string(LINSERVE_PYTHON) + " " + LINSERVE_SOURCE_DIR +
+                          "/tests/model/sampler_mirror.py " + dir.path() + " >" +
+                          dir.Join("tokens.json");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::ifstream in(dir.Join("tokens.json"));
+  std::stringstream text;
+  text << in.rdbuf();
+  const nlohmann::json python = nlohmann::json::parse(text.str());
+  ASSERT_EQ(python.size(), cases.size());
+
+  std::vector<TokenId> prompt_ids(prompt.begin(), prompt.end());
+  for (size_t c = 0; c < cases.size(); ++c) {
+    Sampler sampler(cases[c].params);
+    sampler.Observe(prompt_ids);
+    std::vector<TokenId> cpp;
+    for (int s = 0; s < kSteps; ++s) {
+      cpp.push_back(sampler.Sample(
+          absl::MakeConstSpan(logits).subspan((c * kSteps + s) * kVocab, kVocab)));
+    }
+    EXPECT_EQ(cpp, python[c].get<std::vector<TokenId>>()) << "case " << c;
+  }
+}
+
+}  // namespace
+}  // namespace linserve
