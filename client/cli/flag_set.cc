@@ -108,6 +108,17 @@ void FlagSet::Add(absl::string_view name, double* value, absl::string_view value
   };
 }
 
+void FlagSet::Add(absl::string_view name, absl::Duration* value, absl::string_view value_name,
+                  absl::string_view help) {
+  Flag& flag = Register(name, value_name, help, absl::FormatDuration(*value));
+  flag.assign = [value, n = flag.name](absl::string_view text) {
+    if (!absl::ParseDuration(text, value)) {
+      return BadValue(n, text, "a duration such as 500ms, 30s, 2m or inf");
+    }
+    return absl::OkStatus();
+  };
+}
+
 void FlagSet::Add(absl::string_view name, std::optional<int32_t>* value,
                   absl::string_view value_name, absl::string_view help) {
   Flag& flag = Register(name, value_name, help, "");

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 
 namespace linserve::cli {
@@ -36,6 +37,9 @@ class FlagSet {
   void Add(absl::string_view name, int64_t* value, absl::string_view value_name,
            absl::string_view help);
   void Add(absl::string_view name, double* value, absl::string_view value_name,
+           absl::string_view help);
+  // Durations as absl::ParseDuration reads them: "250ms", "30s", "1.5m", "inf".
+  void Add(absl::string_view name, absl::Duration* value, absl::string_view value_name,
            absl::string_view help);
   void Add(absl::string_view name, std::optional<int32_t>* value, absl::string_view value_name,
            absl::string_view help);

@@ -25,6 +25,7 @@ struct Flags {
   std::optional<int32_t> top_k;
   std::vector<std::string> stop;
   std::vector<int32_t> ids;
+  absl::Duration timeout = absl::Seconds(60);
 };
 
 FlagSet MakeSet(Flags& f) {
@@ -39,6 +40,7 @@ FlagSet MakeSet(Flags& f) {
   set.Add("top_k", &f.top_k, "K", "Top k.");
   set.Add("stop", &f.stop, "TEXT", "Stop string; repeatable.");
   set.Add("stop-token-id", &f.ids, "ID[,ID...]", "Stop token ids.");
+  set.Add("timeout", &f.timeout, "DURATION", "Deadline.");
   return set;
 }
 
@@ -49,7 +51,7 @@ TEST(FlagSetTest, ParsesEveryFormAndKeepsPositionalsInOrder) {
       "a",          "--target=h:1", "--tls",  "b",        "--count", "7",
       "--big=-9000000000", "--rate", "0.25", "--temperature=0", "--seed=18446744073709551615",
       "--top-k=4",  "--stop=x",     "--stop", "y z",      "--stop_token_id=1,2",
-      "--stop-token-id", "3",       "--",     "--not-a-flag"};
+      "--stop-token-id", "3",       "--timeout=1.5s", "--",     "--not-a-flag"};
   auto positional = set.Parse(args);
   ASSERT_TRUE(positional.ok()) << positional.status();
   EXPECT_THAT(*positional, ElementsAre("a", "b", "--not-a-flag"));
@@ -64,6 +66,7 @@ TEST(FlagSetTest, ParsesEveryFormAndKeepsPositionalsInOrder) {
   EXPECT_EQ(f.top_k, 4);
   EXPECT_THAT(f.stop, ElementsAre("x", "y z"));
   EXPECT_THAT(f.ids, ElementsAre(1, 2, 3));
+  EXPECT_EQ(f.timeout, absl::Milliseconds(1500));
   EXPECT_TRUE(set.WasSet("top_k"));
   EXPECT_FALSE(set.WasSet("nothing"));
 }
@@ -120,6 +123,7 @@ TEST(FlagSetTest, ErrorsNameTheFlagAndWhatItExpects) {
       {{"-x"}, "unknown flag -x"},
       {{"--target"}, "--target needs a value (--target=HOST:PORT)"},
       {{"--nocount"}, "unknown flag --nocount"},
+      {{"--timeout=soon"}, "--timeout=soon: expected a duration such as 500ms, 30s, 2m or inf"},
   };
   for (const Case& c : cases) {
     auto result = set.Parse(c.args);
@@ -149,6 +153,7 @@ TEST(FlagSetTest, UsageListsEveryFlagWithDefaultsAndWrapsHelp) {
   EXPECT_THAT(usage, HasSubstr("  --tls\n      Use TLS.\n"));
   EXPECT_THAT(usage, HasSubstr("  --top-k=K\n"));
   EXPECT_THAT(usage, HasSubstr("  --rate=R  (default: 1.5)\n"));
+  EXPECT_THAT(usage, HasSubstr("  --timeout=DURATION  (default: 1m)\n"));
 
   std::string long_help;
   for (int i = 0; i < 40; ++i) long_help += "word ";

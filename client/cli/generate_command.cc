@@ -1,0 +1,67 @@
+// linserve-cli generate: one streamed generation.
+#include <iterator>
+#include <ostream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/commands.h"
+#include "client/cli/generation.h"
+
+namespace linserve::cli {
+namespace {
+
+class GenerateCommand : public Command {
+ public:
+  absl::string_view name() const override { return "generate"; }
+  absl::string_view synopsis() const override { return "generate [flags] [PROMPT...]"; }
+  absl::string_view summary() const override {
+    return "Stream a generation for a prompt, optionally continuing a session.";
+  }
+  std::string description() const override {
+    return "The words of PROMPT, joined by spaces, are the prompt; with no PROMPT or \"-\" it is "
+           "read from stdin (all of it). --token-ids gives the prompt as token ids instead. The "
+           "text is written to stdout as it arrives. With --session the generation continues "
+           "that session (see `sessions create`); otherwise the server uses an ephemeral one.";
+  }
+  void AddFlags(FlagSet& flags) override {
+    flags.Add("session", &session_, "ID", "Continue this session.");
+    flags.Add("token-ids", &token_ids_, "ID[,ID...]",
+              "The prompt as token ids instead of text; repeatable.");
+    generation_.AddTo(flags);
+  }
+
+  absl::Status Run(CommandContext& context, const std::vector<std::string>& args) override {
+    absl::StatusOr<bool> jsonl = generation_.Jsonl();
+    if (!jsonl.ok()) return jsonl.status();
+    v1::GenerateRequest request;
+    if (!token_ids_.empty()) {
+      if (!args.empty()) return UsageError("give the prompt as PROMPT or --token-ids, not both");
+      request.mutable_token_ids()->mutable_ids()->Assign(token_ids_.begin(), token_ids_.end());
+    } else if (args.empty() && context.io.in_is_terminal) {
+      return UsageError("no PROMPT: give one as arguments, or pipe it on stdin");
+    } else if (args.empty() || (args.size() == 1 && args[0] == "-")) {
+      request.set_text(std::string(std::istreambuf_iterator<char>(context.io.in), {}));
+    } else {
+      request.set_text(absl::StrJoin(args, " "));
+    }
+    request.set_session_id(session_);
+    if (absl::Status s = generation_.Apply(request); !s.ok()) return s;
+    absl::StatusOr<GenerationResult> result =
+        StreamGeneration(context, request, generation_, *jsonl);
+    if (!result.ok()) return result.status();
+    if (!*jsonl && context.io.out_is_terminal) context.io.out << "\n";
+    return absl::OkStatus();
+  }
+
+ private:
+  std::string session_;
+  std::vector<int32_t> token_ids_;
+  GenerationFlags generation_;
+};
+
+}  // namespace
+
+std::unique_ptr<Command> NewGenerateCommand() { return std::make_unique<GenerateCommand>(); }
+
+}  // namespace linserve::cli
