@@ -199,8 +199,13 @@ int Run(const sigset_t& signals) {
       return 1;
     }
   }
+  const int32_t port = absl::GetFlag(FLAGS_port);
+  if (port < 0 || port > 65535) {
+    spdlog::error("--port must be in [0, 65535], got {}", port);
+    return 1;
+  }
   GrpcServerOptions grpc_options;
-  grpc_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port));
+  grpc_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
   grpc_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
   grpc_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   grpc_options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);

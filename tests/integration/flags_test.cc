@@ -1,0 +1,124 @@
+// The linserve binary's flags: each reaches the component it configures, and a bad value stops
+// the server at start with exit status 1 and a message naming the flag.
+#include <signal.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server_process.h"
+#include "tests/testing/random_model.h"
+#include "tests/testing/scoped_temp_dir.h"
+
+namespace linserve {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string TestData(const std::string& name) {
+  return std::string(LINSERVE_SOURCE_DIR) + "/tests/integration/testdata/" + name;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+class FlagsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const ModelConfig config = TinyConfig();
+    ASSERT_TRUE(WriteModelDirectory(model_dir_, config, MakeRandomWeights(config, 2)).ok());
+  }
+  ScopedTempDir dir_;
+  const std::string model_dir_ = dir_.Join("model");
+};
+
+TEST_F(FlagsTest, EveryFlagReachesTheServer) {
+  { std::ofstream(dir_.Join("token")) << "  flag-token\n"; }
+  ServerProcess server(
+      {"--model=" + model_dir_, "--device=cpu", "--weight_precision=fp32", "--host=127.0.0.1",
+       "--port=0", "--metrics_port=-1", "--port_file=" + dir_.Join("ports"),
+       "--tls_cert=" + TestData("server.crt"), "--tls_key=" + TestData("server.key"),
+       "--tls_client_ca=" + TestData("ca.crt"), "--auth_token_file=" + dir_.Join("token"),
+       "--reflection=false", "--state_dir=" + dir_.Join("state"), "--drain_deadline=1s",
+       "--state_memory_mib=1", "--max_slots=5", "--max_batch_size=3",
+       "--prefill_token_budget=17", "--prefill_chunk_size=8", "--threads=1",
+       "--max_queue_depth=9", "--max_sessions=11", "--session_idle_timeout=inf",
+       "--max_new_tokens=123", "--max_prompt_tokens=456", "--max_stop_strings=2",
+       "--max_stop_string_bytes=7", "--max_stop_token_ids=3", "--max_top_logprobs=4",
+       "--log_level=warn"},
+      dir_.Join("log"), dir_.Join("ports"));
+  ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
+  EXPECT_EQ(server.metrics_port(), -1);
+
+  ClientOptions options;
+  options.tls = true;
+  options.tls_server_name = "localhost";
+  options.tls_root_certs = Read(TestData("ca.crt"));
+  options.tls_client_cert_chain = Read(TestData("client.crt"));
+  options.tls_client_key = Read(TestData("client.key"));
+  options.timeout = absl::Seconds(10);
+  EXPECT_EQ(server.Connect(options)->GetModelInfo().status().code(),
+            absl::StatusCode::kUnauthenticated);
+  options.auth_token = "flag-token";
+  std::unique_ptr<Client> client = server.Connect(options);
+  absl::StatusOr<v1::GetModelInfoResponse> info = client->GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status() << server.Log();
+  EXPECT_EQ(info->device(), "cpu");
+  EXPECT_EQ(info->slot_capacity(), 5);
+  const v1::ServerLimits& limits = info->limits();
+  EXPECT_EQ(limits.max_batch_size(), 3);
+  EXPECT_EQ(limits.prefill_token_budget(), 17);
+  EXPECT_EQ(limits.max_queue_depth(), 9);
+  EXPECT_EQ(limits.max_sessions(), 11);
+  EXPECT_EQ(limits.max_new_tokens(), 123);
+  EXPECT_EQ(limits.max_prompt_tokens(), 456);
+  EXPECT_EQ(limits.max_stop_strings(), 2);
+  EXPECT_EQ(limits.max_stop_string_bytes(), 7);
+  EXPECT_EQ(limits.max_stop_token_ids(), 3);
+  EXPECT_EQ(limits.max_top_logprobs(), 4);
+  ASSERT_TRUE(client->CreateSession().ok());
+
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 0) << server.Log();
+  const std::string log = server.Log();
+  EXPECT_THAT(log, Not(HasSubstr("[info]")));  // --log_level=warn
+}
+
+TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
+  { std::ofstream(dir_.Join("empty_token")) << " \n"; }
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--weight_precision=fp8", "--weight_precision"},
+      {"--device=tpu", "tpu"},
+      {"--auth_token_file=" + dir_.Join("missing"), "--auth_token_file"},
+      {"--auth_token_file=" + dir_.Join("empty_token"), "holds no token"},
+      {"--log_level=loud", "--log_level"},
+      {"--state_memory_mib=0", "--state_memory_mib"},
+      {"--max_queue_depth=0", "max_queue_depth"},
+      {"--max_sessions=0", "max_sessions"},
+      {"--max_top_logprobs=0", "max_top_logprobs"},
+      {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},
+      {"--metrics_port=70000", "--metrics_port"},
+      {"--port=70000", "--port must be in [0, 65535]"},
+      {"--host=256.0.0.1", "cannot serve gRPC"},
+  };
+  for (const auto& [flag, message] : cases) {
+    ServerProcess server({"--model=" + model_dir_, "--port=0", "--metrics_port=0", flag},
+                         dir_.Join("bad.log"));
+    ASSERT_TRUE(server.spawned());
+    EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 1) << flag;
+    EXPECT_THAT(server.Log(), HasSubstr(message)) << flag;
+    std::remove(dir_.Join("bad.log").c_str());
+  }
+  ServerProcess no_model({"--model=" + dir_.Join("nowhere"), "--port=0"}, dir_.Join("nm.log"));
+  EXPECT_EQ(no_model.WaitForExit(absl::Seconds(30)), 1);
+  EXPECT_THAT(no_model.Log(), HasSubstr("--model"));
+}
+
+}  // namespace
+}  // namespace linserve
