@@ -1,10 +1,8 @@
 #include "tests/clients/process.h"
 
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -12,6 +10,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace linserve::testing {
 namespace {
@@ -108,74 +107,6 @@ ProcessResult RunProcess(const std::vector<std::string>& argv, const std::string
   waitpid(pid, &status, 0);
   result.exit_code = DecodeWaitStatus(status);
   return result;
-}
-
-absl::StatusOr<std::unique_ptr<ChildProcess>> ChildProcess::Start(
-    const std::vector<std::string>& argv, const std::string& log_path) {
-  const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (log < 0) {
-    return absl::InternalError(absl::StrCat(log_path, ": ", std::strerror(errno)));
-  }
-  std::vector<char*> args = Argv(argv);
-  const pid_t pid = fork();
-  if (pid == 0) {
-    const int null = open("/dev/null", O_RDONLY);
-    dup2(null, 0);
-    dup2(log, 1);
-    dup2(log, 2);
-    execv(args[0], args.data());
-    _exit(127);
-  }
-  close(log);
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  return std::unique_ptr<ChildProcess>(new ChildProcess(pid));
-}
-
-bool ChildProcess::Running() {
-  if (reaped_) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    reaped_ = true;
-    exit_code_ = DecodeWaitStatus(status);
-    return false;
-  }
-  return true;
-}
-
-int ChildProcess::Stop(int signal, absl::Duration timeout) {
-  if (!Running()) return exit_code_;
-  kill(pid_, signal);
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (!Running()) return exit_code_;
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  kill(pid_, SIGKILL);
-  int status = 0;
-  waitpid(pid_, &status, 0);
-  reaped_ = true;
-  exit_code_ = DecodeWaitStatus(status);
-  return -1;
-}
-
-ChildProcess::~ChildProcess() { Stop(SIGTERM, absl::Seconds(10)); }
-
-absl::StatusOr<int> PickFreePort() {
-  const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return absl::InternalError(absl::StrCat("socket: ", std::strerror(errno)));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const int error = errno;
-    close(fd);
-    return absl::InternalError(absl::StrCat("bind 127.0.0.1:0: ", std::strerror(error)));
-  }
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 }  // namespace linserve::testing

@@ -1,0 +1,91 @@
+#include "client/cli/generation.h"
+
+#include <string>
+#include <vector>
+
+#include "client/cli/command.h"
+#include "client/cli/flag_set.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace linserve::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+absl::StatusOr<v1::GenerateRequest> Build(const std::vector<std::string>& args) {
+  GenerationFlags generation;
+  FlagSet flags;
+  generation.AddTo(flags);
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
+  if (!rest.ok()) return rest.status();
+  v1::GenerateRequest request;
+  if (absl::Status s = generation.Apply(request); !s.ok()) return s;
+  return request;
+}
+
+TEST(GenerationFlagsTest, EveryFlagSetsItsField) {
+  absl::StatusOr<v1::GenerateRequest> r = Build(
+      {"--max-new-tokens=17", "--temperature=0.5", "--top-k=40", "--top-p=0.9", "--min-p=0.05",
+       "--repetition-penalty=1.3", "--presence-penalty=0.25", "--frequency-penalty=-0.5",
+       "--seed=18446744073709551615", "--stop=\\n\\n", "--stop=END", "--stop-token-id=3,4",
+       "--stop-token-id=9", "--ignore-eos", "--top-logprobs=5"});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->max_new_tokens(), 17);
+  const v1::SamplingParams& s = r->sampling();
+  EXPECT_FLOAT_EQ(s.temperature(), 0.5f);
+  EXPECT_EQ(s.top_k(), 40);
+  EXPECT_FLOAT_EQ(s.top_p(), 0.9f);
+  EXPECT_FLOAT_EQ(s.min_p(), 0.05f);
+  EXPECT_FLOAT_EQ(s.repetition_penalty(), 1.3f);
+  EXPECT_FLOAT_EQ(s.presence_penalty(), 0.25f);
+  EXPECT_FLOAT_EQ(s.frequency_penalty(), -0.5f);
+  EXPECT_EQ(s.seed(), 18446744073709551615ull);
+  EXPECT_THAT(r->stop(), ElementsAre("\n\n", "END"));
+  EXPECT_THAT(r->stop_token_ids(), ElementsAre(3, 4, 9));
+  EXPECT_TRUE(r->ignore_eos());
+  EXPECT_EQ(r->top_logprobs(), 5);
+}
+
+TEST(GenerationFlagsTest, UnsetFlagsLeaveTheServerDefaults) {
+  absl::StatusOr<v1::GenerateRequest> r = Build({});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FALSE(r->has_max_new_tokens());
+  const v1::SamplingParams& s = r->sampling();
+  EXPECT_FALSE(s.has_temperature());
+  EXPECT_FALSE(s.has_top_k());
+  EXPECT_FALSE(s.has_top_p());
+  EXPECT_FALSE(s.has_min_p());
+  EXPECT_FALSE(s.has_repetition_penalty());
+  EXPECT_FALSE(s.has_presence_penalty());
+  EXPECT_FALSE(s.has_frequency_penalty());
+  EXPECT_FALSE(s.has_seed());
+  EXPECT_TRUE(r->stop().empty());
+  EXPECT_FALSE(r->ignore_eos());
+  EXPECT_EQ(r->top_logprobs(), 0);
+}
+
+TEST(GenerationFlagsTest, BadEscapeInStopIsAUsageError) {
+  absl::StatusOr<v1::GenerateRequest> r = Build({"--stop=\\q"});
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(IsUsageError(r.status()));
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("--stop=\\q"));
+}
+
+TEST(GenerationFlagsTest, FormatIsTextOrJsonl) {
+  GenerationFlags flags;
+  EXPECT_EQ(flags.Jsonl().value(), false);
+  flags.format = "jsonl";
+  EXPECT_EQ(flags.Jsonl().value(), true);
+  flags.format = "xml";
+  EXPECT_TRUE(IsUsageError(flags.Jsonl().status()));
+}
+
+TEST(FinishReasonNameTest, DropsThePrefix) {
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_LENGTH), "LENGTH");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_EOS), "EOS");
+}
+
+}  // namespace
+}  // namespace linserve::cli
