@@ -283,6 +283,14 @@ void CpuBackend::Embed(int row, TokenId token, int64_t position) {
 
 void CpuBackend::Attention(int layer, int rows, int32_t chunk_slot) {
   const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
+  // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's GEMM
+  // calls and gives bitwise what Decode would.
+  if (chunk_slot >= 0 && rows == 1) {
+    layer_states_[0] = SlotState(chunk_slot) + layer_offset;
+    cpu::LinearAttentionDecode(shape_, 1, phi_q_.data(), phi_k_.data(), v_.data(),
+                               layer_states_.data(), attn_.data(), threads_);
+    return;
+  }
   if (chunk_slot >= 0) {
     cpu::LinearAttentionChunk(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
                               SlotState(chunk_slot) + layer_offset, attn_.data(),
