@@ -655,7 +655,9 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
     CancelAll();
     stop_requested_ = true;
   });
-  if (thread_.joinable()) thread_.join();
+  // Without a thread, Create failed before the engine held any session: nothing to persist.
+  const bool started = thread_.joinable();
+  if (started) thread_.join();
   std::deque<Op> leftover;
   {
     absl::MutexLock lock(&mu_);
@@ -665,7 +667,7 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
   for (Op& op : leftover) {
     std::move(op)(absl::UnavailableError("the server is shutting down"));
   }
-  if (options_.state_dir.empty()) return absl::OkStatus();
+  if (options_.state_dir.empty() || !started) return absl::OkStatus();
   return PersistSessions();
 }
 

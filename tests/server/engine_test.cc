@@ -561,6 +561,15 @@ TEST_F(EngineTest, CreateValidatesOptions) {
       model_, std::make_unique<FakeBackend>(model_.config, 2), options, metrics_);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(engine.status().message()), HasSubstr("max_queue_depth"));
+
+  ScopedTempDir dir;
+  { std::ofstream(dir.Join("file")) << "x"; }
+  EngineOptions unusable_dir;
+  unusable_dir.state_dir = dir.Join("file") + "/state";  // under a regular file
+  engine = Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), unusable_dir,
+                          metrics_);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(engine.status().message()), HasSubstr("state_dir"));
 }
 
 }  // namespace
