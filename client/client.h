@@ -52,10 +52,10 @@ struct ClientOptions {
 };
 
 struct CallOptions {
-  // Overrides ClientOptions::timeout for this call.
+  // Overrides ClientOptions::timeout for this call. Default: nullopt (the client's timeout).
   std::optional<absl::Duration> timeout;
   // Generate only: sent as x-request-id, naming the request in the server's logs and echoed in
-  // the last message; "" = the server picks one.
+  // the last message; "" = the server picks one. Default: "".
   std::string request_id;
 };
 

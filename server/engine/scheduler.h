@@ -19,7 +19,8 @@
 namespace linserve {
 
 struct SchedulerLimits {
-  // Most jobs decoded in one step (one Backend::Decode call). Default: 64.
+  // Most jobs decoded in one step (one Backend::Decode call); at most the backend's
+  // BackendOptions::max_batch_size. Default: 64.
   int32_t max_batch_size = 64;
   // Most prompt tokens fed in one step, over all prefilling jobs. Default: 256.
   int32_t prefill_token_budget = 256;
