@@ -203,6 +203,31 @@ TEST_F(GenerateTest, StopStringsStopTokensAndLogprobs) {
   EXPECT_EQ(stopped.tokens.size(), first + 1);
 }
 
+TEST_F(GenerateTest, ASlowReaderGetsEveryTokenMergedIntoFewerMessages) {
+  TestServer server(model_, Options());
+  const v1::GenerateRequest request = TokensRequest({4, 5, 6}, 20000, 77);
+  const Streamed fast = RunGenerate(server.client(), request);
+  ASSERT_TRUE(fast.status.ok());
+  // Reads nothing for a while: the stream's flow-control window fills, writes stay pending
+  // and the tokens generated meanwhile wait in one merged message.
+  Streamed slow;
+  bool first = true;
+  slow.status = server.client().Generate(request, [&](const v1::GenerateResponse& m) {
+    if (first) absl::SleepFor(absl::Seconds(1));
+    first = false;
+    ++slow.messages;
+    for (const v1::GeneratedToken& t : m.tokens()) slow.tokens.push_back(t.id());
+    slow.text += m.text();
+    slow.last = m;
+    return true;
+  });
+  ASSERT_TRUE(slow.status.ok()) << slow.status;
+  EXPECT_EQ(slow.tokens, fast.tokens);
+  EXPECT_EQ(slow.text, fast.text);
+  EXPECT_EQ(slow.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_LT(slow.messages, 20000 / 2) << "tokens were not merged while the reader stalled";
+}
+
 TEST_F(GenerateTest, TwoHundredCancelledStreamsFreeEverySlotWithinOneSecond) {
   TestServer server(model_, Options());
   const int32_t capacity = server.client().GetModelInfo()->slot_capacity();
