@@ -46,6 +46,29 @@ absl::StatusOr<std::vector<int32_t>> ParseIntList(absl::string_view text, absl::
   return out;
 }
 
+std::string WrapText(absl::string_view text, int indent, int width) {
+  const std::string margin(static_cast<size_t>(indent), ' ');
+  std::string out;
+  for (absl::string_view paragraph :
+       absl::StrSplit(absl::StripTrailingAsciiWhitespace(text), '\n')) {
+    if (paragraph.empty() || paragraph[0] == ' ') {
+      absl::StrAppend(&out, paragraph.empty() ? "" : margin, paragraph, "\n");
+      continue;
+    }
+    std::string line = margin;
+    for (absl::string_view word : absl::StrSplit(paragraph, ' ', absl::SkipEmpty())) {
+      const bool first = line.size() == margin.size();
+      if (!first && line.size() + 1 + word.size() > static_cast<size_t>(width)) {
+        absl::StrAppend(&out, line, "\n");
+        line = margin;
+      }
+      absl::StrAppend(&line, line.size() == margin.size() ? "" : " ", word);
+    }
+    absl::StrAppend(&out, line, "\n");
+  }
+  return out;
+}
+
 FlagSet::Flag& FlagSet::Register(absl::string_view name, absl::string_view value_name,
                                  absl::string_view help, std::string default_text) {
   Flag flag;
@@ -255,16 +278,7 @@ std::string FlagSet::Usage() const {
     if (!flag.is_bool) absl::StrAppend(&out, "=", flag.value_name);
     if (!flag.default_text.empty()) absl::StrAppend(&out, "  (default: ", flag.default_text, ")");
     absl::StrAppend(&out, "\n");
-    // Wrap the help at about 92 columns, indented under the flag.
-    std::string line = "      ";
-    for (absl::string_view word : absl::StrSplit(flag.help, ' ', absl::SkipEmpty())) {
-      if (line.size() > 6 && line.size() + word.size() + 1 > 92) {
-        absl::StrAppend(&out, line, "\n");
-        line = "      ";
-      }
-      absl::StrAppend(&line, line.size() > 6 ? " " : "", word);
-    }
-    absl::StrAppend(&out, line, "\n");
+    absl::StrAppend(&out, WrapText(flag.help, 6, 92));
   }
   return out;
 }

@@ -84,6 +84,11 @@ class FlagSet {
   std::vector<Flag> flags_;
 };
 
+// Word-wraps `text` into lines of at most `width` columns (longer words stand alone), each
+// starting with `indent` spaces and ending in a newline. Lines of `text` that start with a
+// space are kept as they are (preformatted); blank lines separate paragraphs.
+std::string WrapText(absl::string_view text, int indent, int width);
+
 // Splits "1,2, 3" into integers; errors name `what`.
 absl::StatusOr<std::vector<int32_t>> ParseIntList(absl::string_view text, absl::string_view what);
 

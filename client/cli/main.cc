@@ -53,7 +53,7 @@ std::string CommandUsage(Command& command) {
   FlagSet flags;
   command.AddFlags(flags);
   std::string out = absl::StrCat("Usage: linserve-cli ", command.synopsis(), "\n\n",
-                                 command.summary(), "\n\n", command.description(), "\n");
+                                 command.summary(), "\n\n", WrapText(command.description(), 0, 92));
   const std::string own = flags.Usage();
   if (!own.empty()) absl::StrAppend(&out, "\nFlags:\n", own);
   absl::StrAppend(&out, "\nConnection flags:\n", ConnectionUsage());

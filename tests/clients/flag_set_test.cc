@@ -165,6 +165,12 @@ TEST(FlagSetTest, UsageListsEveryFlagWithDefaultsAndWrapsHelp) {
   }
 }
 
+TEST(WrapTextTest, WrapsParagraphsAndKeepsPreformattedLines) {
+  EXPECT_EQ(WrapText("aa bb cc dd", 2, 8), "  aa bb\n  cc dd\n");
+  EXPECT_EQ(WrapText("one\n\n  keep   this\ntwo", 0, 80), "one\n\n  keep   this\ntwo\n");
+  EXPECT_EQ(WrapText("averyveryverylongword x", 0, 5), "averyveryverylongword\nx\n");
+}
+
 TEST(ParseIntListTest, AcceptsCommasAndSpaces) {
   auto ids = ParseIntList("1, 2,3  4", "ids");
   ASSERT_TRUE(ids.ok());
