@@ -402,11 +402,8 @@ LoadResult LoadRun::Execute() {
 
   LoadResult result;
   absl::MutexLock lock(&mu_);
-  double window_end = stop_s_;
-  for (const GenerateRecord& r : requests_) {
-    if (r.measured) window_end = std::max(window_end, r.end_s);
-  }
-  result.measured_seconds = std::max(0.0, window_end - warmup_s_);
+  result.window_start_s = warmup_s_;
+  result.window_end_s = std::max(warmup_s_, stop_s_);
   result.requests = std::move(requests_);
   result.operations = std::move(operations_);
   result.dropped_arrivals = dropped_.load();

@@ -87,9 +87,10 @@ absl::Status ValidateLoadOptions(const LoadOptions& options);
 struct LoadResult {
   std::vector<GenerateRecord> requests;
   std::vector<OperationRecord> operations;
-  // From the end of the warm-up to the later of the last completion and the moment the bound
-  // stopped new work.
-  double measured_seconds = 0;
+  // The measurement window, in the records' time base: from the end of the warm-up to the
+  // moment the bound stopped new work.
+  double window_start_s = 0;
+  double window_end_s = 0;
   int64_t dropped_arrivals = 0;
 };
 

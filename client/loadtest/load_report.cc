@@ -28,11 +28,14 @@ nlohmann::json LatencyJson(const LatencySummary& s) {
 
 LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings,
                        absl::Span<const GenerateRecord> requests,
-                       absl::Span<const OperationRecord> operations, double measured_seconds,
-                       int64_t dropped_arrivals) {
+                       absl::Span<const OperationRecord> operations, double window_start_s,
+                       double window_end_s, int64_t dropped_arrivals) {
   LoadReport report;
   report.settings = std::move(settings);
+  const double measured_seconds = std::max(0.0, window_end_s - window_start_s);
   report.measured_seconds = measured_seconds;
+  auto in_window = [&](double t) { return t >= window_start_s && t <= window_end_s; };
+  int64_t completions_in_window = 0;
   report.dropped_arrivals = dropped_arrivals;
   std::vector<double> ttft;
   std::vector<double> itl;
@@ -42,8 +45,17 @@ LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings
     report.total_output_tokens += r.output_tokens;
     report.total_prompt_tokens += r.prompt_tokens;
     if (r.code != absl::StatusCode::kOk) ++report.total_errors;
+    if (r.first_token_s >= 0) {
+      // Token arrival times: the first token's, then one gap after another.
+      double t = r.first_token_s;
+      report.output_tokens += in_window(t) ? 1 : 0;
+      for (double gap : r.inter_token_s) {
+        t += gap;
+        report.output_tokens += in_window(t) ? 1 : 0;
+      }
+    }
+    if (r.code == absl::StatusCode::kOk && in_window(r.end_s)) ++completions_in_window;
     if (!r.measured) continue;
-    report.output_tokens += r.output_tokens;
     report.prompt_tokens += r.prompt_tokens;
     if (r.code != absl::StatusCode::kOk) {
       ++report.requests_failed;
@@ -80,7 +92,7 @@ LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings
   report.inter_token_latency_ms = Summarize(Milliseconds(std::move(itl)));
   report.end_to_end_ms = Summarize(Milliseconds(std::move(e2e)));
   if (measured_seconds > 0) {
-    report.requests_per_second = static_cast<double>(report.requests_ok) / measured_seconds;
+    report.requests_per_second = static_cast<double>(completions_in_window) / measured_seconds;
     report.output_tokens_per_second = static_cast<double>(report.output_tokens) / measured_seconds;
   }
   return report;
@@ -91,13 +103,15 @@ std::string FormatReport(const LoadReport& r) {
   for (const auto& [name, value] : r.settings) {
     absl::StrAppendFormat(&out, "  %-22s %s\n", name, value);
   }
-  absl::StrAppendFormat(&out, "measured %.2f s (warm-up excluded)\n", r.measured_seconds);
-  absl::StrAppendFormat(&out, "  %-22s %d ok, %d failed\n", "requests", r.requests_ok,
-                        r.requests_failed);
+  absl::StrAppendFormat(&out, "throughput over %.2f s (warm-up and drain excluded)\n",
+                        r.measured_seconds);
   absl::StrAppendFormat(&out, "  %-22s %.2f\n", "requests/s", r.requests_per_second);
   absl::StrAppendFormat(&out, "  %-22s %.1f\n", "output tokens/s", r.output_tokens_per_second);
-  absl::StrAppendFormat(&out, "  %-22s %d output, %d prompt\n", "tokens", r.output_tokens,
-                        r.prompt_tokens);
+  absl::StrAppendFormat(&out, "  %-22s %d\n", "output tokens", r.output_tokens);
+  out += "requests started after the warm-up\n";
+  absl::StrAppendFormat(&out, "  %-22s %d ok, %d failed\n", "requests", r.requests_ok,
+                        r.requests_failed);
+  absl::StrAppendFormat(&out, "  %-22s %d\n", "prompt tokens", r.prompt_tokens);
   out += "latency (ms)\n";
   out += FormatLatency("time to first token", r.time_to_first_token_ms);
   out += FormatLatency("inter-token", r.inter_token_latency_ms);

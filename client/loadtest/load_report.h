@@ -56,14 +56,20 @@ struct LoadReport {
   // The run's settings as given (flag name -> value), echoed into both outputs.
   std::vector<std::pair<std::string, std::string>> settings;
 
-  // Figures over the measured requests (started after the warm-up).
+  // Throughput over the measurement window, from the end of the warm-up to the moment the
+  // bound stopped new work (the drain of calls still in flight is left out): every token and
+  // completion inside it counts, whichever request it belongs to, so that long requests
+  // straddling the window's edges neither inflate nor deflate the rates.
   double measured_seconds = 0;
+  int64_t output_tokens = 0;       // received inside the window
+  double output_tokens_per_second = 0;
+  double requests_per_second = 0;  // successful completions inside the window
+
+  // Per-request figures over the measured requests (started after the warm-up), including
+  // those that finished during the drain.
   int64_t requests_ok = 0;
   int64_t requests_failed = 0;
-  int64_t output_tokens = 0;
   int64_t prompt_tokens = 0;
-  double requests_per_second = 0;
-  double output_tokens_per_second = 0;
   LatencySummary time_to_first_token_ms;
   LatencySummary inter_token_latency_ms;
   LatencySummary end_to_end_ms;
@@ -81,12 +87,11 @@ struct LoadReport {
   int64_t total_errors = 0;
 };
 
-// `measured_seconds`: from the end of the warm-up to the last completion (> 0 unless nothing
-// was measured).
+// The measurement window is [window_start_s, window_end_s], in the records' time base.
 LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings,
                        absl::Span<const GenerateRecord> requests,
-                       absl::Span<const OperationRecord> operations, double measured_seconds,
-                       int64_t dropped_arrivals);
+                       absl::Span<const OperationRecord> operations, double window_start_s,
+                       double window_end_s, int64_t dropped_arrivals);
 
 // The human-readable report (several lines, ending in a newline).
 std::string FormatReport(const LoadReport& report);

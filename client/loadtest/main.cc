@@ -241,7 +241,8 @@ int Main(int argc, char** argv) {
   GrpcLoadTarget target(**client);
   const LoadResult result = RunLoad(target, options);
   const LoadReport report = BuildReport(std::move(settings), result.requests, result.operations,
-                                        result.measured_seconds, result.dropped_arrivals);
+                                        result.window_start_s, result.window_end_s,
+                                        result.dropped_arrivals);
   std::cout << FormatReport(report);
   std::cout.flush();
   if (!flags.json.empty()) {

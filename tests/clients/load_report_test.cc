@@ -74,13 +74,15 @@ TEST(BuildReportTest, ExcludesWarmUpFromFiguresButNotFromTotals) {
       {"fork", true, 0.003, 0, absl::StatusCode::kNotFound},
       {"fork", false, 0.003, 0, absl::StatusCode::kOk},
   };
-  const LoadReport r = BuildReport({{"mode", "closed"}}, requests, ops, 2.0, 3);
+  const LoadReport r = BuildReport({{"mode", "closed"}}, requests, ops, 2.0, 4.0, 3);
   EXPECT_EQ(r.requests_ok, 2);
   EXPECT_EQ(r.requests_failed, 1);
-  EXPECT_EQ(r.output_tokens, 6);
+  EXPECT_DOUBLE_EQ(r.measured_seconds, 2.0);
+  // Tokens at 2.1, 2.2, 2.4 and 2.3, 2.7 fall in [2, 4]; the warm-up's at 0.5-0.8 do not.
+  EXPECT_EQ(r.output_tokens, 5);
   EXPECT_EQ(r.prompt_tokens, 11);
   EXPECT_DOUBLE_EQ(r.requests_per_second, 1.0);
-  EXPECT_DOUBLE_EQ(r.output_tokens_per_second, 3.0);
+  EXPECT_DOUBLE_EQ(r.output_tokens_per_second, 2.5);
   EXPECT_EQ(r.time_to_first_token_ms.count, 2);
   EXPECT_NEAR(r.time_to_first_token_ms.p50, 100, 1e-9);
   EXPECT_NEAR(r.time_to_first_token_ms.max, 300, 1e-9);
@@ -101,15 +103,26 @@ TEST(BuildReportTest, ExcludesWarmUpFromFiguresButNotFromTotals) {
   EXPECT_EQ(r.total_output_tokens, 4 + 3 + 2 + 1 + 1);
   EXPECT_EQ(r.total_prompt_tokens, 21);
   EXPECT_EQ(r.total_errors, 3);
+
+  // A window that ends at 2.5 counts the tokens and completions inside it only, whichever
+  // request they belong to: 2.1, 2.2, 2.3, 2.4 and the completion at 2.4.
+  const LoadReport narrow = BuildReport({}, requests, ops, 2.0, 2.5, 0);
+  EXPECT_EQ(narrow.output_tokens, 4);
+  EXPECT_DOUBLE_EQ(narrow.output_tokens_per_second, 8.0);
+  EXPECT_DOUBLE_EQ(narrow.requests_per_second, 2.0);
+  EXPECT_EQ(narrow.requests_ok, 2);
+  // The warm-up's tokens count when the window covers them.
+  EXPECT_EQ(BuildReport({}, requests, ops, 0.0, 4.0, 0).output_tokens, 9);
 }
 
 TEST(BuildReportTest, TextAndJsonCarryTheFigures) {
-  std::vector<GenerateRecord> requests = {Ok(true, 0, 0.01, 0.02, 5, 7, {0.0025, 0.0025})};
+  std::vector<GenerateRecord> requests = {
+      Ok(true, 0, 0.01, 0.02, 5, 7, {0.0025, 0.0025, 0.0025, 0.0025})};
   GenerateRecord failed;
   failed.measured = true;
   failed.code = absl::StatusCode::kDeadlineExceeded;
   requests.push_back(failed);
-  const LoadReport r = BuildReport({{"mode", "open"}, {"rate", "5"}}, requests, {}, 0.5, 0);
+  const LoadReport r = BuildReport({{"mode", "open"}, {"rate", "5"}}, requests, {}, 0, 0.5, 0);
   const std::string text = FormatReport(r);
   EXPECT_THAT(text, HasSubstr("mode"));
   EXPECT_THAT(text, HasSubstr("1 ok, 1 failed"));
@@ -124,6 +137,7 @@ TEST(BuildReportTest, TextAndJsonCarryTheFigures) {
   EXPECT_DOUBLE_EQ(j["output_tokens_per_second"].get<double>(), 10.0);
   EXPECT_DOUBLE_EQ(j["time_to_first_token_ms"]["p99"].get<double>(), 10.0);
   EXPECT_DOUBLE_EQ(j["inter_token_latency_ms"]["p50"].get<double>(), 2.5);
+  EXPECT_DOUBLE_EQ(j["measured_seconds"].get<double>(), 0.5);
   EXPECT_EQ(j["errors"]["DEADLINE_EXCEEDED"], 1);
   EXPECT_EQ(j["total"]["output_tokens"], 5);
   EXPECT_EQ(j["total"]["errors"], 1);
