@@ -16,3 +16,11 @@ foreach(name model safetensors export golden convert_fast_transformers sampling 
            WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
   set_tests_properties(reference_${name} PROPERTIES LABELS "python")
 endforeach()
+
+# The bundled model (issue 3): size and shape, reproducible tokenizer, the validation loss of the
+# slice quoted in its MODEL_CARD.md, and the same text from linserve-generate as from the reference.
+add_test(NAME reference_bundled_model
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_bundled_model.py
+                 --generate-bin $<TARGET_FILE:linserve-generate>
+         WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+set_tests_properties(reference_bundled_model PROPERTIES LABELS "python")
