@@ -10,7 +10,6 @@
 // decode latency at positions 100, 1 000 and 10 000. Output: markdown on stdout.
 #include <cblas.h>
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -34,6 +33,7 @@
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/threads.h"
 #include "model/backend.h"
 #include "model/cpu_backend.h"
@@ -128,25 +128,30 @@ Floors MeasureFloors(int threads) {
   Floors f;
   const int64_t n = int64_t{1} << 27;  // 512 MiB per array: far beyond the caches
   cpu::FloatBuffer a(n), b(n), c(n);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (int64_t i = 0; i < n; ++i) a[i] = b[i] = c[i] = 1.0f;
-  volatile float sink = 0;
+  // One contiguous share per thread, as the weight streams of a decode step.
+  const int64_t share = (n / threads) & ~int64_t{31};
+  auto per_share = [&](auto body) {
+    cpu::ParallelFor(threads, threads, [&](int64_t t, int) { body(t * share, (t + 1) * share); });
+  };
+  per_share([&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) a[i] = b[i] = c[i] = 1.0f;
+  });
+  std::vector<float> sums(static_cast<size_t>(threads));
   const double read = Best(5, [&] {
-    float s = 0;
-#pragma omp parallel num_threads(threads) reduction(+ : s)
-    {
-      const int64_t t = omp_get_thread_num(), k = omp_get_num_threads();
-      const int64_t chunk = (n / k) & ~int64_t{31};
-      s += ReadSum(a.data() + t * chunk, chunk);
-    }
-    sink = sink + s;
+    per_share([&](int64_t begin, int64_t end) {
+      sums[begin / share] = ReadSum(a.data() + begin, end - begin);
+    });
   });
-  f.read_gbs = 4.0 * n / read / 1e9;
+  f.read_gbs = 4.0 * share * threads / read / 1e9;
+  for (float sum : sums) {  // uses the sums, so the reads cannot be optimised away
+    if (sum != static_cast<float>(share)) std::fprintf(stderr, "cpu_bench: bad read sum\n");
+  }
   const double triad = Best(5, [&] {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (int64_t i = 0; i < n; ++i) c[i] = a[i] + 1.5f * b[i];
+    per_share([&](int64_t begin, int64_t end) {
+      for (int64_t i = begin; i < end; ++i) c[i] = a[i] + 1.5f * b[i];
+    });
   });
-  f.triad_gbs = 12.0 * n / triad / 1e9;  // STREAM convention: 2 reads + 1 write counted
+  f.triad_gbs = 12.0 * share * threads / triad / 1e9;  // STREAM convention: 2 reads + 1 write counted
 
   // GEMM peak: OpenBLAS on a large square product, and our packed kernel on a large panel.
   const int g = 2048;

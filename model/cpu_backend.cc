@@ -85,7 +85,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   const int32_t capacity = static_cast<int32_t>(
       std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
   const int threads = cpu::ResolveNumThreads(options.num_threads);
-  // OpenBLAS is only called from inside our OpenMP regions (one head per thread).
+  // OpenBLAS is only called from inside our parallel loops (one head per thread).
   cpu::SetBlasThreads(1);
   auto backend =
       std::unique_ptr<CpuBackend>(new CpuBackend(model, options, capacity, threads));

@@ -6,9 +6,9 @@
 // allocation of slot_capacity() · StateFloatsPerSlot() floats whose pages are only touched when
 // a slot is first used; scratch for max(max_batch_size, prefill_chunk_size) rows.
 //
-// Threads: OpenMP with BackendOptions::num_threads threads for the GEMMs and the per-(session,
-// head) attention work; OpenBLAS is set single-threaded process-wide at creation because it is
-// only called from inside those parallel regions.
+// Threads: up to BackendOptions::num_threads threads (kernels/cpu/parallel.h) for the GEMMs and
+// the per-(session, head) attention work; OpenBLAS is set single-threaded process-wide at
+// creation because it is only called from inside those parallel loops.
 #ifndef LINSERVE_MODEL_CPU_BACKEND_H_
 #define LINSERVE_MODEL_CPU_BACKEND_H_
 

@@ -7,11 +7,10 @@
 // per thread: the state is read and written once per chunk rather than once per token.
 #include "kernels/cpu/linear_attention.h"
 
-#include <omp.h>
-
 #include <algorithm>
 
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
@@ -44,16 +43,19 @@ void LinearAttentionDecode(const AttentionShape& shape, int batch, const float* 
   const int64_t hd = static_cast<int64_t>(shape.heads) * shape.head_dim;
   const int threads = static_cast<int>(std::min<int64_t>(
       ThreadsForWork(num_threads, pairs * shape.StateFloatsPerHead() * 2), pairs));
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int64_t i = 0; i < pairs; ++i) {
-    const int64_t b = i / shape.heads;
-    const int64_t h = i % shape.heads;
-    float* s = states[b] + h * shape.StateFloatsPerHead();
-    float* z = s + static_cast<int64_t>(shape.feature_dim) * shape.head_dim;
-    LinearAttentionStep(phi_q + i * shape.feature_dim, phi_k + i * shape.feature_dim,
-                        v + b * hd + h * shape.head_dim, shape.feature_dim, shape.head_dim,
-                        shape.eps, s, z, out + b * hd + h * shape.head_dim);
-  }
+  const int64_t tasks = std::min<int64_t>(pairs, int64_t{8} * threads);
+  ParallelFor(threads, tasks, [&](int64_t task, int) {
+    const int64_t end = pairs * (task + 1) / tasks;
+    for (int64_t i = pairs * task / tasks; i < end; ++i) {
+      const int64_t b = i / shape.heads;
+      const int64_t h = i % shape.heads;
+      float* s = states[b] + h * shape.StateFloatsPerHead();
+      float* z = s + static_cast<int64_t>(shape.feature_dim) * shape.head_dim;
+      LinearAttentionStep(phi_q + i * shape.feature_dim, phi_k + i * shape.feature_dim,
+                          v + b * hd + h * shape.head_dim, shape.feature_dim, shape.head_dim,
+                          shape.eps, s, z, out + b * hd + h * shape.head_dim);
+    }
+  });
 }
 
 int64_t LinearAttentionChunkScratchFloats(int chunk, int num_threads) {
@@ -115,11 +117,10 @@ void LinearAttentionChunk(const AttentionShape& shape, int chunk, const float* p
                        (chunk + shape.feature_dim) * shape.head_dim * 2;
   const int threads = std::min(ThreadsForWork(num_threads, work), shape.heads);
   const int64_t per_thread = static_cast<int64_t>(chunk) * (chunk + 1);
-#pragma omp parallel for num_threads(threads) schedule(static) if (threads > 1)
-  for (int h = 0; h < shape.heads; ++h) {
-    ChunkOneHead(shape, chunk, h, phi_q, phi_k, v, state, out,
-                 scratch + omp_get_thread_num() * per_thread);
-  }
+  ParallelFor(threads, shape.heads, [&](int64_t h, int participant) {
+    ChunkOneHead(shape, chunk, static_cast<int>(h), phi_q, phi_k, v, state, out,
+                 scratch + participant * per_thread);
+  });
 }
 
 }  // namespace linserve::cpu

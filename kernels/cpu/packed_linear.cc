@@ -6,14 +6,14 @@
 // features, k-major, turns each call into one sequential stream per thread through the weights,
 // which the hardware prefetcher follows at close to the measured DRAM bandwidth, while the
 // 6 × 16 register tile (12 AVX2 accumulators, 2 weight loads + 6 broadcasts per 12 FMAs) keeps
-// larger M (prefill chunks) compute-bound. Threads split the panels into contiguous ranges.
+// larger M (prefill chunks) compute-bound. Threads take contiguous runs of panels.
 #include "kernels/cpu/packed_linear.h"
 
 #include <immintrin.h>
-#include <omp.h>
 
 #include <algorithm>
 
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/threads.h"
 
@@ -163,18 +163,15 @@ void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, co
   const int64_t panels = w.panels();
   const int threads = static_cast<int>(std::min<int64_t>(
       ThreadsForWork(num_threads, rows * w.in_features() * w.out_features()), panels));
-  if (threads == 1) {
-    for (int64_t p = 0; p < panels; ++p) Panel(x, rows, ldx, w, p, bias, act, output, y, ldy);
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    const int64_t t = omp_get_thread_num();
-    const int64_t n = omp_get_num_threads();
-    const int64_t begin = panels * t / n;
-    const int64_t end = panels * (t + 1) / n;
-    for (int64_t p = begin; p < end; ++p) Panel(x, rows, ldx, w, p, bias, act, output, y, ldy);
-  }
+  // A few contiguous runs of panels per thread: long sequential streams for the prefetcher,
+  // and enough tasks that a thread which falls behind is caught up by the others.
+  const int64_t tasks = std::min<int64_t>(panels, int64_t{4} * threads);
+  ParallelFor(threads, tasks, [&](int64_t task, int) {
+    const int64_t end = panels * (task + 1) / tasks;
+    for (int64_t p = panels * task / tasks; p < end; ++p) {
+      Panel(x, rows, ldx, w, p, bias, act, output, y, ldy);
+    }
+  });
 }
 
 }  // namespace linserve::cpu

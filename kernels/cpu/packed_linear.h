@@ -41,7 +41,7 @@ enum class LinearOutput {
 
 // For each of the `rows` rows of x (row stride ldx >= in_features) writes out_features values
 // to y (row stride ldy >= out_features). bias (out_features floats) may be null. x and y must
-// not overlap. Parallel over output panels with `num_threads` OpenMP threads.
+// not overlap. Parallel over output panels on up to `num_threads` threads (ParallelFor).
 //
 // Every output element is computed by the same instruction sequence — a sequential fused
 // multiply-add over k from zero, then bias, activation, accumulation — whatever `rows`, the

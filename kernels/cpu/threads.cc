@@ -1,13 +1,13 @@
 #include "kernels/cpu/threads.h"
 
 #include <cblas.h>
-#include <omp.h>
+#include <thread>
 
 #include <algorithm>
 
 namespace linserve::cpu {
 
-int AvailableCores() { return std::max(1, omp_get_num_procs()); }
+int AvailableCores() { return std::max(1, static_cast<int>(std::thread::hardware_concurrency())); }
 
 int ResolveNumThreads(int requested) { return requested > 0 ? requested : AvailableCores(); }
 

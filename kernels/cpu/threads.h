@@ -1,6 +1,7 @@
-// Thread counts for the CPU kernels. All parallelism in kernels/cpu is OpenMP with an explicit
-// thread count per call; OpenBLAS is kept single-threaded (SetBlasThreads(1)) by callers that
-// invoke it from inside those parallel regions, so the two pools never oversubscribe the cores.
+// Thread counts for the CPU kernels. All parallelism in kernels/cpu goes through ParallelFor
+// (parallel.h) with an explicit thread count per call; OpenBLAS is kept single-threaded
+// (SetBlasThreads(1)) by callers that invoke it from inside those loops, so the two pools never
+// oversubscribe the cores.
 #ifndef LINSERVE_KERNELS_CPU_THREADS_H_
 #define LINSERVE_KERNELS_CPU_THREADS_H_
 
@@ -15,8 +16,8 @@ int AvailableCores();
 int ResolveNumThreads(int requested);
 
 // Threads worth starting for `work` multiply-adds: at most `num_threads`, and one per
-// kMinWorkPerThread, because a parallel region costs microseconds (and far more when the cores
-// are shared and a worker is descheduled) — tiny models and tiny batches run faster inline.
+// kMinWorkPerThread, because handing tasks to other threads costs microseconds — tiny models
+// and tiny batches run faster inline.
 inline constexpr int64_t kMinWorkPerThread = int64_t{1} << 15;
 int ThreadsForWork(int num_threads, int64_t work);
 

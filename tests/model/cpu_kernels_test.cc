@@ -1,7 +1,9 @@
 // kernels/cpu against naive double-precision loops written straight from DESIGN.md §4.
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -9,6 +11,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear_attention.h"
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
@@ -34,6 +37,47 @@ double ActivationRef(Activation act, double x) {
       return x > 0 ? x : 0.0;
   }
   return x;
+}
+
+TEST(ParallelForTest, RunsEveryTaskOnceWithDistinctParticipants) {
+  for (int threads : {1, 2, 4}) {
+    for (int64_t tasks : {0, 1, 3, 1000}) {
+      std::vector<std::atomic<int>> runs(static_cast<size_t>(tasks));
+      std::vector<std::atomic<std::thread::id>> owner(static_cast<size_t>(threads));
+      std::atomic<bool> shared_participant{false};
+      ParallelFor(threads, tasks, [&](int64_t task, int participant) {
+        ASSERT_GE(participant, 0);
+        ASSERT_LT(participant, threads);
+        std::thread::id expected{};
+        if (!owner[participant].compare_exchange_strong(expected, std::this_thread::get_id()) &&
+            expected != std::this_thread::get_id()) {
+          shared_participant = true;
+        }
+        runs[task].fetch_add(1);
+      });
+      for (int64_t t = 0; t < tasks; ++t) ASSERT_EQ(runs[t].load(), 1) << "task " << t;
+      EXPECT_FALSE(shared_participant) << "two threads ran as the same participant";
+    }
+  }
+}
+
+TEST(ParallelForTest, ConcurrentCallersEachGetAllTheirTasks) {
+  std::vector<std::thread> callers;
+  std::atomic<int> failures{0};
+  for (int c = 0; c < 3; ++c) {
+    callers.emplace_back([&failures, c] {
+      for (int round = 0; round < 200; ++round) {
+        const int64_t tasks = 1 + (round * 7 + c) % 50;
+        std::vector<std::atomic<int>> runs(static_cast<size_t>(tasks));
+        ParallelFor(2, tasks, [&](int64_t task, int) { runs[task].fetch_add(1); });
+        for (auto& r : runs) {
+          if (r.load() != 1) failures.fetch_add(1);
+        }
+      }
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  EXPECT_EQ(failures.load(), 0);
 }
 
 struct LinearCase {
