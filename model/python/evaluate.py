@@ -82,7 +82,10 @@ def main(argv=None):
                   flush=True)
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
-            json.dump(dict(model=args.model, slice_start=args.slice_start,
+            model_path = os.path.abspath(args.model)
+            if model_path.startswith(corpus.REPO_ROOT + os.sep):
+                model_path = os.path.relpath(model_path, corpus.REPO_ROOT)
+            json.dump(dict(model=model_path, slice_start=args.slice_start,
                            slice_chars=len(text), results=results), f, indent=2)
             f.write("\n")
 

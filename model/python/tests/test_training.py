@@ -188,16 +188,21 @@ class TrainScriptTest(unittest.TestCase):
         quiet(train_tokenizer.main, ["--out", tokenizer, "--vocab-size", "1000"])
         out = os.path.join(self.dir.name, "sp")
         quiet(train.main, self.args(out, "--tokenizer", tokenizer, "--steps", "2",
-                                    "--weights-dtype", "bfloat16"))
+                                    "--weights-dtype", "bfloat16", "--position", "sinusoidal",
+                                    "--max-start-position", "5000"))
         model = export.load_model_dir(out)
         self.assertEqual(model.config["tokenizer"], "sentencepiece")
+        self.assertEqual(model.config["position"], "sinusoidal")
         self.assertEqual(model.config["vocab_size"], 1000)
         with open(os.path.join(out, "tokenizer.model"), "rb") as a, open(tokenizer, "rb") as b:
             self.assertEqual(a.read(), b.read())
 
     def test_bad_arguments(self):
         with contextlib.redirect_stderr(io.StringIO()):
-            for extra in (["--d-model", "15"], ["--steps", "0"], ["--resume"]):
+            bad = [["--d-model", "15"], ["--steps", "0"], ["--resume"]]
+            if not torch.cuda.is_available():
+                bad.append(["--device", "cuda"])
+            for extra in bad:
                 with self.subTest(extra=extra), self.assertRaises(SystemExit):
                     train.main(self.args(os.path.join(self.dir.name, "x"), *extra))
 
