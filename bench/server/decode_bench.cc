@@ -4,7 +4,7 @@
 // server overhead benchmark (bench/server/run.sh) compares linserve-loadtest against the
 // server at concurrency B with this at batch B, same model, same thread count, same run.
 //
-// Output: one JSON object per batch size on stdout, e.g.
+// Output: one JSON object per batch size on stdout (logs go to stderr), e.g.
 //   {"batch":8,"steps":1234,"seconds":5.0,"tokens_per_second":1974.4}
 #include <chrono>
 #include <cstdint>
@@ -24,6 +24,8 @@
 #include "model/model.h"
 #include "model/sampler.h"
 #include "nlohmann/json.hpp"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR, "Model directory.");
 ABSL_FLAG(std::string, batches, "1,8,32", "Comma-separated decode batch sizes, each in [1, 1024].");
@@ -150,6 +152,8 @@ int main(int argc, char** argv) {
       "Decodes with the CPU backend alone at each --batches size and prints tokens/s as JSON "
       "lines.");
   absl::ParseCommandLine(argc, argv);
+  // stdout carries the JSON lines only; the model loader's logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("linserve-decode-bench"));
   if (absl::Status s = linserve::Run(); !s.ok()) {
     std::fprintf(stderr, "linserve-decode-bench: %s\n", s.ToString().c_str());
     return 1;
