@@ -107,7 +107,8 @@ def normalize_config(config):
         out[key] = _int(out, key, lo, hi)
     for key, choices in _CHOICES.items():
         if out[key] not in choices:
-            raise ConfigError(f"config field '{key}' = {out[key]!r}; must be one of {list(choices)}")
+            raise ConfigError(
+                f"config field '{key}' = {out[key]!r}; must be one of {list(choices)}")
     for key in ("bias", "tie_embeddings"):
         if not isinstance(out[key], bool):
             raise ConfigError(f"config field '{key}' must be true or false, got {out[key]!r}")

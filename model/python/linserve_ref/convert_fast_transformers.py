@@ -7,10 +7,11 @@ AttentionLayer / RecurrentAttentionLayer, their key names), plus a token embeddi
 head, all in one state dict (as torch.save(model.state_dict()) writes for a module holding them).
 Per layer i, under the encoder's prefix:
 
-    layers.{i}.attention.{query,key,value,out}_projection.{weight,bias} -> layers.{i}.attn.{q,k,v,o}_proj
-    layers.{i}.linear1 / linear2                                        -> layers.{i}.ffn.fc1 / fc2
-    layers.{i}.norm1 / norm2                                            -> layers.{i}.ln1 / ln2
-    layers.{i}.attention.inner_attention.feature_map.omega   (Favor)    -> layers.{i}.attn.favor_projection
+    layers.{i}.attention.{query,key,value,out}_projection -> layers.{i}.attn.{q,k,v,o}_proj
+    layers.{i}.linear1 / linear2                          -> layers.{i}.ffn.fc1 / fc2
+    layers.{i}.norm1 / norm2                              -> layers.{i}.ln1 / ln2
+    layers.{i}.attention.inner_attention.feature_map.omega -> layers.{i}.attn.favor_projection
+(weights and biases alike; omega only for Favor)
 
 Their layer computes x = norm1(x + Attn(x)); y = norm2(x + linear2(act(linear1(x)))), which is our
 "post" norm placement. Their attention is causal in RecurrentLinearAttention (registered as both

@@ -43,7 +43,8 @@ class RoundTripTest(unittest.TestCase):
             self.assertTrue(torch.equal(loaded[name], t), name)
 
     def test_layout_is_standard(self):
-        data = save_bytes({"a": torch.tensor([1.0, 2.0]), "b": torch.tensor([3], dtype=torch.int64)})
+        data = save_bytes({"a": torch.tensor([1.0, 2.0]),
+                           "b": torch.tensor([3], dtype=torch.int64)})
         (n,) = struct.unpack("<Q", data[:8])
         self.assertEqual(n % 8, 0)
         header = json.loads(data[8:8 + n])
