@@ -1,5 +1,6 @@
 // linserve-loadtest end to end, against a spawned linserve serving a tiny random model: its
 // token counts must equal what the server's own Prometheus metrics counted over the same run.
+#include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
@@ -148,6 +149,31 @@ TEST_F(LoadtestTest, FailedRequestsAreCountedByStatusCode) {
   EXPECT_EQ(report["requests_failed"], 10);
   EXPECT_EQ(report["errors"]["DEADLINE_EXCEEDED"], 10);
   EXPECT_EQ(report["total"]["requests"], 10);
+}
+
+TEST(LoadtestSecurityTest, MutualTlsAndBearerToken) {
+  ScopedTempDir dir;
+  std::ofstream(dir.Join("token")) << "load-token\n";
+  absl::StatusOr<std::unique_ptr<ToolServer>> server = ToolServer::Start(
+      {"--tls_cert=" + TestData("server.crt"), "--tls_key=" + TestData("server.key"),
+       "--tls_client_ca=" + TestData("ca.crt"), "--auth_token_file=" + dir.Join("token")});
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<std::string> tls = {
+      "--target=" + (*server)->target(), "--ca-cert=" + TestData("ca.crt"),
+      "--client-cert=" + TestData("client.crt"), "--client-key=" + TestData("client.key"),
+      "--requests=20", "--concurrency=2", "--output-tokens=8", "--progress-interval=0",
+      "--json=" + dir.Join("report.json")};
+  std::vector<std::string> with_token = tls;
+  with_token.push_back("--token-file=" + dir.Join("token"));
+  const ProcessResult ok = RunLoadtest(with_token);
+  ASSERT_EQ(ok.exit_code, 0) << Describe(ok);
+  const nlohmann::json report = nlohmann::json::parse(ReadFile(dir.Join("report.json")));
+  EXPECT_EQ(report["requests_ok"], 20);
+  EXPECT_EQ(report["total"]["errors"], 0);
+
+  const ProcessResult no_token = RunLoadtest(tls);
+  EXPECT_EQ(no_token.exit_code, 16) << Describe(no_token);
+  EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
 }
 
 TEST_F(LoadtestTest, UsageAndSetupErrors) {
