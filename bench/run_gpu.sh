@@ -20,8 +20,9 @@
 # glibc (>= the version MANIFEST names), libstdc++, the driver (libcuda.so.1) and cuBLASLt
 # (libcublasLt.so.13, CUDA 13). The CUDA runtime is linked statically.
 #
-# Output: markdown for bench/results/gpu.md on stdout (and every log under $OUT or
-# build/gpu-run).
+# Output: markdown for bench/results/gpu.md on stdout; every log under build/gpu-run. Where
+# $OUT is set (the device tool's folder of files to bring back, at most 8 files) the summary
+# files and a tarball of the logs are copied there at exit, failed or not.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-both}
@@ -89,9 +90,20 @@ EOF
   ldconfig -p | awk '/libcublasLt.so.13/ {print $NF; exit}' | xargs -r dirname
 }
 
+# Copies the summary and a tarball of every log to $OUT (if set).
+export_results() {
+  local out=$1
+  [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
+  for f in gpu.md gpu_bench.json peers.json tests.txt; do
+    [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
+  done
+  tar -C "$out" -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
+}
+
 run() {
-  local out=${OUT:-$root/build/gpu-run}
+  local out=$root/build/gpu-run
   mkdir -p "$out"
+  trap "export_results '$out'" EXIT
   if [[ -f $bundle && $bundle == *.tar.xz ]]; then
     local unpacked=${TMPDIR:-/tmp}/linserve-gpu-bundle
     rm -rf "$unpacked"

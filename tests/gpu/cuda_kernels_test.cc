@@ -229,7 +229,9 @@ TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
       const std::vector<float> gamma = RandomFloats(d, 13);
       const std::vector<float> beta = RandomFloats(d, 14);
       std::vector<float> sum(x0.size());
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] = x0[i] + delta[i] + bias[i % d];
+      // x + (δ + b): the CPU backend's Linear adds the bias to the product before
+      // accumulating into the residual.
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] = x0[i] + (delta[i] + bias[i % d]);
       std::vector<float> expect(x0.size());
       cpu::LayerNorm(sum.data(), rows, d, gamma.data(), beta.data(), eps, expect.data());
 
