@@ -10,3 +10,6 @@ target_compile_definitions(generate_test PRIVATE
 add_dependencies(generate_test linserve-generate)
 linserve_test(sampler_mirror_test SOURCES sampler_mirror_test.cc
               LIBS linserve_model_compute linserve_testing LABELS python)
+# Issue 3: the bundled model's validation loss on the fixed slice vs the reference and the card.
+linserve_test(bundled_model_test SOURCES bundled_model_test.cc
+              LIBS linserve_model_compute nlohmann_json::nlohmann_json)
