@@ -55,13 +55,10 @@ class WorkerPool {
 
   // Runs what was submitted, then stops every thread.
   void Join() {
-    {
-      absl::MutexLock lock(&mu_);
-      closing_ = true;
-    }
     std::vector<std::thread> threads;
     {
       absl::MutexLock lock(&mu_);
+      closing_ = true;
       threads.swap(threads_);
     }
     for (std::thread& t : threads) t.join();
