@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
-# Configures and builds one configuration: scripts/build.sh BUILD_DIR [extra cmake args...]
+# Configures and builds one configuration:
+#   scripts/build.sh BUILD_DIR [cmake args...] [-- targets...]     (no targets: everything)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-build_dir=${1:?usage: build.sh BUILD_DIR [cmake args...]}
+build_dir=${1:?usage: build.sh BUILD_DIR [cmake args...] [-- targets...]}
 shift
+cmake_args=()
+while (($#)) && [[ $1 != -- ]]; do cmake_args+=("$1"); shift; done
+targets=()
+if (($#)); then shift; targets=(--target "$@"); fi
 # ccache with paths taken relative to the repository lets the second configuration (CUDA on)
 # reuse every object the first one (CUDA off) compiled: only the CUDA-dependent files differ.
 launcher=()
@@ -12,5 +17,5 @@ if command -v ccache >/dev/null; then
   export CCACHE_NOHASHDIR=true
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
-cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "$@"
-cmake --build "$build_dir" --parallel "$(nproc)"
+cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${cmake_args[@]}"
+cmake --build "$build_dir" --parallel "$(nproc)" "${targets[@]}"
