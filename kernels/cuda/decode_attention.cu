@@ -6,7 +6,7 @@
 // evaluated into shared memory, and then each thread walks a column of S:
 //   s = S[f, c] + φk[f]·v[c];  S[f, c] = s;  num_c += φq[f]·s
 // with the block's threads split as (row group g, column c) so that a warp reads a contiguous
-// 128-256 B segment of a row of S; four independent rows are loaded before use to keep several
+// 128-256 B segment of a row of S; eight independent rows are loaded before use to keep enough
 // requests in flight. z and the denominator φ(q)ᵀz' + eps are done in the same pass.
 // The slot index comes from a device array, so the batch may be any set of sessions, and the
 // whole step can be captured in a CUDA graph; negative slots are padding rows of a graph bucket
@@ -19,7 +19,7 @@ namespace linserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 4;
+constexpr int kUnroll = 8;
 
 template <typename T>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentionArgs args) {
