@@ -1,5 +1,7 @@
 #include "client/loadtest/grpc_load_target.h"
 
+#include <memory>
+
 namespace linserve::loadtest {
 namespace {
 
@@ -20,15 +22,17 @@ GenerateOutcome GrpcLoadTarget::Generate(const GenerateCall& call,
   request.mutable_sampling()->set_temperature(call.temperature);
   request.mutable_sampling()->set_seed(call.seed);
   request.set_ignore_eos(call.ignore_eos);
+  // The callback API reads every stream on gRPC's few threads; a blocking reader per stream
+  // would wake one client thread per message and steal more CPU from a server on the same host.
   GenerateOutcome outcome;
-  outcome.status = client_.Generate(
+  std::unique_ptr<GenerateStream> stream = client_.StartGenerate(
       request,
       [&](const v1::GenerateResponse& response) {
         if (response.tokens_size() > 0) on_tokens(response.tokens_size());
         if (response.has_usage()) outcome.prompt_tokens = response.usage().prompt_tokens();
-        return true;
       },
       WithTimeout(call.timeout));
+  outcome.status = stream->Wait();
   return outcome;
 }
 

@@ -36,7 +36,8 @@ class LoadTarget {
  public:
   virtual ~LoadTarget() = default;
   // Streams one generation, calling on_tokens(n) as each message carrying n >= 1 tokens
-  // arrives (on the calling thread).
+  // arrives: in order, one call at a time, possibly on another thread, and every call before
+  // Generate returns.
   virtual GenerateOutcome Generate(const GenerateCall& call,
                                    absl::FunctionRef<void(int32_t)> on_tokens) = 0;
   // Session RPCs; every call has a deadline of `timeout`.
