@@ -5,7 +5,11 @@
 // server at concurrency B with this at batch B, same model, same thread count, same run.
 //
 // Output: one JSON object per batch size on stdout (logs go to stderr), e.g.
-//   {"batch":8,"steps":1234,"seconds":5.0,"tokens_per_second":1974.4}
+//   {"batch":8,"steps":1234,"seconds":5.0,"cpu_seconds":4.6,"tokens_per_second":1974.4}
+// cpu_seconds is the process's CPU time over the timed decoding: below `seconds` when other
+// work on the machine took the core away.
+#include <time.h>
+
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -51,7 +55,14 @@ absl::Status CheckRange(absl::string_view flag, double value, double lo, double 
 struct Measurement {
   int64_t steps = 0;
   double seconds = 0;
+  double cpu_seconds = 0;
 };
+
+double ProcessCpuSeconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
 
 // Decodes `slots` in one batch per step for `seconds`, sampling each row with its own Sampler
 // and feeding the sampled token back in the next step.
@@ -60,6 +71,7 @@ absl::StatusOr<Measurement> DecodeFor(Backend& backend, std::vector<Sampler>& sa
                                       double seconds) {
   const int32_t vocab = backend.config().vocab_size;
   Measurement m;
+  const double cpu_start = ProcessCpuSeconds();
   const auto start = std::chrono::steady_clock::now();
   const auto until = start + std::chrono::duration<double>(seconds);
   while (std::chrono::steady_clock::now() < until) {
@@ -70,6 +82,7 @@ absl::StatusOr<Measurement> DecodeFor(Backend& backend, std::vector<Sampler>& sa
     ++m.steps;
   }
   m.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  m.cpu_seconds = ProcessCpuSeconds() - cpu_start;
   return m;
 }
 
@@ -135,6 +148,7 @@ absl::Status Run() {
         {"batch", b},
         {"steps", m->steps},
         {"seconds", m->seconds},
+        {"cpu_seconds", m->cpu_seconds},
         {"tokens_per_second", static_cast<double>(m->steps) * b / m->seconds},
     };
     std::printf("%s\n", line.dump().c_str());
