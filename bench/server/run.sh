@@ -12,7 +12,7 @@
 #   bash bench/server/run.sh [BUILD_DIR]     (BUILD_DIR default: build/cpu, as scripts/test.sh)
 # On a machine shared with other sessions, run it in a session of its own whose autogroup has
 # priority, or the other sessions' share of the CPU decides the result:
-#   setsid bash -c 'echo -10 > /proc/self/autogroup && bash bench/server/run.sh [BUILD_DIR]' 
+#   setsid bash -c 'echo -10 > /proc/self/autogroup && bash bench/server/run.sh [BUILD_DIR]'
 # Environment (defaults in brackets): LINSERVE_BENCH_MODEL [the bundled model; "random" or its
 # absence: a random model of its shape], LINSERVE_BENCH_THREADS [1: backend threads of both],
 # LINSERVE_BENCH_ROUNDS [3], LINSERVE_BENCH_SECONDS [6: measured seconds per round and side],
