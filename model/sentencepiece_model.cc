@@ -1,73 +1,71 @@
-// No Abseil header may be included here: see sentencepiece_model.h.
+// Opens liblinserve_sentencepiece.so once per process; see sentencepiece_model.h for why
+// SentencePiece lives in a plugin. The plugin is looked for next to the installed programs
+// (<dir of the executable>/../lib/linserve/) and then in the build tree it was built in.
 #include "model/sentencepiece_model.h"
 
-#include <sentencepiece_processor.h>
+#include <dlfcn.h>
 
-#include <cstdlib>
-#include <utility>
+#include <filesystem>
+#include <mutex>
+#include <system_error>
 
 namespace linserve {
 namespace {
 
-constexpr std::string_view kSpaceSymbol = "\xE2\x96\x81";  // U+2581, SentencePiece's space
+constexpr char kPluginFile[] = "liblinserve_sentencepiece.so";
+
+struct Plugin {
+  LoadSentencePieceModelFn load = nullptr;
+  std::string error;
+};
+
+std::vector<std::filesystem::path> PluginCandidates() {
+  std::vector<std::filesystem::path> candidates;
+  std::error_code ec;
+  const std::filesystem::path exe = std::filesystem::read_symlink("/proc/self/exe", ec);
+  if (!ec) candidates.push_back(exe.parent_path() / ".." / "lib" / "linserve" / kPluginFile);
+  candidates.push_back(std::filesystem::path(LINSERVE_PLUGIN_DIR) / kPluginFile);
+  return candidates;
+}
+
+Plugin OpenPlugin() {
+  Plugin plugin;
+  plugin.error = "cannot open the SentencePiece plugin:";
+  for (const std::filesystem::path& candidate : PluginCandidates()) {
+    std::error_code ec;
+    if (!std::filesystem::exists(candidate, ec)) {
+      plugin.error.append(" ").append(candidate.string()).append(" (absent);");
+      continue;
+    }
+    // The handle stays open for the life of the process: models loaded through it may be too.
+    void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (handle == nullptr) {
+      plugin.error.append(" ").append(dlerror()).append(";");
+      continue;
+    }
+    void* symbol = dlsym(handle, kLoadSentencePieceModelSymbol);
+    if (symbol == nullptr) {
+      plugin.error.append(" ").append(candidate.string()).append(" lacks ");
+      plugin.error.append(kLoadSentencePieceModelSymbol).append(";");
+      continue;
+    }
+    plugin.load = reinterpret_cast<LoadSentencePieceModelFn>(symbol);
+    plugin.error.clear();
+    return plugin;
+  }
+  return plugin;
+}
 
 }  // namespace
 
-SentencePieceModel::SentencePieceModel(
-    std::unique_ptr<sentencepiece::SentencePieceProcessor> processor)
-    : processor_(std::move(processor)) {}
-
-SentencePieceModel::~SentencePieceModel() = default;
-
 std::unique_ptr<SentencePieceModel> SentencePieceModel::Load(const std::string& path,
                                                              std::string& error) {
-  auto processor = std::make_unique<sentencepiece::SentencePieceProcessor>();
-  const sentencepiece::util::Status status = processor->Load(path);
-  if (!status.ok()) {
-    error = status.ToString();
+  static const Plugin plugin = OpenPlugin();
+  if (plugin.load == nullptr) {
+    error = plugin.error;
     return nullptr;
   }
-  return std::unique_ptr<SentencePieceModel>(new SentencePieceModel(std::move(processor)));
-}
-
-int SentencePieceModel::vocab_size() const { return processor_->GetPieceSize(); }
-
-bool SentencePieceModel::Encode(std::string_view text, std::vector<int>& ids,
-                                std::string& error) const {
-  const sentencepiece::util::Status status = processor_->Encode(text, &ids);
-  if (!status.ok()) {
-    error = status.ToString();
-    return false;
-  }
-  return true;
-}
-
-std::vector<std::string> SentencePieceModel::PieceBytes() const {
-  std::vector<std::string> bytes(static_cast<size_t>(vocab_size()));
-  for (int id = 0; id < vocab_size(); ++id) {
-    std::string& out = bytes[static_cast<size_t>(id)];
-    const std::string& piece = processor_->IdToPiece(id);
-    if (processor_->IsControl(id)) continue;
-    if (processor_->IsUnknown(id)) {
-      // The decoder renders the unknown piece as the model's unk_surface.
-      out = processor_->DecodeIds({id});
-      continue;
-    }
-    if (processor_->IsByte(id)) {
-      // "<0xAB>": the one byte it stands for.
-      out.push_back(static_cast<char>(std::strtoul(piece.substr(3, 2).c_str(), nullptr, 16)));
-      continue;
-    }
-    size_t start = 0;
-    while (true) {
-      const size_t found = piece.find(kSpaceSymbol, start);
-      out.append(piece, start, found == std::string::npos ? std::string::npos : found - start);
-      if (found == std::string::npos) break;
-      out.push_back(' ');
-      start = found + kSpaceSymbol.size();
-    }
-  }
-  return bytes;
+  return std::unique_ptr<SentencePieceModel>(plugin.load(path.c_str(), &error));
 }
 
 }  // namespace linserve
