@@ -26,7 +26,7 @@ class Writer {
     out_.append(reinterpret_cast<const char*>(&value), sizeof(T));
   }
   void PutBytes(const void* data, size_t size) {
-    out_.append(static_cast<const char*>(data), size);
+    if (size > 0) out_.append(static_cast<const char*>(data), size);
   }
   std::string& out() { return out_; }
 
@@ -49,6 +49,7 @@ class Reader {
   }
   // `count` elements of `size` bytes, checked without overflow.
   bool GetArray(void* out, uint64_t count, size_t size) {
+    if (count == 0) return true;  // `out` may be null (an empty vector's data())
     if (count > (bytes_.size() - pos_) / size) return false;
     std::memcpy(out, bytes_.data() + pos_, count * size);
     pos_ += count * size;

@@ -208,12 +208,15 @@ TEST_F(GenerateTest, ASlowReaderGetsEveryTokenMergedIntoFewerMessages) {
   const v1::GenerateRequest request = TokensRequest({4, 5, 6}, 20000, 77);
   const Streamed fast = RunGenerate(server.client(), request);
   ASSERT_TRUE(fast.status.ok());
-  // Reads nothing for a while: the stream's flow-control window fills, writes stay pending
-  // and the tokens generated meanwhile wait in one merged message.
+  // Reads nothing more until the server has generated everything: the stream's flow-control
+  // window fills, writes stay pending and the tokens generated meanwhile wait, merged.
   Streamed slow;
   bool first = true;
   slow.status = server.client().Generate(request, [&](const v1::GenerateResponse& m) {
-    if (first) absl::SleepFor(absl::Seconds(1));
+    const absl::Time give_up = absl::Now() + absl::Seconds(120);
+    while (first && server.engine().stats().active_requests > 0 && absl::Now() < give_up) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
     first = false;
     ++slow.messages;
     for (const v1::GeneratedToken& t : m.tokens()) slow.tokens.push_back(t.id());
