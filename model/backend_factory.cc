@@ -23,9 +23,12 @@ absl::StatusOr<DeviceSelection> ParseDeviceSelection(absl::string_view text) {
 
 absl::string_view ToString(DeviceSelection selection) {
   switch (selection) {
-    case DeviceSelection::kAuto: return "auto";
-    case DeviceSelection::kCpu: return "cpu";
-    case DeviceSelection::kCuda: return "cuda";
+    case DeviceSelection::kAuto:
+      return "auto";
+    case DeviceSelection::kCpu:
+      return "cpu";
+    case DeviceSelection::kCuda:
+      return "cuda";
   }
   return "unknown";
 }

@@ -34,54 +34,67 @@ constexpr int kPrefillSegment = 2048;
 constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 constexpr size_t kAlignment = 256;
 
-#define LINSERVE_RETURN_IF_ERROR(expr)                        \
-  do {                                                        \
+#define LINSERVE_RETURN_IF_ERROR(expr)                                    \
+  do {                                                                    \
     if (absl::Status linserve_status_ = (expr); !linserve_status_.ok()) { \
-      return linserve_status_;                                \
-    }                                                         \
+      return linserve_status_;                                            \
+    }                                                                     \
   } while (false)
 
 DType ToDType(WeightPrecision precision) {
   switch (precision) {
-    case WeightPrecision::kBf16: return DType::kBf16;
-    case WeightPrecision::kFp16: return DType::kF16;
-    case WeightPrecision::kFp32: return DType::kF32;
+    case WeightPrecision::kBf16:
+      return DType::kBf16;
+    case WeightPrecision::kFp16:
+      return DType::kF16;
+    case WeightPrecision::kFp32:
+      return DType::kF32;
   }
   return DType::kBf16;
 }
 
 cuda::FeatureMapKind ToKernel(FeatureMap m) {
   switch (m) {
-    case FeatureMap::kEluPlusOne: return cuda::FeatureMapKind::kEluPlusOne;
-    case FeatureMap::kRelu: return cuda::FeatureMapKind::kRelu;
-    case FeatureMap::kExp: return cuda::FeatureMapKind::kExp;
-    case FeatureMap::kFavorPlus: return cuda::FeatureMapKind::kFavorPlus;
+    case FeatureMap::kEluPlusOne:
+      return cuda::FeatureMapKind::kEluPlusOne;
+    case FeatureMap::kRelu:
+      return cuda::FeatureMapKind::kRelu;
+    case FeatureMap::kExp:
+      return cuda::FeatureMapKind::kExp;
+    case FeatureMap::kFavorPlus:
+      return cuda::FeatureMapKind::kFavorPlus;
   }
   return cuda::FeatureMapKind::kEluPlusOne;
 }
 
 cuda::ActivationKind ToKernel(Activation a) {
   switch (a) {
-    case Activation::kGelu: return cuda::ActivationKind::kGelu;
-    case Activation::kGeluTanh: return cuda::ActivationKind::kGeluTanh;
-    case Activation::kRelu: return cuda::ActivationKind::kRelu;
+    case Activation::kGelu:
+      return cuda::ActivationKind::kGelu;
+    case Activation::kGeluTanh:
+      return cuda::ActivationKind::kGeluTanh;
+    case Activation::kRelu:
+      return cuda::ActivationKind::kRelu;
   }
   return cuda::ActivationKind::kGelu;
 }
 
 cuda::PositionKind ToKernel(PositionEmbedding p) {
   switch (p) {
-    case PositionEmbedding::kLearned: return cuda::PositionKind::kLearned;
-    case PositionEmbedding::kSinusoidal: return cuda::PositionKind::kSinusoidal;
-    case PositionEmbedding::kNone: return cuda::PositionKind::kNone;
+    case PositionEmbedding::kLearned:
+      return cuda::PositionKind::kLearned;
+    case PositionEmbedding::kSinusoidal:
+      return cuda::PositionKind::kSinusoidal;
+    case PositionEmbedding::kNone:
+      return cuda::PositionKind::kNone;
   }
   return cuda::PositionKind::kNone;
 }
 
 absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
   if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("BackendOptions.", field, " = ", value,
-                                                   " is outside [", lo, ", ", hi, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("BackendOptions.", field, " = ", value, " is outside [", lo, ", ", hi, "]"));
   }
   return absl::OkStatus();
 }
@@ -130,9 +143,8 @@ class CudaBackendImpl final : public CudaBackend {
         layer_floats_(static_cast<int64_t>(config.n_heads) * config.feature_dim *
                       (config.head_dim + 1)),
         buckets_(MakeBuckets(options.max_batch_size)),
-        segment_(std::max(options.prefill_chunk_size,
-                          kPrefillSegment / options.prefill_chunk_size *
-                              options.prefill_chunk_size)),
+        segment_(std::max(options.prefill_chunk_size, kPrefillSegment / options.prefill_chunk_size *
+                                                          options.prefill_chunk_size)),
         rows_(std::max(options.max_batch_size, segment_)),
         positions_(static_cast<size_t>(capacity), 0),
         allocated_(static_cast<size_t>(capacity), 0),
@@ -322,8 +334,7 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
   };
   std::vector<Upload> uploads;
   auto add = [&](const Tensor& t, bool convert) -> size_t {
-    const size_t offset =
-        layout.Reserve(t.data.size() * (convert ? element : sizeof(float)));
+    const size_t offset = layout.Reserve(t.data.size() * (convert ? element : sizeof(float)));
     uploads.push_back({&t, offset, convert});
     return offset;
   };
@@ -343,12 +354,13 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
         ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor;
   };
   constexpr size_t kAbsent = static_cast<size_t>(-1);
-  auto optional = [&](const Tensor& t, bool convert) { return t.empty() ? kAbsent : add(t, convert); };
+  auto optional = [&](const Tensor& t, bool convert) {
+    return t.empty() ? kAbsent : add(t, convert);
+  };
   std::vector<LayerOffsets> offsets;
   const size_t embedding = add(w.token_embedding, true);
-  const size_t position = config_.position == PositionEmbedding::kLearned
-                              ? add(w.position_embedding, true)
-                              : kAbsent;
+  const size_t position =
+      config_.position == PositionEmbedding::kLearned ? add(w.position_embedding, true) : kAbsent;
   for (const LayerWeights& l : w.layers) {
     LayerOffsets o;
     o.qkv_weight = add_fused(l.q_weight, l.k_weight, l.v_weight, true);
@@ -371,9 +383,8 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
   const size_t head = config_.tie_embeddings ? embedding : add(w.lm_head, true);
 
   absl::StatusOr<DeviceBuffer> weights = DeviceBuffer::Allocate(
-      layout.size(),
-      absl::StrCat("the weights (", cuda::DTypeName(dtype_), ", ", model.weights.ParameterCount(),
-                   " parameters)"));
+      layout.size(), absl::StrCat("the weights (", cuda::DTypeName(dtype_), ", ",
+                                  model.weights.ParameterCount(), " parameters)"));
   if (!weights.ok()) return weights.status();
   weights_ = *std::move(weights);
   memory_.weights_bytes = static_cast<int64_t>(layout.size());
@@ -381,7 +392,8 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
   // Matrices go through an fp32 staging buffer and are rounded on the device.
   size_t staging_floats = 0;
   for (const Upload& u : uploads) {
-    if (u.convert && dtype_ != DType::kF32) staging_floats = std::max(staging_floats, u.tensor->data.size());
+    if (u.convert && dtype_ != DType::kF32)
+      staging_floats = std::max(staging_floats, u.tensor->data.size());
   }
   absl::StatusOr<DeviceBuffer> staging =
       DeviceBuffer::Allocate(staging_floats * sizeof(float), "the weight upload staging buffer");
@@ -404,7 +416,9 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
   }
   LINSERVE_RETURN_IF_ERROR(Synchronize());
 
-  auto at = [&](size_t offset) -> const char* { return offset == kAbsent ? nullptr : base + offset; };
+  auto at = [&](size_t offset) -> const char* {
+    return offset == kAbsent ? nullptr : base + offset;
+  };
   auto at_f = [&](size_t offset) { return reinterpret_cast<const float*>(at(offset)); };
   embedding_ = at(embedding);
   position_embedding_ = at(position);
@@ -476,8 +490,8 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
     return absl::ResourceExhaustedError(absl::StrCat(
         "CUDA backend: the state pool (", capacity_, " slots × ", FormatBytes(slot_bytes), " = ",
         FormatBytes(pool_bytes), "), the sampler state (", FormatBytes(sampler_bytes),
-        ") and the activations (", FormatBytes(work.size() + kGemmWorkspaceBytes),
-        ") need ", FormatBytes(needed), " but ", description_, " has ", FormatBytes(free_bytes),
+        ") and the activations (", FormatBytes(work.size() + kGemmWorkspaceBytes), ") need ",
+        FormatBytes(needed), " but ", description_, " has ", FormatBytes(free_bytes),
         " free after the weights (", FormatBytes(memory_.weights_bytes),
         "); lower BackendOptions.state_memory_budget_bytes (", options_.state_memory_budget_bytes,
         ") or max_slots (", options_.max_slots, ")"));
@@ -490,9 +504,9 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
   state_pool_ = *std::move(pool);
   memory_.state_pool_bytes = pool_bytes;
 
-  absl::StatusOr<DeviceBuffer> sampler = DeviceBuffer::Allocate(
-      static_cast<size_t>(sampler_bytes),
-      absl::StrCat("the device sampler state (", capacity_, " slots)"));
+  absl::StatusOr<DeviceBuffer> sampler =
+      DeviceBuffer::Allocate(static_cast<size_t>(sampler_bytes),
+                             absl::StrCat("the device sampler state (", capacity_, " slots)"));
   if (!sampler.ok()) return sampler.status();
   sampler_buffer_ = *std::move(sampler);
   memory_.sampler_bytes = sampler_bytes;
@@ -542,8 +556,8 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
 
 absl::Status CudaBackendImpl::CheckAllocated(SlotId slot, absl::string_view what) const {
   if (slot.value < 0 || slot.value >= capacity_) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " = ", slot.value, " is not a slot id (capacity ", capacity_, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " = ", slot.value, " is not a slot id (capacity ", capacity_, ")"));
   }
   if (!allocated_[slot.value]) {
     return absl::InvalidArgumentError(
@@ -555,9 +569,9 @@ absl::Status CudaBackendImpl::CheckAllocated(SlotId slot, absl::string_view what
 absl::Status CudaBackendImpl::CheckPositions(int64_t start, int64_t count,
                                              absl::string_view what) const {
   if (config_.position == PositionEmbedding::kLearned && start + count > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat(
-        what, ": positions ", start, "..", start + count - 1,
-        " are past the learned position table (max_position ", config_.max_position, ")"));
+    return absl::OutOfRangeError(absl::StrCat(what, ": positions ", start, "..", start + count - 1,
+                                              " are past the learned position table (max_position ",
+                                              config_.max_position, ")"));
   }
   return absl::OkStatus();
 }
@@ -599,9 +613,8 @@ void CudaBackendImpl::FreeSlot(SlotId slot) {
 absl::Status CudaBackendImpl::ResetSlot(SlotId slot) {
   LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "ResetSlot: slot"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(SlotState(slot.value), 0,
-                                                static_cast<size_t>(state_floats_) * sizeof(float),
-                                                stream_.get()));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      SlotState(slot.value), 0, static_cast<size_t>(state_floats_) * sizeof(float), stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   positions_[slot.value] = 0;
   sampling_ready_[slot.value] = 0;
@@ -624,13 +637,12 @@ absl::Status CudaBackendImpl::CopySlot(SlotId from, SlotId to) {
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
         SlotCounts(to.value), SlotCounts(from.value),
         static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler_.rngs + to.value,
-                                                  sampler_.rngs + from.value,
-                                                  sizeof(cuda::Mt19937_64),
-                                                  cudaMemcpyDeviceToDevice, s));
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        sampler_.params + to.value, sampler_.params + from.value,
-        sizeof(cuda::DeviceSamplingParams), cudaMemcpyDeviceToDevice, s));
+    LINSERVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(sampler_.rngs + to.value, sampler_.rngs + from.value,
+                        sizeof(cuda::Mt19937_64), cudaMemcpyDeviceToDevice, s));
+    LINSERVE_CUDA_RETURN_IF_ERROR(
+        cudaMemcpyAsync(sampler_.params + to.value, sampler_.params + from.value,
+                        sizeof(cuda::DeviceSamplingParams), cudaMemcpyDeviceToDevice, s));
   }
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   positions_[to.value] = positions_[from.value];
@@ -667,9 +679,9 @@ absl::Status CudaBackendImpl::WriteSlot(SlotId slot, const StateBlob& in) {
         absl::StrCat("WriteSlot: in.position = ", in.position, " is negative"));
   }
   if (config_.position == PositionEmbedding::kLearned && in.position > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat(
-        "WriteSlot: in.position = ", in.position,
-        " is past the learned position table (max_position ", config_.max_position, ")"));
+    return absl::OutOfRangeError(absl::StrCat("WriteSlot: in.position = ", in.position,
+                                              " is past the learned position table (max_position ",
+                                              config_.max_position, ")"));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(slot.value), in.state.data(),
@@ -742,8 +754,7 @@ absl::Status CudaBackendImpl::EnqueueLayers(int rows, int32_t prefill_slot) {
   }
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerPointers& w = layers_[static_cast<size_t>(l)];
-    LINSERVE_RETURN_IF_ERROR(
-        gemm_->Linear(s, dtype_, xt_, w.qkv_weight, qkv_, rows, 3 * hd, d));
+    LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, xt_, w.qkv_weight, qkv_, rows, 3 * hd, d));
     if (prefill_slot < 0) {
       cuda::DecodeAttentionArgs a;
       a.shape = Shape(l);
@@ -820,17 +831,16 @@ absl::Status CudaBackendImpl::CaptureGraph(size_t bucket_index) {
 absl::Status CudaBackendImpl::CheckBatch(absl::Span<const DecodeItem> batch) {
   if (batch.empty()) return absl::InvalidArgumentError("Decode: batch is empty");
   if (static_cast<int64_t>(batch.size()) > options_.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("Decode: batch has ", batch.size(),
-                                                   " items; max_batch_size is ",
-                                                   options_.max_batch_size));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Decode: batch has ", batch.size(), " items; max_batch_size is ", options_.max_batch_size));
   }
   ++batch_generation_;
   for (size_t i = 0; i < batch.size(); ++i) {
     const SlotId slot = batch[i].slot;
     LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, absl::StrCat("Decode: batch[", i, "].slot")));
     if (batch_mark_[slot.value] == batch_generation_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Decode: batch[", i, "].slot = ", slot.value, " appears twice in the batch"));
+      return absl::InvalidArgumentError(absl::StrCat("Decode: batch[", i, "].slot = ", slot.value,
+                                                     " appears twice in the batch"));
     }
     batch_mark_[slot.value] = batch_generation_;
     LINSERVE_RETURN_IF_ERROR(
@@ -863,14 +873,13 @@ absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch) 
   return CaptureGraph(bucket_index);
 }
 
-absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch,
-                                     absl::Span<float> logits) {
+absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
   LINSERVE_RETURN_IF_ERROR(CheckBatch(batch));
   const int64_t vocab = config_.vocab_size;
   if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(batch.size()) * vocab) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Decode: logits has ", logits.size(), " floats; expected batch.size() × ",
-                     "vocab_size = ", batch.size() * vocab));
+    return absl::InvalidArgumentError(absl::StrCat("Decode: logits has ", logits.size(),
+                                                   " floats; expected batch.size() × ",
+                                                   "vocab_size = ", batch.size() * vocab));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
@@ -886,9 +895,9 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
                                               absl::Span<TokenId> tokens) {
   LINSERVE_RETURN_IF_ERROR(CheckBatch(batch));
   if (tokens.size() != batch.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("DecodeAndSample: tokens has ", tokens.size(),
-                                                   " entries; expected batch.size() = ",
-                                                   batch.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("DecodeAndSample: tokens has ", tokens.size(),
+                     " entries; expected batch.size() = ", batch.size()));
   }
   for (size_t i = 0; i < batch.size(); ++i) {
     if (!sampling_ready_[batch[i].slot.value]) {
@@ -922,7 +931,8 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
   LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "StartSampling: slot"));
   LINSERVE_RETURN_IF_ERROR(ValidateSamplingParams(params));
   for (size_t i = 0; i < observed.size(); ++i) {
-    LINSERVE_RETURN_IF_ERROR(CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
+    LINSERVE_RETURN_IF_ERROR(
+        CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   cudaStream_t s = stream_.get();
@@ -938,9 +948,8 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
   rng->Seed(params.seed);
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler_.params + slot.value, &device_params,
                                                 sizeof(device_params), cudaMemcpyHostToDevice, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler_.rngs + slot.value, rng.get(),
-                                                sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice,
-                                                s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      sampler_.rngs + slot.value, rng.get(), sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
       SlotCounts(slot.value), 0, static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), s));
   // The observed tokens go through the pinned token buffer, rows_ at a time.
@@ -967,10 +976,10 @@ absl::Status CudaBackendImpl::Prefill(SlotId slot, absl::Span<const TokenId> tok
   const bool all_logits = static_cast<int64_t>(logits.size()) == n * vocab;
   const bool last_logits = static_cast<int64_t>(logits.size()) == vocab;
   if (!logits.empty() && !all_logits && !last_logits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Prefill: logits has ", logits.size(), " floats; expected 0, ", vocab,
-        " (vocab_size: the last token's logits) or ", n * vocab,
-        " (tokens.size() × vocab_size: every position's logits)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("Prefill: logits has ", logits.size(), " floats; expected 0, ", vocab,
+                     " (vocab_size: the last token's logits) or ", n * vocab,
+                     " (tokens.size() × vocab_size: every position's logits)"));
   }
   for (int64_t i = 0; i < n; ++i) {
     LINSERVE_RETURN_IF_ERROR(CheckToken(tokens[i], absl::StrCat("Prefill: tokens[", i, "]")));
@@ -994,15 +1003,15 @@ absl::Status CudaBackendImpl::Prefill(SlotId slot, absl::Span<const TokenId> tok
     if (all_logits) {
       for (int64_t r = 0; r < rows; r += head_rows) {
         const int64_t m = std::min<int64_t>(head_rows, rows - r);
-        LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, RowPtr(xt_, r, d), head_, logits_, m,
-                                               vocab, d));
-        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-            logits.data() + (first + r) * vocab, logits_, m * vocab * sizeof(float),
-            cudaMemcpyDeviceToHost, s));
+        LINSERVE_RETURN_IF_ERROR(
+            gemm_->Linear(s, dtype_, RowPtr(xt_, r, d), head_, logits_, m, vocab, d));
+        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + (first + r) * vocab, logits_,
+                                                      m * vocab * sizeof(float),
+                                                      cudaMemcpyDeviceToHost, s));
       }
     } else if (last_logits && first + rows == n) {
-      LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, RowPtr(xt_, rows - 1, d), head_, logits_,
-                                             1, vocab, d));
+      LINSERVE_RETURN_IF_ERROR(
+          gemm_->Linear(s, dtype_, RowPtr(xt_, rows - 1, d), head_, logits_, 1, vocab, d));
       LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_, vocab * sizeof(float),
                                                     cudaMemcpyDeviceToHost, s));
     }
@@ -1020,10 +1029,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
   const ModelConfig& config = model.config;
   const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
   if (options.state_memory_budget_bytes < slot_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BackendOptions.state_memory_budget_bytes = ",
-                     options.state_memory_budget_bytes, " is below one slot's state (",
-                     slot_bytes, " bytes for this model)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "BackendOptions.state_memory_budget_bytes = ", options.state_memory_budget_bytes,
+        " is below one slot's state (", slot_bytes, " bytes for this model)"));
   }
   LINSERVE_RETURN_IF_ERROR(CheckRange("max_slots", options.max_slots, 1, kMaxSlots));
   LINSERVE_RETURN_IF_ERROR(
@@ -1037,10 +1045,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
     return absl::UnavailableError(absl::StrCat("CUDA backend: no CUDA device (", reason, ")"));
   }
   if (cuda_options.device < 0 || cuda_options.device >= *devices) {
-    return absl::InvalidArgumentError(absl::StrCat("CudaBackendOptions.device = ",
-                                                   cuda_options.device, " is outside [0, ",
-                                                   *devices - 1, "] (", *devices,
-                                                   " CUDA devices)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("CudaBackendOptions.device = ", cuda_options.device, " is outside [0, ",
+                     *devices - 1, "] (", *devices, " CUDA devices)"));
   }
   const int32_t capacity = static_cast<int32_t>(
       std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
@@ -1051,8 +1058,7 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
       "cuda backend: {}; weights {} ({}), {} slots of {} state ({}), sampler {}, activations {}",
       backend->device_description(), FormatBytes(use.weights_bytes),
       std::string(cuda::DTypeName(ToDType(options.weight_precision))), capacity,
-      FormatBytes(slot_bytes),
-      FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
+      FormatBytes(slot_bytes), FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
       FormatBytes(use.workspace_bytes));
   return std::unique_ptr<CudaBackend>(std::move(backend));
 }

@@ -76,8 +76,7 @@ class CudaBackend : public Backend {
 // (naming the field and its limit), RESOURCE_EXHAUSTED when the weights, state pool, sampler
 // state or workspace do not fit on the device. The backend copies what it needs from `model`.
 absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
-    const Model& model, const BackendOptions& options,
-    const CudaBackendOptions& cuda_options = {});
+    const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options = {});
 
 }  // namespace linserve
 

@@ -161,8 +161,7 @@ double MeasureGemmFlops() {
   std::vector<double> rates;
   for (int i = 0; i < 8; ++i) {
     cudaEventRecord(start);
-    Die((*gemm)->Linear(nullptr, cuda::DType::kBf16, x->data(), w->data(), y->as<float>(), n, n,
-                        n),
+    Die((*gemm)->Linear(nullptr, cuda::DType::kBf16, x->data(), w->data(), y->as<float>(), n, n, n),
         "gemm");
     cudaEventRecord(stop);
     cudaEventSynchronize(stop);
@@ -312,7 +311,8 @@ Json MeasureLatencyAt(CudaBackend& backend, const Floors& floors, int64_t positi
 
 int Main() {
   const std::vector<int> batches = ParseList(absl::GetFlag(FLAGS_batches), "batches");
-  const std::vector<int> lengths = ParseList(absl::GetFlag(FLAGS_prefill_lengths), "prefill_lengths");
+  const std::vector<int> lengths =
+      ParseList(absl::GetFlag(FLAGS_prefill_lengths), "prefill_lengths");
   const std::vector<int> positions = ParseList(absl::GetFlag(FLAGS_positions), "positions");
   const double min_seconds = absl::GetFlag(FLAGS_min_seconds);
   if (!(min_seconds > 0 && min_seconds <= 60)) {
@@ -366,8 +366,10 @@ int Main() {
   std::printf("| device-to-device copy (read + write) | %.0f GB/s |\n", floors.bandwidth / 1e9);
   std::printf("| bf16 GEMM 8192³ (cuBLASLt) | %.0f TFLOP/s |\n\n", floors.flops / 1e12);
 
-  std::printf("## Decode (greedy DecodeAndSample; HBM floor = weights + 2 × state per session)\n\n");
-  std::printf("| run | batch | step ms (median) | step ms (mean) | tokens/s | floor ms | of floor |\n");
+  std::printf(
+      "## Decode (greedy DecodeAndSample; HBM floor = weights + 2 × state per session)\n\n");
+  std::printf(
+      "| run | batch | step ms (median) | step ms (mean) | tokens/s | floor ms | of floor |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
@@ -396,7 +398,8 @@ int Main() {
   }
 
   std::printf("\n## Prefill (one session, last-token logits)\n\n");
-  std::printf("| tokens | ms | tokens/s | FLOP floor ms | of FLOP floor | HBM floor ms | of HBM floor |\n");
+  std::printf(
+      "| tokens | ms | tokens/s | FLOP floor ms | of FLOP floor | HBM floor ms | of HBM floor |\n");
   std::printf("|---|---|---|---|---|---|---|\n");
   Json prefill = Json::array();
   for (int n : lengths) prefill.push_back(MeasurePrefill(**backend, floors, config, n));

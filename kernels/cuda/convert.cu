@@ -28,8 +28,8 @@ absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DTyp
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
   return LINSERVE_DISPATCH_DTYPE(dtype, T, [&] {
-    ConvertKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        in, n, static_cast<T*>(out));
+    ConvertKernel<T>
+        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(in, n, static_cast<T*>(out));
     return LaunchStatus("ConvertKernel", __FILE__, __LINE__);
   });
 }

@@ -11,10 +11,9 @@
 #include <cublasLt.h>
 #include <cuda_runtime_api.h>
 
-#include "absl/strings/string_view.h"
-
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace linserve::cuda {
 
@@ -33,32 +32,30 @@ absl::StatusOr<int> CudaDeviceCount(std::string* reason = nullptr);
 
 }  // namespace linserve::cuda
 
-#define LINSERVE_CUDA_RETURN_IF_ERROR(expr)                                          \
-  do {                                                                               \
-    if (const cudaError_t linserve_cuda_error_ = (expr);                             \
-        linserve_cuda_error_ != cudaSuccess) {                                       \
-      return ::linserve::cuda::CudaErrorToStatus(linserve_cuda_error_, #expr,        \
-                                                 __FILE__, __LINE__);                \
-    }                                                                                \
+#define LINSERVE_CUDA_RETURN_IF_ERROR(expr)                                                        \
+  do {                                                                                             \
+    if (const cudaError_t linserve_cuda_error_ = (expr); linserve_cuda_error_ != cudaSuccess) {    \
+      return ::linserve::cuda::CudaErrorToStatus(linserve_cuda_error_, #expr, __FILE__, __LINE__); \
+    }                                                                                              \
   } while (false)
 
-#define LINSERVE_CUBLAS_RETURN_IF_ERROR(expr)                                        \
-  do {                                                                               \
-    if (const cublasStatus_t linserve_cublas_status_ = (expr);                       \
-        linserve_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                          \
-      return ::linserve::cuda::CublasErrorToStatus(linserve_cublas_status_, #expr,   \
-                                                   __FILE__, __LINE__);              \
-    }                                                                                \
+#define LINSERVE_CUBLAS_RETURN_IF_ERROR(expr)                                                \
+  do {                                                                                       \
+    if (const cublasStatus_t linserve_cublas_status_ = (expr);                               \
+        linserve_cublas_status_ != CUBLAS_STATUS_SUCCESS) {                                  \
+      return ::linserve::cuda::CublasErrorToStatus(linserve_cublas_status_, #expr, __FILE__, \
+                                                   __LINE__);                                \
+    }                                                                                        \
   } while (false)
 
 // After a <<<...>>> launch: returns the launch error, if any, naming the kernel.
-#define LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED(kernel_name)                           \
-  do {                                                                               \
-    if (absl::Status linserve_launch_status_ =                                       \
-            ::linserve::cuda::LaunchStatus(kernel_name, __FILE__, __LINE__);         \
-        !linserve_launch_status_.ok()) {                                             \
-      return linserve_launch_status_;                                                \
-    }                                                                                \
+#define LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED(kernel_name)                   \
+  do {                                                                       \
+    if (absl::Status linserve_launch_status_ =                               \
+            ::linserve::cuda::LaunchStatus(kernel_name, __FILE__, __LINE__); \
+        !linserve_launch_status_.ok()) {                                     \
+      return linserve_launch_status_;                                        \
+    }                                                                        \
   } while (false)
 
 #endif  // LINSERVE_KERNELS_CUDA_CUDA_STATUS_H_

@@ -102,14 +102,13 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
 absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArgs& args) {
   if (absl::Status status = CheckAttentionShape(args.shape); !status.ok()) return status;
   if (args.rows <= 0) return absl::OkStatus();
-  const size_t smem =
-      sizeof(float) * (3 * static_cast<size_t>(args.shape.head_dim) +
-                       2 * static_cast<size_t>(args.shape.feature_dim) + kThreads);
+  const size_t smem = sizeof(float) * (3 * static_cast<size_t>(args.shape.head_dim) +
+                                       2 * static_cast<size_t>(args.shape.feature_dim) + kThreads);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     if (smem > 48 * 1024) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(DecodeAttentionKernel<T>,
-                                                         cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                                         static_cast<int>(smem)));
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          DecodeAttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(smem)));
     }
     DecodeAttentionKernel<T><<<dim3(args.shape.heads, args.rows), kThreads, smem, stream>>>(args);
     return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);

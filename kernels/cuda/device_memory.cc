@@ -43,9 +43,8 @@ absl::StatusOr<DeviceBuffer> DeviceBuffer::Allocate(size_t bytes, absl::string_v
   const cudaError_t error = cudaMalloc(&buffer.data_, bytes);
   if (error != cudaSuccess) {
     buffer.data_ = nullptr;
-    return AllocationError(
-        CudaErrorToStatus(error, "cudaMalloc(&data, bytes)", __FILE__, __LINE__), "cudaMalloc",
-        bytes, what);
+    return AllocationError(CudaErrorToStatus(error, "cudaMalloc(&data, bytes)", __FILE__, __LINE__),
+                           "cudaMalloc", bytes, what);
   }
   buffer.size_ = bytes;
   return buffer;
@@ -99,8 +98,7 @@ PinnedBuffer::~PinnedBuffer() {
 
 absl::StatusOr<Stream> Stream::Create() {
   Stream stream;
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamCreateWithFlags(&stream.stream_, cudaStreamNonBlocking));
   return stream;
 }
 

@@ -9,9 +9,9 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace linserve::cuda {
 
@@ -32,7 +32,9 @@ class DeviceBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
 
  private:
@@ -54,7 +56,9 @@ class PinnedBuffer {
 
   void* data() const { return data_; }
   template <typename T>
-  T* as() const { return static_cast<T*>(data_); }
+  T* as() const {
+    return static_cast<T*>(data_);
+  }
   size_t size() const { return size_; }
 
  private:

@@ -18,9 +18,13 @@ namespace linserve::cuda {
 template <typename T>
 __device__ __forceinline__ float ToFloat(T v);
 template <>
-__device__ __forceinline__ float ToFloat<float>(float v) { return v; }
+__device__ __forceinline__ float ToFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ float ToFloat<__half>(__half v) { return __half2float(v); }
+__device__ __forceinline__ float ToFloat<__half>(__half v) {
+  return __half2float(v);
+}
 template <>
 __device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
   return __bfloat162float(v);
@@ -30,9 +34,13 @@ __device__ __forceinline__ float ToFloat<__nv_bfloat16>(__nv_bfloat16 v) {
 template <typename T>
 __device__ __forceinline__ T FromFloat(float v);
 template <>
-__device__ __forceinline__ float FromFloat<float>(float v) { return v; }
+__device__ __forceinline__ float FromFloat<float>(float v) {
+  return v;
+}
 template <>
-__device__ __forceinline__ __half FromFloat<__half>(float v) { return __float2half_rn(v); }
+__device__ __forceinline__ __half FromFloat<__half>(float v) {
+  return __float2half_rn(v);
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 FromFloat<__nv_bfloat16>(float v) {
   return __float2bfloat16_rn(v);
@@ -87,23 +95,23 @@ __device__ __forceinline__ T BlockMax(T v, T* scratch, T lowest) {
 
 // Dispatches a templated launcher on the element type: LINSERVE_DISPATCH_DTYPE(dtype, T, body)
 // runs `body` with T = float, __half or __nv_bfloat16.
-#define LINSERVE_DISPATCH_DTYPE(dtype, T, ...)        \
-  [&]() {                                              \
-    switch (dtype) {                                   \
-      case ::linserve::cuda::DType::kF16: {            \
-        using T = __half;                              \
-        return __VA_ARGS__();                          \
-      }                                                \
-      case ::linserve::cuda::DType::kBf16: {           \
-        using T = __nv_bfloat16;                       \
-        return __VA_ARGS__();                          \
-      }                                                \
-      case ::linserve::cuda::DType::kF32:              \
-      default: {                                       \
-        using T = float;                               \
-        return __VA_ARGS__();                          \
-      }                                                \
-    }                                                  \
+#define LINSERVE_DISPATCH_DTYPE(dtype, T, ...) \
+  [&]() {                                      \
+    switch (dtype) {                           \
+      case ::linserve::cuda::DType::kF16: {    \
+        using T = __half;                      \
+        return __VA_ARGS__();                  \
+      }                                        \
+      case ::linserve::cuda::DType::kBf16: {   \
+        using T = __nv_bfloat16;               \
+        return __VA_ARGS__();                  \
+      }                                        \
+      case ::linserve::cuda::DType::kF32:      \
+      default: {                               \
+        using T = float;                       \
+        return __VA_ARGS__();                  \
+      }                                        \
+    }                                          \
   }()
 
 }  // namespace linserve::cuda

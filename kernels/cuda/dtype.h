@@ -5,6 +5,7 @@
 #define LINSERVE_KERNELS_CUDA_DTYPE_H_
 
 #include <cstddef>
+
 #include "absl/strings/string_view.h"
 
 namespace linserve::cuda {
@@ -15,9 +16,12 @@ inline size_t DTypeSize(DType dtype) { return dtype == DType::kF32 ? 4 : 2; }
 
 inline absl::string_view DTypeName(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return "fp32";
-    case DType::kF16: return "fp16";
-    case DType::kBf16: return "bf16";
+    case DType::kF32:
+      return "fp32";
+    case DType::kF16:
+      return "fp16";
+    case DType::kBf16:
+      return "bf16";
   }
   return "unknown";
 }

@@ -18,8 +18,7 @@ enum class PositionKind { kLearned, kSinusoidal, kNone };
 enum class ActivationKind { kGelu, kGeluTanh, kRelu };
 
 // out[i] = T(in[i]) for i < n, rounding to nearest even.
-absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DType dtype,
-                           void* out);
+absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DType dtype, void* out);
 
 struct EmbedArgs {
   const int32_t* tokens = nullptr;     // [rows], each in [0, vocab)
@@ -30,8 +29,8 @@ struct EmbedArgs {
   int rows = 0;
   int d = 0;
   DType dtype = DType::kF32;
-  float* x = nullptr;  // fp32 [rows, d]: table[token] + position embedding
-  void* x_t = nullptr; // optional T [rows, d] copy of x (the next GEMM's input)
+  float* x = nullptr;   // fp32 [rows, d]: table[token] + position embedding
+  void* x_t = nullptr;  // optional T [rows, d] copy of x (the next GEMM's input)
 };
 // Sinusoidal: pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), computed
 // in double so that it stays exact at positions in the millions.

@@ -18,12 +18,12 @@ __global__ void EmbedKernel(EmbedArgs args) {
   const int64_t token = args.tokens[row];
   const int64_t position = args.positions[row];
   const T* table = static_cast<const T*>(args.table) + token * d;
-  const T* position_row =
-      args.position == PositionKind::kLearned
-          ? static_cast<const T*>(args.position_table) + position * d
-          : nullptr;
+  const T* position_row = args.position == PositionKind::kLearned
+                              ? static_cast<const T*>(args.position_table) + position * d
+                              : nullptr;
   float* x = args.x + static_cast<int64_t>(row) * d;
-  T* x_t = args.x_t == nullptr ? nullptr : static_cast<T*>(args.x_t) + static_cast<int64_t>(row) * d;
+  T* x_t =
+      args.x_t == nullptr ? nullptr : static_cast<T*>(args.x_t) + static_cast<int64_t>(row) * d;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     float v = ToFloat(table[c]);
     if (args.position == PositionKind::kLearned) {

@@ -12,8 +12,8 @@ namespace {
 constexpr int kThreads = 128;
 
 __global__ void __launch_bounds__(kThreads)
-    FeatureMapsKernel(AttentionShape shape, const float* qkv, const float* qkv_bias,
-                      float* phi_q, float* phi_k) {
+    FeatureMapsKernel(AttentionShape shape, const float* qkv, const float* qkv_bias, float* phi_q,
+                      float* phi_k) {
   extern __shared__ float smem[];
   __shared__ float scratch[32];
   const int head = blockIdx.x;
@@ -36,9 +36,8 @@ __global__ void __launch_bounds__(kThreads)
 
 }  // namespace
 
-absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
-                               const float* qkv, const float* qkv_bias, int rows, float* phi_q,
-                               float* phi_k) {
+absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape, const float* qkv,
+                               const float* qkv_bias, int rows, float* phi_q, float* phi_k) {
   if (absl::Status status = CheckAttentionShape(shape); !status.ok()) return status;
   if (rows <= 0) return absl::OkStatus();
   const size_t smem = sizeof(float) * (2 * static_cast<size_t>(shape.head_dim) +
@@ -48,7 +47,7 @@ absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
         FeatureMapsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
   FeatureMapsKernel<<<dim3(shape.heads, rows), kThreads, smem, stream>>>(shape, qkv, qkv_bias,
-                                                                          phi_q, phi_k);
+                                                                         phi_q, phi_k);
   return LaunchStatus("FeatureMapsKernel", __FILE__, __LINE__);
 }
 

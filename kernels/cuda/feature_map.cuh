@@ -58,8 +58,8 @@ __device__ __forceinline__ void BlockFeatureMap(const AttentionShape& shape, con
 
 // Loads (q, k, v) of one head of one row, bias added, into shared memory.
 __device__ __forceinline__ void LoadHeadQkv(const AttentionShape& shape, const float* qkv,
-                                            const float* qkv_bias, int64_t row, int head,
-                                            float* xq, float* xk, float* xv) {
+                                            const float* qkv_bias, int64_t row, int head, float* xq,
+                                            float* xk, float* xv) {
   const int dh = shape.head_dim;
   const int64_t hd = static_cast<int64_t>(shape.heads) * dh;
   const float* in = qkv + row * 3 * hd + static_cast<int64_t>(head) * dh;

@@ -28,9 +28,12 @@ namespace {
 
 cudaDataType_t CudaType(DType dtype) {
   switch (dtype) {
-    case DType::kF32: return CUDA_R_32F;
-    case DType::kF16: return CUDA_R_16F;
-    case DType::kBf16: return CUDA_R_16BF;
+    case DType::kF32:
+      return CUDA_R_32F;
+    case DType::kF16:
+      return CUDA_R_16F;
+    case DType::kBf16:
+      return CUDA_R_16BF;
   }
   return CUDA_R_32F;
 }
@@ -85,12 +88,9 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, &trans_a, sizeof(trans_a)));
   LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulDescSetAttribute(
       plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, &trans_b, sizeof(trans_b)));
-  LINSERVE_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->w_layout, in_type, k, n, k));
-  LINSERVE_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->x_layout, in_type, k, m, k));
-  LINSERVE_CUBLAS_RETURN_IF_ERROR(
-      cublasLtMatrixLayoutCreate(&plan->y_layout, CUDA_R_32F, n, m, n));
+  LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->w_layout, in_type, k, n, k));
+  LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->x_layout, in_type, k, m, k));
+  LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&plan->y_layout, CUDA_R_32F, n, m, n));
 
   Preference preference;
   LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&preference.pref));
@@ -120,8 +120,8 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
       preference.pref, 1, &heuristic, &found));
   if (found == 0) {
     return absl::UnimplementedError(absl::StrCat(
-        "cuBLASLt has no algorithm for y[", m, ", ", n, "] = x[", m, ", ", k, "] · w[", n, ", ",
-        k, "]ᵀ with ", DTypeName(dtype), " inputs", (accumulate ? " (accumulating)" : "")));
+        "cuBLASLt has no algorithm for y[", m, ", ", n, "] = x[", m, ", ", k, "] · w[", n, ", ", k,
+        "]ᵀ with ", DTypeName(dtype), " inputs", (accumulate ? " (accumulating)" : "")));
   }
   plan->algo = heuristic.algo;
   const Plan* result = plan.get();
@@ -129,22 +129,22 @@ absl::StatusOr<const Gemm::Plan*> Gemm::GetPlan(const PlanKey& key) {
   return result;
 }
 
-absl::Status Gemm::Linear(cudaStream_t stream, DType dtype, const void* x, const void* w,
-                          float* y, int64_t m, int64_t n, int64_t k, bool accumulate) {
+absl::Status Gemm::Linear(cudaStream_t stream, DType dtype, const void* x, const void* w, float* y,
+                          int64_t m, int64_t n, int64_t k, bool accumulate) {
   if (m < 1 || n < 1 || k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Gemm::Linear: m, n, k must be >= 1, got ", m, ", ", n, ", ", k));
   }
-  const PlanKey key{m,          n,            k,           static_cast<int>(dtype),
-                    accumulate, Alignment(x), Alignment(w), Alignment(y)};
+  const PlanKey key{
+      m, n, k, static_cast<int>(dtype), accumulate, Alignment(x), Alignment(w), Alignment(y)};
   absl::StatusOr<const Plan*> plan = GetPlan(key);
   if (!plan.ok()) return plan.status();
   const float alpha = 1.0f;
   const float beta = accumulate ? 1.0f : 0.0f;
-  LINSERVE_CUBLAS_RETURN_IF_ERROR(cublasLtMatmul(
-      handle_, (*plan)->desc, &alpha, w, (*plan)->w_layout, x, (*plan)->x_layout, &beta, y,
-      (*plan)->y_layout, y, (*plan)->y_layout, &(*plan)->algo, workspace_.data(),
-      workspace_.size(), stream));
+  LINSERVE_CUBLAS_RETURN_IF_ERROR(
+      cublasLtMatmul(handle_, (*plan)->desc, &alpha, w, (*plan)->w_layout, x, (*plan)->x_layout,
+                     &beta, y, (*plan)->y_layout, y, (*plan)->y_layout, &(*plan)->algo,
+                     workspace_.data(), workspace_.size(), stream));
   return absl::OkStatus();
 }
 

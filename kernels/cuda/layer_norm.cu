@@ -3,8 +3,8 @@
 // once and the normalised row is written directly in the next GEMM's input type. One block per
 // row; the mean and the two-pass variance are accumulated in double with the fixed-order
 // BlockSum, as the CPU kernel does (the residual stream grows with depth), so results are
-// reproducible and match the CPU backend to rounding. Rows are not staged in shared memory (d_model may be 65536): the
-// second and third passes re-read r from L1/L2, which holds a row comfortably.
+// reproducible and match the CPU backend to rounding. Rows are not staged in shared memory (d_model
+// may be 65536): the second and third passes re-read r from L1/L2, which holds a row comfortably.
 // In place is safe: each thread reads and writes only its own columns, and all reads of the
 // statistics passes finish (barriers inside BlockSum) before the output pass writes.
 #include "kernels/cuda/cuda_status.h"
@@ -51,16 +51,14 @@ __global__ void __launch_bounds__(kThreads) AddLayerNormKernel(AddLayerNormArgs 
   }
   const double variance = BlockSum(squares, scratch) / static_cast<double>(d);
   const float mean_f = static_cast<float>(mean);
-  const float inv_std =
-      static_cast<float>(1.0 / sqrt(variance + static_cast<double>(args.eps)));
+  const float inv_std = static_cast<float>(1.0 / sqrt(variance + static_cast<double>(args.eps)));
 
   float* y = args.y == nullptr ? nullptr : args.y + offset;
   T* y_t = args.y_t == nullptr ? nullptr : static_cast<T*>(args.y_t) + offset;
   for (int c = threadIdx.x; c < d; c += blockDim.x) {
     // Unfused, in the CPU kernel's order (it is built with -ffp-contract=off).
     const float v = __fadd_rn(
-        __fmul_rn(__fmul_rn(__fsub_rn(stored(c), mean_f), inv_std), args.gamma[c]),
-        args.beta[c]);
+        __fmul_rn(__fmul_rn(__fsub_rn(stored(c), mean_f), inv_std), args.gamma[c]), args.beta[c]);
     if (y != nullptr) y[c] = v;
     if (y_t != nullptr) y_t[c] = FromFloat<T>(v);
   }

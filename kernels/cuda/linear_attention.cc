@@ -14,13 +14,12 @@ absl::Status CheckAttentionShape(const AttentionShape& shape) {
   }
   if (shape.feature_dim < 1 || shape.feature_dim > kMaxAttentionFeatureDim) {
     return absl::InvalidArgumentError(absl::StrCat("attention: feature_dim ", shape.feature_dim,
-                                                   " outside [1, ", kMaxAttentionFeatureDim,
-                                                   "]"));
+                                                   " outside [1, ", kMaxAttentionFeatureDim, "]"));
   }
   if (shape.feature_map != FeatureMapKind::kFavorPlus && shape.feature_dim != shape.head_dim) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("attention: feature_dim ", shape.feature_dim, " must equal head_dim ",
-                     shape.head_dim, " unless the feature map is favor_plus"));
+    return absl::InvalidArgumentError(absl::StrCat("attention: feature_dim ", shape.feature_dim,
+                                                   " must equal head_dim ", shape.head_dim,
+                                                   " unless the feature map is favor_plus"));
   }
   if (shape.feature_map == FeatureMapKind::kFavorPlus && shape.favor == nullptr) {
     return absl::InvalidArgumentError("attention: favor_plus needs its projection matrix");

@@ -42,9 +42,8 @@ absl::Status CheckAttentionShape(const AttentionShape& shape);
 
 // φ of q and k for `rows` token rows: phi_q/phi_k [rows, heads, feature_dim] fp32. Used by the
 // prefill path and exposed for the kernel parity tests.
-absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
-                               const float* qkv, const float* qkv_bias, int rows, float* phi_q,
-                               float* phi_k);
+absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape, const float* qkv,
+                               const float* qkv_bias, int rows, float* phi_q, float* phi_k);
 
 struct DecodeAttentionArgs {
   AttentionShape shape;

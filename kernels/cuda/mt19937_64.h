@@ -27,8 +27,8 @@ struct Mt19937_64 {
   LINSERVE_HOST_DEVICE void Seed(uint64_t seed) {
     words[0] = seed;
     for (int i = 1; i < kStateWords; ++i) {
-      words[i] = 6364136223846793005ULL * (words[i - 1] ^ (words[i - 1] >> 62)) +
-                 static_cast<uint64_t>(i);
+      words[i] =
+          6364136223846793005ULL * (words[i - 1] ^ (words[i - 1] >> 62)) + static_cast<uint64_t>(i);
     }
     index = kStateWords;
   }

@@ -43,8 +43,8 @@ __device__ __forceinline__ float ValueAt(const float* qkv, const float* qkv_bias
 
 // Step 2: grid (heads, chunks). out[chunk][head] = (ΔS, Δz) in the state layout.
 __global__ void __launch_bounds__(kThreads)
-    ChunkSumKernel(PrefillGeometry g, const float* qkv, const float* qkv_bias,
-                   const float* phi_k, float* chunk_states) {
+    ChunkSumKernel(PrefillGeometry g, const float* qkv, const float* qkv_bias, const float* phi_k,
+                   float* chunk_states) {
   const int head = blockIdx.x;
   const int chunk = blockIdx.y;
   const int t0 = chunk * g.chunk;
@@ -96,9 +96,9 @@ __global__ void __launch_bounds__(kThreads)
   const int t0 = chunk * g.chunk;
   const int len = min(g.chunk, g.tokens - t0);
   constexpr int kTileStride = kFeatureTile + 1;
-  float* scores = smem;                       // [len][len], row i = query
-  float* den = scores + g.chunk * g.chunk;    // [len]
-  float* q_tile = den + g.chunk;              // [len][kTileStride]
+  float* scores = smem;                     // [len][len], row i = query
+  float* den = scores + g.chunk * g.chunk;  // [len]
+  float* q_tile = den + g.chunk;            // [len][kTileStride]
   float* k_tile = q_tile + g.chunk * kTileStride;
   const float* s_prev = chunk_states + chunk * g.layer_state + head * g.head_state;
   const float* z_prev = s_prev + static_cast<int64_t>(g.features) * g.dh;
@@ -190,20 +190,20 @@ absl::Status LaunchPrefillAttention(cudaStream_t stream, const PrefillAttentionA
   LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkSumKernel");
   const int64_t scan_blocks = (g.layer_state + kThreads - 1) / kThreads;
   ChunkScanKernel<<<static_cast<unsigned>(scan_blocks), kThreads, 0, stream>>>(g, chunk_states,
-                                                                              args.state);
+                                                                               args.state);
   LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkScanKernel");
 
   const size_t smem = sizeof(float) * (static_cast<size_t>(g.chunk) * g.chunk + g.chunk +
                                        2 * static_cast<size_t>(g.chunk) * (kFeatureTile + 1));
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     if (smem > 48 * 1024) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          ChunkOutputKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem)));
+      LINSERVE_CUDA_RETURN_IF_ERROR(
+          cudaFuncSetAttribute(ChunkOutputKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                               static_cast<int>(smem)));
     }
-    ChunkOutputKernel<T><<<grid, kThreads, smem, stream>>>(
-        g, shape.eps, args.qkv, args.qkv_bias, phi_q, phi_k, chunk_states,
-        static_cast<T*>(args.out));
+    ChunkOutputKernel<T><<<grid, kThreads, smem, stream>>>(g, shape.eps, args.qkv, args.qkv_bias,
+                                                           phi_q, phi_k, chunk_states,
+                                                           static_cast<T*>(args.out));
     return LaunchStatus("ChunkOutputKernel", __FILE__, __LINE__);
   });
 }

@@ -167,8 +167,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   const int slot = args.slots[row];
   const int vocab = args.vocab;
   RowView view{args.logits + static_cast<int64_t>(row) * vocab,
-               args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
-               args.state.params[slot], vocab};
+               args.state.seen_counts + static_cast<int64_t>(slot) * vocab, args.state.params[slot],
+               vocab};
   const DeviceSamplingParams& p = view.params;
 
   // Step 2: greedy.
@@ -266,8 +266,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
       if (keep.Keeps(Key(l), t)) partial += v1(l);
     }
     z2 = BlockSum(partial, sh.dscratch);
-    const unsigned long long target =
-        __double2ull_rn(static_cast<double>(p.top_p) * kMassScale);
+    const unsigned long long target = __double2ull_rn(static_cast<double>(p.top_p) * kMassScale);
     uint64_t prefix = 0;
     uint64_t mask = 0;
     unsigned long long above = 0;  // mass ordered strictly before the current bucket range

@@ -15,7 +15,8 @@ TEST(BackendFactoryTest, ParsesDeviceNames) {
   EXPECT_EQ(*ParseDeviceSelection("auto"), DeviceSelection::kAuto);
   EXPECT_EQ(*ParseDeviceSelection("cpu"), DeviceSelection::kCpu);
   EXPECT_EQ(*ParseDeviceSelection("cuda"), DeviceSelection::kCuda);
-  for (DeviceSelection s : {DeviceSelection::kAuto, DeviceSelection::kCpu, DeviceSelection::kCuda}) {
+  for (DeviceSelection s :
+       {DeviceSelection::kAuto, DeviceSelection::kCpu, DeviceSelection::kCuda}) {
     EXPECT_EQ(*ParseDeviceSelection(ToString(s)), s);
   }
   const absl::StatusOr<DeviceSelection> bad = ParseDeviceSelection("gpu");

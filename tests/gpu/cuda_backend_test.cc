@@ -33,17 +33,19 @@ double Tolerance(WeightPrecision precision) {
 
 const char* Name(WeightPrecision precision) {
   switch (precision) {
-    case WeightPrecision::kFp32: return "fp32";
-    case WeightPrecision::kBf16: return "bf16";
-    case WeightPrecision::kFp16: return "fp16";
+    case WeightPrecision::kFp32:
+      return "fp32";
+    case WeightPrecision::kBf16:
+      return "bf16";
+    case WeightPrecision::kFp16:
+      return "fp16";
   }
   return "?";
 }
 
 std::unique_ptr<CudaBackend> MakeCuda(const Model& model, BackendOptions options = {},
                                       CudaBackendOptions cuda_options = {}) {
-  absl::StatusOr<std::unique_ptr<CudaBackend>> b =
-      CreateCudaBackend(model, options, cuda_options);
+  absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(model, options, cuda_options);
   EXPECT_TRUE(b.ok()) << b.status();
   return b.ok() ? *std::move(b) : nullptr;
 }
@@ -385,9 +387,9 @@ TEST(CudaBackendTest, ChunkedPrefillEqualsRecurrence) {
     const StateBlob got = Read(*gpu, slot);
     EXPECT_EQ(got.position, expect.position);
     EXPECT_LE(RelativeError(got.state, expect.state), 1e-5);
-    EXPECT_LE(RelativeError(absl::MakeConstSpan(all).subspan((tokens.size() - 1) * vocab),
-                            step_logits),
-              1e-5);
+    EXPECT_LE(
+        RelativeError(absl::MakeConstSpan(all).subspan((tokens.size() - 1) * vocab), step_logits),
+        1e-5);
   }
 }
 

@@ -36,15 +36,15 @@ TEST(CudaStatusTest, CudaErrorsMapToCodesAndNameTheCall) {
                                    HasSubstr("cudaErrorMemoryAllocation"),
                                    HasSubstr("tests/gpu/cuda_host_test.cc:")));
 
-  EXPECT_EQ(cuda::CudaErrorToStatus(cudaErrorInvalidValue, "cudaMemcpy(a, b, n, k)", "f.cc", 1)
-                .code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      cuda::CudaErrorToStatus(cudaErrorInvalidValue, "cudaMemcpy(a, b, n, k)", "f.cc", 1).code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(cuda::CudaErrorToStatus(cudaErrorNoDevice, "x", "f.cc", 1).code(),
             absl::StatusCode::kUnavailable);
   EXPECT_EQ(cuda::CudaErrorToStatus(cudaErrorInsufficientDriver, "x", "f.cc", 1).code(),
             absl::StatusCode::kUnavailable);
-  const absl::Status launch = cuda::CudaErrorToStatus(cudaErrorLaunchFailure, "launch of K",
-                                                      "/src/kernels/cuda/k.cu", 42);
+  const absl::Status launch =
+      cuda::CudaErrorToStatus(cudaErrorLaunchFailure, "launch of K", "/src/kernels/cuda/k.cu", 42);
   EXPECT_EQ(launch.code(), absl::StatusCode::kInternal);
   EXPECT_THAT(launch.message(),
               AllOf(HasSubstr("launch of K failed"), HasSubstr("kernels/cuda/k.cu:42")));
@@ -71,8 +71,8 @@ TEST(CudaStatusTest, FormatBytes) {
 
 // The device sampler draws from this generator; std::mt19937_64 is what the host Sampler uses.
 TEST(Mt19937Test, MatchesStdMt19937_64) {
-  for (uint64_t seed : {uint64_t{0}, uint64_t{1}, uint64_t{5489}, uint64_t{0xDEADBEEFCAFEull},
-                        ~uint64_t{0}}) {
+  for (uint64_t seed :
+       {uint64_t{0}, uint64_t{1}, uint64_t{5489}, uint64_t{0xDEADBEEFCAFEull}, ~uint64_t{0}}) {
     std::mt19937_64 expected(seed);
     cuda::Mt19937_64 actual;
     actual.Seed(seed);

@@ -34,9 +34,12 @@ constexpr double kFp32Tolerance = 1e-5;
 
 float Round(DType dtype, float x) {
   switch (dtype) {
-    case DType::kBf16: return gpu_test::RoundBf16(x);
-    case DType::kF16: return gpu_test::RoundFp16(x);
-    case DType::kF32: return x;
+    case DType::kBf16:
+      return gpu_test::RoundBf16(x);
+    case DType::kF16:
+      return gpu_test::RoundFp16(x);
+    case DType::kF32:
+      return x;
   }
   return x;
 }
@@ -50,8 +53,8 @@ struct TypedArray {
 TypedArray Upload(const std::vector<float>& host, DType dtype) {
   DeviceArray<float> staging(host);
   TypedArray out{DeviceArray<uint8_t>(host.size() * cuda::DTypeSize(dtype)), {}};
-  EXPECT_TRUE(cuda::LaunchConvert(nullptr, staging.get(), static_cast<int64_t>(host.size()),
-                                  dtype, out.bytes.get())
+  EXPECT_TRUE(cuda::LaunchConvert(nullptr, staging.get(), static_cast<int64_t>(host.size()), dtype,
+                                  out.bytes.get())
                   .ok());
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
   out.rounded.resize(host.size());
@@ -67,7 +70,8 @@ std::vector<float> ToFloats(const DeviceArray<uint8_t>& bytes, DType dtype, size
     if (dtype == DType::kF32) {
       std::memcpy(&out[i], raw.data() + 4 * i, 4);
     } else if (dtype == DType::kBf16) {
-      uint32_t bits = static_cast<uint32_t>(raw[2 * i]) | (static_cast<uint32_t>(raw[2 * i + 1]) << 8);
+      uint32_t bits =
+          static_cast<uint32_t>(raw[2 * i]) | (static_cast<uint32_t>(raw[2 * i + 1]) << 8);
       bits <<= 16;
       std::memcpy(&out[i], &bits, 4);
     } else {
@@ -84,9 +88,19 @@ constexpr DType kTypes[] = {DType::kF32, DType::kBf16, DType::kF16};
 TEST(CudaKernelsTest, ConvertRoundsToNearestEvenLikeTheHost) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   std::vector<float> values = RandomFloats(4096, 1, 3.0f);
-  const float specials[] = {0.0f, -0.0f, 1.0f / 3.0f, 65504.0f, 65520.0f, 1e-7f, -6e-8f, 1e-40f,
-                            3.0e38f, std::numeric_limits<float>::infinity(),
-                            -std::numeric_limits<float>::infinity(), 1.00390625f, 1.01171875f};
+  const float specials[] = {0.0f,
+                            -0.0f,
+                            1.0f / 3.0f,
+                            65504.0f,
+                            65520.0f,
+                            1e-7f,
+                            -6e-8f,
+                            1e-40f,
+                            3.0e38f,
+                            std::numeric_limits<float>::infinity(),
+                            -std::numeric_limits<float>::infinity(),
+                            1.00390625f,
+                            1.01171875f};
   values.insert(values.end(), std::begin(specials), std::end(specials));
   for (DType dtype : {DType::kBf16, DType::kF16}) {
     SCOPED_TRACE(cuda::DTypeName(dtype));
@@ -107,28 +121,29 @@ TEST(CudaKernelsTest, LinearMatchesCpuGemm) {
   struct Shape {
     int m, n, k;
   };
-  for (const Shape s : {Shape{1, 2304, 768}, Shape{7, 33, 19}, Shape{256, 64, 128},
-                        Shape{3, 50257, 64}}) {
+  for (const Shape s :
+       {Shape{1, 2304, 768}, Shape{7, 33, 19}, Shape{256, 64, 128}, Shape{3, 50257, 64}}) {
     for (DType dtype : kTypes) {
-      SCOPED_TRACE(testing::Message() << s.m << "x" << s.n << "x" << s.k << " "
-                                      << cuda::DTypeName(dtype));
+      SCOPED_TRACE(testing::Message()
+                   << s.m << "x" << s.n << "x" << s.k << " " << cuda::DTypeName(dtype));
       TypedArray x = Upload(RandomFloats(static_cast<size_t>(s.m) * s.k, 2), dtype);
       TypedArray w = Upload(RandomFloats(static_cast<size_t>(s.n) * s.k, 3, 0.1f), dtype);
       const std::vector<float> y0 = RandomFloats(static_cast<size_t>(s.m) * s.n, 4);
       DeviceArray<float> y(y0);
       std::vector<float> expect(y0.size());
-      cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, s.m, s.n, s.k, 1.0f,
-                x.rounded.data(), s.k, w.rounded.data(), s.k, 0.0f, expect.data(), s.n);
-      ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m,
-                                  s.n, s.k)
+      cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, s.m, s.n, s.k, 1.0f, x.rounded.data(),
+                s.k, w.rounded.data(), s.k, 0.0f, expect.data(), s.n);
+      ASSERT_TRUE((*gemm)
+                      ->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m, s.n, s.k)
                       .ok());
       EXPECT_LE(RelativeError(y.Download(), expect), kFp32Tolerance);
 
       // Accumulating form: y += x · wᵀ.
       y.Upload(y0);
       for (size_t i = 0; i < expect.size(); ++i) expect[i] += y0[i];
-      ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m,
-                                  s.n, s.k, /*accumulate=*/true)
+      ASSERT_TRUE((*gemm)
+                      ->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), y.get(), s.m, s.n, s.k,
+                               /*accumulate=*/true)
                       .ok());
       EXPECT_LE(RelativeError(y.Download(), expect), kFp32Tolerance);
     }
@@ -151,8 +166,8 @@ TEST(CudaKernelsTest, LinearOnUnalignedRows) {
                         static_cast<size_t>(row) * k * cuda::DTypeSize(dtype);
     ASSERT_TRUE((*gemm)->Linear(nullptr, dtype, x_row, w.bytes.get(), y.get() + 1, 1, n, k).ok());
     std::vector<float> expect(n);
-    cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, 1, n, k, 1.0f,
-              x.rounded.data() + row * k, k, w.rounded.data(), k, 0.0f, expect.data(), n);
+    cpu::Gemm(cpu::Transpose::kNo, cpu::Transpose::kYes, 1, n, k, 1.0f, x.rounded.data() + row * k,
+              k, w.rounded.data(), k, 0.0f, expect.data(), n);
     std::vector<float> got = y.Download();
     got.erase(got.begin());
     EXPECT_LE(RelativeError(got, expect), kFp32Tolerance);
@@ -169,8 +184,8 @@ TEST(CudaKernelsTest, EmbeddingGatherAndPositions) {
   for (DType dtype : kTypes) {
     for (cuda::PositionKind kind : {cuda::PositionKind::kNone, cuda::PositionKind::kSinusoidal,
                                     cuda::PositionKind::kLearned}) {
-      SCOPED_TRACE(testing::Message() << cuda::DTypeName(dtype) << " kind "
-                                      << static_cast<int>(kind));
+      SCOPED_TRACE(testing::Message()
+                   << cuda::DTypeName(dtype) << " kind " << static_cast<int>(kind));
       const std::vector<int64_t>& pos =
           kind == cuda::PositionKind::kLearned ? learned_positions : positions;
       DeviceArray<int64_t> positions_dev(pos);
@@ -235,8 +250,7 @@ TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
       std::vector<float> expect(x0.size());
       cpu::LayerNorm(sum.data(), rows, d, gamma.data(), beta.data(), eps, expect.data());
 
-      DeviceArray<float> x(x0), delta_dev(delta), bias_dev(bias), gamma_dev(gamma),
-          beta_dev(beta);
+      DeviceArray<float> x(x0), delta_dev(delta), bias_dev(bias), gamma_dev(gamma), beta_dev(beta);
       DeviceArray<uint8_t> y_t(x0.size() * sizeof(float));
       cuda::AddLayerNormArgs args;
       args.x = x.get();
@@ -255,8 +269,7 @@ TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
         args.sum_out = x.get();
       }
       ASSERT_TRUE(cuda::LaunchAddLayerNorm(nullptr, args).ok());
-      EXPECT_LE(RelativeError(ToFloats(y_t, DType::kF32, expect.size()), expect),
-                kFp32Tolerance);
+      EXPECT_LE(RelativeError(ToFloats(y_t, DType::kF32, expect.size()), expect), kFp32Tolerance);
       if (post) {
         EXPECT_LE(RelativeError(x.Download(), expect), kFp32Tolerance);
       } else {
@@ -278,8 +291,8 @@ TEST(CudaKernelsTest, BiasActivationMatchesCpu) {
       {cuda::ActivationKind::kRelu, cpu::Activation::kRelu}};
   for (const auto& [gpu_kind, cpu_kind] : kinds) {
     for (DType dtype : kTypes) {
-      SCOPED_TRACE(testing::Message() << static_cast<int>(cpu_kind) << " "
-                                      << cuda::DTypeName(dtype));
+      SCOPED_TRACE(testing::Message()
+                   << static_cast<int>(cpu_kind) << " " << cuda::DTypeName(dtype));
       std::vector<float> expect(in.size());
       for (size_t i = 0; i < in.size(); ++i) expect[i] = in[i] + bias[i % cols];
       cpu::ApplyActivation(cpu_kind, expect.data(), static_cast<int64_t>(expect.size()));
@@ -400,8 +413,8 @@ TEST(CudaKernelsTest, DecodeAttentionMatchesCpu) {
     const int hd = c.heads * c.head_dim;
     std::vector<float> expect_out(static_cast<size_t>(real_rows) * hd);
     cpu::AttentionShape cpu_shape{c.heads, c.feature_dim, c.head_dim, 1e-6f};
-    cpu::LinearAttentionDecode(cpu_shape, real_rows, in.phi_q.data(), in.phi_k.data(),
-                               in.v.data(), row_states.data(), expect_out.data(), 1);
+    cpu::LinearAttentionDecode(cpu_shape, real_rows, in.phi_q.data(), in.phi_k.data(), in.v.data(),
+                               row_states.data(), expect_out.data(), 1);
 
     for (DType dtype : kTypes) {
       SCOPED_TRACE(cuda::DTypeName(dtype));
@@ -520,15 +533,15 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
     p.seed = 1000 + settings.size();
     settings.push_back(p);
   };
-  add(0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // greedy
-  add(0.0f, 0, 1.0f, 0.0f, 1.5f, 0.5f, 0.25f);     // greedy with penalties
-  add(1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // plain sampling
-  add(0.7f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);     // top-k
-  add(1.3f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f);      // top-p
-  add(1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f);      // min-p
-  add(0.8f, 50, 0.95f, 0.02f, 1.2f, 0.3f, 0.1f);   // everything
-  add(2.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);      // top-k 1
-  add(1.0f, 0, 0.05f, 0.0f, 0.8f, -0.5f, -0.2f);   // tiny top-p, negative penalties
+  add(0.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);     // greedy
+  add(0.0f, 0, 1.0f, 0.0f, 1.5f, 0.5f, 0.25f);    // greedy with penalties
+  add(1.0f, 0, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);     // plain sampling
+  add(0.7f, 40, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);    // top-k
+  add(1.3f, 0, 0.9f, 0.0f, 1.0f, 0.0f, 0.0f);     // top-p
+  add(1.0f, 0, 1.0f, 0.1f, 1.0f, 0.0f, 0.0f);     // min-p
+  add(0.8f, 50, 0.95f, 0.02f, 1.2f, 0.3f, 0.1f);  // everything
+  add(2.0f, 1, 1.0f, 0.0f, 1.0f, 0.0f, 0.0f);     // top-k 1
+  add(1.0f, 0, 0.05f, 0.0f, 0.8f, -0.5f, -0.2f);  // tiny top-p, negative penalties
   const int vocab = 5003;
   const int rows = static_cast<int>(settings.size()) * 2;
   const int steps = 12;
@@ -542,8 +555,9 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
     SamplingParams p = settings[r % settings.size()];
     p.seed += 100 * (r / settings.size());
     host.emplace_back(p);
-    params[r] = {p.temperature,        p.top_k,           p.top_p,           p.min_p,
-                 p.repetition_penalty, p.presence_penalty, p.frequency_penalty};
+    params[r] = {
+        p.temperature,      p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
+        p.frequency_penalty};
     rngs[r].Seed(p.seed);
     slots[r] = rows - 1 - r;  // rows address slots in reverse
     // A prompt for the penalties.
@@ -580,8 +594,8 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
     ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
     const std::vector<int32_t> got = tokens_dev.Download();
     for (int r = 0; r < rows; ++r) {
-      const TokenId expect =
-          host[r].Sample(absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab));
+      const TokenId expect = host[r].Sample(
+          absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab));
       EXPECT_EQ(got[r], expect) << "row " << r << " params " << r % settings.size();
     }
   }

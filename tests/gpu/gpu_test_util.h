@@ -32,12 +32,12 @@ inline bool CudaDevicePresent(std::string* reason) {
 }
 
 // First statement of every test that needs a GPU.
-#define LINSERVE_SKIP_WITHOUT_CUDA_DEVICE()                                       \
-  do {                                                                            \
-    std::string linserve_skip_reason_;                                            \
-    if (!::linserve::gpu_test::CudaDevicePresent(&linserve_skip_reason_)) {       \
-      GTEST_SKIP() << "no CUDA device: " << linserve_skip_reason_;                \
-    }                                                                             \
+#define LINSERVE_SKIP_WITHOUT_CUDA_DEVICE()                                 \
+  do {                                                                      \
+    std::string linserve_skip_reason_;                                      \
+    if (!::linserve::gpu_test::CudaDevicePresent(&linserve_skip_reason_)) { \
+      GTEST_SKIP() << "no CUDA device: " << linserve_skip_reason_;          \
+    }                                                                       \
   } while (false)
 
 // A device copy of a host vector, read back with Download(). Aborts the test on CUDA errors

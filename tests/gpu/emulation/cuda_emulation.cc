@@ -101,9 +101,9 @@ void RunBlock(dim3 block, size_t shared_bytes, const std::function<void()>& body
     uintptr_t top = reinterpret_cast<uintptr_t>(f.stack.data() + f.stack.size());
     top &= ~uintptr_t{15};
     void** sp = reinterpret_cast<void**>(top);
-    *--sp = nullptr;                                    // rsp % 16 == 8 at FiberEntry
-    *--sp = reinterpret_cast<void*>(&FiberEntry);       // the `ret` of the first switch
-    for (int r = 0; r < 6; ++r) *--sp = nullptr;        // rbp rbx r12 r13 r14 r15
+    *--sp = nullptr;                               // rsp % 16 == 8 at FiberEntry
+    *--sp = reinterpret_cast<void*>(&FiberEntry);  // the `ret` of the first switch
+    for (int r = 0; r < 6; ++r) *--sp = nullptr;   // rbp rbx r12 r13 r14 r15
     f.sp = sp;
     f.state = FiberState::kRunnable;
     f.index = static_cast<unsigned>(i);

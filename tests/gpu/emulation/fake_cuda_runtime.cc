@@ -72,9 +72,12 @@ struct MatrixLayout {
 
 float Load(cudaDataType_t type, const void* base, int64_t i) {
   switch (type) {
-    case CUDA_R_32F: return static_cast<const float*>(base)[i];
-    case CUDA_R_16F: return __half2float(static_cast<const __half*>(base)[i]);
-    case CUDA_R_16BF: return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
+    case CUDA_R_32F:
+      return static_cast<const float*>(base)[i];
+    case CUDA_R_16F:
+      return __half2float(static_cast<const __half*>(base)[i]);
+    case CUDA_R_16BF:
+      return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[i]);
     default:
       std::fprintf(stderr, "emulation: matmul input type %d\n", static_cast<int>(type));
       std::abort();
@@ -163,10 +166,14 @@ const char* cudaGetErrorString(cudaError_t error) {
 }
 const char* cudaGetErrorName(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "cudaSuccess";
-    case cudaErrorMemoryAllocation: return "cudaErrorMemoryAllocation";
-    case cudaErrorInvalidDevice: return "cudaErrorInvalidDevice";
-    default: return "cudaErrorEmulated";
+    case cudaSuccess:
+      return "cudaSuccess";
+    case cudaErrorMemoryAllocation:
+      return "cudaErrorMemoryAllocation";
+    case cudaErrorInvalidDevice:
+      return "cudaErrorInvalidDevice";
+    default:
+      return "cudaErrorEmulated";
   }
 }
 cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int) { return cudaSuccess; }
@@ -260,10 +267,11 @@ cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t,
                                                     const void*, size_t) {
   return CUBLAS_STATUS_SUCCESS;
 }
-cublasStatus_t cublasLtMatmulAlgoGetHeuristic(
-    cublasLtHandle_t, cublasLtMatmulDesc_t, cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
-    cublasLtMatrixLayout_t, cublasLtMatrixLayout_t, cublasLtMatmulPreference_t, int,
-    cublasLtMatmulHeuristicResult_t* result, int* count) {
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t, cublasLtMatmulDesc_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatrixLayout_t, cublasLtMatrixLayout_t,
+                                              cublasLtMatmulPreference_t, int,
+                                              cublasLtMatmulHeuristicResult_t* result, int* count) {
   std::memset(result, 0, sizeof(*result));
   *count = 1;
   return CUBLAS_STATUS_SUCCESS;
@@ -274,8 +282,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc, const
                               const void* a, cublasLtMatrixLayout_t a_layout, const void* b,
                               cublasLtMatrixLayout_t b_layout, const void* beta, const void* c,
                               cublasLtMatrixLayout_t c_layout, void* d,
-                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*,
-                              void*, size_t, cudaStream_t stream) {
+                              cublasLtMatrixLayout_t d_layout, const cublasLtMatmulAlgo_t*, void*,
+                              size_t, cudaStream_t stream) {
   const MatmulDesc op = *reinterpret_cast<MatmulDesc*>(desc);
   const MatrixLayout la = *reinterpret_cast<MatrixLayout*>(a_layout);
   const MatrixLayout lb = *reinterpret_cast<MatrixLayout*>(b_layout);
