@@ -29,8 +29,8 @@ void LinearAttentionStep(const float* phi_q, const float* phi_k, const float* v,
 // One decode step for a batch of sessions, every head of one layer:
 //   phi_q, phi_k [batch · heads, F]; v, out [batch, heads · Dh];
 //   states[b]: session b's state for this layer (StateFloatsPerLayer floats), all distinct.
-// Parallel over (session, head) pairs on up to `num_threads` threads (ParallelFor); each pair's result is
-// independent of the others and of the thread count.
+// Parallel over (session, head) pairs on up to `num_threads` threads (ParallelFor); each pair's
+// result is independent of the others and of the thread count.
 void LinearAttentionDecode(const AttentionShape& shape, int batch, const float* phi_q,
                            const float* phi_k, const float* v, float* const* states, float* out,
                            int num_threads);
