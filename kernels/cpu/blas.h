@@ -1,7 +1,8 @@
 // Row-major single-precision GEMM over OpenBLAS, for the general-shape products of the chunked
-// attention (φ(Q)φ(K)ᵀ, A·V, φ(Q)·S, φ(K)ᵀ·V) and the favor_plus projection. The model's
-// projections use PackedMatrix / Linear instead (packed_linear.h), which beats OpenBLAS for
-// every batch size we run (bench/cpu_bench measures both).
+// attention (φ(Q)φ(K)ᵀ, A·V, φ(Q)·S, φ(K)ᵀ·V). The model's projections use PackedMatrix /
+// Linear instead (packed_linear.h), which beats OpenBLAS for every batch size we run
+// (bench/cpu_bench measures both). OpenBLAS chooses its kernels at run time by CPU model and
+// shape, so nothing that promises a bitwise result across batch sizes (decode) may call Gemm.
 #ifndef LINSERVE_KERNELS_CPU_BLAS_H_
 #define LINSERVE_KERNELS_CPU_BLAS_H_
 

@@ -10,7 +10,6 @@
 #include <cmath>
 #include <limits>
 
-#include "kernels/cpu/blas.h"
 #include "kernels/cpu/simd_math.h"
 
 namespace linserve::cpu {
@@ -62,6 +61,33 @@ __m256 EluPlusOne(__m256 v) {
   return _mm256_blendv_ps(e, _mm256_add_ps(v, _mm256_set1_ps(1.0f)), positive);
 }
 
+// out[v][j] = Σ_i x[v][i]·w[j][i] for `vectors` rows of x (head_dim floats each) and the
+// feature_dim rows of w. Our own loop rather than a BLAS call: OpenBLAS picks its kernel at run
+// time by CPU model and by the row count (on AVX-512 hosts its small-matrix kernels sum in
+// another order), which made a session's φ(q), and so its logits, depend on the batch it was
+// decoded in. Here every element is one fixed sequence: eight-lane FMA chains over the
+// multiple-of-8 part of i, a fixed pairwise reduction of the lanes, then the tail in order.
+void ProjectFixedOrder(const float* x, int64_t vectors, int head_dim, const float* w,
+                       int feature_dim, float* out) {
+  const int body = head_dim / 8 * 8;
+  for (int64_t v = 0; v < vectors; ++v) {
+    const float* xv = x + v * head_dim;
+    float* ov = out + v * feature_dim;
+    for (int j = 0; j < feature_dim; ++j) {
+      const float* wj = w + static_cast<int64_t>(j) * head_dim;
+      __m256 acc = _mm256_setzero_ps();
+      for (int i = 0; i < body; i += 8) {
+        acc = _mm256_fmadd_ps(_mm256_loadu_ps(xv + i), _mm256_loadu_ps(wj + i), acc);
+      }
+      const __m128 quad = _mm_add_ps(_mm256_castps256_ps128(acc), _mm256_extractf128_ps(acc, 1));
+      const __m128 pair = _mm_add_ps(quad, _mm_movehl_ps(quad, quad));
+      float sum = _mm_cvtss_f32(_mm_add_ss(pair, _mm_shuffle_ps(pair, pair, 1)));
+      for (int i = body; i < head_dim; ++i) sum = std::fma(xv[i], wj[i], sum);
+      ov[j] = sum;
+    }
+  }
+}
+
 // out = exp(out − shift) for n floats.
 void ExpShifted(float* out, int64_t n, float shift) {
   const __m256 s = _mm256_set1_ps(shift);
@@ -93,8 +119,7 @@ void ApplyFeatureMap(FeatureMap map, const float* x, int64_t vectors, int head_d
       return;
     case FeatureMap::kFavorPlus: {
       // out = x · Wᵀ, then exp(out − ‖x‖²/2) / √m per vector.
-      Gemm(Transpose::kNo, Transpose::kYes, static_cast<int>(vectors), feature_dim, head_dim,
-           1.0f, x, head_dim, favor_projection, head_dim, 0.0f, out, feature_dim);
+      ProjectFixedOrder(x, vectors, head_dim, favor_projection, feature_dim, out);
       const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(feature_dim)));
       for (int64_t v = 0; v < vectors; ++v) {
         const float* xv = x + v * head_dim;

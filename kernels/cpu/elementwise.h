@@ -26,7 +26,8 @@ enum class FeatureMap { kEluPlusOne, kRelu, kExp, kFavorPlus };
 //   elu_plus_one: x > 0 ? x + 1 : exp(x)      relu: max(x, 0)
 //   exp:          exp(x − max_i x_i)
 //   favor_plus:   exp(W x − ‖x‖²/2) / √feature_dim, W = favor_projection [feature_dim, head_dim]
-// favor_projection is only read for favor_plus. Runs OpenBLAS for the favor_plus product.
+// favor_projection is only read for favor_plus. Each output depends on its own input vector
+// alone, bit for bit: no library kernel chosen by CPU model or by `vectors` is involved.
 void ApplyFeatureMap(FeatureMap map, const float* x, int64_t vectors, int head_dim,
                      const float* favor_projection, int feature_dim, float* out);
 

@@ -13,3 +13,21 @@ linserve_test(sampler_mirror_test SOURCES sampler_mirror_test.cc
 # Issue 3: the bundled model's validation loss on the fixed slice vs the reference and the card.
 linserve_test(bundled_model_test SOURCES bundled_model_test.cc
               LIBS linserve_model_compute nlohmann_json::nlohmann_json)
+
+# The batch-invariance and CPU-vs-reference checks once per OpenBLAS core type an x86-64-v3 host
+# can select at run time (AVX2: Haswell, Zen; AVX-512: SkylakeX, Cooperlake), forced with
+# OPENBLAS_CORETYPE, so a result that depends on the host's CPU model fails on any machine.
+# tests/testing/openblas_core.cc checks the core in use and skips cores this CPU cannot run.
+foreach(test cpu_kernels_test cpu_backend_test golden_test)
+  target_sources(${test} PRIVATE ${PROJECT_SOURCE_DIR}/tests/testing/openblas_core.cc)
+  target_link_libraries(${test} PRIVATE absl::strings)
+  foreach(core Haswell Zen SkylakeX Cooperlake)
+    add_test(NAME ${test}.openblas_${core} COMMAND ${test})
+    set_tests_properties(${test}.openblas_${core} PROPERTIES
+      ENVIRONMENT "OPENBLAS_CORETYPE=${core};LINSERVE_TEST_OPENBLAS_CORE=${core}"
+      LABELS openblas_cores)
+  endforeach()
+endforeach()
+set_tests_properties(golden_test.openblas_Haswell golden_test.openblas_Zen
+                     golden_test.openblas_SkylakeX golden_test.openblas_Cooperlake
+                     PROPERTIES FIXTURES_REQUIRED golden)
