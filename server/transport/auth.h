@@ -4,6 +4,7 @@
 #ifndef LINSERVE_SERVER_TRANSPORT_AUTH_H_
 #define LINSERVE_SERVER_TRANSPORT_AUTH_H_
 
+#include <optional>
 #include <string>
 
 #include "grpcpp/server_context.h"
@@ -16,12 +17,13 @@ class BearerTokenAuth {
   // An empty token disables the check.
   explicit BearerTokenAuth(const std::string& token);
 
-  bool enabled() const { return !expected_.empty(); }
-  // OK, or UNAUTHENTICATED saying which metadata is expected. Compares in constant time.
+  bool enabled() const { return !token_.empty(); }
+  // OK, or UNAUTHENTICATED saying which metadata is expected. The scheme is matched in any
+  // letter case ("Bearer", "bearer", ...); the token is compared in constant time.
   grpc::Status Check(const grpc::ServerContextBase& context) const;
 
  private:
-  std::string expected_;  // "Bearer <token>", or "" when disabled
+  std::string token_;  // "" when disabled
 };
 
 }  // namespace linserve

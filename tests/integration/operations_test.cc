@@ -16,6 +16,7 @@
 #include "grpcpp/generic/generic_stub.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
+#include "linserve/v1/service.grpc.pb.h"
 #include "test_server.h"
 #include "tests/testing/random_model.h"
 
@@ -225,6 +226,30 @@ TEST_F(OperationsTest, BearerTokenGuardsEveryCallButHealth) {
     EXPECT_EQ(client->ImportSession("x").status().code(), absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(client->Tokenize("a").status().code(), absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(*client->CheckHealth(), ServingStatus::SERVING);
+  }
+}
+
+// The scheme of "authorization" is case-insensitive (RFC 7235 §2.1) and may be followed by more
+// than one space; anything else, or the right token under another scheme, is refused.
+TEST_F(OperationsTest, BearerSchemeMatchesInAnyLetterCase) {
+  TestServerOptions options = Options();
+  options.grpc.auth_token = "s3cret";
+  TestServer server(model_, options);
+  std::unique_ptr<v1::LinServe::Stub> stub = v1::LinServe::NewStub(grpc::CreateChannel(
+      absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
+  auto call = [&](const std::string& authorization) {
+    grpc::ClientContext context;
+    context.AddMetadata("authorization", authorization);
+    v1::GetModelInfoResponse response;
+    return stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &response).error_code();
+  };
+  for (const char* accepted : {"Bearer s3cret", "bearer s3cret", "BEARER s3cret",
+                               "bEaReR s3cret", "Bearer   s3cret"}) {
+    EXPECT_EQ(call(accepted), grpc::StatusCode::OK) << accepted;
+  }
+  for (const char* refused : {"Bearers3cret", "Basic s3cret", "Bearer s3cret ", "Bearer S3CRET",
+                              "s3cret", "Bearer ", "Bearer"}) {
+    EXPECT_EQ(call(refused), grpc::StatusCode::UNAUTHENTICATED) << refused;
   }
 }
 
