@@ -145,7 +145,10 @@ TEST_F(OperationsTest, ModelInfoTokenizeAndDetokenize) {
 // grpc.reflection.v1alpha through a generic call with hand-encoded messages (the reflection
 // protos live inside grpc++_reflection, which the server already links). Returns the raw
 // ServerReflectionResponse bytes.
-absl::StatusOr<std::string> ListServicesByReflection(int port) {
+// Sends `request_bytes` as the one request message of `method` and returns the first response
+// message's bytes ("" when none came), or the call's status when it failed.
+absl::StatusOr<std::string> RawCall(int port, const std::string& method,
+                                    const std::string& request_bytes) {
   std::shared_ptr<grpc::Channel> channel = grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", port), grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
@@ -154,12 +157,11 @@ absl::StatusOr<std::string> ListServicesByReflection(int port) {
   grpc::CompletionQueue cq;
   void* tag = nullptr;
   bool ok = false;
-  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call = stub.PrepareCall(
-      &context, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo", &cq);
+  std::unique_ptr<grpc::GenericClientAsyncReaderWriter> call =
+      stub.PrepareCall(&context, method, &cq);
   call->StartCall(reinterpret_cast<void*>(1));
   cq.Next(&tag, &ok);
-  // ServerReflectionRequest { list_services: "" } = field 7, length-delimited, empty.
-  grpc::Slice slice(std::string("\x3a\x00", 2));
+  grpc::Slice slice(request_bytes);
   grpc::ByteBuffer request(&slice, 1);
   call->Write(request, reinterpret_cast<void*>(2));
   cq.Next(&tag, &ok);
@@ -183,6 +185,12 @@ absl::StatusOr<std::string> ListServicesByReflection(int port) {
   }
   if (!status.ok()) return FromGrpcStatus(status);
   return bytes;
+}
+
+absl::StatusOr<std::string> ListServicesByReflection(int port) {
+  // ServerReflectionRequest { list_services: "" } = field 7, length-delimited, empty.
+  return RawCall(port, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+                 std::string("\x3a\x00", 2));
 }
 
 TEST_F(OperationsTest, HealthAndReflection) {
@@ -227,6 +235,28 @@ TEST_F(OperationsTest, BearerTokenGuardsEveryCallButHealth) {
     EXPECT_EQ(client->Tokenize("a").status().code(), absl::StatusCode::kUnauthenticated);
     EXPECT_EQ(*client->CheckHealth(), ServingStatus::SERVING);
   }
+}
+
+// A request that is not a valid protobuf — garbage bytes, a truncated field, or invalid UTF-8 in
+// a string field (proto3 strings must be UTF-8) — never reaches a handler: gRPC C++'s callback
+// API finishes such a call itself with UNIMPLEMENTED and no message (documented in
+// docs/server.md, "Errors"). It costs nothing, and the server goes on serving.
+TEST_F(OperationsTest, MalformedRequestBytesAreRefusedBeforeAnyHandler) {
+  TestServer server(model_, Options());
+  const std::string truncated_text("\x0a\x05" "ab", 4);  // text: 5 bytes announced, 2 sent
+  const std::string bad_utf8_text("\x0a\x02\xc3\x28", 4);  // text: "\xc3(" is not UTF-8
+  const std::string bad_tag("\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01", 11);
+  for (const std::string& method :
+       {std::string("/linserve.v1.LinServe/Generate"), std::string("/linserve.v1.LinServe/Tokenize"),
+        std::string("/linserve.v1.LinServe/GetSession")}) {
+    for (const std::string& bytes : {truncated_text, bad_utf8_text, bad_tag}) {
+      EXPECT_EQ(RawCall(server.port(), method, bytes).status().code(),
+                absl::StatusCode::kUnimplemented)
+          << method;
+    }
+  }
+  EXPECT_TRUE(RunGenerate(server.client(), TokensRequest({1, 2}, 4, 0)).status.ok());
+  EXPECT_TRUE(server.client().Tokenize("ab").ok());
 }
 
 // The scheme of "authorization" is case-insensitive (RFC 7235 §2.1) and may be followed by more
