@@ -1,11 +1,15 @@
 #include "server/engine/snapshot.h"
 
 #include <bit>
+#include <cmath>
 #include <cstring>
+#include <string>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "openssl/sha.h"
 
 namespace linserve {
@@ -74,6 +78,38 @@ std::string Sha256(absl::string_view bytes) {
 
 absl::string_view Abbreviated(absl::string_view fingerprint) { return fingerprint.substr(0, 16); }
 
+// Every value finite and within kMaxSnapshotStateMagnitude; every z value (the sum of
+// non-negative features φ(k), whatever the feature map) >= 0, so that the attention
+// denominator φ(q)ᵀz + eps stays positive. The message locates the value in the layout.
+absl::Status CheckStateValues(const std::vector<float>& state, const ModelConfig& config) {
+  const size_t s_floats = static_cast<size_t>(config.feature_dim) * config.head_dim;
+  const size_t head_floats = s_floats + static_cast<size_t>(config.feature_dim);
+  for (size_t i = 0; i < state.size(); ++i) {
+    const float x = state[i];
+    const bool is_z = i % head_floats >= s_floats;
+    const bool ok =
+        std::isfinite(x) && std::fabs(x) <= kMaxSnapshotStateMagnitude && (!is_z || x >= 0.0f);
+    if (ok) continue;
+    const size_t head = i / head_floats;
+    const size_t offset = i % head_floats;
+    const std::string where = absl::StrCat(
+        " (layer ", head / config.n_heads, ", head ", head % config.n_heads,
+        is_z ? absl::StrCat(", z[", offset - s_floats, "]")
+             : absl::StrCat(", S[", offset / config.head_dim, "][", offset % config.head_dim, "]"),
+        ")");
+    if (!std::isfinite(x)) {
+      return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x, " is not finite"));
+    }
+    if (std::fabs(x) > kMaxSnapshotStateMagnitude) {
+      return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x, " exceeds the magnitude bound ",
+                                  kMaxSnapshotStateMagnitude));
+    }
+    return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x,
+                                " is negative (z sums non-negative features)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view model_fingerprint) {
@@ -108,6 +144,12 @@ int64_t MaxSnapshotBytes(const ModelConfig& config, absl::string_view model_fing
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
                                                absl::string_view model_fingerprint,
                                                int64_t max_pending_tokens) {
+  return DecodeSnapshot(bytes, config, model_fingerprint, max_pending_tokens, absl::Now());
+}
+
+absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
+                                               absl::string_view model_fingerprint,
+                                               int64_t max_pending_tokens, absl::Time now) {
   if (bytes.size() < kMagic.size() + 4 || bytes.substr(0, kMagic.size()) != kMagic) {
     return Corrupt("not a linserve session snapshot (bad magic)");
   }
@@ -123,6 +165,8 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
   if (Sha256(body) != bytes.substr(body.size())) {
     return Corrupt("SHA-256 checksum mismatch (the bytes were corrupted or truncated)");
   }
+  // From here on the bytes are intact but not trusted: a checksum is easy to recompute, so
+  // every field is range-checked before anything is sized or computed from it.
 
   Reader r(body.substr(kMagic.size() + 4));
   uint32_t fingerprint_size = 0;
@@ -132,10 +176,10 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
   std::string fingerprint(fingerprint_size, '\0');
   if (!r.GetArray(fingerprint.data(), fingerprint_size, 1)) return Corrupt("truncated");
   if (fingerprint != model_fingerprint) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session snapshot: made by model ", Abbreviated(fingerprint),
-        "... but this server runs model ", Abbreviated(model_fingerprint),
-        "...; a session only continues on the model that produced it"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("session snapshot: made by model ", Abbreviated(fingerprint),
+                     "... but this server runs model ", Abbreviated(model_fingerprint),
+                     "...; a session only continues on the model that produced it"));
   }
 
   SessionSnapshot snapshot;
@@ -145,42 +189,69 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
       !r.Get(state_floats)) {
     return Corrupt("truncated");
   }
+  if (create_micros < 0) {
+    return Corrupt(absl::StrCat("create_time: ", create_micros,
+                                " µs since the Unix epoch is before the epoch"));
+  }
   snapshot.create_time = absl::FromUnixMicros(create_micros);
-  if (snapshot.state.position < 0 || snapshot.num_tokens < 0) {
-    return Corrupt("negative position or token count");
+  if (snapshot.create_time > now + kMaxSnapshotClockSkew) {
+    return Corrupt(absl::StrCat("create_time: ", absl::FormatTime(snapshot.create_time),
+                                " is in the future (now ", absl::FormatTime(now),
+                                "; allowed clock skew ",
+                                absl::FormatDuration(kMaxSnapshotClockSkew), ")"));
+  }
+  if (snapshot.num_tokens < 0 || snapshot.num_tokens > kMaxSnapshotTokens) {
+    return Corrupt(absl::StrCat("num_tokens: ", snapshot.num_tokens, " is outside [0, ",
+                                kMaxSnapshotTokens, "]"));
+  }
+  if (snapshot.state.position < 0 || snapshot.state.position > snapshot.num_tokens) {
+    return Corrupt(absl::StrCat("position: ", snapshot.state.position,
+                                " is outside [0, num_tokens = ", snapshot.num_tokens, "]"));
+  }
+  if (config.position == PositionEmbedding::kLearned &&
+      snapshot.state.position > config.max_position) {
+    return Corrupt(absl::StrCat("position: ", snapshot.state.position,
+                                " is past the model's learned position table (max_position ",
+                                config.max_position, ")"));
   }
   const uint64_t expected_floats = static_cast<uint64_t>(config.StateFloatsPerSlot());
   if (state_floats != expected_floats) {
-    return Corrupt(absl::StrCat("state has ", state_floats, " floats, the model needs ",
-                                expected_floats));
+    return Corrupt(
+        absl::StrCat("state: has ", state_floats, " floats, the model needs ", expected_floats));
   }
   snapshot.state.state.resize(state_floats);
   if (!r.GetArray(snapshot.state.state.data(), state_floats, sizeof(float))) {
     return Corrupt("truncated state");
   }
+  if (absl::Status s = CheckStateValues(snapshot.state.state, config); !s.ok()) return s;
 
   uint32_t pending_size = 0;
   if (!r.Get(pending_size)) return Corrupt("truncated");
   if (pending_size > max_pending_tokens) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session snapshot: ", pending_size,
-                     " unprocessed tokens exceed this server's max_prompt_tokens (",
-                     max_pending_tokens, ")"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session snapshot: ", pending_size,
+        " unprocessed tokens exceed this server's max_prompt_tokens (", max_pending_tokens, ")"));
   }
   snapshot.pending.resize(pending_size);
   if (!r.GetArray(snapshot.pending.data(), pending_size, sizeof(TokenId))) {
     return Corrupt("truncated pending tokens");
   }
-  for (TokenId token : snapshot.pending) {
-    if (token < 0 || token >= config.vocab_size) {
-      return Corrupt(absl::StrCat("pending token ", token, " is outside the vocabulary"));
+  for (size_t i = 0; i < snapshot.pending.size(); ++i) {
+    if (snapshot.pending[i] < 0 || snapshot.pending[i] >= config.vocab_size) {
+      return Corrupt(absl::StrCat("pending[", i, "]: token id ", snapshot.pending[i],
+                                  " is outside the vocabulary [0, ", config.vocab_size, ")"));
     }
+  }
+  if (snapshot.num_tokens != snapshot.state.position + static_cast<int64_t>(pending_size)) {
+    return Corrupt(absl::StrCat("num_tokens: ", snapshot.num_tokens, " differs from position ",
+                                snapshot.state.position, " + ", pending_size, " pending tokens"));
   }
 
   uint32_t counts_size = 0;
   if (!r.Get(counts_size)) return Corrupt("truncated");
   if (counts_size > static_cast<uint32_t>(config.vocab_size)) {
-    return Corrupt("more token counts than vocabulary entries");
+    return Corrupt(absl::StrCat("token_counts: ", counts_size,
+                                " entries, more than the vocabulary's ", config.vocab_size));
   }
   snapshot.token_counts.reserve(counts_size);
   int64_t total = 0;
@@ -188,18 +259,28 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
     TokenId token = 0;
     int64_t count = 0;
     if (!r.Get(token) || !r.Get(count)) return Corrupt("truncated token counts");
-    const bool ascending = snapshot.token_counts.empty() || token > snapshot.token_counts.back().first;
-    if (token < 0 || token >= config.vocab_size || !ascending || count < 1 ||
-        count > snapshot.num_tokens - total) {
-      return Corrupt(absl::StrCat("token count entry ", i, " is invalid"));
+    if (token < 0 || token >= config.vocab_size) {
+      return Corrupt(absl::StrCat("token_counts[", i, "].token: token id ", token,
+                                  " is outside the vocabulary [0, ", config.vocab_size, ")"));
+    }
+    if (!snapshot.token_counts.empty() && token <= snapshot.token_counts.back().first) {
+      return Corrupt(absl::StrCat("token_counts[", i, "].token: ", token,
+                                  " does not ascend (the previous entry is token ",
+                                  snapshot.token_counts.back().first, ")"));
+    }
+    // total <= num_tokens <= kMaxSnapshotTokens, so this cannot overflow.
+    if (count < 1 || count > snapshot.num_tokens - total) {
+      return Corrupt(absl::StrCat("token_counts[", i, "].count: ", count, " is outside [1, ",
+                                  snapshot.num_tokens - total,
+                                  "] (num_tokens less the counts before it)"));
     }
     total += count;
     snapshot.token_counts.emplace_back(token, count);
   }
   if (r.remaining() != 0) return Corrupt("trailing bytes after the token counts");
-  if (total != snapshot.num_tokens ||
-      snapshot.num_tokens != snapshot.state.position + static_cast<int64_t>(pending_size)) {
-    return Corrupt("token counts, position and pending tokens disagree");
+  if (total != snapshot.num_tokens) {
+    return Corrupt(absl::StrCat("token_counts: they sum to ", total, ", not num_tokens (",
+                                snapshot.num_tokens, ")"));
   }
   return snapshot;
 }

@@ -12,16 +12,19 @@
 // sampled token, or the rest of a prompt whose request was cancelled) and how often each token
 // occurred in the session (the repetition / presence / frequency penalties count the whole
 // session). num_tokens == position + |pending| == the sum of the counts.
+//
+// The checksum only detects accidents: anyone can recompute it. So every field of an intact
+// snapshot is also range-checked before the server uses it (see DecodeSnapshot).
 #ifndef LINSERVE_SERVER_ENGINE_SNAPSHOT_H_
 #define LINSERVE_SERVER_ENGINE_SNAPSHOT_H_
 
 #include <cstdint>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "model/backend.h"
 #include "model/config.h"
@@ -30,6 +33,20 @@
 namespace linserve {
 
 inline constexpr uint32_t kSnapshotVersion = 1;
+
+// Largest magnitude of a state value a snapshot may carry. fp32 accumulation bounds what a real
+// session can reach whatever its length: a sum stops growing once it exceeds 2^25 times the
+// term added, so |S| <= 2^25 * max|φ(k) v| (z likewise with max φ(k)); even with terms of 1e6
+// (|φ(k)|, |v| ~ 1e3, far beyond LayerNorm'd activations) and a 64-token chunk summed before
+// it is added, that is 2^31 * 1e6 ~ 2e15. 1e18 leaves 500x on top, and keeps the next step
+// finite: φ(q)ᵀS over even 2^16 features with |φ(q)| up to 1e12 stays below 1e35 < FLT_MAX.
+inline constexpr float kMaxSnapshotStateMagnitude = 1e18f;
+// Largest num_tokens a snapshot may carry: 2^40 (35 years of one session at 1000 tokens/s),
+// far enough from INT64_MAX that a session's counts cannot overflow.
+inline constexpr int64_t kMaxSnapshotTokens = int64_t{1} << 40;
+// How far create_time may lie in the future: clock skew between the server that exported a
+// snapshot and the one importing it.
+inline constexpr absl::Duration kMaxSnapshotClockSkew = absl::Minutes(5);
 
 struct SessionSnapshot {
   StateBlob state;
@@ -43,11 +60,22 @@ struct SessionSnapshot {
 // Serialises `snapshot`, binding it to the model whose fingerprint is given.
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view model_fingerprint);
 
-// Parses and checks a snapshot for the model described by (config, fingerprint). Errors:
-// INVALID_ARGUMENT for bytes that are not an intact snapshot (bad magic, checksum mismatch,
-// truncation, inconsistent fields: the message says which), FAILED_PRECONDITION for an intact
-// snapshot this server cannot use (another format version, another model's fingerprint, more
-// than `max_pending_tokens` pending tokens).
+// Parses and checks a snapshot for the model described by (config, fingerprint), at time
+// `now`. After the checksum every field is range-checked: state values finite, at most
+// kMaxSnapshotStateMagnitude in magnitude and z (the normaliser, a sum of non-negative
+// features) not negative; num_tokens in [0, kMaxSnapshotTokens]; position at most the learned
+// position table (for such models); token ids inside the vocabulary; token counts ascending
+// by token, each >= 1; num_tokens == position + |pending| == the sum of the counts;
+// create_time neither before the Unix epoch nor more than kMaxSnapshotClockSkew after `now`.
+// Errors: INVALID_ARGUMENT for bytes that are not an intact, in-range snapshot (bad magic,
+// checksum mismatch, truncation, a field out of range: the message names the field, as
+// in SessionSnapshot), FAILED_PRECONDITION for an intact snapshot this server cannot use
+// (another format version, another model's fingerprint, more than `max_pending_tokens`
+// pending tokens).
+absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
+                                               absl::string_view model_fingerprint,
+                                               int64_t max_pending_tokens, absl::Time now);
+// The same at absl::Now().
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
                                                absl::string_view model_fingerprint,
                                                int64_t max_pending_tokens);

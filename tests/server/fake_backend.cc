@@ -79,8 +79,13 @@ absl::StatusOr<int64_t> FakeBackend::SlotPosition(SlotId slot) const {
 }
 
 void FakeBackend::Feed(Slot& slot, TokenId token) const {
+  // Like a real state, the z part of each head (the last feature_dim floats of it) only ever
+  // adds non-negative terms: snapshots check it.
+  const size_t z_begin = static_cast<size_t>(config_.feature_dim) * config_.head_dim;
+  const size_t head_floats = z_begin + static_cast<size_t>(config_.feature_dim);
   for (size_t i = 0; i < slot.state.size(); ++i) {
-    slot.state[i] = 0.75f * slot.state[i] + Table(token, static_cast<int64_t>(i));
+    const float term = Table(token, static_cast<int64_t>(i));
+    slot.state[i] = 0.75f * slot.state[i] + (i % head_floats >= z_begin ? std::fabs(term) : term);
   }
   ++slot.position;
 }

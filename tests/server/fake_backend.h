@@ -24,7 +24,8 @@ class FakeBackend : public Backend {
     int32_t size;  // tokens prefilled, or sessions decoded
   };
 
-  // Every token t updates each state float s_i <- 0.75·s_i + table(t, i) and advances the
+  // Every token t updates each state float s_i <- 0.75·s_i + table(t, i) (|table(t, i)| for
+  // the z floats of the StateBlob layout, which stay >= 0 as in a real state) and advances the
   // position; logits are a fixed mix of state floats, scaled so sampling is neither uniform nor
   // one-hot. With `eos_after` >= 0, a session at position >= eos_after puts all mass on EOS.
   FakeBackend(const ModelConfig& config, int32_t slots, int64_t eos_after = -1);

@@ -1,18 +1,33 @@
 #include "server/engine/snapshot.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <map>
+#include <memory>
+#include <random>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/cpu_backend.h"
+#include "model/model.h"
+#include "openssl/sha.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
-constexpr char kFingerprint[] =
-    "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
+constexpr char kFingerprint[] = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef";
 constexpr int64_t kMaxPending = 100;
 
 class SnapshotTest : public ::testing::Test {
@@ -67,8 +82,7 @@ TEST_F(SnapshotTest, RejectsEveryFlippedByte) {
 TEST_F(SnapshotTest, RejectsEveryTruncation) {
   const std::string bytes = EncodeSnapshot(Example(), kFingerprint);
   for (size_t n = 0; n < bytes.size(); n += 5) {
-    EXPECT_EQ(Decode(bytes.substr(0, n)).status().code(), absl::StatusCode::kInvalidArgument)
-        << n;
+    EXPECT_EQ(Decode(bytes.substr(0, n)).status().code(), absl::StatusCode::kInvalidArgument) << n;
   }
   EXPECT_FALSE(Decode(bytes + "x").ok());
 }
@@ -89,31 +103,233 @@ TEST_F(SnapshotTest, RejectsAnotherFormatVersion) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("version 2"));
 }
 
-TEST_F(SnapshotTest, RejectsIntactButInconsistentSnapshots) {
-  SessionSnapshot counts = Example();
-  counts.token_counts[0].second = 7;
-  EXPECT_THAT(std::string(Decode(EncodeSnapshot(counts, kFingerprint)).status().message()),
-              HasSubstr("token count"));
+// ---- Range checks after the checksum ----
+//
+// Each test edits one field of a valid snapshot and encodes it again: EncodeSnapshot computes
+// a fresh checksum over the edited bytes, as anyone editing a snapshot can, so only the field's
+// own range check can reject it.
 
-  SessionSnapshot position = Example();
-  position.state.position = 4;
-  EXPECT_THAT(std::string(Decode(EncodeSnapshot(position, kFingerprint)).status().message()),
-              HasSubstr("disagree"));
+class SnapshotRangeTest : public SnapshotTest {
+ protected:
+  // Expects `s` (checksum intact) to be refused with INVALID_ARGUMENT naming `field` and
+  // mentioning `problem`.
+  void ExpectRejected(const SessionSnapshot& s, const std::string& field,
+                      const std::string& problem) const {
+    const absl::Status status = Decode(EncodeSnapshot(s, kFingerprint)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(field + ":"));
+    EXPECT_THAT(std::string(status.message()), HasSubstr(problem));
+    EXPECT_THAT(std::string(status.message()), Not(HasSubstr("checksum")));
+  }
+  // The index of z[f] of (layer, head) in the state layout.
+  size_t ZIndex(int layer, int head, int f) const {
+    const size_t head_floats = static_cast<size_t>(config_.feature_dim) * (config_.head_dim + 1);
+    return (static_cast<size_t>(layer) * config_.n_heads + head) * head_floats +
+           static_cast<size_t>(config_.feature_dim) * config_.head_dim + f;
+  }
+};
 
-  SessionSnapshot state = Example();
-  state.state.state.pop_back();
-  EXPECT_THAT(std::string(Decode(EncodeSnapshot(state, kFingerprint)).status().message()),
-              HasSubstr("floats"));
+TEST_F(SnapshotRangeTest, ExampleAndRealisticExtremesAreAccepted) {
+  // The edits below start from a snapshot that passes every check, including at the bounds.
+  ASSERT_TRUE(Decode(EncodeSnapshot(Example(), kFingerprint)).ok());
+  SessionSnapshot s = Example();
+  s.state.state.front() = -kMaxSnapshotStateMagnitude;
+  s.state.state.back() = kMaxSnapshotStateMagnitude;
+  s.state.state[ZIndex(0, 0, 0)] = 0.0f;
+  s.create_time = absl::UnixEpoch();
+  EXPECT_TRUE(Decode(EncodeSnapshot(s, kFingerprint)).ok());
+  s.create_time = absl::Now() + absl::Minutes(1);  // within the clock skew allowed
+  EXPECT_TRUE(Decode(EncodeSnapshot(s, kFingerprint)).ok());
+  s.state.position = kMaxSnapshotTokens - 1;
+  s.num_tokens = kMaxSnapshotTokens;
+  s.token_counts = {{1, kMaxSnapshotTokens - 1}, {42, 1}};
+  EXPECT_TRUE(Decode(EncodeSnapshot(s, kFingerprint)).ok());
+}
 
-  SessionSnapshot token = Example();
-  token.pending = {260};
-  EXPECT_THAT(std::string(Decode(EncodeSnapshot(token, kFingerprint)).status().message()),
-              HasSubstr("vocabulary"));
+TEST(SnapshotRealStateTest, TheBundledModelsStatesAreAccepted) {
+  // A real state after a long prompt of random tokens, read from the CPU backend, passes every
+  // range check (and shows how far it stays from the magnitude bound).
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(LINSERVE_DEFAULT_MODEL_DIR);
+  ASSERT_TRUE(model.ok()) << model.status();
+  BackendOptions options;
+  options.max_slots = 1;
+  options.num_threads = 1;
+  absl::StatusOr<std::unique_ptr<CpuBackend>> backend = CpuBackend::Create(**model, options);
+  ASSERT_TRUE(backend.ok()) << backend.status();
+  absl::StatusOr<SlotId> slot = (*backend)->AllocateSlot();
+  ASSERT_TRUE(slot.ok());
+  std::mt19937 random(7);
+  std::vector<TokenId> prompt(2048);
+  for (TokenId& t : prompt) t = static_cast<TokenId>(random() % (*model)->config.vocab_size);
+  ASSERT_TRUE((*backend)->Prefill(*slot, prompt, {}).ok());
 
-  SessionSnapshot order = Example();
-  std::swap(order.token_counts[0], order.token_counts[1]);
-  EXPECT_EQ(Decode(EncodeSnapshot(order, kFingerprint)).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  SessionSnapshot s;
+  ASSERT_TRUE((*backend)->ReadSlot(*slot, s.state).ok());
+  float largest = 0;
+  for (float x : s.state.state) largest = std::max(largest, std::fabs(x));
+  std::printf("largest |state value| after %zu tokens: %g (bound %g)\n", prompt.size(), largest,
+              kMaxSnapshotStateMagnitude);
+  s.num_tokens = s.state.position;
+  std::map<TokenId, int64_t> counts;
+  for (TokenId t : prompt) ++counts[t];
+  s.token_counts.assign(counts.begin(), counts.end());
+  s.create_time = absl::Now();
+  absl::StatusOr<SessionSnapshot> decoded =
+      DecodeSnapshot(EncodeSnapshot(s, (*model)->fingerprint), (*model)->config,
+                     (*model)->fingerprint, /*max_pending_tokens=*/0);
+  EXPECT_TRUE(decoded.ok()) << decoded.status();
+}
+
+TEST_F(SnapshotRangeTest, StateValueNaN) {
+  SessionSnapshot s = Example();
+  s.state.state[3] = std::numeric_limits<float>::quiet_NaN();
+  ExpectRejected(s, "state[3] (layer 0, head 0, S[0][3])", "not finite");
+}
+
+TEST_F(SnapshotRangeTest, StateValueInfinite) {
+  SessionSnapshot s = Example();
+  s.state.state[ZIndex(1, 2, 5)] = std::numeric_limits<float>::infinity();
+  ExpectRejected(s, absl::StrCat("state[", ZIndex(1, 2, 5), "] (layer 1, head 2, z[5])"),
+                 "not finite");
+}
+
+TEST_F(SnapshotRangeTest, StateValueBeyondTheMagnitudeBound) {
+  SessionSnapshot s = Example();
+  s.state.state[7] = -1e38f;
+  ExpectRejected(s, "state[7] (layer 0, head 0, S[0][7])", "exceeds the magnitude bound");
+}
+
+TEST_F(SnapshotRangeTest, StateNormaliserNegative) {
+  SessionSnapshot s = Example();
+  s.state.state[ZIndex(0, 1, 2)] = -0.5f;
+  ExpectRejected(s, absl::StrCat("state[", ZIndex(0, 1, 2), "] (layer 0, head 1, z[2])"),
+                 "negative");
+}
+
+TEST_F(SnapshotRangeTest, StateFloatCount) {
+  SessionSnapshot s = Example();
+  s.state.state.pop_back();
+  ExpectRejected(s, "state", "floats, the model needs");
+}
+
+TEST_F(SnapshotRangeTest, CreateTimeBeforeTheEpoch) {
+  SessionSnapshot s = Example();
+  s.create_time = absl::UnixEpoch() - absl::Microseconds(1);
+  ExpectRejected(s, "create_time", "before the epoch");
+}
+
+TEST_F(SnapshotRangeTest, CreateTimeInTheFuture) {
+  SessionSnapshot s = Example();
+  s.create_time = absl::FromUnixMicros(int64_t{1} << 62);  // the year 146 138
+  ExpectRejected(s, "create_time", "in the future");
+  s.create_time = absl::Now() + kMaxSnapshotClockSkew + absl::Minutes(1);
+  ExpectRejected(s, "create_time", "in the future");
+}
+
+TEST_F(SnapshotRangeTest, NumTokensNegative) {
+  SessionSnapshot s = Example();
+  s.num_tokens = -1;
+  ExpectRejected(s, "num_tokens", "outside [0, ");
+}
+
+TEST_F(SnapshotRangeTest, NumTokensBeyondTheLimit) {
+  // Consistent with position, pending and counts, so only the bound can refuse it.
+  SessionSnapshot s = Example();
+  s.num_tokens = kMaxSnapshotTokens + 1;
+  s.state.position = s.num_tokens - 1;
+  s.token_counts = {{1, s.num_tokens - 1}, {42, 1}};
+  ExpectRejected(s, "num_tokens", absl::StrCat("outside [0, ", kMaxSnapshotTokens, "]"));
+}
+
+TEST_F(SnapshotRangeTest, NumTokensNearInt64MaxEditedInPlace) {
+  // The edit as an attacker makes it: 8 bytes overwritten and the SHA-256 recomputed.
+  const std::string bytes = EncodeSnapshot(Example(), kFingerprint);
+  std::string edited = bytes.substr(0, bytes.size() - SHA256_DIGEST_LENGTH);
+  const size_t num_tokens_at = 8 + 4 + 4 + sizeof(kFingerprint) - 1 + 8;
+  const int64_t huge = std::numeric_limits<int64_t>::max() - 1;
+  std::memcpy(edited.data() + num_tokens_at, &huge, sizeof(huge));
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(edited.data()), edited.size(), digest);
+  edited.append(reinterpret_cast<const char*>(digest), SHA256_DIGEST_LENGTH);
+  const absl::Status status = Decode(edited).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("num_tokens: 9223372036854775806"));
+}
+
+TEST_F(SnapshotRangeTest, PositionNegative) {
+  SessionSnapshot s = Example();
+  s.state.position = -1;
+  ExpectRejected(s, "position", "outside [0, num_tokens");
+}
+
+TEST_F(SnapshotRangeTest, PositionBeyondNumTokens) {
+  SessionSnapshot s = Example();
+  s.state.position = s.num_tokens + 1;
+  ExpectRejected(s, "position", "outside [0, num_tokens = 6]");
+}
+
+TEST_F(SnapshotRangeTest, PositionPastTheLearnedPositionTable) {
+  config_.position = PositionEmbedding::kLearned;
+  config_.max_position = 4;
+  SessionSnapshot s = Example();  // position 5
+  ExpectRejected(s, "position", "max_position 4");
+  config_.max_position = 5;
+  EXPECT_TRUE(Decode(EncodeSnapshot(s, kFingerprint)).ok());
+}
+
+TEST_F(SnapshotRangeTest, NumTokensDisagreesWithPositionAndPending) {
+  SessionSnapshot s = Example();
+  s.state.position = 4;  // 4 + 1 pending != 6
+  ExpectRejected(s, "num_tokens", "differs from position 4 + 1 pending tokens");
+}
+
+TEST_F(SnapshotRangeTest, PendingTokenOutsideTheVocabulary) {
+  SessionSnapshot s = Example();
+  s.pending = {260};
+  s.token_counts = {{1, 2}, {200, 3}, {259, 1}};
+  ExpectRejected(s, "pending[0]", "token id 260 is outside the vocabulary [0, 260)");
+  s.pending = {-1};
+  ExpectRejected(s, "pending[0]", "token id -1 is outside the vocabulary");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsMoreEntriesThanTheVocabulary) {
+  SessionSnapshot s = Example();
+  s.token_counts.clear();
+  for (TokenId t = 0; t <= config_.vocab_size; ++t) s.token_counts.emplace_back(t, 1);
+  ExpectRejected(s, "token_counts", "more than the vocabulary's 260");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsTokenOutsideTheVocabulary) {
+  SessionSnapshot s = Example();
+  s.token_counts[2].first = 260;
+  ExpectRejected(s, "token_counts[2].token", "token id 260 is outside the vocabulary");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsNotAscending) {
+  SessionSnapshot s = Example();
+  std::swap(s.token_counts[0], s.token_counts[1]);
+  ExpectRejected(s, "token_counts[1].token", "does not ascend");
+  s = Example();
+  s.token_counts[1].first = s.token_counts[0].first;  // a duplicate
+  ExpectRejected(s, "token_counts[1].token", "does not ascend");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsCountBelowOne) {
+  SessionSnapshot s = Example();
+  s.token_counts[1].second = 0;
+  ExpectRejected(s, "token_counts[1].count", "outside [1, ");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsCountAboveNumTokens) {
+  SessionSnapshot s = Example();
+  s.token_counts[0].second = 7;
+  ExpectRejected(s, "token_counts[0].count", "outside [1, 6]");
+}
+
+TEST_F(SnapshotRangeTest, TokenCountsSumBelowNumTokens) {
+  SessionSnapshot s = Example();
+  s.token_counts[2].second = 2;
+  ExpectRejected(s, "token_counts", "sum to 5, not num_tokens (6)");
 }
 
 TEST_F(SnapshotTest, RejectsMorePendingTokensThanThisServerAccepts) {
