@@ -11,10 +11,13 @@ targets=()
 if (($#)); then shift; targets=(--target "$@"); fi
 # ccache with paths taken relative to the repository lets the second configuration (CUDA on)
 # reuse every object the first one (CUDA off) compiled: only the CUDA-dependent files differ.
+# The cache lives outside the clone, so a fresh clone on the same machine (CI) starts warm; 5G
+# holds every configuration scripts/test.sh builds (Release CPU and CUDA, ASan, TSan, fuzz).
 launcher=()
 if command -v ccache >/dev/null; then
-  export CCACHE_BASEDIR="$root" CCACHE_DIR="${CCACHE_DIR:-$root/build/ccache}"
-  export CCACHE_NOHASHDIR=true
+  export CCACHE_BASEDIR="$root"
+  export CCACHE_DIR="${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/linserve/ccache}"
+  export CCACHE_NOHASHDIR=true CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
   launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 fi
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" "${cmake_args[@]}"
