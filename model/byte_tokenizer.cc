@@ -2,10 +2,13 @@
 
 namespace linserve {
 
-absl::StatusOr<std::vector<TokenId>> ByteTokenizer::Encode(std::string_view text) const {
+absl::StatusOr<std::vector<TokenId>> ByteTokenizer::EncodeAtMost(std::string_view text,
+                                                                 size_t max_tokens) const {
+  // One id per byte: the first max_tokens + 1 bytes decide.
+  const size_t n = max_tokens < text.size() ? max_tokens + 1 : text.size();
   std::vector<TokenId> ids;
-  ids.reserve(text.size());
-  for (char c : text) ids.push_back(static_cast<uint8_t>(c));
+  ids.reserve(n);
+  for (char c : text.substr(0, n)) ids.push_back(static_cast<uint8_t>(c));
   return ids;
 }
 

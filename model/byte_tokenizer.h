@@ -15,7 +15,9 @@ class ByteTokenizer final : public Tokenizer {
   explicit ByteTokenizer(int32_t vocab_size) : vocab_size_(vocab_size) {}
 
   int32_t vocab_size() const override { return vocab_size_; }
-  absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const override;
+  // Never fails; reads at most max_tokens + 1 bytes of `text`.
+  absl::StatusOr<std::vector<TokenId>> EncodeAtMost(std::string_view text,
+                                                    size_t max_tokens) const override;
   // One byte for ids below 256; empty for specials and for ids outside the vocabulary.
   std::string TokenBytes(TokenId id) const override;
 

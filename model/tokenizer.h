@@ -3,6 +3,8 @@
 #ifndef LINSERVE_MODEL_TOKENIZER_H_
 #define LINSERVE_MODEL_TOKENIZER_H_
 
+#include <cstddef>
+#include <limits>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -19,9 +21,22 @@ namespace linserve {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
+  // `max_tokens` of EncodeAtMost that sets no limit.
+  static constexpr size_t kNoTokenLimit = std::numeric_limits<size_t>::max();
+
   virtual int32_t vocab_size() const = 0;
-  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece.
-  virtual absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const = 0;
+  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece. Time and
+  // memory grow with the text: callers serving untrusted text use EncodeAtMost.
+  absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const {
+    return EncodeAtMost(text, kNoTokenLimit);
+  }
+  // Encode with a bound on the work: a text of at most `max_tokens` tokens gives exactly
+  // Encode(text); a longer one gives max_tokens + 1 ids (only their number is meaningful: "too
+  // long"), and tokenizing stops soon after more than `max_tokens` tokens are certain, so the
+  // ids held never exceed max_tokens + 1 plus one internal chunk's worth. The same errors as
+  // Encode.
+  virtual absl::StatusOr<std::vector<TokenId>> EncodeAtMost(std::string_view text,
+                                                            size_t max_tokens) const = 0;
   // The raw bytes one token stands for (may be part of a UTF-8 character; empty for specials).
   virtual std::string TokenBytes(TokenId id) const = 0;
   // Decodes a whole sequence: the concatenated TokenBytes, with ill-formed UTF-8 replaced by
