@@ -3,6 +3,7 @@
 // drain, persist sessions and exit.
 #include <signal.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -85,6 +86,13 @@ ABSL_FLAG(absl::Duration, session_idle_timeout, absl::Hours(1),
           "Sessions unused this long are deleted; \"inf\" keeps them forever.");
 ABSL_FLAG(int32_t, max_new_tokens, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int32_t, max_prompt_tokens, 65536, "Most prompt tokens one request may feed.");
+ABSL_FLAG(int64_t, max_prompt_bytes, 0,
+          "Longest text prompt (and Tokenize text), bytes, refused before any tokenizing so "
+          "that an oversized text costs nothing (tokenizing also stops once "
+          "--max_prompt_tokens is passed). 0 = derived: 16 x --max_prompt_tokens (1 MiB by "
+          "default), 16 bytes per token being generous for real text (SentencePiece pieces "
+          "are at most 16 characters by default; English averages about 4 bytes per token). "
+          "gRPC refuses any message over 4 MiB before this check.");
 ABSL_FLAG(int32_t, max_stop_strings, 16, "Most stop strings per request.");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest stop string, bytes.");
 ABSL_FLAG(int32_t, max_stop_token_ids, 64, "Most stop token ids per request.");
@@ -144,6 +152,15 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.sessions.idle_timeout = absl::GetFlag(FLAGS_session_idle_timeout);
   o.requests.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.requests.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
+  o.requests.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);
+  if (o.requests.max_prompt_bytes < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max_prompt_bytes must be >= 0 (0 = derived), got ", o.requests.max_prompt_bytes));
+  }
+  if (o.requests.max_prompt_bytes == 0) {
+    o.requests.max_prompt_bytes =
+        kDefaultPromptBytesPerToken * std::max<int64_t>(o.requests.max_prompt_tokens, 0);
+  }
   o.requests.max_stop_strings = absl::GetFlag(FLAGS_max_stop_strings);
   o.requests.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   o.requests.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);

@@ -106,9 +106,10 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
 }
 
 absl::Status ValidateRequestLimits(const RequestLimits& limits) {
-  const std::pair<absl::string_view, int32_t> fields[] = {
+  const std::pair<absl::string_view, int64_t> fields[] = {
       {"max_new_tokens", limits.max_new_tokens},
       {"max_prompt_tokens", limits.max_prompt_tokens},
+      {"max_prompt_bytes", limits.max_prompt_bytes},
       {"max_stop_strings", limits.max_stop_strings},
       {"max_stop_string_bytes", limits.max_stop_string_bytes},
       {"max_stop_token_ids", limits.max_stop_token_ids},
@@ -121,6 +122,25 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits) {
     }
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<TokenId>> TokenizeText(std::string_view text, absl::string_view field,
+                                                  const Tokenizer& tokenizer,
+                                                  const RequestLimits& limits) {
+  if (text.size() > static_cast<uint64_t>(limits.max_prompt_bytes)) {
+    return Invalid(field, absl::StrCat(text.size(), " bytes exceed the limit of ",
+                                       limits.max_prompt_bytes, " (max_prompt_bytes)"));
+  }
+  const size_t max_tokens = static_cast<size_t>(limits.max_prompt_tokens);
+  absl::StatusOr<std::vector<TokenId>> ids = tokenizer.EncodeAtMost(text, max_tokens);
+  if (!ids.ok()) {
+    return Invalid(field, absl::StrCat("cannot be tokenized: ", ids.status().message()));
+  }
+  if (ids->size() > max_tokens) {
+    return Invalid(field, absl::StrCat("has more tokens than the limit of ", max_tokens,
+                                       " (max_prompt_tokens)"));
+  }
+  return ids;
 }
 
 }  // namespace linserve

@@ -7,23 +7,39 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "model/config.h"
 #include "model/sampler.h"
+#include "model/tokenizer.h"
 #include "model/types.h"
 #include "server/engine/session_id.h"
 
 namespace linserve {
 
-// Per-request limits the server enforces; every one is reported to clients in ModelInfo.
+// Bytes per token that the default max_prompt_bytes allows (max_prompt_bytes defaults to this
+// times max_prompt_tokens). Generous for real text: the byte tokenizer takes 1 byte per token,
+// SentencePiece pieces are at most 16 characters by default and English text averages about 4
+// bytes per piece; only text dominated by runs of whitespace (which SentencePiece collapses)
+// can fit max_prompt_tokens and still exceed it.
+inline constexpr int64_t kDefaultPromptBytesPerToken = 16;
+
+// Per-request limits the server enforces; every one but max_prompt_bytes is reported to
+// clients in ModelInfo (the wire schema has no field for it yet).
 struct RequestLimits {
   // Upper bound of max_new_tokens. Default: 4096.
   int32_t max_new_tokens = 4096;
   // Tokens one request may feed: its prompt, a prepended BOS and whatever an earlier cancelled
   // request on the same session left unprocessed. Default: 65536.
   int32_t max_prompt_tokens = 65536;
+  // Bytes of a text prompt (and of a Tokenize text), checked before any tokenizing: the bound
+  // on what a text can cost before max_prompt_tokens can be checked.
+  // Default: kDefaultPromptBytesPerToken * 65536 (1 MiB).
+  int64_t max_prompt_bytes = kDefaultPromptBytesPerToken * 65536;
   // Number of stop strings. Default: 16.
   int32_t max_stop_strings = 16;
   // Bytes of one stop string. Default: 256.
@@ -59,6 +75,14 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
 
 // Checks limits themselves (each positive); errors name the field of RequestLimits.
 absl::Status ValidateRequestLimits(const RequestLimits& limits);
+
+// Tokenizes untrusted text (the proto field `field`, e.g. "prompt.text") at a cost bounded by
+// `limits` whatever its size: more than max_prompt_bytes bytes are refused before any
+// tokenizing, and tokenizing stops once more than max_prompt_tokens tokens are certain.
+// Errors are INVALID_ARGUMENT naming `field` and the limit (or the tokenizer's complaint).
+absl::StatusOr<std::vector<TokenId>> TokenizeText(std::string_view text, absl::string_view field,
+                                                  const Tokenizer& tokenizer,
+                                                  const RequestLimits& limits);
 
 }  // namespace linserve
 

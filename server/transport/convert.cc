@@ -16,6 +16,12 @@ void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
 }
 
+absl::Status TooMany(absl::string_view field, size_t count, absl::string_view unit, int64_t limit,
+                     absl::string_view limit_name) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      field, ": ", count, " ", unit, " exceed the limit of ", limit, " (", limit_name, ")"));
+}
+
 absl::StatusOr<uint64_t> RandomSeed() {
   uint64_t seed = 0;
   if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
@@ -42,15 +48,17 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
       if (in.text().empty()) {
         return absl::InvalidArgumentError("prompt.text: must not be empty");
       }
-      absl::StatusOr<std::vector<TokenId>> ids = tokenizer.Encode(in.text());
-      if (!ids.ok()) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("prompt.text: cannot be tokenized: ", ids.status().message()));
-      }
+      absl::StatusOr<std::vector<TokenId>> ids =
+          TokenizeText(in.text(), "prompt.text", tokenizer, limits);
+      if (!ids.ok()) return ids.status();
       out.prompt = *std::move(ids);
       break;
     }
     case v1::GenerateRequest::kTokenIds:
+      if (in.token_ids().ids_size() > limits.max_prompt_tokens) {
+        return TooMany("prompt.token_ids", in.token_ids().ids_size(), "ids",
+                       limits.max_prompt_tokens, "max_prompt_tokens");
+      }
       out.prompt.assign(in.token_ids().ids().begin(), in.token_ids().ids().end());
       break;
     case v1::GenerateRequest::PROMPT_NOT_SET:
@@ -79,6 +87,21 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
     absl::StatusOr<uint64_t> seed = RandomSeed();
     if (!seed.ok()) return seed.status();
     out.sampling.seed = *seed;
+  }
+  // Sizes are checked before anything is copied; ValidateGenerateRequest checks the values.
+  if (in.stop_size() > limits.max_stop_strings) {
+    return TooMany("stop", in.stop_size(), "stop strings", limits.max_stop_strings,
+                   "max_stop_strings");
+  }
+  for (int i = 0; i < in.stop_size(); ++i) {
+    if (in.stop(i).size() > static_cast<size_t>(limits.max_stop_string_bytes)) {
+      return TooMany(absl::StrCat("stop[", i, "]"), in.stop(i).size(), "bytes",
+                     limits.max_stop_string_bytes, "max_stop_string_bytes");
+    }
+  }
+  if (in.stop_token_ids_size() > limits.max_stop_token_ids) {
+    return TooMany("stop_token_ids", in.stop_token_ids_size(), "ids", limits.max_stop_token_ids,
+                   "max_stop_token_ids");
   }
   out.stop.assign(in.stop().begin(), in.stop().end());
   out.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());

@@ -21,9 +21,12 @@ namespace linserve {
 // absl codes and gRPC codes share their numbering.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
-// Parses a Generate request: tokenizes a text prompt, fills unset fields with their defaults
-// and draws a seed when none is given. Errors (INVALID_ARGUMENT) name the proto field; range
-// checks happen in Engine::Submit.
+// Parses a Generate request: tokenizes a text prompt (TokenizeText: bounded by
+// limits.max_prompt_bytes and max_prompt_tokens), fills unset fields with their defaults and
+// draws a seed when none is given. Every repeated or text field's size is checked against
+// `limits` before it is copied or tokenized, so a request's cost here is bounded by the limits
+// whatever the message holds. Errors (INVALID_ARGUMENT) name the proto field and the limit;
+// value checks happen in Engine::Submit.
 absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in, const Tokenizer& tokenizer,
                                           const RequestLimits& limits, std::string request_id);
 

@@ -48,11 +48,11 @@ grpc::ServerUnaryReactor* LinServeService::Tokenize(grpc::CallbackServerContext*
   bool rejected = false;
   grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Tokenize", &rejected);
   if (rejected) return reactor;
-  absl::StatusOr<std::vector<TokenId>> ids = env_.engine().model().tokenizer->Encode(request->text());
+  // Bounded like a prompt: a text that could not be one is refused before costing more.
+  absl::StatusOr<std::vector<TokenId>> ids = TokenizeText(
+      request->text(), "text", *env_.engine().model().tokenizer, env_.engine().options().requests);
   if (!ids.ok()) {
-    FinishUnary(env_, reactor, "Tokenize",
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("text: ", ids.status().message())));
+    FinishUnary(env_, reactor, "Tokenize", ToGrpcStatus(ids.status()));
     return reactor;
   }
   response->mutable_token_ids()->Assign(ids->begin(), ids->end());
