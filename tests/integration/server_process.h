@@ -26,6 +26,8 @@ class ServerProcess {
   ServerProcess& operator=(const ServerProcess&) = delete;
 
   bool spawned() const { return spawned_; }
+  // The child's process id (for /proc/<pid>/...); -1 when not spawned.
+  pid_t pid() const { return pid_; }
   // Waits for --port_file; false on timeout or early exit.
   bool WaitForPorts(absl::Duration timeout);
   // The exit status, or -1 if the process did not exit normally within `timeout`.
