@@ -12,6 +12,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/model.h"
+#include "model/sampler.h"
 #include "model/types.h"
 
 namespace linserve {
@@ -25,6 +26,23 @@ struct StateBlob {
 };
 
 enum class DeviceKind { kCpu, kCuda };
+
+// The most top-logprob alternatives a sampled token can report.
+inline constexpr int32_t kMaxTopLogprobs = 20;
+
+// Where DecodeAndSample and PrefillAndSample write, row i for batch[i] (one row for a prefill).
+// `logprobs` and `top_logprobs` are only written for rows whose slot asked for top_logprobs > 0
+// and may be empty when no row did.
+struct SampleOutput {
+  // One token per row.
+  absl::Span<TokenId> tokens = {};
+  // One per row: log p(token) under the temperature-free distribution (log-softmax of the
+  // logits, before penalties).
+  absl::Span<float> logprobs = {};
+  // kMaxTopLogprobs entries per row: row i's n = top_logprobs most likely tokens of that
+  // distribution, most likely first (ties to the lowest id), at [i · kMaxTopLogprobs, + n).
+  absl::Span<TokenLogprob> top_logprobs = {};
+};
 
 // How an accelerator stores the weights. GEMMs accumulate in fp32 and the recurrent state is
 // fp32 whatever is chosen; the CPU backend always computes in fp32 and ignores this.
@@ -77,6 +95,35 @@ class Backend {
   // One step for a batch of distinct slots: logits is batch.size() × vocab_size, row i for
   // batch[i]. A session's logits do not depend on which other sessions share the batch.
   virtual absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) = 0;
+
+  // ---- Sampling on the backend ----
+  // Each slot carries sampling state beside its recurrent state: the parameters and random
+  // stream set by StartSampling, and the seen-token counts the penalties use. The counts belong
+  // to the slot: AllocateSlot, ResetSlot and WriteSlot clear them, CopySlot copies them with the
+  // rest, every token DecodeAndSample or PrefillAndSample picks is added, and SetSeenCounts
+  // replaces them. So a session that stays in its slot never replays its history; one loaded
+  // into a slot gets its counts in O(distinct tokens).
+  //
+  // Each pick is model/sampler.h's algorithm over the row's logits with the slot's parameters,
+  // counts and stream: the same seed and logits give the same token alone or in any batch.
+
+  // Sets `slot`'s parameters (checked with ValidateSamplingParams) and top_logprobs (in
+  // [0, kMaxTopLogprobs]) for its next picks, seeds its random stream with params.seed and adds
+  // `observed` (a new prompt's tokens) to its seen counts.
+  virtual absl::Status StartSampling(SlotId slot, const SamplingParams& params,
+                                     int32_t top_logprobs,
+                                     absl::Span<const TokenId> observed) = 0;
+  // Replaces `slot`'s seen counts (tokens in the vocabulary, counts >= 0).
+  virtual absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) = 0;
+  // One Decode step, then each row's next token picked with its slot's sampling state
+  // (FAILED_PRECONDITION naming a slot that has had no StartSampling since it was allocated,
+  // reset or written). Only the tokens, and the logprobs rows asked for, leave the device.
+  virtual absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
+                                       const SampleOutput& out) = 0;
+  // Prefill(slot, tokens) and then the next token picked from the last position's logits, as
+  // DecodeAndSample does for one row.
+  virtual absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                        const SampleOutput& out) = 0;
 
   virtual absl::Status ReadSlot(SlotId slot, StateBlob& out) const = 0;
   // `in.state` must have exactly StateFloatsPerSlot() floats.

@@ -11,7 +11,6 @@
 namespace linserve {
 namespace {
 
-constexpr int32_t kMaxSlots = 1 << 20;
 constexpr int32_t kMaxChunk = 4096;
 constexpr int32_t kMaxThreads = 1024;
 constexpr int32_t kMaxBatch = 1 << 16;
@@ -48,49 +47,25 @@ cpu::PackedMatrix Pack(const Tensor& t) {
 
 const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
 
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(absl::StrCat("BackendOptions.", field, " = ", value,
-                                                   " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
                                                                const BackendOptions& options) {
-  const int64_t slot_bytes =
-      model.config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
-  if (options.state_memory_budget_bytes < slot_bytes) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BackendOptions.state_memory_budget_bytes = ",
-                     options.state_memory_budget_bytes, " is below one slot's state (",
-                     slot_bytes, " bytes for this model)"));
+  absl::StatusOr<int32_t> capacity = SlotCapacity(
+      model.config, options, {.max_prefill_chunk_size = kMaxChunk, .max_batch_size = kMaxBatch});
+  if (!capacity.ok()) return capacity.status();
+  if (options.num_threads < 0 || options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("BackendOptions.num_threads = ",
+                                                   options.num_threads, " is outside [0, ",
+                                                   kMaxThreads, "]"));
   }
-  if (absl::Status s = CheckRange("max_slots", options.max_slots, 1, kMaxSlots); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckRange("prefill_chunk_size", options.prefill_chunk_size, 1, kMaxChunk);
-      !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckRange("num_threads", options.num_threads, 0, kMaxThreads); !s.ok()) {
-    return s;
-  }
-  if (absl::Status s = CheckRange("max_batch_size", options.max_batch_size, 1, kMaxBatch);
-      !s.ok()) {
-    return s;
-  }
-  const int32_t capacity = static_cast<int32_t>(
-      std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
   const int threads = cpu::ResolveNumThreads(options.num_threads);
   // OpenBLAS is only called from inside our parallel loops (one head per thread).
   cpu::SetBlasThreads(1);
   auto backend =
-      std::unique_ptr<CpuBackend>(new CpuBackend(model, options, capacity, threads));
-  spdlog::info("cpu backend: {} slots of {} KiB state, {} threads, prefill chunk {}", capacity,
-               slot_bytes / 1024, threads, options.prefill_chunk_size);
+      std::unique_ptr<CpuBackend>(new CpuBackend(model, options, *capacity, threads));
+  spdlog::info("cpu backend: {} slots of {} KiB state, {} threads, prefill chunk {}", *capacity,
+               model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
   return backend;
 }
 
@@ -99,7 +74,6 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
     : model_(model),
       config_(model.config),
       options_(options),
-      capacity_(capacity),
       threads_(threads),
       state_floats_(model.config.StateFloatsPerSlot()),
       max_rows_(std::max(options.max_batch_size, options.prefill_chunk_size)),
@@ -110,10 +84,9 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
       sinusoid_(model.config.position == PositionEmbedding::kSinusoidal
                     ? cpu::SinusoidalDenominators(model.config.d_model)
                     : std::vector<double>()),
+      pool_(model.config, options, capacity),
       states_(static_cast<int64_t>(capacity) * model.config.StateFloatsPerSlot()),
-      positions_(static_cast<size_t>(capacity), 0),
-      allocated_(static_cast<size_t>(capacity), 0),
-      batch_mark_(static_cast<size_t>(capacity), 0) {
+      sampling_(capacity, model.config.vocab_size, threads) {
   const ModelWeights& w = model.weights;
   layers_.reserve(w.layers.size());
   for (const LayerWeights& l : w.layers) {
@@ -121,9 +94,6 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
                                   Pack(l.o_weight), Pack(l.fc1_weight), Pack(l.fc2_weight)});
   }
   head_ = Pack(w.head(config_));
-
-  free_list_.reserve(static_cast<size_t>(capacity));
-  for (int32_t i = capacity - 1; i >= 0; --i) free_list_.push_back(i);
 
   const int64_t rows = max_rows_;
   const int64_t d = config_.d_model;
@@ -142,6 +112,7 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
       cpu::LinearAttentionChunkScratchFloats(options.prefill_chunk_size, threads));
   decode_slots_.resize(static_cast<size_t>(options.max_batch_size));
   layer_states_.resize(static_cast<size_t>(options.max_batch_size));
+  sample_slots_.resize(static_cast<size_t>(options.max_batch_size));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
@@ -153,110 +124,102 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
 
 // ---- Slots -------------------------------------------------------------------------------
 
-absl::Status CpuBackend::CheckAllocated(SlotId slot, absl::string_view what) const {
-  if (slot.value < 0 || slot.value >= capacity_) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " = ", slot.value,
-                                                   " is not a slot id (capacity ", capacity_,
-                                                   ")"));
-  }
-  if (!allocated_[slot.value]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " = ", slot.value, " is not an allocated slot"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::CheckPositions(int64_t start, int64_t count,
-                                        absl::string_view what) const {
-  if (config_.position == PositionEmbedding::kLearned && start + count > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat(
-        what, ": positions ", start, "..", start + count - 1,
-        " are past the learned position table (max_position ", config_.max_position, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CpuBackend::CheckToken(TokenId token, absl::string_view what) const {
-  if (token < 0 || token >= config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(what, " = ", token,
-                                                   " is outside the vocabulary [0, ",
-                                                   config_.vocab_size, ")"));
-  }
-  return absl::OkStatus();
+void CpuBackend::ClearSlot(SlotId slot) {
+  pool_.set_position(slot, 0);
+  std::fill_n(SlotState(slot.value), state_floats_, 0.0f);
+  sampling_.Clear(slot);
 }
 
 absl::StatusOr<SlotId> CpuBackend::AllocateSlot() {
-  if (free_list_.empty()) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("all ", capacity_, " state slots are in use (slot capacity = min(max_slots ",
-                     options_.max_slots, ", state_memory_budget_bytes ",
-                     options_.state_memory_budget_bytes, " / ", state_floats_ * 4,
-                     " bytes per slot))"));
-  }
-  const int32_t id = free_list_.back();
-  free_list_.pop_back();
-  allocated_[id] = 1;
-  positions_[id] = 0;
-  std::fill_n(SlotState(id), state_floats_, 0.0f);
-  return SlotId{id};
+  absl::StatusOr<SlotId> slot = pool_.Allocate();
+  if (slot.ok()) ClearSlot(*slot);
+  return slot;
 }
 
-void CpuBackend::FreeSlot(SlotId slot) {
-  if (slot.value < 0 || slot.value >= capacity_ || !allocated_[slot.value]) return;
-  allocated_[slot.value] = 0;
-  free_list_.push_back(slot.value);
-}
+void CpuBackend::FreeSlot(SlotId slot) { pool_.Free(slot); }
 
 absl::Status CpuBackend::ResetSlot(SlotId slot) {
-  if (absl::Status s = CheckAllocated(slot, "ResetSlot: slot"); !s.ok()) return s;
-  positions_[slot.value] = 0;
-  std::fill_n(SlotState(slot.value), state_floats_, 0.0f);
+  if (absl::Status s = pool_.CheckAllocated(slot, "ResetSlot: slot"); !s.ok()) return s;
+  ClearSlot(slot);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::CopySlot(SlotId from, SlotId to) {
-  if (absl::Status s = CheckAllocated(from, "CopySlot: from"); !s.ok()) return s;
-  if (absl::Status s = CheckAllocated(to, "CopySlot: to"); !s.ok()) return s;
+  if (absl::Status s = pool_.CheckAllocated(from, "CopySlot: from"); !s.ok()) return s;
+  if (absl::Status s = pool_.CheckAllocated(to, "CopySlot: to"); !s.ok()) return s;
   if (from == to) {
     return absl::InvalidArgumentError(
         absl::StrCat("CopySlot: from and to are the same slot (", from.value, ")"));
   }
   std::memcpy(SlotState(to.value), SlotState(from.value),
               static_cast<size_t>(state_floats_) * sizeof(float));
-  positions_[to.value] = positions_[from.value];
+  pool_.set_position(to, pool_.position(from));
+  sampling_.Copy(from, to);
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> CpuBackend::SlotPosition(SlotId slot) const {
-  if (absl::Status s = CheckAllocated(slot, "SlotPosition: slot"); !s.ok()) return s;
-  return positions_[slot.value];
+  if (absl::Status s = pool_.CheckAllocated(slot, "SlotPosition: slot"); !s.ok()) return s;
+  return pool_.position(slot);
 }
 
 absl::Status CpuBackend::ReadSlot(SlotId slot, StateBlob& out) const {
-  if (absl::Status s = CheckAllocated(slot, "ReadSlot: slot"); !s.ok()) return s;
-  out.position = positions_[slot.value];
+  if (absl::Status s = pool_.CheckAllocated(slot, "ReadSlot: slot"); !s.ok()) return s;
+  out.position = pool_.position(slot);
   out.state.assign(SlotState(slot.value), SlotState(slot.value) + state_floats_);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::WriteSlot(SlotId slot, const StateBlob& in) {
-  if (absl::Status s = CheckAllocated(slot, "WriteSlot: slot"); !s.ok()) return s;
-  if (static_cast<int64_t>(in.state.size()) != state_floats_) {
-    return absl::InvalidArgumentError(absl::StrCat("WriteSlot: in.state has ", in.state.size(),
-                                                   " floats; this model's state has ",
-                                                   state_floats_));
-  }
-  if (in.position < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteSlot: in.position = ", in.position, " is negative"));
-  }
-  if (config_.position == PositionEmbedding::kLearned && in.position > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat("WriteSlot: in.position = ", in.position,
-                                              " is past the learned position table (max_position ",
-                                              config_.max_position, ")"));
-  }
+  if (absl::Status s = pool_.CheckWrite(slot, in); !s.ok()) return s;
   std::copy(in.state.begin(), in.state.end(), SlotState(slot.value));
-  positions_[slot.value] = in.position;
+  pool_.set_position(slot, in.position);
+  sampling_.Clear(slot);
+  return absl::OkStatus();
+}
+
+// ---- Sampling ----------------------------------------------------------------------------
+
+absl::Status CpuBackend::StartSampling(SlotId slot, const SamplingParams& params,
+                                       int32_t top_logprobs, absl::Span<const TokenId> observed) {
+  if (absl::Status s = pool_.CheckAllocated(slot, "StartSampling: slot"); !s.ok()) return s;
+  return sampling_.Start(slot, params, top_logprobs, observed);
+}
+
+absl::Status CpuBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) {
+  if (absl::Status s = pool_.CheckAllocated(slot, "SetSeenCounts: slot"); !s.ok()) return s;
+  return sampling_.SetSeenCounts(slot, counts);
+}
+
+float* CpuBackend::SampleLogits() {
+  if (sample_logits_.size() == 0) {
+    sample_logits_ =
+        cpu::FloatBuffer(static_cast<int64_t>(options_.max_batch_size) * config_.vocab_size);
+  }
+  return sample_logits_.data();
+}
+
+absl::Status CpuBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
+                                         const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
+  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot;
+  const absl::Span<const SlotId> slots(sample_slots_.data(), batch.size());
+  if (absl::Status s = sampling_.CheckOutput(slots, out, "DecodeAndSample"); !s.ok()) return s;
+  float* logits = SampleLogits();
+  RunDecode(batch, logits);
+  sampling_.SampleRows(slots, logits, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                          const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckPrefill(slot, tokens, 0); !s.ok()) return s;
+  if (absl::Status s = sampling_.CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) {
+    return s;
+  }
+  float* logits = SampleLogits();
+  RunPrefill(slot, tokens, /*all_logits=*/false, /*last_logits=*/true, logits);
+  sampling_.SampleRows({&slot, 1}, logits, out);
   return absl::OkStatus();
 }
 
@@ -369,90 +332,57 @@ void CpuBackend::Head(int first, int rows, float* logits) {
 
 absl::Status CpuBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
                                  absl::Span<float> logits) {
-  if (absl::Status s = CheckAllocated(slot, "Prefill: slot"); !s.ok()) return s;
-  if (tokens.empty()) return absl::InvalidArgumentError("Prefill: tokens is empty");
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t vocab = config_.vocab_size;
-  const bool all_logits = static_cast<int64_t>(logits.size()) == n * vocab;
-  const bool last_logits = static_cast<int64_t>(logits.size()) == vocab;
-  if (!logits.empty() && !all_logits && !last_logits) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Prefill: logits has ", logits.size(), " floats; expected 0, ", vocab,
-        " (vocab_size: the last token's logits) or ", n * vocab,
-        " (tokens.size() × vocab_size: every position's logits)"));
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    if (absl::Status s = CheckToken(tokens[i], absl::StrCat("Prefill: tokens[", i, "]"));
-        !s.ok()) {
-      return s;
-    }
-  }
-  const int64_t start = positions_[slot.value];
-  if (absl::Status s = CheckPositions(start, n, absl::StrCat("Prefill: slot ", slot.value));
+  if (absl::Status s = pool_.CheckPrefill(slot, tokens, static_cast<int64_t>(logits.size()));
       !s.ok()) {
     return s;
   }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  RunPrefill(slot, tokens, static_cast<int64_t>(logits.size()) == n * vocab,
+             static_cast<int64_t>(logits.size()) == vocab, logits.data());
+  return absl::OkStatus();
+}
 
+void CpuBackend::RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, bool all_logits,
+                            bool last_logits, float* logits) {
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  const int64_t start = pool_.position(slot);
   const int64_t chunk = options_.prefill_chunk_size;
   for (int64_t c0 = 0; c0 < n; c0 += chunk) {
     const int rows = static_cast<int>(std::min(chunk, n - c0));
     for (int r = 0; r < rows; ++r) Embed(r, tokens[c0 + r], start + c0 + r);
     RunLayers(rows, slot.value);
     if (all_logits) {
-      Head(0, rows, logits.data() + c0 * vocab);
+      Head(0, rows, logits + c0 * vocab);
     } else if (last_logits && c0 + rows == n) {
-      Head(rows - 1, 1, logits.data());
+      Head(rows - 1, 1, logits);
     }
   }
-  positions_[slot.value] = start + n;
-  return absl::OkStatus();
+  pool_.set_position(slot, start + n);
 }
 
 absl::Status CpuBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
-  if (batch.empty()) return absl::InvalidArgumentError("Decode: batch is empty");
-  if (static_cast<int64_t>(batch.size()) > options_.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat("Decode: batch has ", batch.size(),
-                                                   " items; max_batch_size is ",
-                                                   options_.max_batch_size));
-  }
+  if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
   const int64_t vocab = config_.vocab_size;
   if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(batch.size()) * vocab) {
     return absl::InvalidArgumentError(
         absl::StrCat("Decode: logits has ", logits.size(), " floats; expected batch.size() × ",
                      "vocab_size = ", batch.size() * vocab));
   }
-  ++batch_generation_;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SlotId slot = batch[i].slot;
-    if (absl::Status s = CheckAllocated(slot, absl::StrCat("Decode: batch[", i, "].slot"));
-        !s.ok()) {
-      return s;
-    }
-    if (batch_mark_[slot.value] == batch_generation_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "Decode: batch[", i, "].slot = ", slot.value, " appears twice in the batch"));
-    }
-    batch_mark_[slot.value] = batch_generation_;
-    if (absl::Status s = CheckToken(batch[i].token, absl::StrCat("Decode: batch[", i, "].token"));
-        !s.ok()) {
-      return s;
-    }
-    if (absl::Status s = CheckPositions(positions_[slot.value], 1,
-                                        absl::StrCat("Decode: batch[", i, "].slot ", slot.value));
-        !s.ok()) {
-      return s;
-    }
-  }
+  RunDecode(batch, logits.data());
+  return absl::OkStatus();
+}
 
+void CpuBackend::RunDecode(absl::Span<const DecodeItem> batch, float* logits) {
   const int rows = static_cast<int>(batch.size());
   for (int i = 0; i < rows; ++i) {
     decode_slots_[i] = batch[i].slot.value;
-    Embed(i, batch[i].token, positions_[batch[i].slot.value]);
+    Embed(i, batch[i].token, pool_.position(batch[i].slot));
   }
   RunLayers(rows, -1);
-  Head(0, rows, logits.data());
-  for (int i = 0; i < rows; ++i) ++positions_[decode_slots_[i]];
-  return absl::OkStatus();
+  Head(0, rows, logits);
+  for (int i = 0; i < rows; ++i) pool_.Advance(batch[i].slot, 1);
 }
 
 }  // namespace linserve

@@ -26,6 +26,8 @@
 #include "kernels/cpu/packed_linear.h"
 #include "model/backend.h"
 #include "model/model.h"
+#include "model/host_sampling.h"
+#include "model/slot_pool.h"
 
 namespace linserve {
 
@@ -38,8 +40,8 @@ class CpuBackend final : public Backend {
 
   DeviceKind device() const override { return DeviceKind::kCpu; }
   const ModelConfig& config() const override { return config_; }
-  int32_t slot_capacity() const override { return capacity_; }
-  int32_t free_slots() const override { return static_cast<int32_t>(free_list_.size()); }
+  int32_t slot_capacity() const override { return pool_.capacity(); }
+  int32_t free_slots() const override { return pool_.free_slots(); }
 
   absl::StatusOr<SlotId> AllocateSlot() override;
   void FreeSlot(SlotId slot) override;
@@ -50,6 +52,16 @@ class CpuBackend final : public Backend {
   absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
                        absl::Span<float> logits) override;
   absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
+
+  // Sampling runs the host Sampler of model/sampler.h on the logits, one row per task on the
+  // backend's threads; logits never leave this backend's scratch.
+  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
+                             absl::Span<const TokenId> observed) override;
+  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
+  absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
+                               const SampleOutput& out) override;
+  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                const SampleOutput& out) override;
 
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
@@ -65,11 +77,14 @@ class CpuBackend final : public Backend {
 
   float* SlotState(int32_t slot) { return states_.data() + slot * state_floats_; }
   const float* SlotState(int32_t slot) const { return states_.data() + slot * state_floats_; }
-  // OK if `slot` names an allocated slot; else INVALID_ARGUMENT naming `what`.
-  absl::Status CheckAllocated(SlotId slot, absl::string_view what) const;
-  // OUT_OF_RANGE if a learned position table cannot cover positions [start, start + count).
-  absl::Status CheckPositions(int64_t start, int64_t count, absl::string_view what) const;
-  absl::Status CheckToken(TokenId token, absl::string_view what) const;
+  // Zeroes a slot's state and position and clears its sampling state.
+  void ClearSlot(SlotId slot);
+  // max_batch_size rows of logits for the sampling calls, allocated at first use.
+  float* SampleLogits();
+  // The prefill and decode bodies, after validation.
+  void RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, bool all_logits,
+                  bool last_logits, float* logits);
+  void RunDecode(absl::Span<const DecodeItem> batch, float* logits);
 
   // x_[row] = token embedding + position embedding.
   void Embed(int row, TokenId token, int64_t position);
@@ -84,7 +99,6 @@ class CpuBackend final : public Backend {
   const Model& model_;
   const ModelConfig& config_;
   const BackendOptions options_;
-  const int32_t capacity_;
   const int threads_;
   const int64_t state_floats_;
   const int max_rows_;
@@ -96,13 +110,11 @@ class CpuBackend final : public Backend {
   std::vector<PackedLayer> layers_;
   cpu::PackedMatrix head_;
 
-  // Slot pool.
+  SlotPool pool_;
   cpu::FloatBuffer states_;
-  std::vector<int64_t> positions_;
-  std::vector<char> allocated_;
-  std::vector<int32_t> free_list_;  // a stack; the lowest ids are handed out first
-  std::vector<uint64_t> batch_mark_;  // duplicate detection in Decode
-  uint64_t batch_generation_ = 0;
+  HostSampling sampling_;
+  cpu::FloatBuffer sample_logits_;
+  std::vector<SlotId> sample_slots_;  // the slots of a DecodeAndSample batch
 
   // Scratch, max_rows_ rows each.
   cpu::FloatBuffer x_, h_, q_, k_, v_, phi_q_, phi_k_, attn_, ff_, chunk_scratch_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "kernels/cuda/linear_attention.h"
 #include "kernels/cuda/mt19937_64.h"
 #include "kernels/cuda/sampling.h"
+#include "model/slot_pool.h"
 #include "spdlog/spdlog.h"
 
 namespace linserve {
@@ -26,7 +28,6 @@ using cuda::DeviceBuffer;
 using cuda::DType;
 using cuda::FormatBytes;
 
-constexpr int32_t kMaxSlots = 1 << 20;
 // Decode rows are a grid dimension of the attention kernel (at most 65535).
 constexpr int32_t kMaxBatch = 1 << 15;
 // Tokens of one prefill pass through the layers; longer prompts are fed in such segments.
@@ -91,13 +92,6 @@ cuda::PositionKind ToKernel(PositionEmbedding p) {
   return cuda::PositionKind::kNone;
 }
 
-absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int64_t hi) {
-  if (value < lo || value > hi) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("BackendOptions.", field, " = ", value, " is outside [", lo, ", ", hi, "]"));
-  }
-  return absl::OkStatus();
-}
 
 size_t AlignUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
 
@@ -138,7 +132,7 @@ class CudaBackendImpl final : public CudaBackend {
         options_(options),
         cuda_options_(cuda_options),
         dtype_(ToDType(options.weight_precision)),
-        capacity_(capacity),
+        pool_(config_, options, capacity),
         state_floats_(config.StateFloatsPerSlot()),
         layer_floats_(static_cast<int64_t>(config.n_heads) * config.feature_dim *
                       (config.head_dim + 1)),
@@ -146,21 +140,16 @@ class CudaBackendImpl final : public CudaBackend {
         segment_(std::max(options.prefill_chunk_size, kPrefillSegment / options.prefill_chunk_size *
                                                           options.prefill_chunk_size)),
         rows_(std::max(options.max_batch_size, segment_)),
-        positions_(static_cast<size_t>(capacity), 0),
-        allocated_(static_cast<size_t>(capacity), 0),
         sampling_ready_(static_cast<size_t>(capacity), 0),
-        batch_mark_(static_cast<size_t>(capacity), 0),
-        graphs_(buckets_.size()) {
-    free_list_.reserve(static_cast<size_t>(capacity));
-    for (int32_t i = capacity - 1; i >= 0; --i) free_list_.push_back(i);
-  }
+        top_logprobs_(static_cast<size_t>(capacity), 0),
+        graphs_(buckets_.size()) {}
 
   absl::Status Initialize(const Model& model);
 
   DeviceKind device() const override { return DeviceKind::kCuda; }
   const ModelConfig& config() const override { return config_; }
-  int32_t slot_capacity() const override { return capacity_; }
-  int32_t free_slots() const override { return static_cast<int32_t>(free_list_.size()); }
+  int32_t slot_capacity() const override { return pool_.capacity(); }
+  int32_t free_slots() const override { return pool_.free_slots(); }
 
   absl::StatusOr<SlotId> AllocateSlot() override;
   void FreeSlot(SlotId slot) override;
@@ -173,10 +162,13 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
-  absl::Status StartSampling(SlotId slot, const SamplingParams& params,
+  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
                              absl::Span<const TokenId> observed) override;
+  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
-                               absl::Span<TokenId> tokens) override;
+                               const SampleOutput& out) override;
+  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                const SampleOutput& out) override;
   CudaMemoryUse memory_use() const override { return memory_; }
   std::string device_description() const override { return description_; }
 
@@ -212,10 +204,20 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t* SlotCounts(int32_t slot) const {
     return sampler_.seen_counts + static_cast<int64_t>(slot) * config_.vocab_size;
   }
-  absl::Status CheckAllocated(SlotId slot, absl::string_view what) const;
-  absl::Status CheckPositions(int64_t start, int64_t count, absl::string_view what) const;
-  absl::Status CheckToken(TokenId token, absl::string_view what) const;
-  absl::Status CheckBatch(absl::Span<const DecodeItem> batch);
+  // Zeroes a slot's state and seen counts (enqueued; the caller synchronizes).
+  absl::Status EnqueueClear(int32_t slot);
+  // Checks `out` for `slots` (tokens per row; logprob spans when a slot asks for them) and that
+  // every slot has had StartSampling.
+  absl::Status CheckSampleOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
+                                 absl::string_view what) const;
+  // Samples rows [0, rows) of logits_ for the slots in slots_dev_, copies the tokens to
+  // out.tokens and, for rows whose slot asks for them, the logprobs (computed on the host from
+  // those rows' logits, which then cross PCIe). `slots` mirrors slots_dev_ on the host.
+  absl::Status SampleRows(absl::Span<const int32_t> slots, const SampleOutput& out);
+  // Prefill's body after validation: `all_logits` (host, n × vocab) or `last_logits` (host,
+  // vocab) receive logits when non-null; the last position's logits stay in logits_ row 0.
+  absl::Status RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, float* all_logits,
+                          float* last_logits, bool last_on_device);
 
   cuda::AttentionShape Shape(int layer) const {
     cuda::AttentionShape shape;
@@ -248,7 +250,7 @@ class CudaBackendImpl final : public CudaBackend {
   const BackendOptions options_;
   const CudaBackendOptions cuda_options_;
   const DType dtype_;
-  const int32_t capacity_;
+  SlotPool pool_;
   const int64_t state_floats_;
   const int64_t layer_floats_;
   const std::vector<int> buckets_;
@@ -290,12 +292,12 @@ class CudaBackendImpl final : public CudaBackend {
   RowInputs host_rows_{};
   int32_t* sampled_host_ = nullptr;
 
-  std::vector<int64_t> positions_;
-  std::vector<char> allocated_;
-  std::vector<char> sampling_ready_;
-  std::vector<int32_t> free_list_;  // a stack; the lowest ids are handed out first
-  std::vector<uint64_t> batch_mark_;
-  uint64_t batch_generation_ = 0;
+  std::vector<char> sampling_ready_;   // per slot: StartSampling since cleared
+  std::vector<int32_t> top_logprobs_;  // per slot
+  std::vector<int32_t> sample_slots_;  // host mirror of slots_dev_ for SampleRows
+  std::vector<float> logprob_logits_;  // one row's logits, for top_logprobs
+  std::vector<int32_t> top_ids_;
+  std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
   std::vector<cuda::GraphExec> graphs_;  // per bucket, empty until first use
 };
 
@@ -449,8 +451,8 @@ absl::Status CudaBackendImpl::UploadWeights(const Model& model) {
 absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
   const int64_t vocab = config_.vocab_size;
   const int64_t slot_bytes = state_floats_ * static_cast<int64_t>(sizeof(float));
-  const int64_t pool_bytes = static_cast<int64_t>(capacity_) * slot_bytes;
-  const size_t slots = static_cast<size_t>(capacity_);
+  const int64_t pool_bytes = static_cast<int64_t>(pool_.capacity()) * slot_bytes;
+  const size_t slots = static_cast<size_t>(pool_.capacity());
   Layout sampler_layout;
   const size_t sampler_params = sampler_layout.Reserve(slots * sizeof(cuda::DeviceSamplingParams));
   const size_t sampler_rngs = sampler_layout.Reserve(slots * sizeof(cuda::Mt19937_64));
@@ -488,8 +490,8 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
                           work.size() + kGemmWorkspaceBytes;
   if (needed > free_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "CUDA backend: the state pool (", capacity_, " slots × ", FormatBytes(slot_bytes), " = ",
-        FormatBytes(pool_bytes), "), the sampler state (", FormatBytes(sampler_bytes),
+        "CUDA backend: the state pool (", pool_.capacity(), " slots × ", FormatBytes(slot_bytes),
+        " = ", FormatBytes(pool_bytes), "), the sampler state (", FormatBytes(sampler_bytes),
         ") and the activations (", FormatBytes(work.size() + kGemmWorkspaceBytes), ") need ",
         FormatBytes(needed), " but ", description_, " has ", FormatBytes(free_bytes),
         " free after the weights (", FormatBytes(memory_.weights_bytes),
@@ -499,14 +501,15 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
 
   absl::StatusOr<DeviceBuffer> pool = DeviceBuffer::Allocate(
       static_cast<size_t>(pool_bytes),
-      absl::StrCat("the state pool (", capacity_, " slots × ", FormatBytes(slot_bytes), ")"));
+      absl::StrCat("the state pool (", pool_.capacity(), " slots × ", FormatBytes(slot_bytes),
+                   ")"));
   if (!pool.ok()) return pool.status();
   state_pool_ = *std::move(pool);
   memory_.state_pool_bytes = pool_bytes;
 
-  absl::StatusOr<DeviceBuffer> sampler =
-      DeviceBuffer::Allocate(static_cast<size_t>(sampler_bytes),
-                             absl::StrCat("the device sampler state (", capacity_, " slots)"));
+  absl::StatusOr<DeviceBuffer> sampler = DeviceBuffer::Allocate(
+      static_cast<size_t>(sampler_bytes),
+      absl::StrCat("the device sampler state (", pool_.capacity(), " slots)"));
   if (!sampler.ok()) return sampler.status();
   sampler_buffer_ = *std::move(sampler);
   memory_.sampler_bytes = sampler_bytes;
@@ -554,76 +557,46 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
 
 // ---- Slots -----------------------------------------------------------------------------
 
-absl::Status CudaBackendImpl::CheckAllocated(SlotId slot, absl::string_view what) const {
-  if (slot.value < 0 || slot.value >= capacity_) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " = ", slot.value, " is not a slot id (capacity ", capacity_, ")"));
-  }
-  if (!allocated_[slot.value]) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, " = ", slot.value, " is not an allocated slot"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackendImpl::CheckPositions(int64_t start, int64_t count,
-                                             absl::string_view what) const {
-  if (config_.position == PositionEmbedding::kLearned && start + count > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat(what, ": positions ", start, "..", start + count - 1,
-                                              " are past the learned position table (max_position ",
-                                              config_.max_position, ")"));
-  }
-  return absl::OkStatus();
-}
-
-absl::Status CudaBackendImpl::CheckToken(TokenId token, absl::string_view what) const {
-  if (token < 0 || token >= config_.vocab_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " = ", token, " is outside the vocabulary [0, ", config_.vocab_size, ")"));
-  }
+absl::Status CudaBackendImpl::EnqueueClear(int32_t slot) {
+  cudaStream_t s = stream_.get();
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      SlotState(slot), 0, static_cast<size_t>(state_floats_) * sizeof(float), s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+      SlotCounts(slot), 0, static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), s));
+  sampling_ready_[slot] = 0;
   return absl::OkStatus();
 }
 
 absl::StatusOr<SlotId> CudaBackendImpl::AllocateSlot() {
-  if (free_list_.empty()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "all ", capacity_, " state slots are in use (slot capacity = min(max_slots ",
-        options_.max_slots, ", state_memory_budget_bytes ", options_.state_memory_budget_bytes,
-        " / ", state_floats_ * 4, " bytes per slot))"));
-  }
+  if (pool_.free_slots() == 0) return pool_.Allocate().status();
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  const int32_t id = free_list_.back();
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      SlotState(id), 0, static_cast<size_t>(state_floats_) * sizeof(float), stream_.get()));
-  LINSERVE_RETURN_IF_ERROR(Synchronize());
-  free_list_.pop_back();
-  allocated_[id] = 1;
-  positions_[id] = 0;
-  sampling_ready_[id] = 0;
-  return SlotId{id};
+  absl::StatusOr<SlotId> slot = pool_.Allocate();
+  if (!slot.ok()) return slot.status();
+  absl::Status cleared = EnqueueClear(slot->value);
+  if (cleared.ok()) cleared = Synchronize();
+  if (!cleared.ok()) {
+    pool_.Free(*slot);
+    return cleared;
+  }
+  return *slot;
 }
 
 void CudaBackendImpl::FreeSlot(SlotId slot) {
-  if (slot.value < 0 || slot.value >= capacity_ || !allocated_[slot.value]) return;
-  allocated_[slot.value] = 0;
-  sampling_ready_[slot.value] = 0;
-  free_list_.push_back(slot.value);
+  if (pool_.Free(slot)) sampling_ready_[slot.value] = 0;
 }
 
 absl::Status CudaBackendImpl::ResetSlot(SlotId slot) {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "ResetSlot: slot"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "ResetSlot: slot"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      SlotState(slot.value), 0, static_cast<size_t>(state_floats_) * sizeof(float), stream_.get()));
+  LINSERVE_RETURN_IF_ERROR(EnqueueClear(slot.value));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  positions_[slot.value] = 0;
-  sampling_ready_[slot.value] = 0;
+  pool_.set_position(slot, 0);
   return absl::OkStatus();
 }
 
 absl::Status CudaBackendImpl::CopySlot(SlotId from, SlotId to) {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(from, "CopySlot: from"));
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(to, "CopySlot: to"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(from, "CopySlot: from"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(to, "CopySlot: to"));
   if (from == to) {
     return absl::InvalidArgumentError(
         absl::StrCat("CopySlot: from and to are the same slot (", from.value, ")"));
@@ -633,10 +606,10 @@ absl::Status CudaBackendImpl::CopySlot(SlotId from, SlotId to) {
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(to.value), SlotState(from.value),
                                                 static_cast<size_t>(state_floats_) * sizeof(float),
                                                 cudaMemcpyDeviceToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      SlotCounts(to.value), SlotCounts(from.value),
+      static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
   if (sampling_ready_[from.value]) {
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-        SlotCounts(to.value), SlotCounts(from.value),
-        static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), cudaMemcpyDeviceToDevice, s));
     LINSERVE_CUDA_RETURN_IF_ERROR(
         cudaMemcpyAsync(sampler_.rngs + to.value, sampler_.rngs + from.value,
                         sizeof(cuda::Mt19937_64), cudaMemcpyDeviceToDevice, s));
@@ -645,51 +618,38 @@ absl::Status CudaBackendImpl::CopySlot(SlotId from, SlotId to) {
                         sizeof(cuda::DeviceSamplingParams), cudaMemcpyDeviceToDevice, s));
   }
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  positions_[to.value] = positions_[from.value];
+  pool_.set_position(to, pool_.position(from));
   sampling_ready_[to.value] = sampling_ready_[from.value];
+  top_logprobs_[to.value] = top_logprobs_[from.value];
   return absl::OkStatus();
 }
 
 absl::StatusOr<int64_t> CudaBackendImpl::SlotPosition(SlotId slot) const {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "SlotPosition: slot"));
-  return positions_[slot.value];
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "SlotPosition: slot"));
+  return pool_.position(slot);
 }
 
 absl::Status CudaBackendImpl::ReadSlot(SlotId slot, StateBlob& out) const {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "ReadSlot: slot"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "ReadSlot: slot"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   out.state.resize(static_cast<size_t>(state_floats_));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.state.data(), SlotState(slot.value),
                                                 static_cast<size_t>(state_floats_) * sizeof(float),
                                                 cudaMemcpyDeviceToHost, stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  out.position = positions_[slot.value];
+  out.position = pool_.position(slot);
   return absl::OkStatus();
 }
 
 absl::Status CudaBackendImpl::WriteSlot(SlotId slot, const StateBlob& in) {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "WriteSlot: slot"));
-  if (static_cast<int64_t>(in.state.size()) != state_floats_) {
-    return absl::InvalidArgumentError(absl::StrCat("WriteSlot: in.state has ", in.state.size(),
-                                                   " floats; this model's state has ",
-                                                   state_floats_));
-  }
-  if (in.position < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("WriteSlot: in.position = ", in.position, " is negative"));
-  }
-  if (config_.position == PositionEmbedding::kLearned && in.position > config_.max_position) {
-    return absl::OutOfRangeError(absl::StrCat("WriteSlot: in.position = ", in.position,
-                                              " is past the learned position table (max_position ",
-                                              config_.max_position, ")"));
-  }
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckWrite(slot, in));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(EnqueueClear(slot.value));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(slot.value), in.state.data(),
                                                 static_cast<size_t>(state_floats_) * sizeof(float),
                                                 cudaMemcpyHostToDevice, stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  positions_[slot.value] = in.position;
-  sampling_ready_[slot.value] = 0;
+  pool_.set_position(slot, in.position);
   return absl::OkStatus();
 }
 
@@ -828,29 +788,6 @@ absl::Status CudaBackendImpl::CaptureGraph(size_t bucket_index) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackendImpl::CheckBatch(absl::Span<const DecodeItem> batch) {
-  if (batch.empty()) return absl::InvalidArgumentError("Decode: batch is empty");
-  if (static_cast<int64_t>(batch.size()) > options_.max_batch_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Decode: batch has ", batch.size(), " items; max_batch_size is ", options_.max_batch_size));
-  }
-  ++batch_generation_;
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SlotId slot = batch[i].slot;
-    LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, absl::StrCat("Decode: batch[", i, "].slot")));
-    if (batch_mark_[slot.value] == batch_generation_) {
-      return absl::InvalidArgumentError(absl::StrCat("Decode: batch[", i, "].slot = ", slot.value,
-                                                     " appears twice in the batch"));
-    }
-    batch_mark_[slot.value] = batch_generation_;
-    LINSERVE_RETURN_IF_ERROR(
-        CheckToken(batch[i].token, absl::StrCat("Decode: batch[", i, "].token")));
-    LINSERVE_RETURN_IF_ERROR(CheckPositions(
-        positions_[slot.value], 1, absl::StrCat("Decode: batch[", i, "].slot ", slot.value)));
-  }
-  return absl::OkStatus();
-}
-
 absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch) {
   const int rows = static_cast<int>(batch.size());
   const size_t bucket_index = static_cast<size_t>(
@@ -859,7 +796,7 @@ absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch) 
   for (int i = 0; i < bucket; ++i) {
     const bool real = i < rows;
     host_rows_.tokens[i] = real ? batch[i].token : 0;
-    host_rows_.positions[i] = real ? positions_[batch[i].slot.value] : 0;
+    host_rows_.positions[i] = real ? pool_.position(batch[i].slot) : 0;
     host_rows_.slots[i] = real ? batch[i].slot.value : -1;  // padding: touches no slot
   }
   if (!cuda_options_.use_cuda_graphs) return EnqueueDecodeStep(bucket);
@@ -874,7 +811,7 @@ absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch) 
 }
 
 absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
-  LINSERVE_RETURN_IF_ERROR(CheckBatch(batch));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
   const int64_t vocab = config_.vocab_size;
   if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(batch.size()) * vocab) {
     return absl::InvalidArgumentError(absl::StrCat("Decode: logits has ", logits.size(),
@@ -887,52 +824,105 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
                                                 logits.size() * sizeof(float),
                                                 cudaMemcpyDeviceToHost, stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  for (const DecodeItem& item : batch) ++positions_[item.slot.value];
+  for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   return absl::OkStatus();
 }
 
-absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch,
-                                              absl::Span<TokenId> tokens) {
-  LINSERVE_RETURN_IF_ERROR(CheckBatch(batch));
-  if (tokens.size() != batch.size()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("DecodeAndSample: tokens has ", tokens.size(),
-                     " entries; expected batch.size() = ", batch.size()));
+absl::Status CudaBackendImpl::CheckSampleOutput(absl::Span<const int32_t> slots,
+                                                const SampleOutput& out,
+                                                absl::string_view what) const {
+  const size_t rows = slots.size();
+  if (out.tokens.size() != rows) {
+    return absl::InvalidArgumentError(absl::StrCat(what, ": out.tokens has ", out.tokens.size(),
+                                                   " entries; expected ", rows));
   }
-  for (size_t i = 0; i < batch.size(); ++i) {
-    if (!sampling_ready_[batch[i].slot.value]) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("DecodeAndSample: batch[", i, "].slot = ", batch[i].slot.value,
-                       " has no sampler (call StartSampling after allocating, resetting or "
-                       "writing the slot)"));
+  bool logprobs = false;
+  for (int32_t slot : slots) {
+    if (!sampling_ready_[slot]) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          what, ": slot ", slot,
+          " has no sampler (call StartSampling after allocating, resetting or writing it)"));
     }
+    logprobs = logprobs || top_logprobs_[slot] > 0;
   }
-  LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
+  if (logprobs && (out.logprobs.size() != rows ||
+                   out.top_logprobs.size() != rows * static_cast<size_t>(kMaxTopLogprobs))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a slot asks for top_logprobs, so out.logprobs needs ", rows,
+        " entries and out.top_logprobs ", rows * kMaxTopLogprobs, " (rows × kMaxTopLogprobs)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::SampleRows(absl::Span<const int32_t> slots, const SampleOutput& out) {
+  cudaStream_t s = stream_.get();
+  const int rows = static_cast<int>(slots.size());
+  const int64_t vocab = config_.vocab_size;
   cuda::SampleArgs sample;
   sample.logits = logits_;
   sample.slots = slots_dev_;
   sample.state = sampler_;
-  sample.rows = static_cast<int>(batch.size());
+  sample.rows = rows;
   sample.vocab = config_.vocab_size;
   sample.tokens = sampled_dev_;
-  LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(stream_.get(), sample));
+  LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampled_host_, sampled_dev_,
-                                                batch.size() * sizeof(int32_t),
-                                                cudaMemcpyDeviceToHost, stream_.get()));
+                                                rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  std::copy(sampled_host_, sampled_host_ + batch.size(), tokens.begin());
-  for (const DecodeItem& item : batch) ++positions_[item.slot.value];
+  std::copy(sampled_host_, sampled_host_ + rows, out.tokens.begin());
+  // Only the rows that asked for logprobs bring their logits back (the sample kernel leaves
+  // logits_ as the LM head wrote it: before penalties and temperature).
+  for (int i = 0; i < rows; ++i) {
+    const int32_t n = top_logprobs_[slots[i]];
+    if (n == 0) continue;
+    logprob_logits_.resize(static_cast<size_t>(vocab));
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logprob_logits_.data(), logits_ + i * vocab,
+                                                  vocab * sizeof(float), cudaMemcpyDeviceToHost,
+                                                  s));
+    LINSERVE_RETURN_IF_ERROR(Synchronize());
+    const absl::Span<const float> l(logprob_logits_);
+    out.logprobs[i] = LogProbOf(l, out.tokens[i]);
+    TopLogprobsInto(l, n, top_ids_, out.top_logprobs.data() + i * kMaxTopLogprobs);
+  }
   return absl::OkStatus();
 }
 
+absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch,
+                                              const SampleOutput& out) {
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
+  sample_slots_.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot.value;
+  LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "DecodeAndSample"));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
+  LINSERVE_RETURN_IF_ERROR(SampleRows(sample_slots_, out));
+  for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                               const SampleOutput& out) {
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckPrefill(slot, tokens, 0));
+  sample_slots_.assign(1, slot.value);
+  LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "PrefillAndSample"));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(RunPrefill(slot, tokens, nullptr, nullptr, /*last_on_device=*/true));
+  // RunPrefill's last segment left slots_dev_[0] == slot.
+  return SampleRows(sample_slots_, out);
+}
+
 absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& params,
+                                            int32_t top_logprobs,
                                             absl::Span<const TokenId> observed) {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "StartSampling: slot"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "StartSampling: slot"));
   LINSERVE_RETURN_IF_ERROR(ValidateSamplingParams(params));
+  if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(absl::StrCat("StartSampling: top_logprobs = ", top_logprobs,
+                                                   " is outside [0, ", kMaxTopLogprobs, "]"));
+  }
   for (size_t i = 0; i < observed.size(); ++i) {
     LINSERVE_RETURN_IF_ERROR(
-        CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
+        pool_.CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   cudaStream_t s = stream_.get();
@@ -950,9 +940,8 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
                                                 sizeof(device_params), cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       sampler_.rngs + slot.value, rng.get(), sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      SlotCounts(slot.value), 0, static_cast<size_t>(config_.vocab_size) * sizeof(int32_t), s));
-  // The observed tokens go through the pinned token buffer, rows_ at a time.
+  // The observed tokens go through the pinned token buffer, rows_ at a time, and add to the
+  // counts the slot already has.
   for (size_t first = 0; first < observed.size(); first += static_cast<size_t>(rows_)) {
     const int n = static_cast<int>(std::min<size_t>(rows_, observed.size() - first));
     LINSERVE_RETURN_IF_ERROR(Synchronize());  // the previous piece has left the pinned buffer
@@ -964,32 +953,54 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
   }
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   sampling_ready_[slot.value] = 1;
+  top_logprobs_[slot.value] = top_logprobs;
   return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) {
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "SetSeenCounts: slot"));
+  dense_counts_.assign(static_cast<size_t>(config_.vocab_size), 0);
+  for (size_t i = 0; i < counts.size(); ++i) {
+    LINSERVE_RETURN_IF_ERROR(
+        pool_.CheckToken(counts[i].token, absl::StrCat("SetSeenCounts: counts[", i, "].token")));
+    if (counts[i].count < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "SetSeenCounts: counts[", i, "].count = ", counts[i].count, " is negative"));
+    }
+    // The device counts are int32: a count past that saturates, which no penalty can tell apart.
+    const int64_t sum = dense_counts_[counts[i].token] + counts[i].count;
+    dense_counts_[counts[i].token] =
+        static_cast<int32_t>(std::min<int64_t>(sum, std::numeric_limits<int32_t>::max()));
+  }
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      SlotCounts(slot.value), dense_counts_.data(), dense_counts_.size() * sizeof(int32_t),
+      cudaMemcpyHostToDevice, stream_.get()));
+  return Synchronize();
 }
 
 absl::Status CudaBackendImpl::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
                                       absl::Span<float> logits) {
-  LINSERVE_RETURN_IF_ERROR(CheckAllocated(slot, "Prefill: slot"));
-  if (tokens.empty()) return absl::InvalidArgumentError("Prefill: tokens is empty");
+  LINSERVE_RETURN_IF_ERROR(
+      pool_.CheckPrefill(slot, tokens, static_cast<int64_t>(logits.size())));
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t vocab = config_.vocab_size;
   const bool all_logits = static_cast<int64_t>(logits.size()) == n * vocab;
   const bool last_logits = static_cast<int64_t>(logits.size()) == vocab;
-  if (!logits.empty() && !all_logits && !last_logits) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("Prefill: logits has ", logits.size(), " floats; expected 0, ", vocab,
-                     " (vocab_size: the last token's logits) or ", n * vocab,
-                     " (tokens.size() × vocab_size: every position's logits)"));
-  }
-  for (int64_t i = 0; i < n; ++i) {
-    LINSERVE_RETURN_IF_ERROR(CheckToken(tokens[i], absl::StrCat("Prefill: tokens[", i, "]")));
-  }
-  const int64_t start = positions_[slot.value];
-  LINSERVE_RETURN_IF_ERROR(CheckPositions(start, n, absl::StrCat("Prefill: slot ", slot.value)));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
+  return RunPrefill(slot, tokens, all_logits ? logits.data() : nullptr,
+                    last_logits ? logits.data() : nullptr, /*last_on_device=*/false);
+}
+
+absl::Status CudaBackendImpl::RunPrefill(SlotId slot, absl::Span<const TokenId> tokens,
+                                         float* all_logits, float* last_logits,
+                                         bool last_on_device) {
   cudaStream_t s = stream_.get();
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
   const int64_t d = config_.d_model;
   const int64_t head_rows = options_.max_batch_size;  // rows of logits_
+  const int64_t start = pool_.position(slot);
 
   for (int64_t first = 0; first < n; first += segment_) {
     const int rows = static_cast<int>(std::min<int64_t>(segment_, n - first));
@@ -1000,25 +1011,27 @@ absl::Status CudaBackendImpl::Prefill(SlotId slot, absl::Span<const TokenId> tok
     }
     LINSERVE_RETURN_IF_ERROR(EnqueueRowInputs(rows));
     LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, slot.value));
-    if (all_logits) {
+    if (all_logits != nullptr) {
       for (int64_t r = 0; r < rows; r += head_rows) {
         const int64_t m = std::min<int64_t>(head_rows, rows - r);
         LINSERVE_RETURN_IF_ERROR(
             gemm_->Linear(s, dtype_, RowPtr(xt_, r, d), head_, logits_, m, vocab, d));
-        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data() + (first + r) * vocab, logits_,
+        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all_logits + (first + r) * vocab, logits_,
                                                       m * vocab * sizeof(float),
                                                       cudaMemcpyDeviceToHost, s));
       }
-    } else if (last_logits && first + rows == n) {
+    } else if ((last_logits != nullptr || last_on_device) && first + rows == n) {
       LINSERVE_RETURN_IF_ERROR(
           gemm_->Linear(s, dtype_, RowPtr(xt_, rows - 1, d), head_, logits_, 1, vocab, d));
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_, vocab * sizeof(float),
-                                                    cudaMemcpyDeviceToHost, s));
+      if (last_logits != nullptr) {
+        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(last_logits, logits_, vocab * sizeof(float),
+                                                      cudaMemcpyDeviceToHost, s));
+      }
     }
     // The pinned row inputs are refilled by the next segment.
     LINSERVE_RETURN_IF_ERROR(Synchronize());
   }
-  positions_[slot.value] = start + n;
+  pool_.set_position(slot, start + n);
   return absl::OkStatus();
 }
 
@@ -1028,15 +1041,10 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
     const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options) {
   const ModelConfig& config = model.config;
   const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
-  if (options.state_memory_budget_bytes < slot_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "BackendOptions.state_memory_budget_bytes = ", options.state_memory_budget_bytes,
-        " is below one slot's state (", slot_bytes, " bytes for this model)"));
-  }
-  LINSERVE_RETURN_IF_ERROR(CheckRange("max_slots", options.max_slots, 1, kMaxSlots));
-  LINSERVE_RETURN_IF_ERROR(
-      CheckRange("prefill_chunk_size", options.prefill_chunk_size, 1, cuda::kMaxPrefillChunk));
-  LINSERVE_RETURN_IF_ERROR(CheckRange("max_batch_size", options.max_batch_size, 1, kMaxBatch));
+  absl::StatusOr<int32_t> capacity =
+      SlotCapacity(config, options,
+                   {.max_prefill_chunk_size = cuda::kMaxPrefillChunk, .max_batch_size = kMaxBatch});
+  if (!capacity.ok()) return capacity.status();
 
   std::string reason;
   absl::StatusOr<int> devices = cuda::CudaDeviceCount(&reason);
@@ -1049,15 +1057,13 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
         absl::StrCat("CudaBackendOptions.device = ", cuda_options.device, " is outside [0, ",
                      *devices - 1, "] (", *devices, " CUDA devices)"));
   }
-  const int32_t capacity = static_cast<int32_t>(
-      std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
-  auto backend = std::make_unique<CudaBackendImpl>(config, options, cuda_options, capacity);
+  auto backend = std::make_unique<CudaBackendImpl>(config, options, cuda_options, *capacity);
   LINSERVE_RETURN_IF_ERROR(backend->Initialize(model));
   const CudaMemoryUse use = backend->memory_use();
   spdlog::info(
       "cuda backend: {}; weights {} ({}), {} slots of {} state ({}), sampler {}, activations {}",
       backend->device_description(), FormatBytes(use.weights_bytes),
-      std::string(cuda::DTypeName(ToDType(options.weight_precision))), capacity,
+      std::string(cuda::DTypeName(ToDType(options.weight_precision))), *capacity,
       FormatBytes(slot_bytes), FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
       FormatBytes(use.workspace_bytes));
   return std::unique_ptr<CudaBackend>(std::move(backend));

@@ -8,6 +8,10 @@
 //     bytes per slot) slots, in StateBlob layout, so fork/export/import are plain copies;
 //   - per-slot sampler state for DecodeAndSample (vocab_size int32 seen-token counts, an
 //     MT19937-64 and the parameters: about 4·vocab_size bytes per slot on top of the budget);
+//     picks are made on the device (kernels/cuda/sampling.h): for the same logits and seed they
+//     are the host Sampler's except when a cumulative sum lands within rounding of top_p or of
+//     the draw. Rows that ask for top_logprobs bring their logits row back and the logprobs are
+//     computed on the host;
 //   - activations for max(max_batch_size, 2048) rows and the cuBLASLt workspace.
 //
 // Math: cuBLASLt GEMMs with fp32 accumulation over the whole batch (activations are rounded to
@@ -52,21 +56,6 @@ struct CudaMemoryUse {
 
 class CudaBackend : public Backend {
  public:
-  // Prepares device-side sampling for `slot`: `params` (checked with ValidateSamplingParams),
-  // a random stream seeded with params.seed, and the seen-token counts set to `observed` (the
-  // prompt, typically). Sampler state belongs to the slot: CopySlot copies it; AllocateSlot,
-  // ResetSlot and WriteSlot clear it.
-  virtual absl::Status StartSampling(SlotId slot, const SamplingParams& params,
-                                     absl::Span<const TokenId> observed) = 0;
-
-  // One decode step for `batch` (as Decode) followed by sampling on the device: tokens[i]
-  // (batch.size() entries) receives batch[i]'s next token, which is also counted as seen. Only
-  // the token ids cross PCIe. Every slot must have had StartSampling (FAILED_PRECONDITION
-  // naming the slot otherwise). For the same logits and seed the tokens are the host
-  // Sampler's, except when a cumulative sum lands within rounding of top_p or of the draw.
-  virtual absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
-                                       absl::Span<TokenId> tokens) = 0;
-
   virtual CudaMemoryUse memory_use() const = 0;
   // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
   virtual std::string device_description() const = 0;

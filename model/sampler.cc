@@ -48,13 +48,27 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
 
 Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
 
+void Sampler::Restart(const SamplingParams& params) {
+  params_ = params;
+  rng_.seed(params.seed);
+}
+
 void Sampler::Observe(absl::Span<const TokenId> tokens) {
   for (TokenId t : tokens) ++seen_counts_[t];
 }
 
-TokenId Sampler::Sample(absl::Span<const float> logits) {
+void Sampler::SetSeen(absl::Span<const TokenCount> counts) {
+  seen_counts_.clear();
+  for (const TokenCount& c : counts) {
+    if (c.count > 0) seen_counts_[c.token] += c.count;
+  }
+}
+
+TokenId Sampler::Sample(absl::Span<const float> logits, SamplerScratch& scratch) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
-  std::vector<double>& l = scratch_;
+  std::vector<double>& l = scratch.values;
+  std::vector<int32_t>& order = scratch.order;
+  std::vector<int32_t>& ranked = scratch.ranked;
   l.assign(logits.begin(), logits.end());
 
   // 1. Penalties on every seen token.
@@ -80,37 +94,37 @@ TokenId Sampler::Sample(absl::Span<const float> logits) {
     for (double& x : l) x /= temperature;
 
     // 4. top_k, by (l desc, id asc); survivors are then kept in ascending id order.
-    order_.resize(static_cast<size_t>(vocab));
-    for (int32_t i = 0; i < vocab; ++i) order_[i] = i;
+    order.resize(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) order[i] = i;
     if (params_.top_k > 0 && params_.top_k < vocab) {
       auto by_logit = [&l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-      std::nth_element(order_.begin(), order_.begin() + params_.top_k, order_.end(), by_logit);
-      order_.resize(static_cast<size_t>(params_.top_k));
-      std::sort(order_.begin(), order_.end());
+      std::nth_element(order.begin(), order.begin() + params_.top_k, order.end(), by_logit);
+      order.resize(static_cast<size_t>(params_.top_k));
+      std::sort(order.begin(), order.end());
     }
 
     // 5. Softmax over the survivors; l becomes p in place.
     double max_l = -std::numeric_limits<double>::infinity();
-    for (int32_t i : order_) max_l = std::max(max_l, l[i]);
+    for (int32_t i : order) max_l = std::max(max_l, l[i]);
     double sum = 0.0;
-    for (int32_t i : order_) {
+    for (int32_t i : order) {
       l[i] = std::exp(l[i] - max_l);
       sum += l[i];
     }
-    for (int32_t i : order_) l[i] /= sum;
+    for (int32_t i : order) l[i] /= sum;
 
     // 6. min_p relative to the most likely survivor.
     if (params_.min_p > 0.0f) {
       double max_p = 0.0;
-      for (int32_t i : order_) max_p = std::max(max_p, l[i]);
+      for (int32_t i : order) max_p = std::max(max_p, l[i]);
       const double threshold = static_cast<double>(params_.min_p) * max_p;
-      std::erase_if(order_, [&l, threshold](int32_t i) { return !(l[i] >= threshold); });
+      std::erase_if(order, [&l, threshold](int32_t i) { return !(l[i] >= threshold); });
     }
 
-    auto renormalise = [this, &l]() {
+    auto renormalise = [&order, &l]() {
       double total = 0.0;
-      for (int32_t i : order_) total += l[i];
-      for (int32_t i : order_) l[i] /= total;
+      for (int32_t i : order) total += l[i];
+      for (int32_t i : order) l[i] /= total;
     };
 
     // 7. top_p: the shortest (p desc, id asc) prefix reaching top_p. Sorting is done in
@@ -118,17 +132,17 @@ TokenId Sampler::Sample(absl::Span<const float> logits) {
     if (params_.top_p < 1.0f) {
       renormalise();
       const double top_p = params_.top_p;
-      ranked_ = order_;
+      ranked = order;
       auto by_prob = [&l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-      const size_t n = ranked_.size();
+      const size_t n = ranked.size();
       size_t sorted = std::min<size_t>(64, n);
       size_t keep = n;
       for (;;) {
-        std::partial_sort(ranked_.begin(), ranked_.begin() + sorted, ranked_.end(), by_prob);
+        std::partial_sort(ranked.begin(), ranked.begin() + sorted, ranked.end(), by_prob);
         double cumulative = 0.0;
         size_t i = 0;
         for (; i < sorted; ++i) {
-          cumulative += l[ranked_[i]];
+          cumulative += l[ranked[i]];
           if (cumulative >= top_p) break;
         }
         if (i < sorted) {
@@ -138,18 +152,18 @@ TokenId Sampler::Sample(absl::Span<const float> logits) {
         if (sorted == n) break;  // rounding never reached top_p: keep everything
         sorted = std::min(n, sorted * 4);
       }
-      ranked_.resize(keep);
-      std::sort(ranked_.begin(), ranked_.end());
-      order_.swap(ranked_);
+      ranked.resize(keep);
+      std::sort(ranked.begin(), ranked.end());
+      order.swap(ranked);
     }
 
     // 8. Draw.
     renormalise();
     const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
     // Survivors only run out when the logits are not finite (NaN compares false everywhere).
-    chosen = order_.empty() ? 0 : order_.back();
+    chosen = order.empty() ? 0 : order.back();
     double cumulative = 0.0;
-    for (int32_t i : order_) {
+    for (int32_t i : order) {
       cumulative += l[i];
       if (cumulative > u) {
         chosen = i;
@@ -161,27 +175,45 @@ TokenId Sampler::Sample(absl::Span<const float> logits) {
   return chosen;
 }
 
-std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n) {
-  const int32_t vocab = static_cast<int32_t>(logits.size());
-  n = std::clamp(n, 0, vocab);
-  if (n == 0) return {};
+namespace {
+
+// log Σ exp(logits), in double.
+double LogPartition(absl::Span<const float> logits) {
   double max_l = -std::numeric_limits<double>::infinity();
   for (float x : logits) max_l = std::max(max_l, static_cast<double>(x));
   double sum = 0.0;
   for (float x : logits) sum += std::exp(static_cast<double>(x) - max_l);
-  const double log_z = max_l + std::log(sum);
+  return max_l + std::log(sum);
+}
 
-  std::vector<int32_t> ids(static_cast<size_t>(vocab));
+}  // namespace
+
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, std::vector<int32_t>& ids,
+                     TokenLogprob* out) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  n = std::clamp(n, 0, vocab);
+  if (n == 0) return;
+  const double log_z = LogPartition(logits);
+  ids.resize(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) ids[i] = i;
   std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&logits](int32_t a, int32_t b) {
     return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
   });
-  std::vector<TokenLogprob> out;
-  out.reserve(static_cast<size_t>(n));
   for (int32_t i = 0; i < n; ++i) {
-    out.push_back({ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - log_z)});
+    out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - log_z)};
   }
+}
+
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n) {
+  n = std::clamp(n, 0, static_cast<int32_t>(logits.size()));
+  std::vector<TokenLogprob> out(static_cast<size_t>(n));
+  std::vector<int32_t> ids;
+  TopLogprobsInto(logits, n, ids, out.data());
   return out;
+}
+
+float LogProbOf(absl::Span<const float> logits, TokenId token) {
+  return static_cast<float>(static_cast<double>(logits[token]) - LogPartition(logits));
 }
 
 }  // namespace linserve

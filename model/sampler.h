@@ -61,27 +61,50 @@ struct TokenLogprob {
   float logprob;
 };
 
+// How many times a token was seen (penalty counts).
+struct TokenCount {
+  TokenId token = 0;
+  int64_t count = 0;
+};
+
+// Working memory of Sample, reusable by any number of Samplers on one thread at a time (about
+// 16 bytes per vocabulary entry once grown).
+struct SamplerScratch {
+  std::vector<double> values;    // l, then p, indexed by token id
+  std::vector<int32_t> order;    // surviving ids, ascending
+  std::vector<int32_t> ranked;   // survivors by (p desc, id asc), for top_p
+};
+
 // One per generation stream. Not thread-safe.
 class Sampler {
  public:
   explicit Sampler(const SamplingParams& params);
+  // New parameters and a random stream seeded with params.seed; the seen counts are kept.
+  void Restart(const SamplingParams& params);
   // Counts `tokens` as seen for the penalties (the prompt, typically).
   void Observe(absl::Span<const TokenId> tokens);
+  // Replaces the seen counts.
+  void SetSeen(absl::Span<const TokenCount> counts);
   // Samples one token from `logits` (vocab_size floats, not modified) and counts it as seen.
-  TokenId Sample(absl::Span<const float> logits);
+  TokenId Sample(absl::Span<const float> logits) { return Sample(logits, scratch_); }
+  TokenId Sample(absl::Span<const float> logits, SamplerScratch& scratch);
   const SamplingParams& params() const { return params_; }
 
  private:
   SamplingParams params_;
   std::mt19937_64 rng_;
-  std::unordered_map<TokenId, int32_t> seen_counts_;
-  std::vector<double> scratch_;   // l, then p, indexed by token id
-  std::vector<int32_t> order_;    // surviving ids, ascending
-  std::vector<int32_t> ranked_;   // survivors by (p desc, id asc), for top_p
+  std::unordered_map<TokenId, int64_t> seen_counts_;
+  SamplerScratch scratch_;  // for Sample(logits) only
 };
 
 // log-softmax top-n of raw logits (n <= logits.size()), most likely first.
 std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n);
+// Writes the same n pairs to out[0, n) without allocating when `ids` has grown to
+// logits.size() (a scratch vector the caller keeps).
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, std::vector<int32_t>& ids,
+                     TokenLogprob* out);
+// log p(token) under softmax(logits), in double.
+float LogProbOf(absl::Span<const float> logits, TokenId token);
 
 }  // namespace linserve
 

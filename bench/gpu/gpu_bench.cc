@@ -197,13 +197,16 @@ Json MeasureDecode(CudaBackend& backend, const Floors& floors, int batch,
     if (i > 0) Die(backend.CopySlot(slots[0], slots[i]), "CopySlot");
     SamplingParams p = params;
     p.seed = static_cast<uint64_t>(i);
-    Die(backend.StartSampling(slots[i], p, prompt), "StartSampling");
+    // Slot 0's counts reach the others through CopySlot.
+    Die(backend.StartSampling(slots[i], p, 0,
+                              i == 0 ? absl::MakeConstSpan(prompt) : absl::Span<const TokenId>()),
+        "StartSampling");
   }
   std::vector<DecodeItem> items(batch);
   std::vector<TokenId> tokens(batch, 66);
   auto step = [&]() {
     for (int i = 0; i < batch; ++i) items[i] = {slots[i], tokens[i]};
-    Die(backend.DecodeAndSample(items, absl::MakeSpan(tokens)), "DecodeAndSample");
+    Die(backend.DecodeAndSample(items, {.tokens = absl::MakeSpan(tokens)}), "DecodeAndSample");
   };
   for (int i = 0; i < 3; ++i) step();  // the first one captures the bucket's graph
   std::vector<double> times;
@@ -285,13 +288,13 @@ Json MeasureLatencyAt(CudaBackend& backend, const Floors& floors, int64_t positi
   Die(backend.WriteSlot(*slot, blob), "WriteSlot");
   SamplingParams greedy;
   greedy.temperature = 0.0f;
-  Die(backend.StartSampling(*slot, greedy, prompt), "StartSampling");
+  Die(backend.StartSampling(*slot, greedy, 0, prompt), "StartSampling");
   TokenId token = 71;
   std::vector<double> times;
   for (int i = 0; i < 203; ++i) {
     const DecodeItem item{*slot, token};
     const auto t = Clock::now();
-    Die(backend.DecodeAndSample({&item, 1}, {&token, 1}), "DecodeAndSample");
+    Die(backend.DecodeAndSample({&item, 1}, {.tokens = {&token, 1}}), "DecodeAndSample");
     if (i >= 3) times.push_back(Seconds(t));
   }
   backend.FreeSlot(*slot);

@@ -155,13 +155,13 @@ TEST(CudaBackendTest, GreedyDecodeOf1000TokensEqualsCpu) {
   ASSERT_TRUE(cpu->Prefill(c, prompt, absl::MakeSpan(cpu_logits)).ok());
   SamplingParams greedy;
   greedy.temperature = 0.0f;
-  ASSERT_TRUE(gpu->StartSampling(g, greedy, prompt).ok());
+  ASSERT_TRUE(gpu->StartSampling(g, greedy, 0, prompt).ok());
   // The first generated token comes from the prompt's last logits; feed it to both.
   TokenId next = Argmax(cpu_logits);
   for (int i = 0; i < 1000; ++i) {
     const DecodeItem gpu_item{g, next};
     TokenId gpu_token = -1;
-    ASSERT_TRUE(gpu->DecodeAndSample({&gpu_item, 1}, {&gpu_token, 1}).ok());
+    ASSERT_TRUE(gpu->DecodeAndSample({&gpu_item, 1}, {.tokens = {&gpu_token, 1}}).ok());
     const DecodeItem cpu_item{c, next};
     ASSERT_TRUE(cpu->Decode({&cpu_item, 1}, absl::MakeSpan(cpu_logits)).ok());
     const TokenId cpu_token = Argmax(cpu_logits);
@@ -289,7 +289,7 @@ TEST(CudaBackendTest, DecodeAndSampleEqualsHostSamplerOnTheSameLogits) {
     ASSERT_TRUE(gpu->CopySlot(host_slot, device_slot).ok());
     Sampler sampler(params);
     sampler.Observe(prompt);
-    ASSERT_TRUE(gpu->StartSampling(device_slot, params, prompt).ok());
+    ASSERT_TRUE(gpu->StartSampling(device_slot, params, 0, prompt).ok());
     TokenId next = prompt.back();
     for (int step = 0; step < 60; ++step) {
       std::vector<float> logits(vocab);
@@ -298,7 +298,7 @@ TEST(CudaBackendTest, DecodeAndSampleEqualsHostSamplerOnTheSameLogits) {
       const TokenId expect = sampler.Sample(logits);
       TokenId got = -1;
       const DecodeItem device_item{device_slot, next};
-      ASSERT_TRUE(gpu->DecodeAndSample({&device_item, 1}, {&got, 1}).ok());
+      ASSERT_TRUE(gpu->DecodeAndSample({&device_item, 1}, {.tokens = {&got, 1}}).ok());
       ASSERT_EQ(got, expect) << "step " << step;
       next = got;
     }
@@ -319,16 +319,16 @@ TEST(CudaBackendTest, CopySlotForksTheSampler) {
   ASSERT_TRUE(gpu->Prefill(a, prompt, {}).ok());
   SamplingParams params;
   params.seed = 77;
-  ASSERT_TRUE(gpu->StartSampling(a, params, prompt).ok());
+  ASSERT_TRUE(gpu->StartSampling(a, params, 0, prompt).ok());
   TokenId token = -1;
   const DecodeItem first{a, prompt.back()};
-  ASSERT_TRUE(gpu->DecodeAndSample({&first, 1}, {&token, 1}).ok());
+  ASSERT_TRUE(gpu->DecodeAndSample({&first, 1}, {.tokens = {&token, 1}}).ok());
   ASSERT_TRUE(gpu->CopySlot(a, b).ok());
   TokenId ta = token, tb = token;
   for (int i = 0; i < 30; ++i) {
     const DecodeItem batch[] = {{a, ta}, {b, tb}};
     TokenId out[2];
-    ASSERT_TRUE(gpu->DecodeAndSample(batch, out).ok());
+    ASSERT_TRUE(gpu->DecodeAndSample(batch, {.tokens = out}).ok());
     ASSERT_EQ(out[0], out[1]) << "step " << i;
     ta = out[0];
     tb = out[1];
@@ -343,18 +343,18 @@ TEST(CudaBackendTest, DecodeAndSampleNeedsStartSampling) {
   const SlotId slot = Allocate(*gpu);
   const DecodeItem item{slot, 1};
   TokenId token;
-  absl::Status status = gpu->DecodeAndSample({&item, 1}, {&token, 1});
+  absl::Status status = gpu->DecodeAndSample({&item, 1}, {.tokens = {&token, 1}});
   EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(status.message(), HasSubstr("StartSampling"));
   SamplingParams bad;
   bad.top_p = 0.0f;
-  status = gpu->StartSampling(slot, bad, {});
+  status = gpu->StartSampling(slot, bad, 0, {});
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(status.message(), HasSubstr("top_p"));
-  ASSERT_TRUE(gpu->StartSampling(slot, SamplingParams(), {}).ok());
-  ASSERT_TRUE(gpu->DecodeAndSample({&item, 1}, {&token, 1}).ok());
+  ASSERT_TRUE(gpu->StartSampling(slot, SamplingParams(), 0, {}).ok());
+  ASSERT_TRUE(gpu->DecodeAndSample({&item, 1}, {.tokens = {&token, 1}}).ok());
   ASSERT_TRUE(gpu->ResetSlot(slot).ok());  // clears the sampler
-  EXPECT_EQ(gpu->DecodeAndSample({&item, 1}, {&token, 1}).code(),
+  EXPECT_EQ(gpu->DecodeAndSample({&item, 1}, {.tokens = {&token, 1}}).code(),
             absl::StatusCode::kFailedPrecondition);
 }
 
