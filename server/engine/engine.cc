@@ -112,7 +112,15 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                            {{"state", "hibernated"}}),
           metrics.GetGauge("linserve_sessions", "Sessions by residency",
                            {{"state", "ephemeral"}}),
-      } {}
+      } {
+  const size_t rows = static_cast<size_t>(std::max(options.scheduler.max_batch_size, 1));
+  decode_items_.reserve(rows);
+  decode_jobs_.reserve(rows);
+  finished_.reserve(rows);
+  sampled_tokens_.resize(rows);
+  sampled_logprobs_.resize(rows);
+  sampled_top_logprobs_.resize(rows * kMaxTopLogprobs);
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
                                                        std::unique_ptr<Backend> backend,
@@ -269,6 +277,10 @@ void Engine::AdmitWaiting() {
       continue;
     }
     if (status.ok()) status = job->Activate(options_.requests.max_prompt_tokens);
+    if (status.ok()) {
+      status = backend_->StartSampling(*job->session()->slot, job->request().sampling,
+                                       job->request().top_logprobs, job->new_prompt_tokens());
+    }
     if (!status.ok()) {
       failed.emplace_back(std::move(job), status);
       continue;
@@ -407,61 +419,70 @@ void Engine::Step() {
   if (!plan.prefill.empty()) RunPrefill(plan.prefill);
 }
 
+SampleOutput Engine::SampleOutputFor(size_t rows) {
+  return {.tokens = absl::MakeSpan(sampled_tokens_).subspan(0, rows),
+          .logprobs = absl::MakeSpan(sampled_logprobs_).subspan(0, rows),
+          .top_logprobs =
+              absl::MakeSpan(sampled_top_logprobs_).subspan(0, rows * kMaxTopLogprobs)};
+}
+
+std::optional<FinishReason> Engine::EmitSampled(Job& job, size_t row, absl::Time now) {
+  const std::optional<FinishReason> finish = job.Emit(
+      sampled_tokens_[row], sampled_logprobs_[row],
+      absl::MakeConstSpan(sampled_top_logprobs_)
+          .subspan(row * kMaxTopLogprobs, static_cast<size_t>(job.request().top_logprobs)),
+      now);
+  m_.generated_tokens.Increment();
+  return finish;
+}
+
 void Engine::RunDecode(const std::vector<JobId>& batch) {
-  const int32_t vocab = model_.config.vocab_size;
-  std::vector<DecodeItem> items;
-  std::vector<Job*> jobs;
-  items.reserve(batch.size());
+  decode_items_.clear();
+  decode_jobs_.clear();
   for (JobId id : batch) {
     Job* job = jobs_.at(id);
-    items.push_back({*job->session()->slot, job->decode_token()});
-    jobs.push_back(job);
+    decode_items_.push_back({*job->session()->slot, job->decode_token()});
+    decode_jobs_.push_back(job);
   }
-  decode_logits_.resize(items.size() * vocab);
-  m_.batch_size.Observe(static_cast<double>(items.size()));
-  if (absl::Status status = backend_->Decode(items, absl::MakeSpan(decode_logits_));
+  m_.batch_size.Observe(static_cast<double>(decode_items_.size()));
+  if (absl::Status status =
+          backend_->DecodeAndSample(decode_items_, SampleOutputFor(decode_items_.size()));
       !status.ok()) {
     for (JobId id : batch) FailOnBackendError(id, status);
     return;
   }
   const absl::Time now = absl::Now();
-  std::vector<std::pair<JobId, FinishReason>> finished;
-  for (size_t i = 0; i < jobs.size(); ++i) {
-    Job* job = jobs[i];
+  finished_.clear();
+  for (size_t i = 0; i < decode_jobs_.size(); ++i) {
+    Job* job = decode_jobs_[i];
     job->DecodeDone();
     job->set_last_token_step(step_);
-    const std::optional<FinishReason> finish = job->SampleAndEmit(
-        absl::MakeConstSpan(decode_logits_).subspan(i * vocab, vocab), now);
-    m_.generated_tokens.Increment();
+    const std::optional<FinishReason> finish = EmitSampled(*job, i, now);
     if (job->last_inter_token_latency().has_value()) {
       m_.inter_token_latency.Observe(absl::ToDoubleSeconds(*job->last_inter_token_latency()));
     }
-    if (finish.has_value()) finished.emplace_back(job->id(), *finish);
+    if (finish.has_value()) finished_.emplace_back(job->id(), *finish);
   }
-  for (const auto& [id, reason] : finished) Complete(Extract(id), absl::OkStatus(), reason);
+  for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
 }
 
 void Engine::RunPrefill(const std::vector<PrefillChunk>& chunks) {
-  const int32_t vocab = model_.config.vocab_size;
-  prefill_logits_.resize(vocab);
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
     const bool last = chunk.tokens == job->prefill_remaining();
-    const absl::Span<float> logits =
-        last ? absl::MakeSpan(prefill_logits_) : absl::Span<float>();
+    const SlotId slot = *job->session()->slot;
+    const absl::Span<const TokenId> tokens = job->PeekPrefill(chunk.tokens);
     m_.prefill_chunk.Observe(chunk.tokens);
-    if (absl::Status status =
-            backend_->Prefill(*job->session()->slot, job->PeekPrefill(chunk.tokens), logits);
-        !status.ok()) {
+    const absl::Status status = last ? backend_->PrefillAndSample(slot, tokens, SampleOutputFor(1))
+                                     : backend_->Prefill(slot, tokens, {});
+    if (!status.ok()) {
       FailOnBackendError(chunk.id, status);
       continue;
     }
     job->PrefillDone(chunk.tokens);
     if (!last) continue;
     job->set_last_token_step(step_);
-    const std::optional<FinishReason> finish =
-        job->SampleAndEmit(absl::MakeConstSpan(prefill_logits_), absl::Now());
-    m_.generated_tokens.Increment();
+    const std::optional<FinishReason> finish = EmitSampled(*job, 0, absl::Now());
     m_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
     if (finish.has_value()) Complete(Extract(chunk.id), absl::OkStatus(), *finish);
   }

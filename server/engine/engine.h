@@ -174,6 +174,10 @@ class Engine {
   void Step();
   void RunPrefill(const std::vector<PrefillChunk>& chunks);
   void RunDecode(const std::vector<JobId>& batch);
+  // The first `rows` rows of the sampling output buffers.
+  SampleOutput SampleOutputFor(size_t rows);
+  // Hands row `row` of the sampling output to `job` (Job::Emit) and counts the token.
+  std::optional<FinishReason> EmitSampled(Job& job, size_t row, absl::Time now);
   // Takes a job out of the waiting or active list; nullptr if it is in neither.
   std::unique_ptr<Job> Extract(JobId id);
   // Ends a job and releases its session.
@@ -205,8 +209,13 @@ class Engine {
   int64_t step_ = 0;
   bool stop_requested_ = false;
   absl::Time last_expiry_ = absl::InfinitePast();
-  std::vector<float> prefill_logits_;
-  std::vector<float> decode_logits_;
+  // Per-step buffers, sized once for max_batch_size rows: no allocation in a step.
+  std::vector<DecodeItem> decode_items_;
+  std::vector<Job*> decode_jobs_;
+  std::vector<std::pair<JobId, FinishReason>> finished_;
+  std::vector<TokenId> sampled_tokens_;
+  std::vector<float> sampled_logprobs_;
+  std::vector<TokenLogprob> sampled_top_logprobs_;
 
   mutable absl::Mutex mu_;
   std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);

@@ -7,23 +7,6 @@
 #include "absl/strings/str_cat.h"
 
 namespace linserve {
-namespace {
-
-bool UsesPenalties(const SamplingParams& p) {
-  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
-         p.frequency_penalty != 0.0f;
-}
-
-// log p(token) under softmax(logits), in double.
-float LogProb(absl::Span<const float> logits, TokenId token) {
-  const double max = *std::max_element(logits.begin(), logits.end());
-  double sum = 0;
-  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
-  return static_cast<float>(logits[token] - max - std::log(sum));
-}
-
-}  // namespace
-
 Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, const Model& model,
          absl::Time submit_time)
     : id_(id),
@@ -50,6 +33,7 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
   feed_ = std::move(session.pending);
   session.pending.clear();
   const size_t prompt_start = feed_.size();
+  prompt_start_ = prompt_start;
   if (add_bos) feed_.push_back(model_.config.bos_token_id);
   feed_.insert(feed_.end(), request_.prompt.begin(), request_.prompt.end());
   for (size_t i = prompt_start; i < feed_.size(); ++i) ++session.token_counts[feed_[i]];
@@ -57,21 +41,12 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
   usage_.prompt_tokens = static_cast<int32_t>(feed_.size() - prompt_start);
   usage_.session_tokens = session.num_tokens;
 
-  sampler_.emplace(request_.sampling);
-  if (UsesPenalties(request_.sampling)) {
-    // The penalties count every token of the session, as if it had been one long request.
-    std::vector<TokenId> seen;
-    for (const auto& [token, count] : session.token_counts) {
-      for (int64_t done = 0; done < count;) {
-        const int64_t n = std::min<int64_t>(count - done, 4096);
-        seen.assign(n, token);
-        sampler_->Observe(seen);
-        done += n;
-      }
-    }
-  }
   active_ = true;
   return absl::OkStatus();
+}
+
+absl::Span<const TokenId> Job::new_prompt_tokens() const {
+  return absl::MakeConstSpan(feed_).subspan(prompt_start_);
 }
 
 absl::Span<const TokenId> Job::PeekPrefill(int32_t n) const {
@@ -80,8 +55,9 @@ absl::Span<const TokenId> Job::PeekPrefill(int32_t n) const {
 
 void Job::DecodeDone() { last_token_.reset(); }
 
-std::optional<FinishReason> Job::SampleAndEmit(absl::Span<const float> logits, absl::Time now) {
-  const TokenId token = sampler_->Sample(logits);
+std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
+                                      absl::Span<const TokenLogprob> top_logprobs,
+                                      absl::Time now) {
   last_token_ = token;
   ++generated_;
   ++session_->token_counts[token];
@@ -101,8 +77,8 @@ std::optional<FinishReason> Job::SampleAndEmit(absl::Span<const float> logits, a
   GeneratedToken out;
   out.id = token;
   if (request_.top_logprobs > 0) {
-    out.logprob = LogProb(logits, token);
-    out.top_logprobs = TopLogprobs(logits, request_.top_logprobs);
+    out.logprob = logprob;
+    out.top_logprobs.assign(top_logprobs.begin(), top_logprobs.end());
   }
 
   std::optional<FinishReason> finish;

@@ -1,5 +1,6 @@
 // Job: one generation in the engine, from submission to its sink's OnFinish. Holds the request,
-// the tokens still to feed, the sampler, the streaming detokenizer and the stop-string matcher,
+// the tokens still to feed, the streaming detokenizer and the stop-string matcher (the backend
+// samples: see Backend's sampling contract),
 // and keeps its session's token accounting exact: every token it feeds or emits is counted in
 // the session the moment it becomes part of it.
 //
@@ -45,6 +46,9 @@ class Job {
   // the session is empty, then the prompt become the tokens to feed, and the prompt joins the
   // session. INVALID_ARGUMENT (changing nothing) when they exceed `max_prompt_tokens`.
   absl::Status Activate(int32_t max_prompt_tokens);
+  // The tokens Activate added to the session (BOS and prompt): what the slot's sampler must
+  // count as seen on top of what it had.
+  absl::Span<const TokenId> new_prompt_tokens() const;
 
   int64_t prefill_remaining() const { return static_cast<int64_t>(feed_.size()) - fed_; }
   // The next `n` tokens to prefill (n <= prefill_remaining()).
@@ -60,11 +64,13 @@ class Job {
   int64_t last_token_step() const { return last_token_step_; }
   void set_last_token_step(int64_t step) { last_token_step_ = step; }
 
-  // Samples from the logits that follow everything fed so far, emits the token to the sink and
-  // says whether the generation is over (and why). `now` times the token.
-  std::optional<FinishReason> SampleAndEmit(absl::Span<const float> logits, absl::Time now);
+  // Takes the token the backend sampled after everything fed so far (with its logprob and top
+  // alternatives when the request asked for them), emits it to the sink and says whether the
+  // generation is over (and why). `now` times the token.
+  std::optional<FinishReason> Emit(TokenId token, float logprob,
+                                   absl::Span<const TokenLogprob> top_logprobs, absl::Time now);
 
-  // Time since the previous token (nullopt for the first); set by SampleAndEmit.
+  // Time since the previous token (nullopt for the first); set by Emit.
   std::optional<absl::Duration> last_inter_token_latency() const { return inter_token_; }
   int32_t generated_tokens() const { return generated_; }
 
@@ -86,6 +92,7 @@ class Job {
   Session* session_ = nullptr;
   bool active_ = false;
   std::vector<TokenId> feed_;
+  size_t prompt_start_ = 0;  // feed_[prompt_start_, end): BOS and the prompt
   int64_t fed_ = 0;
   std::optional<TokenId> last_token_;  // sampled, not yet fed
   int64_t last_token_step_ = -1;
@@ -95,7 +102,6 @@ class Job {
   std::optional<absl::Duration> inter_token_;
   Usage usage_;
 
-  std::optional<Sampler> sampler_;
   StreamingDetokenizer detokenizer_;
   StopMatcher stop_matcher_;
 };

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -120,7 +121,13 @@ absl::Status SessionStore::MakeResident(Session& session, absl::Time now) {
   absl::StatusOr<SlotId> slot = AcquireSlot(&session);
   if (!slot.ok()) return slot.status();
   if (session.hibernated.has_value()) {
-    if (absl::Status status = backend_.WriteSlot(*slot, *session.hibernated); !status.ok()) {
+    // The slot's penalty counts come back with the state, in O(distinct tokens).
+    std::vector<TokenCount> counts;
+    counts.reserve(session.token_counts.size());
+    for (const auto& [token, count] : session.token_counts) counts.push_back({token, count});
+    absl::Status status = backend_.WriteSlot(*slot, *session.hibernated);
+    if (status.ok()) status = backend_.SetSeenCounts(*slot, counts);
+    if (!status.ok()) {
       backend_.FreeSlot(*slot);
       return status;
     }

@@ -22,7 +22,10 @@ float Table(TokenId token, int64_t index) {
 }  // namespace
 
 FakeBackend::FakeBackend(const ModelConfig& config, int32_t slots, int64_t eos_after)
-    : config_(config), eos_after_(eos_after), slots_(slots) {}
+    : config_(config),
+      eos_after_(eos_after),
+      slots_(slots),
+      sampling_(slots, config.vocab_size, /*threads=*/1) {}
 
 int32_t FakeBackend::free_slots() const {
   int32_t free = 0;
@@ -36,6 +39,7 @@ absl::StatusOr<SlotId> FakeBackend::AllocateSlot() {
       slots_[i].allocated = true;
       slots_[i].position = 0;
       slots_[i].state.assign(config_.StateFloatsPerSlot(), 0.0f);
+      sampling_.Clear(SlotId{static_cast<int32_t>(i)});
       return SlotId{static_cast<int32_t>(i)};
     }
   }
@@ -61,6 +65,7 @@ absl::Status FakeBackend::ResetSlot(SlotId slot) {
   if (absl::Status s = Check(slot); !s.ok()) return s;
   slots_[slot.value].position = 0;
   slots_[slot.value].state.assign(config_.StateFloatsPerSlot(), 0.0f);
+  sampling_.Clear(slot);
   return absl::OkStatus();
 }
 
@@ -70,6 +75,7 @@ absl::Status FakeBackend::CopySlot(SlotId from, SlotId to) {
   if (from == to) return absl::InvalidArgumentError("fake backend: copy onto itself");
   slots_[to.value].position = slots_[from.value].position;
   slots_[to.value].state = slots_[from.value].state;
+  sampling_.Copy(from, to);
   return absl::OkStatus();
 }
 
@@ -159,6 +165,46 @@ absl::Status FakeBackend::WriteSlot(SlotId slot, const StateBlob& in) {
   }
   slots_[slot.value].position = in.position;
   slots_[slot.value].state = in.state;
+  sampling_.Clear(slot);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::StartSampling(SlotId slot, const SamplingParams& params,
+                                        int32_t top_logprobs, absl::Span<const TokenId> observed) {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  return sampling_.Start(slot, params, top_logprobs, observed);
+}
+
+absl::Status FakeBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  return sampling_.SetSeenCounts(slot, counts);
+}
+
+absl::Status FakeBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
+                                          const SampleOutput& out) {
+  batch_slots_.clear();
+  for (const DecodeItem& item : batch) {
+    if (absl::Status s = Check(item.slot); !s.ok()) return s;
+    batch_slots_.push_back(item.slot);
+  }
+  if (absl::Status s = sampling_.CheckOutput(batch_slots_, out, "DecodeAndSample"); !s.ok()) {
+    return s;
+  }
+  logits_.resize(batch.size() * static_cast<size_t>(config_.vocab_size));
+  if (absl::Status s = Decode(batch, absl::MakeSpan(logits_)); !s.ok()) return s;
+  sampling_.SampleRows(batch_slots_, logits_.data(), out);
+  return absl::OkStatus();
+}
+
+absl::Status FakeBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                           const SampleOutput& out) {
+  if (absl::Status s = Check(slot); !s.ok()) return s;
+  if (absl::Status s = sampling_.CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) {
+    return s;
+  }
+  logits_.resize(static_cast<size_t>(config_.vocab_size));
+  if (absl::Status s = Prefill(slot, tokens, absl::MakeSpan(logits_)); !s.ok()) return s;
+  sampling_.SampleRows({&slot, 1}, logits_.data(), out);
   return absl::OkStatus();
 }
 

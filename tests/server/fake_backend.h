@@ -13,6 +13,7 @@
 #include "absl/synchronization/mutex.h"
 #include "model/backend.h"
 #include "model/config.h"
+#include "model/host_sampling.h"
 
 namespace linserve {
 
@@ -44,6 +45,15 @@ class FakeBackend : public Backend {
   absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+  // Sampling as the CPU backend does it (model/host_sampling.h) over the fake logits; the
+  // calls, gate and failures are those of Decode and Prefill.
+  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
+                             absl::Span<const TokenId> observed) override;
+  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
+  absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
+                               const SampleOutput& out) override;
+  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                const SampleOutput& out) override;
 
   // Thread-safe controls for tests.
   // Every later Prefill/Decode fails with INTERNAL while set.
@@ -68,6 +78,9 @@ class FakeBackend : public Backend {
   ModelConfig config_;
   const int64_t eos_after_;
   std::vector<Slot> slots_;
+  HostSampling sampling_;
+  std::vector<float> logits_;
+  std::vector<SlotId> batch_slots_;
 
   mutable absl::Mutex mu_;
   bool fail_ ABSL_GUARDED_BY(mu_) = false;
