@@ -97,7 +97,7 @@ ABSL_FLAG(int64_t, max_prompt_bytes, 0,
 ABSL_FLAG(int32_t, max_stop_strings, 16, "Most stop strings per request.");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest stop string, bytes.");
 ABSL_FLAG(int32_t, max_stop_token_ids, 64, "Most stop token ids per request.");
-ABSL_FLAG(int32_t, max_top_logprobs, 20, "Largest top_logprobs per request.");
+ABSL_FLAG(int32_t, max_top_logprobs, 20, "Largest top_logprobs per request, in [1, 20].");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn or error.");
 
 namespace linserve {

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend.h"
 
 namespace linserve {
 namespace {
@@ -120,6 +121,11 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits) {
       return absl::InvalidArgumentError(
           absl::StrCat("request limit ", name, " must be >= 1, got ", value));
     }
+  }
+  if (limits.max_top_logprobs > kMaxTopLogprobs) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("request limit max_top_logprobs must be <= ", kMaxTopLogprobs,
+                     " (what a backend returns per token), got ", limits.max_top_logprobs));
   }
   return absl::OkStatus();
 }

@@ -7,6 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/backend.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -80,6 +81,15 @@ TEST(RequestLimitsTest, RejectsNonPositiveLimits) {
   limits.max_top_logprobs = 0;
   EXPECT_THAT(std::string(ValidateRequestLimits(limits).message()),
               HasSubstr("max_top_logprobs"));
+}
+
+TEST(RequestLimitsTest, TopLogprobsLimitIsWhatABackendReturns) {
+  RequestLimits limits;
+  limits.max_top_logprobs = kMaxTopLogprobs;
+  EXPECT_TRUE(ValidateRequestLimits(limits).ok());
+  limits.max_top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_THAT(std::string(ValidateRequestLimits(limits).message()),
+              HasSubstr("max_top_logprobs must be <= 20"));
 }
 
 }  // namespace
