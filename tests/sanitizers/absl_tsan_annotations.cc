@@ -10,10 +10,13 @@
 // libraries (through the PLT) reach it first; each definition forwards to the real one (found with
 // dlsym(RTLD_NEXT)) and tells TSan that the object was released before and acquired after.
 //
+// Abseil evaluates a waiter's Condition inside its own code, holding the mutex; Condition::Eval is
+// wrapped too, and brackets the evaluation with an acquire and a release of that mutex.
+//
 // What TSan still checks: every access our code makes to memory shared between threads. An access
 // not ordered by a lock, notification or atomic is still reported. What it gives up: lock-order
-// (deadlock) detection for absl::Mutex, and two readers under one ReaderLock are ordered with each
-// other (TSan misses a write made under a reader lock).
+// (deadlock) detection for absl::Mutex (Abseil's own detector is off, see below), and two readers
+// under one ReaderLock are ordered with each other (TSan misses a write made under a reader lock).
 #include <dlfcn.h>
 
 #include <cstdio>
@@ -26,10 +29,6 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/time.h"
-
-#if !defined(__SANITIZE_THREAD__) && !(defined(__has_feature) && __has_feature(thread_sanitizer))
-#error "absl_tsan_annotations.cc belongs only in -fsanitize=thread builds"
-#endif
 
 extern "C" void __tsan_acquire(void* addr);
 extern "C" void __tsan_release(void* addr);
@@ -66,43 +65,76 @@ void* Real(const char* tail) {
 void Acquire(const void* addr) { __tsan_acquire(const_cast<void*>(addr)); }
 void Release(const void* addr) { __tsan_release(const_cast<void*>(addr)); }
 
+// The mutex whose operation this thread is inside. Abseil evaluates a waiter's Condition inside
+// such an operation, holding that mutex: in the waiter's own LockWhen/Await, or in the Unlock of
+// another thread that hands the mutex over. Condition::Eval below brackets the evaluation with
+// an acquire and a release of this mutex, as Abseil's own annotations do.
+thread_local const absl::Mutex* tls_mutex = nullptr;
+
+class InMutexOp {
+ public:
+  explicit InMutexOp(const absl::Mutex* mu) : saved_(tls_mutex) { tls_mutex = mu; }
+  ~InMutexOp() { tls_mutex = saved_; }
+  InMutexOp(const InMutexOp&) = delete;
+  InMutexOp& operator=(const InMutexOp&) = delete;
+
+ private:
+  const absl::Mutex* saved_;
+};
+
+// Abseil's deadlock detector keeps its lock graph under an uninstrumented spin lock; TSan would
+// report the graph's updates (memmove) as races between any two threads that lock a Mutex. TSan
+// runs its own lock-order checks on what it sees, so Abseil's are switched off in these builds.
+[[maybe_unused]] const bool kAbslDeadlockDetectionOff = [] {
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+  return true;
+}();
+
 }  // namespace
 
 namespace absl {
 ABSL_NAMESPACE_BEGIN
 
 void Mutex::Lock() {
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*), "_ZN4absl@5Mutex4LockEv")(this);
   Acquire(this);
 }
 void Mutex::Unlock() {
   Release(this);
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*), "_ZN4absl@5Mutex6UnlockEv")(this);
 }
 bool Mutex::TryLock() {
+  InMutexOp op(this);
   const bool locked = LINSERVE_REAL(bool (*)(Mutex*), "_ZN4absl@5Mutex7TryLockEv")(this);
   if (locked) Acquire(this);
   return locked;
 }
 void Mutex::ReaderLock() {
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*), "_ZN4absl@5Mutex10ReaderLockEv")(this);
   Acquire(this);
 }
 void Mutex::ReaderUnlock() {
   Release(this);
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*), "_ZN4absl@5Mutex12ReaderUnlockEv")(this);
 }
 bool Mutex::ReaderTryLock() {
+  InMutexOp op(this);
   const bool locked = LINSERVE_REAL(bool (*)(Mutex*), "_ZN4absl@5Mutex13ReaderTryLockEv")(this);
   if (locked) Acquire(this);
   return locked;
 }
 void Mutex::LockWhen(const Condition& cond) {
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl@5Mutex8LockWhenERKNS0_9ConditionE")
   (this, cond);
   Acquire(this);
 }
 void Mutex::ReaderLockWhen(const Condition& cond) {
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*, const Condition&),
                 "_ZN4absl@5Mutex14ReaderLockWhenERKNS0_9ConditionE")
   (this, cond);
@@ -110,6 +142,7 @@ void Mutex::ReaderLockWhen(const Condition& cond) {
 }
 // The *With{Timeout,Deadline} forms hold the mutex on return whatever they return.
 bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(
       bool (*)(Mutex*, const Condition&, Duration),
       "_ZN4absl@5Mutex19LockWhenWithTimeoutERKNS0_9ConditionENS0_8DurationE")(this, cond, timeout);
@@ -117,6 +150,7 @@ bool Mutex::LockWhenWithTimeout(const Condition& cond, Duration timeout) {
   return met;
 }
 bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(
       bool (*)(Mutex*, const Condition&, Time),
       "_ZN4absl@5Mutex20LockWhenWithDeadlineERKNS0_9ConditionENS0_4TimeE")(this, cond, deadline);
@@ -124,6 +158,7 @@ bool Mutex::LockWhenWithDeadline(const Condition& cond, Time deadline) {
   return met;
 }
 bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(bool (*)(Mutex*, const Condition&, Duration),
                                  "_ZN4absl@5Mutex25ReaderLockWhenWithTimeoutERKNS0_"
                                  "9ConditionENS0_8DurationE")(this, cond, timeout);
@@ -131,6 +166,7 @@ bool Mutex::ReaderLockWhenWithTimeout(const Condition& cond, Duration timeout) {
   return met;
 }
 bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(bool (*)(Mutex*, const Condition&, Time),
                                  "_ZN4absl@5Mutex26ReaderLockWhenWithDeadlineERKNS0_"
                                  "9ConditionENS0_4TimeE")(this, cond, deadline);
@@ -140,12 +176,14 @@ bool Mutex::ReaderLockWhenWithDeadline(const Condition& cond, Time deadline) {
 // Await releases the mutex while it waits and holds it again on return.
 void Mutex::Await(const Condition& cond) {
   Release(this);
+  InMutexOp op(this);
   LINSERVE_REAL(void (*)(Mutex*, const Condition&), "_ZN4absl@5Mutex5AwaitERKNS0_9ConditionE")
   (this, cond);
   Acquire(this);
 }
 bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
   Release(this);
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(
       bool (*)(Mutex*, const Condition&, Duration),
       "_ZN4absl@5Mutex16AwaitWithTimeoutERKNS0_9ConditionENS0_8DurationE")(this, cond, timeout);
@@ -154,6 +192,7 @@ bool Mutex::AwaitWithTimeout(const Condition& cond, Duration timeout) {
 }
 bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
   Release(this);
+  InMutexOp op(this);
   const bool met = LINSERVE_REAL(bool (*)(Mutex*, const Condition&, Time),
                                  "_ZN4absl@5Mutex17AwaitWithDeadlineERKNS0_9ConditionENS0_4TimeE")(
       this, cond, deadline);
@@ -163,12 +202,14 @@ bool Mutex::AwaitWithDeadline(const Condition& cond, Time deadline) {
 
 void CondVar::Wait(Mutex* mu) {
   Release(mu);
+  InMutexOp op(mu);
   LINSERVE_REAL(void (*)(CondVar*, Mutex*), "_ZN4absl@7CondVar4WaitEPNS0_5MutexE")
   (this, mu);
   Acquire(mu);
 }
 bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
   Release(mu);
+  InMutexOp op(mu);
   const bool timed_out = LINSERVE_REAL(
       bool (*)(CondVar*, Mutex*, Duration),
       "_ZN4absl@7CondVar15WaitWithTimeoutEPNS0_5MutexENS0_8DurationE")(this, mu, timeout);
@@ -177,11 +218,21 @@ bool CondVar::WaitWithTimeout(Mutex* mu, Duration timeout) {
 }
 bool CondVar::WaitWithDeadline(Mutex* mu, Time deadline) {
   Release(mu);
+  InMutexOp op(mu);
   const bool timed_out = LINSERVE_REAL(
       bool (*)(CondVar*, Mutex*, Time),
       "_ZN4absl@7CondVar16WaitWithDeadlineEPNS0_5MutexENS0_4TimeE")(this, mu, deadline);
   Acquire(mu);
   return timed_out;
+}
+
+bool Condition::Eval() const {
+  const Mutex* mu = tls_mutex;
+  if (mu != nullptr) Acquire(mu);
+  const bool result =
+      LINSERVE_REAL(bool (*)(const Condition*), "_ZNK4absl@9Condition4EvalEv")(this);
+  if (mu != nullptr) Release(mu);
+  return result;
 }
 
 // HasBeenNotified() is inline: an acquire load of the flag that TSan sees in our code. Releasing at
