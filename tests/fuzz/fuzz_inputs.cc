@@ -22,6 +22,7 @@ RequestLimits FuzzLimits() {
   RequestLimits limits;
   limits.max_new_tokens = 64;
   limits.max_prompt_tokens = 256;
+  limits.max_prompt_bytes = 1024;
   limits.max_stop_strings = 4;
   limits.max_stop_string_bytes = 16;
   limits.max_stop_token_ids = 8;

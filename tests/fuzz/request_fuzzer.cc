@@ -36,6 +36,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (!proto.ParseFromArray(data, static_cast<int>(size))) return 0;
   auto request = FromProto(proto, tokenizer, limits, "fuzz");
   if (!request.ok()) return 0;
+  Check(static_cast<int64_t>(proto.text().size()) <= limits.max_prompt_bytes);
   if (!ValidateGenerateRequest(*request, limits, config).ok()) return 0;
   Check(!request->prompt.empty());
   Check(static_cast<int64_t>(request->prompt.size()) <= limits.max_prompt_tokens);
