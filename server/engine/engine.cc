@@ -1,13 +1,5 @@
 #include "server/engine/engine.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -20,56 +12,22 @@ namespace {
 constexpr absl::Duration kExpiryInterval = absl::Seconds(1);
 // How long an idle engine thread sleeps before checking for expired sessions.
 constexpr absl::Duration kIdleWait = absl::Milliseconds(500);
-constexpr absl::string_view kSnapshotExtension = ".session";
 
 std::vector<double> LatencyBuckets() { return ExponentialBuckets(0.0005, 2, 18); }  // 0.5 ms..65 s
 std::vector<double> SizeBuckets() { return ExponentialBuckets(1, 2, 14); }          // 1..8192
 
-absl::Status WriteFileAtomically(const std::filesystem::path& path, absl::string_view bytes) {
-  const std::filesystem::path tmp = path.string() + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    return absl::InternalError(absl::StrCat(tmp.string(), ": cannot create: ", std::strerror(errno)));
-  }
-  size_t done = 0;
-  while (done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int err = errno;
-      ::close(fd);
-      return absl::InternalError(absl::StrCat(tmp.string(), ": write failed: ", std::strerror(err)));
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    return absl::InternalError(absl::StrCat(tmp.string(), ": fsync/close failed: ", std::strerror(errno)));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return absl::InternalError(absl::StrCat(path.string(), ": rename failed: ", ec.message()));
-  return absl::OkStatus();
-}
-
-absl::StatusOr<std::string> ReadFile(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path.string(), ": cannot open"));
-  std::ostringstream out;
-  out << in.rdbuf();
-  if (in.bad()) return absl::InternalError(absl::StrCat(path.string(), ": read failed"));
-  return std::move(out).str();
-}
-
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
-               const EngineOptions& options, MetricsRegistry& metrics)
+               std::unique_ptr<SessionPersister> persister, const EngineOptions& options,
+               MetricsRegistry& metrics)
     : model_(model),
       options_(options),
       backend_(std::move(backend)),
       device_(backend_->device()),
       slot_capacity_(backend_->slot_capacity()),
-      store_(*backend_, options.sessions),
+      persister_(std::move(persister)),
+      store_(*backend_, options.sessions, persister_.get()),
       metrics_(metrics),
       m_{
           metrics.GetCounter("linserve_engine_steps_total",
@@ -138,9 +96,23 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
       backend->config().StateFloatsPerSlot() != model.config.StateFloatsPerSlot()) {
     return absl::InvalidArgumentError("the backend runs a different model than the one given");
   }
-  std::unique_ptr<Engine> engine(new Engine(model, std::move(backend), options, metrics));
+  std::unique_ptr<SessionPersister> persister;
   if (!options.state_dir.empty()) {
-    if (absl::Status s = engine->RestoreSessions(); !s.ok()) return s;
+    absl::StatusOr<std::unique_ptr<SessionPersister>> opened = SessionPersister::Open(
+        {.dir = options.state_dir,
+         .batch_interval = options.state_write_interval,
+         .file_system = options.file_system},
+        model.config, model.fingerprint, options.requests.max_prompt_tokens);
+    if (!opened.ok()) return opened.status();
+    persister = *std::move(opened);
+  }
+  std::unique_ptr<Engine> engine(
+      new Engine(model, std::move(backend), std::move(persister), options, metrics));
+  if (engine->persister_ != nullptr) {
+    const absl::Time start = absl::Now();
+    const int64_t restored = engine->store_.Restore(start);
+    spdlog::info("state_dir {}: restored {} sessions in {:.1f} ms", options.state_dir, restored,
+                 absl::ToDoubleMilliseconds(absl::Now() - start));
   }
   engine->PublishStats();
   engine->thread_ = std::thread([e = engine.get()] { e->Run(); });
@@ -326,15 +298,17 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
   job->SettleSession();
   jobs_.erase(job->id());
-  if (session != nullptr) {
-    session->busy = false;
-    session->busy_request_id.clear();
-    session->last_use_time = now;
-    if (session->ephemeral) store_.Erase(session);
-  }
+  const bool named = session != nullptr && !session->ephemeral;
+  if (session != nullptr) store_.Release(*session, now);
   // Published before the client hears of the end, so that what it sees next is current.
   PublishStats();
-  job->Report(status, reason, now);
+  // A client that heard its request end finds the session as it left it, even after a crash.
+  absl::AnyInvocable<void() &&> report = job->Report(status, reason, now);
+  if (named) {
+    store_.WhenDurable(std::move(report));
+  } else {
+    std::move(report)();
+  }
 
   const Usage& usage = job->usage();
   if (status.ok()) {
@@ -540,6 +514,13 @@ int64_t Engine::max_snapshot_bytes() const {
 
 // ---- Sessions ------------------------------------------------------------------------------
 
+template <typename T>
+void Engine::Reply(Callback<T> done, T value) {
+  store_.WhenDurable([done = std::move(done), value = std::move(value)]() mutable {
+    std::move(done)(std::move(value));
+  });
+}
+
 SessionInfo Engine::InfoOf(const Session& session) const {
   return SessionInfo{
       .id = session.id,
@@ -569,7 +550,7 @@ void Engine::CreateSession(Callback<SessionInfo> done) {
         absl::StatusOr<Session*> session = store_.Create(absl::Now());
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: created", (*session)->id.value);
-        std::move(done)(InfoOf(**session));
+        Reply(std::move(done), InfoOf(**session));
       });
 }
 
@@ -609,7 +590,7 @@ void Engine::ForkSession(SessionId id, Callback<SessionInfo> done) {
         absl::StatusOr<Session*> fork = store_.Fork(**source, absl::Now());
         if (!fork.ok()) return std::move(done)(fork.status());
         spdlog::info("session {}: forked from {}", (*fork)->id.value, id.value);
-        std::move(done)(InfoOf(**fork));
+        Reply(std::move(done), InfoOf(**fork));
       });
 }
 
@@ -621,7 +602,8 @@ void Engine::DeleteSession(SessionId id, StatusCallback done) {
         if (!session.ok()) return std::move(done)(session.status());
         store_.Erase(*session);
         spdlog::info("session {}: deleted", id.value);
-        std::move(done)(absl::OkStatus());
+        store_.WhenDurable(
+            [done = std::move(done)]() mutable { std::move(done)(absl::OkStatus()); });
       });
 }
 
@@ -633,8 +615,8 @@ void Engine::ExportSession(SessionId id, Callback<std::string> done) {
         if (!session.ok()) return std::move(done)(session.status());
         absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(**session);
         if (!snapshot.ok()) return std::move(done)(snapshot.status());
-        (*session)->last_use_time = absl::Now();
-        std::move(done)(EncodeSnapshot(*snapshot, model_.fingerprint));
+        store_.Touch(**session, absl::Now());
+        Reply(std::move(done), EncodeSnapshot(*snapshot, model_.fingerprint));
       });
 }
 
@@ -647,12 +629,11 @@ void Engine::ImportSession(absl::string_view bytes, Callback<SessionInfo> done) 
       [this, snapshot = *std::move(snapshot), done = std::move(done)](
           absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session =
-            store_.Insert(std::move(snapshot), std::nullopt, absl::Now());
+        absl::StatusOr<Session*> session = store_.Insert(std::move(snapshot), absl::Now());
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: imported ({} tokens)", (*session)->id.value,
                      (*session)->num_tokens);
-        std::move(done)(InfoOf(**session));
+        Reply(std::move(done), InfoOf(**session));
       });
 }
 
@@ -687,86 +668,14 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
   for (Op& op : leftover) {
     std::move(op)(absl::UnavailableError("the server is shutting down"));
   }
-  if (options_.state_dir.empty() || !started) return absl::OkStatus();
-  return PersistSessions();
-}
-
-absl::Status Engine::RestoreSessions() {
-  const std::filesystem::path dir(options_.state_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state_dir ", dir.string(), ": cannot create it: ", ec.message()));
-  }
-  std::filesystem::directory_iterator it(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state_dir ", dir.string(), ": cannot list it: ", ec.message()));
-  }
-  int restored = 0;
-  const absl::Time now = absl::Now();
-  for (const auto& entry : it) {
-    const std::filesystem::path& path = entry.path();
-    if (!entry.is_regular_file() || path.extension().string() != kSnapshotExtension) continue;
-    absl::StatusOr<SessionId> id = ParseSessionId(path.stem().string(), "file name");
-    absl::StatusOr<std::string> bytes =
-        id.ok() ? ReadFile(path) : absl::StatusOr<std::string>(id.status());
-    absl::StatusOr<SessionSnapshot> snapshot =
-        bytes.ok() ? DecodeSnapshot(*bytes, model_.config, model_.fingerprint,
-                                    options_.requests.max_prompt_tokens)
-                   : absl::StatusOr<SessionSnapshot>(bytes.status());
-    absl::StatusOr<Session*> session =
-        snapshot.ok() ? store_.Insert(*std::move(snapshot), *id, now)
-                      : absl::StatusOr<Session*>(snapshot.status());
-    if (!session.ok()) {
-      spdlog::warn("state_dir: not restoring {} (left in place): {}", path.string(),
-                   session.status().ToString());
-      continue;
-    }
-    std::filesystem::remove(path, ec);
-    if (ec) {
-      spdlog::warn("state_dir: restored {} but could not remove it: {}", path.string(),
-                   ec.message());
-    }
-    ++restored;
-  }
-  spdlog::info("state_dir {}: restored {} sessions", dir.string(), restored);
-  return absl::OkStatus();
-}
-
-absl::Status Engine::PersistSessions() {
-  const std::filesystem::path dir(options_.state_dir);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("state_dir ", dir.string(), ": cannot create it: ", ec.message()));
-  }
-  int written = 0;
-  int failed = 0;
-  absl::Status first_error;
-  for (const Session* session : store_.All()) {
-    absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(*session);
-    absl::Status status = snapshot.status();
-    if (status.ok()) {
-      status = WriteFileAtomically(dir / absl::StrCat(session->id.value, kSnapshotExtension),
-                                   EncodeSnapshot(*snapshot, model_.fingerprint));
-    }
-    if (status.ok()) {
-      ++written;
-    } else {
-      ++failed;
-      if (first_error.ok()) first_error = status;
-      spdlog::error("state_dir: session {} not persisted: {}", session->id.value,
-                    status.ToString());
-    }
-  }
-  spdlog::info("state_dir {}: persisted {} sessions", dir.string(), written);
-  if (failed > 0) {
-    return absl::InternalError(absl::StrCat(failed, " of ", written + failed,
-                                            " sessions could not be persisted; first error: ",
-                                            first_error.message()));
+  if (persister_ == nullptr || !started) return absl::OkStatus();
+  absl::Status flushed = persister_->Flush();
+  spdlog::info("state_dir {}: persisted {} sessions{}", options_.state_dir,
+               store_.named_sessions(), flushed.ok() ? "" : " (some writes failed)");
+  if (!flushed.ok()) {
+    return absl::InternalError(absl::StrCat(
+        "sessions could not all be written to state_dir ", options_.state_dir,
+        "; first error: ", flushed.message()));
   }
   return absl::OkStatus();
 }

@@ -39,6 +39,8 @@
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_id.h"
+#include "server/engine/file_system.h"
+#include "server/engine/session_persister.h"
 #include "server/engine/session_store.h"
 #include "server/engine/token_sink.h"
 
@@ -55,9 +57,16 @@ struct EngineOptions {
   // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
   // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.
   int32_t max_queue_depth = 256;
-  // Shutdown writes every session here, Create restores them from here; "" disables both.
-  // Default: "".
+  // Where sessions persist (session_persister.h): every change of a named session is written
+  // behind, and its client hears that a request, create, fork, import, export or delete is
+  // done only once the change is on disk; Create restores them. "" keeps sessions in memory
+  // only. Default: "".
   std::string state_dir;
+  // Least time between two batches of session writes. Default: 2 ms.
+  absl::Duration state_write_interval = absl::Milliseconds(2);
+  // The file system under state_dir; nullptr means DefaultFileSystem(). Must outlive the
+  // engine. Default: nullptr.
+  FileSystem* file_system = nullptr;
 };
 
 // A session as clients see it.
@@ -91,15 +100,18 @@ struct EngineStats {
 
 class Engine {
  public:
-  // Completion callbacks run on the engine thread, or on the calling thread when the operation
-  // is rejected at once (queue full, shutting down). They must not block.
+  // Completion callbacks run on the engine thread, on the persister's thread once a change is
+  // durable (with a state_dir), or on the calling thread when the operation is rejected at
+  // once (queue full, shutting down). They must not block.
   template <typename T>
   using Callback = absl::AnyInvocable<void(absl::StatusOr<T>) &&>;
   using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
 
   // `model` must outlive the engine; `backend` must run that model. Restores the sessions
-  // persisted in options.state_dir (files that fail to decode are logged and left in place)
-  // and starts the engine thread. Errors name the option or directory at fault.
+  // persisted in options.state_dir with every field as persisted (files that fail to decode
+  // are logged and left in place; sessions idle past the timeout are expired and their files
+  // removed) and starts the engine thread. Errors name the option or directory at fault
+  // (FAILED_PRECONDITION for a state_dir that cannot be created or written).
   static absl::StatusOr<std::unique_ptr<Engine>> Create(const Model& model,
                                                         std::unique_ptr<Backend> backend,
                                                         const EngineOptions& options,
@@ -144,12 +156,14 @@ class Engine {
 
   // Stops admission (UNAVAILABLE from then on), lets queued and running requests finish for up
   // to `drain_deadline`, cancels what remains (finish reason kCancelled), stops the engine
-  // thread and writes every session to options.state_dir. Returns the persistence outcome.
+  // thread and waits until every session change is written to options.state_dir. Returns the
+  // persistence outcome.
   // Thread-safe; later calls return at once with OK.
   absl::Status Shutdown(absl::Duration drain_deadline);
 
  private:
-  Engine(const Model& model, std::unique_ptr<Backend> backend, const EngineOptions& options,
+  Engine(const Model& model, std::unique_ptr<Backend> backend,
+         std::unique_ptr<SessionPersister> persister, const EngineOptions& options,
          MetricsRegistry& metrics);
 
   // An inbox entry: called with OK on the engine thread, or with the reason it was not run
@@ -189,11 +203,11 @@ class Engine {
   void ExpireSessions(absl::Time now);
   void PublishStats();
   SessionInfo InfoOf(const Session& session) const;
+  // Calls `done` with `value` once the session changes made so far are durable.
+  template <typename T>
+  void Reply(Callback<T> done, T value);
   // Engine thread (or after it stopped): the session named `id`, checked idle.
   absl::StatusOr<Session*> FindIdle(const SessionId& id);
-
-  absl::Status RestoreSessions();
-  absl::Status PersistSessions();
 
   const Model& model_;
   const EngineOptions options_;
@@ -201,6 +215,8 @@ class Engine {
   const DeviceKind device_;
   const int32_t slot_capacity_;
 
+  // nullptr without a state_dir. Declared before store_, which uses it.
+  std::unique_ptr<SessionPersister> persister_;
   // Owned by the engine thread (and by Shutdown once the thread has stopped).
   SessionStore store_;
   std::deque<std::unique_ptr<Job>> waiting_;

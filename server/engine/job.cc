@@ -107,7 +107,8 @@ void Job::SettleSession() {
   usage_.session_tokens = session_->num_tokens;
 }
 
-void Job::Report(const absl::Status& status, FinishReason reason, absl::Time now) {
+absl::AnyInvocable<void() &&> Job::Report(const absl::Status& status, FinishReason reason,
+                                          absl::Time now) {
   usage_.total_time = now - submit_time_;
   GenerationResult result;
   result.reason = reason;
@@ -120,7 +121,9 @@ void Job::Report(const absl::Status& status, FinishReason reason, absl::Time now
       result.text += stop_matcher_.Flush();
     }
   }
-  sink_->OnFinish(status, result);
+  return [sink = sink_, status, result = std::move(result)]() mutable {
+    sink->OnFinish(status, result);
+  };
 }
 
 std::string_view ToString(FinishReason reason) {

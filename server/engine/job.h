@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
@@ -77,9 +78,11 @@ class Job {
   // Ends the job's use of its session: tokens the model has not consumed (the rest of the
   // prompt, the last sampled token) become the session's pending tokens.
   void SettleSession();
-  // Tells the sink OnFinish. With an OK status `reason` says why the job ended and the
-  // held-back text is released.
-  void Report(const absl::Status& status, FinishReason reason, absl::Time now);
+  // What the sink must hear last: a call of its OnFinish, to be made once the session's change
+  // is durable (it owns what it needs and may outlive the job). With an OK status `reason`
+  // says why the job ended and the held-back text is released.
+  absl::AnyInvocable<void() &&> Report(const absl::Status& status, FinishReason reason,
+                                       absl::Time now);
   const Usage& usage() const { return usage_; }
 
  private:

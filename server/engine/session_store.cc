@@ -5,8 +5,16 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "spdlog/spdlog.h"
 
 namespace linserve {
+namespace {
+
+// Session clocks are kept at the microsecond resolution of the persisted record, so a restart
+// shows a client exactly the times it saw before.
+absl::Time ToMicros(absl::Time t) { return absl::FromUnixMicros(absl::ToUnixMicros(t)); }
+
+}  // namespace
 
 absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
   if (options.max_sessions < 1) {
@@ -20,8 +28,9 @@ absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
   return absl::OkStatus();
 }
 
-SessionStore::SessionStore(Backend& backend, const SessionStoreOptions& options)
-    : backend_(backend), options_(options) {}
+SessionStore::SessionStore(Backend& backend, const SessionStoreOptions& options,
+                           SessionPersister* persister)
+    : backend_(backend), options_(options), persister_(persister) {}
 
 SessionStore::~SessionStore() {
   for (Session* session : resident_) backend_.FreeSlot(*session->slot);
@@ -42,8 +51,8 @@ absl::StatusOr<Session*> SessionStore::NewSession(std::optional<SessionId> id, b
   auto session = std::make_unique<Session>();
   session->id = *id;
   session->ephemeral = ephemeral;
-  session->create_time = now;
-  session->last_use_time = now;
+  session->create_time = ToMicros(now);
+  session->last_use_time = ToMicros(now);
   auto [it, inserted] = sessions_.emplace(*id, std::move(session));
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("session ", id->value, " already exists"));
@@ -52,8 +61,12 @@ absl::StatusOr<Session*> SessionStore::NewSession(std::optional<SessionId> id, b
   return it->second.get();
 }
 
-absl::StatusOr<Session*> SessionStore::Create(absl::Time now) {
-  return NewSession(std::nullopt, /*ephemeral=*/false, now);
+absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner) {
+  absl::StatusOr<Session*> session = NewSession(std::nullopt, /*ephemeral=*/false, now);
+  if (!session.ok()) return session;
+  (*session)->owner = std::move(owner);
+  Persist(**session);
+  return session;
 }
 
 absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
@@ -70,9 +83,9 @@ absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
   return session;
 }
 
-absl::StatusOr<Session*> SessionStore::Find(const SessionId& id) {
+absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
   auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second->ephemeral) {
+  if (it == sessions_.end() || it->second->ephemeral || it->second->owner != owner) {
     return absl::NotFoundError(absl::StrCat("session ", id.value,
                                             " does not exist (never created, deleted or expired)"));
   }
@@ -116,7 +129,7 @@ void SessionStore::ReleaseSlot(Session& session) {
 }
 
 absl::Status SessionStore::MakeResident(Session& session, absl::Time now) {
-  session.last_use_time = now;
+  session.last_use_time = ToMicros(now);
   if (session.slot.has_value()) return absl::OkStatus();
   absl::StatusOr<SlotId> slot = AcquireSlot(&session);
   if (!slot.ok()) return slot.status();
@@ -142,6 +155,7 @@ absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time no
   absl::StatusOr<Session*> fork = NewSession(std::nullopt, /*ephemeral=*/false, now);
   if (!fork.ok()) return fork.status();
   Session& copy = **fork;
+  copy.owner = source.owner;
   copy.pending = source.pending;
   copy.token_counts = source.token_counts;
   copy.num_tokens = source.num_tokens;
@@ -169,10 +183,12 @@ absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time no
     Erase(&copy);
     return status;
   }
+  Persist(copy);
   return &copy;
 }
 
 void SessionStore::Erase(Session* session) {
+  if (persister_ != nullptr && !session->ephemeral) persister_->Remove(session->id);
   ReleaseSlot(*session);
   (session->ephemeral ? ephemeral_ : named_) -= 1;
   const SessionId id = session->id;  // the key must outlive the node being erased
@@ -199,17 +215,84 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
   return snapshot;
 }
 
-absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot,
-                                              std::optional<SessionId> id, absl::Time now) {
-  absl::StatusOr<Session*> session = NewSession(std::move(id), /*ephemeral=*/false, now);
+absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Time now,
+                                              std::string owner) {
+  absl::StatusOr<Session*> session = NewSession(std::nullopt, /*ephemeral=*/false, now);
   if (!session.ok()) return session.status();
   Session& s = **session;
+  s.owner = std::move(owner);
   s.hibernated = std::move(snapshot.state);
   s.pending = std::move(snapshot.pending);
   s.token_counts.insert(snapshot.token_counts.begin(), snapshot.token_counts.end());
   s.num_tokens = snapshot.num_tokens;
   s.create_time = snapshot.create_time;
+  Persist(s);
   return &s;
+}
+
+void SessionStore::Persist(const Session& session) {
+  if (persister_ == nullptr || session.ephemeral) return;
+  absl::StatusOr<SessionSnapshot> snapshot = Snapshot(session);
+  if (!snapshot.ok()) {
+    spdlog::error("session {}: not persisted: {}", session.id.value,
+                  snapshot.status().ToString());
+    return;
+  }
+  persister_->Put(SessionRecord{.id = session.id,
+                                .owner = session.owner,
+                                .last_use_time = session.last_use_time,
+                                .snapshot = *std::move(snapshot)});
+}
+
+void SessionStore::Release(Session& session, absl::Time now) {
+  session.busy = false;
+  session.busy_request_id.clear();
+  session.last_use_time = ToMicros(now);
+  if (session.ephemeral) {
+    Erase(&session);
+  } else {
+    Persist(session);
+  }
+}
+
+void SessionStore::Touch(Session& session, absl::Time now) {
+  session.last_use_time = ToMicros(now);
+  Persist(session);
+}
+
+void SessionStore::WhenDurable(absl::AnyInvocable<void() &&> done) {
+  if (persister_ == nullptr) return std::move(done)();
+  persister_->WhenDurable([done = std::move(done)](absl::Status) mutable { std::move(done)(); });
+}
+
+int64_t SessionStore::Restore(absl::Time now) {
+  if (persister_ == nullptr) return 0;
+  int64_t restored = 0;
+  for (SessionRecord& record : persister_->Load(now)) {
+    if (now - record.last_use_time >= options_.idle_timeout) {
+      spdlog::info("session {}: expired while the server was down (last used {})",
+                   record.id.value, absl::FormatTime(record.last_use_time));
+      persister_->Remove(record.id);
+      continue;
+    }
+    absl::StatusOr<Session*> session = NewSession(record.id, /*ephemeral=*/false, now);
+    if (!session.ok()) {
+      spdlog::warn("state_dir: not restoring session {} (left in place): {}", record.id.value,
+                   session.status().ToString());
+      continue;
+    }
+    Session& s = **session;
+    s.owner = std::move(record.owner);
+    s.hibernated = std::move(record.snapshot.state);
+    s.pending = std::move(record.snapshot.pending);
+    s.token_counts.insert(record.snapshot.token_counts.begin(),
+                          record.snapshot.token_counts.end());
+    s.num_tokens = record.snapshot.num_tokens;
+    s.create_time = record.snapshot.create_time;
+    s.last_use_time = record.last_use_time;
+    ++restored;
+  }
+  return restored;
 }
 
 std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
@@ -229,18 +312,18 @@ std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
 }
 
 std::vector<const Session*> SessionStore::List(const std::optional<SessionId>& after,
-                                               int32_t limit) const {
+                                               int32_t limit, absl::string_view owner) const {
   std::vector<const Session*> out;
   auto it = after.has_value() ? sessions_.upper_bound(*after) : sessions_.begin();
   for (; it != sessions_.end() && out.size() < static_cast<size_t>(limit); ++it) {
-    if (!it->second->ephemeral) out.push_back(it->second.get());
+    if (!it->second->ephemeral && it->second->owner == owner) out.push_back(it->second.get());
   }
   return out;
 }
 
-bool SessionStore::HasAfter(const SessionId& after) const {
+bool SessionStore::HasAfter(const SessionId& after, absl::string_view owner) const {
   for (auto it = sessions_.upper_bound(after); it != sessions_.end(); ++it) {
-    if (!it->second->ephemeral) return true;
+    if (!it->second->ephemeral && it->second->owner == owner) return true;
   }
   return false;
 }

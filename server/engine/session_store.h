@@ -8,6 +8,10 @@
 // imported one. Sessions unused for idle_timeout are deleted; at most max_sessions named
 // sessions exist at once.
 //
+// With a SessionPersister (--state_dir) every change of a named session is handed to it as it
+// happens (create, fork, insert, the end of each request, an export's touch, erase, expiry),
+// and WhenDurable tells the caller when the changes so far are on disk; Restore loads them back.
+//
 // No threads and no locking: the engine thread owns the store and calls every method.
 #ifndef LINSERVE_SERVER_ENGINE_SESSION_STORE_H_
 #define LINSERVE_SERVER_ENGINE_SESSION_STORE_H_
@@ -26,7 +30,9 @@
 #include "absl/time/time.h"
 #include "model/backend.h"
 #include "model/types.h"
+#include "absl/functional/any_invocable.h"
 #include "server/engine/session_id.h"
+#include "server/engine/session_persister.h"
 #include "server/engine/snapshot.h"
 
 namespace linserve {
@@ -45,6 +51,9 @@ absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options);
 
 struct Session {
   SessionId id;
+  // The tenant that created or imported the session; "" without authentication. Lookups on
+  // behalf of anyone else answer NOT_FOUND.
+  std::string owner;
   // Ephemeral sessions serve one request without a session_id; they are invisible to lookups.
   bool ephemeral = false;
   // Resident: the slot holding the state. Otherwise `hibernated` holds it, or, when that is
@@ -67,19 +76,22 @@ struct Session {
 
 class SessionStore {
  public:
-  // `backend` must outlive the store. Slots of remaining sessions are freed on destruction.
-  SessionStore(Backend& backend, const SessionStoreOptions& options);
+  // `backend` and `persister` (nullptr: nothing persisted) must outlive the store. Slots of
+  // remaining sessions are freed on destruction.
+  SessionStore(Backend& backend, const SessionStoreOptions& options,
+               SessionPersister* persister = nullptr);
   ~SessionStore();
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // A new empty named session. RESOURCE_EXHAUSTED at max_sessions.
-  absl::StatusOr<Session*> Create(absl::Time now);
+  // A new empty named session of `owner`. RESOURCE_EXHAUSTED at max_sessions.
+  absl::StatusOr<Session*> Create(absl::Time now, std::string owner = "");
   // A new empty ephemeral session, resident at once (busy, since a request owns it).
   // RESOURCE_EXHAUSTED when no slot can be freed.
   absl::StatusOr<Session*> CreateEphemeral(absl::Time now);
-  // NOT_FOUND (naming the id) for unknown and ephemeral ids.
-  absl::StatusOr<Session*> Find(const SessionId& id);
+  // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another owner
+  // (the same message: existence is not revealed).
+  absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
 
   // Gives the session a slot with its state, hibernating the least recently used idle resident
   // session if no slot is free. RESOURCE_EXHAUSTED when every slot belongs to a busy session.
@@ -90,24 +102,38 @@ class SessionStore {
   // max_sessions.
   absl::StatusOr<Session*> Fork(const Session& source, absl::Time now);
 
-  // Deletes a session and frees its slot. The caller checks it is not busy.
+  // Deletes a session, frees its slot and removes its file. The caller checks it is not busy.
   void Erase(Session* session);
+  // A request on `session` ended at `now`: not busy, last used now, persisted (an ephemeral
+  // session is erased).
+  void Release(Session& session, absl::Time now);
+  // `session` was used at `now` without a request (an export).
+  void Touch(Session& session, absl::Time now);
+  // Runs `done` once every change made so far is on disk (at once without a persister).
+  // `done` may run on the persister's thread; it must not block.
+  void WhenDurable(absl::AnyInvocable<void() &&> done);
+  // Adds the sessions the persister holds, keeping every field as persisted. Those idle for
+  // idle_timeout or more at `now` are not added and their files are removed. Returns the number
+  // restored.
+  int64_t Restore(absl::Time now);
 
   // The session's state and continuation data.
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
-  // A new named, hibernated session from a snapshot, under `id` (restoring persisted sessions)
-  // or a fresh id (imports). RESOURCE_EXHAUSTED at max_sessions; ALREADY_EXISTS for a taken id.
-  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, std::optional<SessionId> id,
-                                  absl::Time now);
+  // A new named, hibernated session of `owner` from an imported snapshot, under a fresh id.
+  // RESOURCE_EXHAUSTED at max_sessions.
+  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now,
+                                  std::string owner = "");
 
   // Deletes idle named sessions whose last use is idle_timeout or more before `now`; returns
   // their ids.
   std::vector<SessionId> ExpireIdle(absl::Time now);
 
-  // Up to `limit` named sessions with ids greater than `after` (all when nullopt), by id.
-  std::vector<const Session*> List(const std::optional<SessionId>& after, int32_t limit) const;
-  // Whether a named session with an id greater than `after` exists.
-  bool HasAfter(const SessionId& after) const;
+  // Up to `limit` named sessions of `owner` with ids greater than `after` (all when nullopt),
+  // by id.
+  std::vector<const Session*> List(const std::optional<SessionId>& after, int32_t limit,
+                                   absl::string_view owner = "") const;
+  // Whether a named session of `owner` with an id greater than `after` exists.
+  bool HasAfter(const SessionId& after, absl::string_view owner = "") const;
   // Every named session, by id.
   std::vector<const Session*> All() const;
 
@@ -121,6 +147,8 @@ class SessionStore {
  private:
   absl::StatusOr<Session*> NewSession(std::optional<SessionId> id, bool ephemeral,
                                       absl::Time now);
+  // Hands the session's current record to the persister.
+  void Persist(const Session& session);
   // A slot for `for_session`, hibernating an LRU idle session when none is free.
   absl::StatusOr<SlotId> AcquireSlot(const Session* for_session);
   absl::Status Hibernate(Session& session);
@@ -128,6 +156,7 @@ class SessionStore {
 
   Backend& backend_;
   const SessionStoreOptions options_;
+  SessionPersister* const persister_;
   absl::btree_map<SessionId, std::unique_ptr<Session>> sessions_;
   absl::flat_hash_set<Session*> resident_;
   int32_t named_ = 0;

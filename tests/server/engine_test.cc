@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/random_model.h"
+#include "absl/time/clock.h"
 #include "tests/testing/scoped_temp_dir.h"
 
 namespace linserve {
@@ -414,18 +415,20 @@ TEST_F(EngineTest, CorruptOrForeignImportsAreRejectedAndChangeNothing) {
   EXPECT_TRUE(ListSessions(*foreign.engine, std::nullopt, 100)->sessions.empty());
 }
 
-TEST_F(EngineTest, ShutdownPersistsSessionsAndCreateRestoresThem) {
+TEST_F(EngineTest, ShutdownPersistsSessionsAndCreateRestoresThemWithEveryField) {
   ScopedTempDir dir;
   EngineOptions options;
   options.state_dir = dir.Join("state");
   const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2};
   SessionId id;
   Outcome first;
+  SessionInfo before;
   {
     Harness h = Start(options);
     id = CreateSession(*h.engine)->id;
     first = RunRequest(*h.engine, Request(p1, 10, 3, id));
     ASSERT_TRUE(first.status.ok());
+    before = *GetSession(*h.engine, id);
     ASSERT_TRUE(h.engine->Shutdown(absl::Seconds(5)).ok());
     EXPECT_TRUE(std::filesystem::exists(options.state_dir + "/" + id.value + ".session"));
   }
@@ -433,16 +436,101 @@ TEST_F(EngineTest, ShutdownPersistsSessionsAndCreateRestoresThem) {
   const std::string junk = options.state_dir + "/" + std::string(32, 'c') + ".session";
   { std::ofstream(junk) << "not a snapshot"; }
 
+  for (int restart = 0; restart < 2; ++restart) {
+    Harness h = Start(options);
+    absl::StatusOr<SessionInfo> info = GetSession(*h.engine, id);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
+    EXPECT_EQ(info->create_time, before.create_time);
+    EXPECT_EQ(info->last_use_time, before.last_use_time);
+    EXPECT_EQ(info->busy, before.busy);
+    // Restoring keeps the file: a crash after this start still finds the session.
+    EXPECT_TRUE(std::filesystem::exists(options.state_dir + "/" + id.value + ".session"));
+    EXPECT_TRUE(std::filesystem::exists(junk));
+  }
   Harness h = Start(options);
-  absl::StatusOr<SessionInfo> info = GetSession(*h.engine, id);
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
-  EXPECT_FALSE(std::filesystem::exists(options.state_dir + "/" + id.value + ".session"));
-  EXPECT_TRUE(std::filesystem::exists(junk));
   const Outcome continued = RunRequest(*h.engine, Request(p2, 10, 4, id));
   const Outcome whole = RunRequest(*h.engine, Request(Concat({p1, first.tokens, p2}), 10, 4));
   ASSERT_TRUE(continued.status.ok() && whole.status.ok());
   EXPECT_EQ(continued.tokens, whole.tokens);
+}
+
+// What the disk holds the moment a client hears a change is done is what a crash leaves: a copy
+// of state_dir taken then, opened by a second engine, has every answered change.
+TEST_F(EngineTest, EveryAnsweredChangeIsOnDiskBeforeTheClientHearsOfIt) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  auto crash_copy = [&](const std::string& name) {
+    EngineOptions copy = options;
+    copy.state_dir = dir.Join(name);
+    std::filesystem::copy(options.state_dir, copy.state_dir);
+    return copy;
+  };
+  const std::vector<TokenId> p1 = {5, 6}, p2 = {9};
+  Harness h = Start(options);
+  const SessionId a = CreateSession(*h.engine)->id;
+  {
+    Harness after_create = Start(crash_copy("c1"));
+    absl::StatusOr<SessionInfo> info = GetSession(*after_create.engine, a);
+    ASSERT_TRUE(info.ok()) << info.status();
+    EXPECT_EQ(info->num_tokens, 0);
+  }
+  const Outcome turn1 = RunRequest(*h.engine, Request(p1, 6, 1, a));
+  ASSERT_TRUE(turn1.status.ok());
+  const SessionId b = ForkSession(*h.engine, a)->id;
+  const SessionInfo a_info = *GetSession(*h.engine, a);
+  absl::StatusOr<std::string> exported = ExportSession(*h.engine, a);
+  ASSERT_TRUE(exported.ok());
+  const SessionId c = ImportSession(*h.engine, *exported)->id;
+  const SessionInfo a_after_export = *GetSession(*h.engine, a);
+  EXPECT_GT(a_after_export.last_use_time, a_info.last_use_time);
+  {
+    Harness crashed = Start(crash_copy("c2"));
+    for (const SessionId& id : {a, b, c}) {
+      absl::StatusOr<SessionInfo> info = GetSession(*crashed.engine, id);
+      ASSERT_TRUE(info.ok()) << info.status();
+      EXPECT_EQ(info->num_tokens, 1 + 2 + 6);
+    }
+    EXPECT_EQ(GetSession(*crashed.engine, a)->last_use_time, a_after_export.last_use_time);
+    const Outcome continued = RunRequest(*crashed.engine, Request(p2, 6, 2, b));
+    const Outcome whole =
+        RunRequest(*crashed.engine, Request(Concat({p1, turn1.tokens, p2}), 6, 2));
+    ASSERT_TRUE(continued.status.ok() && whole.status.ok());
+    EXPECT_EQ(continued.tokens, whole.tokens);
+  }
+  ASSERT_TRUE(DeleteSession(*h.engine, b).ok());
+  EXPECT_FALSE(std::filesystem::exists(options.state_dir + "/" + b.value + ".session"));
+  Harness crashed = Start(crash_copy("c3"));
+  EXPECT_EQ(GetSession(*crashed.engine, b).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ListSessions(*crashed.engine, std::nullopt, 10)->sessions.size(), 2u);
+}
+
+TEST_F(EngineTest, SessionsIdlePastTheTimeoutWhileDownExpireAtStartAndLoseTheirFiles) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  options.sessions.idle_timeout = absl::Milliseconds(300);
+  SessionId id;
+  {
+    Harness h = Start(options);
+    id = CreateSession(*h.engine)->id;
+  }
+  const std::string file = options.state_dir + "/" + id.value + ".session";
+  ASSERT_TRUE(std::filesystem::exists(file));
+  absl::SleepFor(absl::Milliseconds(400));
+  EngineOptions long_timeout = options;
+  long_timeout.sessions.idle_timeout = absl::Hours(1);
+  {
+    // Under a longer timeout the same session is still alive: expiry counts from the persisted
+    // last use, not from the restart.
+    Harness h = Start(long_timeout);
+    EXPECT_TRUE(GetSession(*h.engine, id).ok());
+  }
+  Harness h = Start(options);
+  EXPECT_EQ(GetSession(*h.engine, id).status().code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(h.engine->Shutdown(absl::Seconds(1)).ok());
+  EXPECT_FALSE(std::filesystem::exists(file));
 }
 
 TEST_F(EngineTest, DrainLetsShortRequestsFinishAndCancelsThePastDeadline) {
@@ -570,6 +658,14 @@ TEST_F(EngineTest, CreateValidatesOptions) {
                           metrics_);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(std::string(engine.status().message()), HasSubstr("state_dir"));
+
+  // A missing directory is created, parents included.
+  EngineOptions missing;
+  missing.state_dir = dir.Join("a/b/state");
+  engine = Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), missing,
+                          metrics_);
+  EXPECT_TRUE(engine.ok()) << engine.status();
+  EXPECT_TRUE(std::filesystem::is_directory(missing.state_dir));
 }
 
 }  // namespace

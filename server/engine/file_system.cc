@@ -1,0 +1,40 @@
+#include "server/engine/file_system.h"
+
+#include "model/file_io.h"
+
+namespace linserve {
+namespace {
+
+class PosixFileSystem final : public FileSystem {
+ public:
+  absl::Status CreateDirectories(const std::string& dir) override {
+    return linserve::CreateDirectories(dir);
+  }
+  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
+    return linserve::ListDirectory(dir);
+  }
+  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
+    return ReadFileToString(path);
+  }
+  absl::Status WriteFileDurably(const std::string& path, std::string_view contents) override {
+    return linserve::WriteFileDurably(path, contents);
+  }
+  absl::Status RenameFile(const std::string& from, const std::string& to) override {
+    return linserve::RenameFile(from, to);
+  }
+  absl::Status RemoveFile(const std::string& path) override {
+    return linserve::RemoveFile(path);
+  }
+  absl::Status SyncDirectory(const std::string& dir) override {
+    return linserve::SyncDirectory(dir);
+  }
+};
+
+}  // namespace
+
+FileSystem& DefaultFileSystem() {
+  static FileSystem* const fs = new PosixFileSystem();
+  return *fs;
+}
+
+}  // namespace linserve

@@ -1,0 +1,215 @@
+#include "server/engine/session_persister.h"
+
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+constexpr absl::string_view kExtension = ".session";
+constexpr absl::string_view kTempSuffix = ".tmp";
+constexpr absl::string_view kProbeName = ".linserve-probe";
+
+absl::Status Unusable(const std::string& dir, const absl::Status& cause) {
+  return absl::FailedPreconditionError(
+      absl::StrCat("state_dir ", dir, " is unusable: ", cause.message()));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<SessionPersister>> SessionPersister::Open(
+    const SessionPersisterOptions& options, const ModelConfig& config,
+    std::string model_fingerprint, int64_t max_pending_tokens) {
+  FileSystem& fs = options.file_system != nullptr ? *options.file_system : DefaultFileSystem();
+  const std::string& dir = options.dir;
+  if (dir.empty()) return absl::InvalidArgumentError("state_dir must not be empty");
+  if (absl::Status s = fs.CreateDirectories(dir); !s.ok()) return Unusable(dir, s);
+  absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(dir);
+  if (!names.ok()) return Unusable(dir, names.status());
+  // A crash between writing a temporary file and renaming it leaves the temporary file; the
+  // record it would have replaced is still whole.
+  for (const std::string& name : *names) {
+    if (absl::EndsWith(name, kTempSuffix) || name == kProbeName) {
+      if (absl::Status s = fs.RemoveFile(absl::StrCat(dir, "/", name)); !s.ok()) {
+        return Unusable(dir, s);
+      }
+      spdlog::info("state_dir {}: removed the leftover temporary file {}", dir, name);
+    }
+  }
+  // Fail now, not at the first session, on a read-only or full file system.
+  const std::string probe = absl::StrCat(dir, "/", kProbeName);
+  if (absl::Status s = fs.WriteFileDurably(probe, "probe"); !s.ok()) return Unusable(dir, s);
+  if (absl::Status s = fs.RemoveFile(probe); !s.ok()) return Unusable(dir, s);
+  if (absl::Status s = fs.SyncDirectory(dir); !s.ok()) return Unusable(dir, s);
+  std::unique_ptr<SessionPersister> persister(new SessionPersister(
+      options, fs, config, std::move(model_fingerprint), max_pending_tokens));
+  persister->thread_ = std::thread([p = persister.get()] { p->Run(); });
+  return persister;
+}
+
+SessionPersister::SessionPersister(const SessionPersisterOptions& options, FileSystem& fs,
+                                   const ModelConfig& config, std::string model_fingerprint,
+                                   int64_t max_pending_tokens)
+    : options_(options),
+      fs_(fs),
+      config_(config),
+      model_fingerprint_(std::move(model_fingerprint)),
+      max_pending_tokens_(max_pending_tokens) {}
+
+SessionPersister::~SessionPersister() {
+  {
+    absl::MutexLock lock(&mu_);
+    stop_ = true;
+  }
+  thread_.join();
+}
+
+std::string SessionPersister::PathOf(const SessionId& id) const {
+  return absl::StrCat(options_.dir, "/", id.value, kExtension);
+}
+
+std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
+  std::vector<SessionRecord> records;
+  absl::StatusOr<std::vector<std::string>> names = fs_.ListDirectory(options_.dir);
+  if (!names.ok()) {
+    spdlog::error("state_dir {}: cannot list it: {}", options_.dir, names.status().ToString());
+    return records;
+  }
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, kExtension)) continue;
+    const std::string path = absl::StrCat(options_.dir, "/", name);
+    absl::StatusOr<SessionId> id =
+        ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
+    absl::StatusOr<std::string> bytes =
+        id.ok() ? fs_.ReadFile(path) : absl::StatusOr<std::string>(id.status());
+    absl::StatusOr<SessionRecord> record =
+        bytes.ok() ? DecodeSessionRecord(*bytes, *id, config_, model_fingerprint_,
+                                         max_pending_tokens_, now)
+                   : absl::StatusOr<SessionRecord>(bytes.status());
+    if (!record.ok()) {
+      spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
+                   record.status().ToString());
+      continue;
+    }
+    records.push_back(*std::move(record));
+  }
+  return records;
+}
+
+void SessionPersister::Put(SessionRecord record) {
+  absl::MutexLock lock(&mu_);
+  const SessionId id = record.id;
+  queued_.insert_or_assign(id, std::move(record));
+  fresh_ = true;
+}
+
+void SessionPersister::Remove(const SessionId& id) {
+  absl::MutexLock lock(&mu_);
+  queued_.insert_or_assign(id, std::nullopt);
+  fresh_ = true;
+}
+
+void SessionPersister::WhenDurable(Done done) {
+  absl::MutexLock lock(&mu_);
+  waiters_.push_back(std::move(done));
+}
+
+absl::Status SessionPersister::Flush() {
+  absl::Notification flushed;
+  absl::Status result;
+  WhenDurable([&](absl::Status status) {
+    result = std::move(status);
+    flushed.Notify();
+  });
+  flushed.WaitForNotification();
+  return result;
+}
+
+int64_t SessionPersister::writes() const {
+  absl::MutexLock lock(&mu_);
+  return writes_;
+}
+
+int64_t SessionPersister::write_errors() const {
+  absl::MutexLock lock(&mu_);
+  return write_errors_;
+}
+
+bool SessionPersister::WakeLocked() const { return stop_ || fresh_ || !waiters_.empty(); }
+
+void SessionPersister::Run() {
+  for (bool last = false; !last;) {
+    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> batch;
+    std::vector<Done> waiters;
+    {
+      absl::MutexLock lock(&mu_);
+      mu_.AwaitWithTimeout(absl::Condition(this, &SessionPersister::WakeLocked),
+                           options_.retry_interval);
+      last = stop_;
+      batch.swap(queued_);
+      waiters.swap(waiters_);
+      fresh_ = false;
+    }
+    const absl::Time started = absl::Now();
+    absl::Status first_error;
+    int64_t done = 0;
+    std::vector<SessionId> renamed;
+    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> failed;
+    for (auto& [id, record] : batch) {
+      const std::string path = PathOf(id);
+      absl::Status status;
+      if (record.has_value()) {
+        const std::string temp = absl::StrCat(path, kTempSuffix);
+        status = fs_.WriteFileDurably(temp, EncodeSessionRecord(*record, model_fingerprint_));
+        if (status.ok()) status = fs_.RenameFile(temp, path);
+        if (!status.ok()) fs_.RemoveFile(temp).IgnoreError();
+      } else {
+        status = fs_.RemoveFile(path);
+        if (absl::IsNotFound(status)) status = absl::OkStatus();
+      }
+      if (status.ok()) {
+        ++done;
+        renamed.push_back(id);
+        continue;
+      }
+      spdlog::error("state_dir: session {} not {}: {}", id.value,
+                    record.has_value() ? "written" : "removed", status.ToString());
+      if (first_error.ok()) first_error = status;
+      failed.emplace(id, std::move(record));
+    }
+    if (!batch.empty()) {
+      if (absl::Status s = fs_.SyncDirectory(options_.dir); !s.ok()) {
+        spdlog::error("state_dir {}: {}", options_.dir, s.ToString());
+        if (first_error.ok()) first_error = s;
+        // The renames may not survive a crash: write those records again.
+        for (const SessionId& id : renamed) failed.emplace(id, std::move(batch[id]));
+        done = 0;
+      }
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      writes_ += done;
+      write_errors_ += static_cast<int64_t>(failed.size());
+      // A newer change queued meanwhile wins over a failed older one.
+      for (auto& [id, record] : failed) queued_.try_emplace(id, std::move(record));
+    }
+    for (Done& waiter : waiters) std::move(waiter)(first_error);
+    if (last) {
+      if (!failed.empty()) {
+        spdlog::error("state_dir {}: stopping with {} sessions not written", options_.dir,
+                      failed.size());
+      }
+      break;
+    }
+    // The rate limit: the next batch starts batch_interval after this one did, or at once
+    // when stopping.
+    absl::MutexLock lock(&mu_);
+    mu_.AwaitWithDeadline(absl::Condition(&stop_), started + options_.batch_interval);
+  }
+}
+
+}  // namespace linserve

@@ -1,0 +1,121 @@
+// SessionPersister: write-behind, crash-safe storage of session records in a directory
+// (--state_dir), one file per session, "ID.session" (session_record.h).
+//
+// The engine thread hands over a record whenever a session changes (a request ended, a fork,
+// an import, a create, an export's touch) and a removal when one is deleted or expires; that
+// costs it a move, nothing more. A writer thread of its own takes everything queued at most
+// once per `batch_interval` (a session changed several times within it is written once),
+// encodes each record, writes "ID.session.tmp" and fsyncs it, renames it over "ID.session",
+// removes the files of deleted sessions, then fsyncs the directory once for the whole batch.
+// So a file is always either the previous whole record or the new whole record, and after a
+// crash (SIGKILL, power loss) every change that WhenDurable reported is on disk.
+//
+// A failed write (a full disk, an I/O error) is logged, counted, and retried with the next
+// batch or after `retry_interval`; the session stays served from memory meanwhile.
+//
+// Thread-safe. Callbacks run on the writer thread and must not block.
+#ifndef LINSERVE_SERVER_ENGINE_SESSION_PERSISTER_H_
+#define LINSERVE_SERVER_ENGINE_SESSION_PERSISTER_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "model/config.h"
+#include "server/engine/file_system.h"
+#include "server/engine/session_id.h"
+#include "server/engine/session_record.h"
+
+namespace linserve {
+
+struct SessionPersisterOptions {
+  // The directory of the session files; created if missing. Required.
+  std::string dir;
+  // Least time between the starts of two write batches: the rate limit, and how long changes
+  // may coalesce. Default: 2 ms.
+  absl::Duration batch_interval = absl::Milliseconds(2);
+  // When a write failed and nothing else is queued, how long before it is tried again.
+  // Default: 1 s.
+  absl::Duration retry_interval = absl::Seconds(1);
+  // The file system; nullptr means DefaultFileSystem(). Must outlive the persister.
+  // Default: nullptr.
+  FileSystem* file_system = nullptr;
+};
+
+class SessionPersister {
+ public:
+  using Done = absl::AnyInvocable<void(absl::Status) &&>;
+
+  // Creates the directory, checks that it can be written (a probe file written and removed),
+  // removes temporary files a crash left behind, and starts the writer thread. Records are
+  // checked against (config, model_fingerprint, max_pending_tokens) when loaded.
+  // FAILED_PRECONDITION naming the directory and the OS reason when it is unusable.
+  static absl::StatusOr<std::unique_ptr<SessionPersister>> Open(
+      const SessionPersisterOptions& options, const ModelConfig& config,
+      std::string model_fingerprint, int64_t max_pending_tokens);
+  // Writes what is queued (once) and stops the writer thread.
+  ~SessionPersister();
+  SessionPersister(const SessionPersister&) = delete;
+  SessionPersister& operator=(const SessionPersister&) = delete;
+
+  // Every record in the directory, as of `now`. Files that are not intact records for this
+  // model are logged and left in place. Nothing is removed.
+  std::vector<SessionRecord> Load(absl::Time now);
+
+  // Queues a write of `record`, replacing a queued write or removal of the same session.
+  void Put(SessionRecord record);
+  // Queues the removal of a session's file, replacing a queued write of it.
+  void Remove(const SessionId& id);
+  // Runs `done` once every Put and Remove queued before this call has been attempted: with OK
+  // when all of that batch reached the disk, else with the first error (the failed ones stay
+  // queued for a retry).
+  void WhenDurable(Done done);
+  // Blocks until everything queued now, failed writes included, has been attempted once;
+  // returns what WhenDurable would pass.
+  absl::Status Flush();
+
+  const std::string& dir() const { return options_.dir; }
+  // Files written and removed, and operations that failed, since Open.
+  int64_t writes() const;
+  int64_t write_errors() const;
+
+ private:
+  SessionPersister(const SessionPersisterOptions& options, FileSystem& fs,
+                   const ModelConfig& config, std::string model_fingerprint,
+                   int64_t max_pending_tokens);
+  bool WakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Run();
+  std::string PathOf(const SessionId& id) const;
+
+  const SessionPersisterOptions options_;
+  FileSystem& fs_;
+  const ModelConfig config_;
+  const std::string model_fingerprint_;
+  const int64_t max_pending_tokens_;
+
+  mutable absl::Mutex mu_;
+  // Per session: the record to write, or nullopt for a removal.
+  absl::flat_hash_map<SessionId, std::optional<SessionRecord>> queued_ ABSL_GUARDED_BY(mu_);
+  std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
+  // Something was queued since the last batch (as opposed to retries only).
+  bool fresh_ ABSL_GUARDED_BY(mu_) = false;
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t writes_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t write_errors_ ABSL_GUARDED_BY(mu_) = 0;
+
+  std::thread thread_;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_ENGINE_SESSION_PERSISTER_H_
