@@ -61,8 +61,9 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
   return contents;
 }
 
-absl::Status WriteFileDurably(const std::string& path, std::string_view contents) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+absl::Status WriteFileDurably(const std::string& path, std::string_view contents, int mode) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
+                        static_cast<mode_t>(mode));
   if (fd < 0) return OsError(errno, path, "create");
   size_t done = 0;
   int error = 0;

@@ -25,8 +25,10 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path);
 absl::Status WriteFileAtomically(const std::string& path, std::string_view contents);
 
 // Creates or truncates `path`, writes `contents` and fsyncs it (no rename: the caller renames
-// and syncs the directory, e.g. once for a batch). On failure the file is removed.
-absl::Status WriteFileDurably(const std::string& path, std::string_view contents);
+// and syncs the directory, e.g. once for a batch), created with `mode` (before the umask). On
+// failure the file is removed.
+absl::Status WriteFileDurably(const std::string& path, std::string_view contents,
+                              int mode = 0644);
 // rename(2): atomically replaces `to`.
 absl::Status RenameFile(const std::string& from, const std::string& to);
 // unlink(2); NOT_FOUND when there is no such file.

@@ -26,6 +26,7 @@
 #include "absl/time/time.h"
 #include "model/backend.h"
 #include "model/backend_factory.h"
+#include "model/file_io.h"
 #include "model/model.h"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
@@ -48,8 +49,9 @@ ABSL_FLAG(int32_t, metrics_port, 9090,
           "HTTP port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one, -1 "
           "turns the HTTP server off.");
 ABSL_FLAG(std::string, port_file, "",
-          "Once serving, write \"grpc_port=N\" and \"metrics_port=N\" lines to this file (for "
-          "supervisors and tests using port 0). Empty: none.");
+          "Once the listeners are bound, write \"grpc_port=N\" and \"metrics_port=N\" lines to "
+          "this file atomically (for supervisors and tests using port 0); it is removed at start "
+          "(never read) and on every exit but a crash. Empty: none.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain. With --tls_key, gRPC is served over TLS; neither: plaintext.");
 ABSL_FLAG(std::string, tls_key, "", "PEM private key matching --tls_cert.");
@@ -62,8 +64,11 @@ ABSL_FLAG(std::string, auth_token_file, "",
           "checks and reflection are exempt. Empty: no authentication.");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (for grpcurl and grpc_cli).");
 ABSL_FLAG(std::string, state_dir, "",
-          "On shutdown every session is written here; at start the sessions found here are "
-          "restored (and their files removed). Empty: sessions end with the process.");
+          "Sessions persist here, one file each, written behind every change (a client hears a "
+          "request or session operation is done once it is on disk, so a crash or SIGKILL loses "
+          "no completed request); at start they are restored with every field. Created if "
+          "missing; an unusable directory stops the start. Empty: sessions end with the "
+          "process.");
 ABSL_FLAG(absl::Duration, drain_deadline, absl::Seconds(30),
           "On SIGTERM/SIGINT: how long queued and running requests may go on before they are "
           "cancelled (they end with finish_reason CANCELLED).");
@@ -130,20 +135,31 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
 }
 
 absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::trunc);
-    out << "grpc_port=" << grpc_port << "\nmetrics_port=" << metrics_port << "\n";
-    if (!out) return absl::InternalError(absl::StrCat("--port_file: cannot write \"", tmp, "\""));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) {
-    return absl::InternalError(
-        absl::StrCat("--port_file: cannot rename to \"", path, "\": ", ec.message()));
-  }
+  absl::Status s = WriteFileAtomically(
+      path, absl::StrCat("grpc_port=", grpc_port, "\nmetrics_port=", metrics_port, "\n"));
+  if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--port_file: ", s.message()));
   return absl::OkStatus();
 }
+
+// Removes --port_file when created and when destroyed: a stale file from an earlier server
+// (which a crash leaves behind) is never mistaken for this one's, and nobody reads this one's
+// after it exits.
+class PortFileGuard {
+ public:
+  explicit PortFileGuard(std::string path) : path_(std::move(path)) { Remove(); }
+  ~PortFileGuard() { Remove(); }
+  PortFileGuard(const PortFileGuard&) = delete;
+  PortFileGuard& operator=(const PortFileGuard&) = delete;
+
+ private:
+  void Remove() {
+    if (path_.empty()) return;
+    if (absl::Status s = RemoveFile(path_); !s.ok() && !absl::IsNotFound(s)) {
+      spdlog::warn("--port_file: {}", s.ToString());
+    }
+  }
+  const std::string path_;
+};
 
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions o;
@@ -206,6 +222,7 @@ int Run(const sigset_t& signals) {
     return 1;
   }
   spdlog::set_level(log_level);
+  const PortFileGuard port_file(absl::GetFlag(FLAGS_port_file));
 
   absl::StatusOr<EngineOptions> engine_options = EngineOptionsFromFlags();
   absl::StatusOr<BackendOptions> backend_options = BackendOptionsFromFlags();

@@ -17,7 +17,7 @@ class PosixFileSystem final : public FileSystem {
     return ReadFileToString(path);
   }
   absl::Status WriteFileDurably(const std::string& path, std::string_view contents) override {
-    return linserve::WriteFileDurably(path, contents);
+    return linserve::WriteFileDurably(path, contents, 0600);
   }
   absl::Status RenameFile(const std::string& from, const std::string& to) override {
     return linserve::RenameFile(from, to);

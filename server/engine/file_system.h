@@ -34,7 +34,8 @@ class FileSystem {
   virtual absl::Status SyncDirectory(const std::string& dir) = 0;
 };
 
-// The process-wide POSIX implementation (model/file_io). Never destroyed.
+// The process-wide POSIX implementation (model/file_io); files are created with mode 0600
+// (sessions are their clients' data). Never destroyed.
 FileSystem& DefaultFileSystem();
 
 }  // namespace linserve

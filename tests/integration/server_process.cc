@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 
@@ -21,6 +22,9 @@ namespace linserve {
 ServerProcess::ServerProcess(const std::vector<std::string>& args, const std::string& log,
                              const std::string& port_file)
     : log_(log), port_file_(port_file) {
+  // A crashed server's file may remain (the new one replaces it once bound): a reader that
+  // starts before the new process would read the stale ports.
+  if (!port_file.empty()) std::remove(port_file.c_str());
   std::string binary = LINSERVE_SERVER_BINARY;
   std::vector<std::string> owned = args;
   std::vector<char*> argv;
