@@ -4,6 +4,7 @@
 #include "model/cuda_backend.h"
 
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -543,6 +544,85 @@ TEST(CudaBackendTest, BadInputsAreRejectedLikeTheCpuBackend) {
     b->FreeSlot(t);
     EXPECT_EQ(code(b->ResetSlot(t)), StatusCode::kInvalidArgument);
     b->FreeSlot(t);  // freeing twice is a no-op
+  }
+}
+
+}  // namespace
+}  // namespace linserve
+
+namespace linserve {
+namespace {
+
+// PrefillAndSample picks from the prompt's last logits as the host Sampler does, and the rows
+// that ask for top_logprobs get LogProbOf / TopLogprobs of those logits; the seen counts that
+// SetSeenCounts loads into another slot make it continue exactly as the slot they came from.
+TEST(CudaBackendTest, PrefillAndSampleLogprobsAndSeenCountsFollowTheContract) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig config = TinyConfig();
+  config.tie_embeddings = false;
+  const Model model = MakeRandomModel(config, 19);
+  const int vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int32_t> prompt = RandomTokens(17, vocab, 8);
+  SamplingParams params;
+  params.seed = 5;
+  params.temperature = 0.8f;
+  params.repetition_penalty = 1.5f;
+  params.frequency_penalty = 0.5f;
+
+  const SlotId reference = Allocate(*gpu);
+  std::vector<float> logits(vocab);
+  ASSERT_TRUE(gpu->Prefill(reference, prompt, absl::MakeSpan(logits)).ok());
+  Sampler sampler(params);
+  sampler.Observe(prompt);
+  const TokenId expected = sampler.Sample(logits);
+
+  const SlotId a = Allocate(*gpu);
+  ASSERT_TRUE(gpu->StartSampling(a, params, /*top_logprobs=*/4, prompt).ok());
+  TokenId token = -1;
+  float logprob = 0;
+  std::vector<TokenLogprob> top(kMaxTopLogprobs);
+  ASSERT_TRUE(gpu->PrefillAndSample(a, prompt,
+                                    {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)})
+                  .ok());
+  EXPECT_EQ(token, expected);
+  EXPECT_FLOAT_EQ(logprob, LogProbOf(logits, token));
+  const std::vector<TokenLogprob> host_top = TopLogprobs(logits, 4);
+  for (int k = 0; k < 4; ++k) {
+    EXPECT_EQ(top[k].token, host_top[k].token) << k;
+    EXPECT_FLOAT_EQ(top[k].logprob, host_top[k].logprob) << k;
+  }
+
+  // A few steps, then slot b takes a's state and counts and both continue alike.
+  std::vector<TokenId> history = prompt;
+  history.push_back(token);
+  for (int i = 0; i < 8; ++i) {
+    const DecodeItem item{a, history.back()};
+    ASSERT_TRUE(gpu->DecodeAndSample({&item, 1}, {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)})
+                    .ok());
+    history.push_back(token);
+  }
+  StateBlob blob;
+  ASSERT_TRUE(gpu->ReadSlot(a, blob).ok());
+  const SlotId b = Allocate(*gpu);
+  ASSERT_TRUE(gpu->WriteSlot(b, blob).ok());
+  std::map<TokenId, int64_t> counted;
+  for (TokenId t : history) ++counted[t];
+  std::vector<TokenCount> counts;
+  for (const auto& [t, c] : counted) counts.push_back({t, c});
+  ASSERT_TRUE(gpu->SetSeenCounts(b, counts).ok());
+  params.seed = 6;
+  ASSERT_TRUE(gpu->StartSampling(a, params, 0, {}).ok());
+  ASSERT_TRUE(gpu->StartSampling(b, params, 0, {}).ok());
+  TokenId ta = history.back(), tb = history.back();
+  for (int i = 0; i < 20; ++i) {
+    const DecodeItem batch[] = {{a, ta}, {b, tb}};
+    TokenId out[2];
+    ASSERT_TRUE(gpu->DecodeAndSample(batch, {.tokens = out}).ok());
+    ASSERT_EQ(out[0], out[1]) << "step " << i;
+    ta = out[0];
+    tb = out[1];
   }
 }
 
