@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -245,6 +246,10 @@ int Run(const sigset_t& signals) {
   grpc_options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   grpc_options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
   grpc_options.reflection = absl::GetFlag(FLAGS_reflection);
+  // Room for the largest prompt text plus the rest of a GenerateRequest (stop strings, ids).
+  grpc_options.max_receive_message_bytes = static_cast<int32_t>(std::clamp<int64_t>(
+      engine_options->requests.max_prompt_bytes + (int64_t{1} << 20), int64_t{4} << 20,
+      std::numeric_limits<int32_t>::max()));
   if (const std::string path = absl::GetFlag(FLAGS_auth_token_file); !path.empty()) {
     absl::StatusOr<std::string> token = ReadToken(path);
     if (!token.ok()) {

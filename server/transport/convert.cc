@@ -183,6 +183,7 @@ void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
   v1::ServerLimits* l = out->mutable_limits();
   l->set_max_new_tokens(o.requests.max_new_tokens);
   l->set_max_prompt_tokens(o.requests.max_prompt_tokens);
+  l->set_max_prompt_bytes(o.requests.max_prompt_bytes);
   l->set_max_stop_strings(o.requests.max_stop_strings);
   l->set_max_stop_string_bytes(o.requests.max_stop_string_bytes);
   l->set_max_stop_token_ids(o.requests.max_stop_token_ids);

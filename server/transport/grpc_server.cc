@@ -60,6 +60,10 @@ GrpcServer::GrpcServer(Engine& engine, MetricsRegistry& metrics,
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                                                               MetricsRegistry& metrics,
                                                               const GrpcServerOptions& options) {
+  if (options.max_receive_message_bytes < 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "max_receive_message_bytes must be >= 1, got ", options.max_receive_message_bytes));
+  }
   if (options.export_chunk_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat(
         "export_chunk_bytes must be >= 1, got ", options.export_chunk_bytes));
@@ -95,6 +99,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, credentials, &server->port_);
   builder.RegisterService(&server->service_);
+  builder.SetMaxReceiveMessageSize(options.max_receive_message_bytes);
   builder.SetOption(std::make_unique<ReflectionOption>(options.reflection));
   server->server_ = builder.BuildAndStart();
   if (server->server_ == nullptr || server->port_ == 0) {

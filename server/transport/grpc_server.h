@@ -39,6 +39,11 @@ struct GrpcServerOptions {
   bool reflection = true;
   // Bytes per ExportSession message. Default: 1 MiB.
   int32_t export_chunk_bytes = 1 << 20;
+  // Largest request message gRPC accepts; a larger one is refused by gRPC with
+  // RESOURCE_EXHAUSTED before any handler runs. main.cc sizes it to fit the largest prompt text
+  // (--max_prompt_bytes) so that the server's own limit, with its message, is the one a client
+  // meets. Default: 4 MiB (gRPC's own default).
+  int32_t max_receive_message_bytes = 4 << 20;
 };
 
 class GrpcServer {

@@ -51,7 +51,7 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--max_queue_depth=9", "--max_sessions=11", "--session_idle_timeout=inf",
        "--max_new_tokens=123", "--max_prompt_tokens=456", "--max_stop_strings=2",
        "--max_stop_string_bytes=7", "--max_stop_token_ids=3", "--max_top_logprobs=4",
-       "--log_level=warn"},
+       "--max_prompt_bytes=5000000", "--log_level=warn"},
       dir_.Join("log"), dir_.Join("ports"));
   ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
   EXPECT_EQ(server.metrics_port(), -1);
@@ -82,6 +82,12 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   EXPECT_EQ(limits.max_stop_string_bytes(), 7);
   EXPECT_EQ(limits.max_stop_token_ids(), 3);
   EXPECT_EQ(limits.max_top_logprobs(), 4);
+  EXPECT_EQ(limits.max_prompt_bytes(), 5000000);
+  // gRPC's message limit (4 MiB by default) was raised with it: a 5.5 MB text reaches the
+  // server's own check, which names the field and the flag.
+  const absl::Status too_long = client->Tokenize(std::string(5500000, 'a')).status();
+  EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument) << too_long;
+  EXPECT_THAT(std::string(too_long.message()), HasSubstr("max_prompt_bytes"));
   ASSERT_TRUE(client->CreateSession().ok());
 
   server.Signal(SIGTERM);

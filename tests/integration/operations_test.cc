@@ -134,6 +134,7 @@ TEST_F(OperationsTest, ModelInfoTokenizeAndDetokenize) {
   EXPECT_EQ(info->state_bytes_per_session(), TinyConfig().StateFloatsPerSlot() * 4);
   EXPECT_EQ(info->slot_capacity(), 8);
   EXPECT_EQ(info->limits().max_new_tokens(), 4096);
+  EXPECT_EQ(info->limits().max_prompt_bytes(), RequestLimits().max_prompt_bytes);
   EXPECT_EQ(info->load().free_slots(), 8);
 
   absl::StatusOr<std::vector<int32_t>> ids = server.client().Tokenize("héllo");
@@ -142,9 +143,6 @@ TEST_F(OperationsTest, ModelInfoTokenizeAndDetokenize) {
   EXPECT_EQ(*server.client().Detokenize(*ids), "héllo");
 }
 
-// grpc.reflection.v1alpha through a generic call with hand-encoded messages (the reflection
-// protos live inside grpc++_reflection, which the server already links). Returns the raw
-// ServerReflectionResponse bytes.
 // Sends `request_bytes` as the one request message of `method` and returns the first response
 // message's bytes ("" when none came), or the call's status when it failed.
 absl::StatusOr<std::string> RawCall(int port, const std::string& method,
@@ -187,6 +185,8 @@ absl::StatusOr<std::string> RawCall(int port, const std::string& method,
   return bytes;
 }
 
+// grpc.reflection.v1alpha's list_services through a generic call with a hand-encoded message.
+// Returns the raw ServerReflectionResponse bytes.
 absl::StatusOr<std::string> ListServicesByReflection(int port) {
   // ServerReflectionRequest { list_services: "" } = field 7, length-delimited, empty.
   return RawCall(port, "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
