@@ -1,0 +1,110 @@
+// InstantBackend: a Backend whose model costs nothing, for measuring the serving loop's own host
+// cost (engine, transport) with no device time to hide behind: the serving-loop ceiling of
+// issue 9.
+//
+// It keeps the whole Backend contract, with model/slot_pool doing the bookkeeping and argument
+// checks exactly as CpuBackend and CudaBackend do (so their per-step validation cost is part of
+// what is measured), but its "model" is a function of (seed, position): the token picked at
+// position p of a slot whose StartSampling seed is s is NextToken(s, p), a printable ASCII byte
+// (32..126, so a byte tokenizer detokenizes every token to one character). The logits Decode
+// and Prefill return put 30 on that token and 0 elsewhere, so greedy sampling of them picks it
+// too; sampling parameters other than the seed do not change the pick, and penalty counts are
+// checked and dropped. A session's tokens therefore depend on its seed and position only, alone
+// or in any batch. The state is never materialised: ReadSlot returns zeros (a valid state).
+//
+// Not thread-safe, like every Backend, except the counters below, which any thread may read.
+#ifndef LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
+#define LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
+
+#include <atomic>
+#include <cstdint>
+#include <ctime>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/backend.h"
+#include "model/config.h"
+#include "model/slot_pool.h"
+
+namespace linserve {
+
+class InstantBackend final : public Backend {
+ public:
+  // `config` and `options` as for CreateCpuBackend; the slot count is SlotCapacity's.
+  static absl::StatusOr<std::unique_ptr<InstantBackend>> Create(const ModelConfig& config,
+                                                                const BackendOptions& options);
+
+  // The token a slot seeded with `seed` picks at `position`: in [32, 127).
+  static TokenId NextToken(uint64_t seed, int64_t position);
+
+  DeviceKind device() const override { return DeviceKind::kCpu; }
+  const ModelConfig& config() const override { return config_; }
+  int32_t slot_capacity() const override { return pool_.capacity(); }
+  int32_t free_slots() const override { return pool_.free_slots(); }
+  absl::StatusOr<SlotId> AllocateSlot() override;
+  void FreeSlot(SlotId slot) override;
+  absl::Status ResetSlot(SlotId slot) override;
+  absl::Status CopySlot(SlotId from, SlotId to) override;
+  absl::StatusOr<int64_t> SlotPosition(SlotId slot) const override;
+  absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                       absl::Span<float> logits) override;
+  absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
+  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
+                             absl::Span<const TokenId> observed) override;
+  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
+  absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
+                               const SampleOutput& out) override;
+  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                const SampleOutput& out) override;
+  absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
+  absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+
+  // ---- Counters, readable from any thread (relaxed: figures, not synchronisation) ----
+  // Successful DecodeAndSample calls and the rows they decoded.
+  int64_t decode_steps() const { return decode_steps_.load(std::memory_order_relaxed); }
+  int64_t decode_rows() const { return decode_rows_.load(std::memory_order_relaxed); }
+  // Rows of the latest DecodeAndSample.
+  int32_t last_batch() const { return last_batch_.load(std::memory_order_relaxed); }
+  // Wall nanoseconds spent inside DecodeAndSample (validation, picks), all calls together.
+  int64_t decode_nanos() const { return decode_nanos_.load(std::memory_order_relaxed); }
+  // The CPU-time clock of the thread that called DecodeAndSample first (the engine thread), and
+  // whether there was such a call yet.
+  bool has_caller_clock() const { return has_caller_clock_.load(std::memory_order_acquire); }
+  clockid_t caller_clock() const { return caller_clock_; }
+
+ private:
+  struct SlotSampling {
+    bool started = false;  // StartSampling since the slot was allocated, reset or written
+    uint64_t seed = 0;
+    int32_t top_logprobs = 0;
+  };
+
+  InstantBackend(const ModelConfig& config, const BackendOptions& options, int32_t capacity);
+  TokenId Next(SlotId slot) const;
+  void WriteLogits(SlotId slot, absl::Span<float> row) const;
+  // Checks that `out` fits `slots` (FAILED_PRECONDITION for a slot with no StartSampling), as
+  // HostSampling::CheckOutput does.
+  absl::Status CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
+                           const char* what) const;
+  // Picks row `row` for `slot` (at its current position) into `out`.
+  void Pick(SlotId slot, size_t row, const SampleOutput& out) const;
+  void NoteCaller();
+
+  const ModelConfig config_;
+  SlotPool pool_;
+  std::vector<SlotSampling> sampling_;
+  std::vector<SlotId> batch_slots_;  // sized once for max_batch_size rows
+
+  std::atomic<int64_t> decode_steps_{0};
+  std::atomic<int64_t> decode_rows_{0};
+  std::atomic<int32_t> last_batch_{0};
+  std::atomic<int64_t> decode_nanos_{0};
+  std::atomic<bool> has_caller_clock_{false};
+  clockid_t caller_clock_{};
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
