@@ -195,6 +195,8 @@ bool LoadRun::Request(const std::string& session_id, std::mt19937_64& rng) {
   }
   call.max_new_tokens = static_cast<int32_t>(o_.output_tokens.Sample(rng));
   call.temperature = o_.temperature;
+  call.top_k = o_.top_k;
+  call.top_p = o_.top_p;
   call.seed = rng();
   call.ignore_eos = o_.ignore_eos;
   call.timeout = o_.request_timeout;
@@ -438,6 +440,8 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   if (!(o.temperature >= 0) || !std::isfinite(o.temperature)) {
     return OutOfRange("temperature", o.temperature, "[0, inf)");
   }
+  if (o.top_k < 0) return OutOfRange("top-k", o.top_k, ">= 0");
+  if (!(o.top_p > 0 && o.top_p <= 1)) return OutOfRange("top-p", o.top_p, "(0, 1]");
   if (o.vocab_size <= static_cast<int32_t>(o.excluded_ids.size())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "the server's vocabulary (", o.vocab_size, " ids) leaves no id for random prompts"));

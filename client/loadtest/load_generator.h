@@ -54,6 +54,9 @@ struct LoadOptions {
   Distribution output_tokens = Distribution::Fixed(64);
   // Sampling of every request. Default: 1.0, ignoring EOS so outputs have the drawn length.
   float temperature = 1.0f;
+  // Top-k (0: off) and nucleus (1: off) filtering of every request. Default: off.
+  int32_t top_k = 0;
+  float top_p = 1.0f;
   bool ignore_eos = true;
   // The server's vocabulary and the ids prompts must avoid (BOS, EOS). Required: vocab_size
   // > number of excluded ids.

@@ -21,6 +21,10 @@ struct GenerateCall {
   std::vector<int32_t> prompt;
   int32_t max_new_tokens = 1;
   float temperature = 1.0f;
+  // 0: off.
+  int32_t top_k = 0;
+  // 1: off.
+  float top_p = 1.0f;
   uint64_t seed = 0;
   bool ignore_eos = true;
   absl::Duration timeout = absl::Seconds(60);

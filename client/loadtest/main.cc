@@ -61,6 +61,8 @@ struct Flags {
   std::string prompt_tokens = "32";
   std::string output_tokens = "64";
   double temperature = 1.0;
+  int32_t top_k = 0;
+  double top_p = 1.0;
   bool ignore_eos = true;
   absl::Duration duration = absl::Seconds(10);
   int64_t requests = 0;
@@ -89,6 +91,9 @@ struct Flags {
     f.Add("prompt-tokens", &prompt_tokens, "DIST", "Prompt length per request, tokens.");
     f.Add("output-tokens", &output_tokens, "DIST", "max_new_tokens per request.");
     f.Add("temperature", &temperature, "T", "Sampling temperature of every request, >= 0.");
+    f.Add("top-k", &top_k, "K", "Keep only the K most likely tokens; 0 = off.");
+    f.Add("top-p", &top_p, "P", "Nucleus sampling: keep the smallest set reaching P, (0, 1]; "
+          "1 = off.");
     f.Add("ignore-eos", &ignore_eos,
           "Ask the server to ignore EOS, so every request generates its --output-tokens "
           "(--noignore-eos lets requests stop early).");
@@ -150,6 +155,8 @@ int Main(int argc, char** argv) {
   options.fork = flags.fork;
   options.export_session = flags.export_session;
   options.temperature = static_cast<float>(flags.temperature);
+  options.top_k = flags.top_k;
+  options.top_p = static_cast<float>(flags.top_p);
   options.ignore_eos = flags.ignore_eos;
   options.duration = flags.duration;
   options.max_requests = flags.requests;

@@ -157,6 +157,8 @@ TEST(LoadGeneratorTest, RequestsFollowTheDistributionsAndAvoidExcludedIds) {
   o.prompt_tokens = *Distribution::Parse("uniform:3:9", "--prompt-tokens", 1, 100);
   o.output_tokens = *Distribution::Parse("normal:6:2", "--output-tokens", 1, 10);
   o.temperature = 0.5f;
+  o.top_k = 50;
+  o.top_p = 0.9f;
   o.ignore_eos = false;
   o.request_timeout = absl::Seconds(7);
   RunLoad(target, o);
@@ -174,6 +176,8 @@ TEST(LoadGeneratorTest, RequestsFollowTheDistributionsAndAvoidExcludedIds) {
     EXPECT_GE(call.max_new_tokens, 1);
     EXPECT_LE(call.max_new_tokens, 10);
     EXPECT_EQ(call.temperature, 0.5f);
+    EXPECT_EQ(call.top_k, 50);
+    EXPECT_EQ(call.top_p, 0.9f);
     EXPECT_FALSE(call.ignore_eos);
     EXPECT_EQ(call.timeout, absl::Seconds(7));
     seeds.insert(call.seed);
@@ -354,6 +358,9 @@ TEST(ValidateLoadOptionsTest, NamesTheFlagAndLimit) {
       {[](LoadOptions& o) { o.warmup = absl::Seconds(-1); }, "--warmup=-1"},
       {[](LoadOptions& o) { o.request_timeout = absl::ZeroDuration(); }, "--request-timeout=0"},
       {[](LoadOptions& o) { o.temperature = -1; }, "--temperature=-1"},
+      {[](LoadOptions& o) { o.top_k = -1; }, "--top-k=-1"},
+      {[](LoadOptions& o) { o.top_p = 0; }, "--top-p=0 is outside (0, 1]"},
+      {[](LoadOptions& o) { o.top_p = 1.5f; }, "--top-p=1.5"},
       {[](LoadOptions& o) { o.vocab_size = 2; }, "vocabulary (2 ids)"},
   };
   for (const Case& c : cases) {
