@@ -10,7 +10,10 @@
 #   bench/run_gpu.sh run [BUNDLE] [WHAT]    on the GPU machine: runs the packed binaries from
 #                                           the directory or the .tar.xz (default: whichever of
 #                                           build/gpu-bundle, build/gpu-bundle.tar.xz exists).
-#                                           WHAT: all (default), tests, bench or peers.
+#                                           WHAT: all (default: tests, bench, peers), tests,
+#                                           bench, peers, or served (issue 9: gpu_bench's
+#                                           engine-alone decode next to linserve --device=cuda
+#                                           driven by linserve-loadtest; writes gpu_serving.md).
 #   bench/run_gpu.sh                        pack, then run: a GPU machine that has our packages.
 #
 # Why a bundle: the GPU machine has nvcc, CMake, the CUDA libraries and python with torch and
@@ -20,9 +23,10 @@
 # glibc (>= the version MANIFEST names), libstdc++, the driver (libcuda.so.1) and cuBLASLt
 # (libcublasLt.so.13, CUDA 13). The CUDA runtime is linked statically.
 #
-# Output: markdown for bench/results/gpu.md on stdout; every log under build/gpu-run. Where
-# $OUT is set (the device tool's folder of files to bring back, at most 8 files) the summary
-# files and a tarball of the logs are copied there at exit, failed or not.
+# Output: markdown for bench/results/gpu.md (or, for served, gpu_serving.md) on stdout; every
+# log under build/gpu-run. Where $OUT is set (the device tool's folder of files to bring back, at
+# most 8 files) the summary files and a tarball of the logs are copied there at exit, failed or
+# not.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 mode=${1:-both}
@@ -31,13 +35,20 @@ if [[ $mode == run && -z ${2:-} && ! -d $bundle ]]; then
   bundle=$bundle.tar.xz
 fi
 what=${3:-all}
-binaries=(cuda_host_test backend_factory_test cuda_kernels_test cuda_backend_test gpu_bench)
+binaries=(cuda_host_test backend_factory_test cuda_kernels_test cuda_backend_test gpu_bench
+  linserve linserve-loadtest linserve-cli linserve-bench-model)
+# The served benchmark: concurrencies of the greedy runs (1024 needs ~2.5 GB of state on the
+# 125M shape) and of the top-k 50 + top-p 0.9 run, seconds measured per point after a warm-up.
+served_concurrencies=(1 64 256 1024)
+served_sampling_concurrency=64
+served_seconds=${LINSERVE_SERVED_SECONDS:-10}
+served_warmup=${LINSERVE_SERVED_WARMUP:-3}
 
 pack() {
   local build=$root/build/gpu
-  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINSERVE_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 >/dev/null
-  cmake --build "$build" --parallel "$(nproc)" --target "${binaries[@]}"
+  # scripts/build.sh: the shared ccache makes the CPU-only objects free.
+  bash "$root/scripts/build.sh" "$build" -DLINSERVE_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+    -- "${binaries[@]}" >&2
   rm -rf "$bundle"
   mkdir -p "$bundle/bin" "$bundle/lib"
   for b in "${binaries[@]}"; do
@@ -94,10 +105,68 @@ EOF
 export_results() {
   local out=$1
   [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
-  for f in gpu.md gpu_bench.json peers.json tests.txt; do
+  for f in gpu.md gpu_bench.json peers.json tests.txt gpu_serving.md; do
     [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
   done
   tar -C "$out" -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
+}
+
+# The served path of issue 9 in this call: gpu_bench's engine-alone decode at the served batch
+# sizes, then linserve --device=cuda on a random model of the same 125M shape driven by
+# linserve-loadtest, greedy at each of served_concurrencies and top-k 50 + top-p 0.9 at
+# served_sampling_concurrency; writes $out/gpu_serving.md.
+served() {
+  local out=$1
+  local batches
+  batches=$(IFS=,; echo "${served_concurrencies[*]}")
+  "$bundle/bin/gpu_bench" --batches="$batches" --prefill_lengths=2048 --positions=1024 \
+    --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
+  local model=$out/model-125m
+  rm -rf "$model"
+  # gpu_bench's Config125M but for the position embedding (none here, sinusoidal there).
+  "$bundle/bin/linserve-bench-model" --out="$model" --vocab_size=50257 --d_model=768 \
+    --n_layers=12 --n_heads=12 --d_ff=3072
+  local max=${served_concurrencies[-1]}
+  rm -f "$out/ports"
+  "$bundle/bin/linserve" --model="$model" --device=cuda --weight_precision=bf16 \
+    --host=127.0.0.1 --port=0 --metrics_port=-1 --port_file="$out/ports" \
+    --max_batch_size="$max" --max_slots="$((max + 64))" --state_memory_mib=8192 \
+    --max_queue_depth="$((2 * max))" --log_level=warn >"$out/server.log" 2>&1 &
+  local server_pid=$!
+  local port=
+  for _ in $(seq 1200); do
+    [[ -s $out/ports ]] && break
+    kill -0 "$server_pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  port=$(sed -n 's/^grpc_port=//p' "$out/ports" 2>/dev/null || true)
+  if [[ -z $port ]]; then
+    cat "$out/server.log" >&2
+    echo "run_gpu: linserve did not start" >&2
+    kill "$server_pid" 2>/dev/null || true
+    return 1
+  fi
+  local load=("$bundle/bin/linserve-loadtest" --target="127.0.0.1:$port" --prompt-tokens=16
+    --output-tokens=256 --duration="${served_seconds}s" --warmup="${served_warmup}s"
+    --drain-timeout=10s --progress-interval=0)
+  local greedy=() rc=0
+  for c in "${served_concurrencies[@]}"; do
+    echo "run_gpu: served, concurrency $c, greedy" >&2
+    "${load[@]}" --concurrency="$c" --temperature=0 --json="$out/served_$c.json" \
+      | tee "$out/served_$c.txt" >&2 || rc=1
+    greedy+=("$c=$out/served_$c.json")
+  done
+  local c=$served_sampling_concurrency
+  echo "run_gpu: served, concurrency $c, top-k 50 + top-p 0.9" >&2
+  "${load[@]}" --concurrency="$c" --temperature=1 --top-k=50 --top-p=0.9 \
+    --json="$out/served_${c}_topk_topp.json" | tee "$out/served_${c}_topk_topp.txt" >&2 || rc=1
+  kill "$server_pid" 2>/dev/null || true
+  wait "$server_pid" 2>/dev/null || true
+  ((rc == 0)) || { echo "run_gpu: a load test failed" >&2; return 1; }
+  python3 "$root/bench/gpu/serving_report.py" --engine "$out/gpu_bench.json" \
+    --greedy "${greedy[@]}" --sampling "$c=$out/served_${c}_topk_topp.json" \
+    --gpu "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)" \
+    --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
 }
 
 run() {
@@ -143,6 +212,10 @@ run() {
   if [[ $what == all || $what == peers ]]; then
     PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/peers.py" --json_out="$out/peers.json" >/dev/null
   fi
+  if [[ $what == served ]]; then
+    served "$out" || failed=1
+    return $failed
+  fi
   if [[ -f $out/gpu_bench.json && -f $out/peers.json ]]; then
     local tests=()
     [[ -f $out/tests.txt ]] && tests=(--tests "$out/tests.txt")
@@ -156,5 +229,5 @@ case $mode in
   pack) pack ;;
   run) run ;;
   both) pack; run ;;
-  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|peers]]" >&2; exit 2 ;;
+  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|peers|served]]" >&2; exit 2 ;;
 esac
