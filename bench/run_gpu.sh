@@ -6,7 +6,7 @@
 #                                           binaries for sm_90 (+ compute_90 PTX) and packs them
 #                                           with the shared libraries they need into BUNDLE
 #                                           (default build/gpu-bundle, git-ignored) and into
-#                                           BUNDLE.tar.xz (~10 MB: the one file to carry).
+#                                           BUNDLE.tar.xz (~14 MB: the one file to carry).
 #   bench/run_gpu.sh run [BUNDLE] [WHAT]    on the GPU machine: runs the packed binaries from
 #                                           the directory or the .tar.xz (default: whichever of
 #                                           build/gpu-bundle, build/gpu-bundle.tar.xz exists).
