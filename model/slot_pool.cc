@@ -114,8 +114,19 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
                                                    " items; max_batch_size is ", max_batch_size_));
   }
   ++batch_generation_;
+  const bool learned = config_.position == PositionEmbedding::kLearned;
   for (size_t i = 0; i < batch.size(); ++i) {
+    // Every step runs this for every row: the messages are only built for a row that fails.
     const SlotId slot = batch[i].slot;
+    const TokenId token = batch[i].token;
+    const bool fine = slot.value >= 0 && slot.value < capacity_ && allocated_[slot.value] &&
+                      batch_mark_[slot.value] != batch_generation_ && token >= 0 &&
+                      token < config_.vocab_size &&
+                      (!learned || positions_[slot.value] + 1 <= config_.max_position);
+    if (fine) {
+      batch_mark_[slot.value] = batch_generation_;
+      continue;
+    }
     if (absl::Status s = CheckAllocated(slot, absl::StrCat("Decode: batch[", i, "].slot"));
         !s.ok()) {
       return s;
@@ -124,16 +135,11 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
       return absl::InvalidArgumentError(absl::StrCat("Decode: batch[", i, "].slot = ", slot.value,
                                                      " appears twice in the batch"));
     }
-    batch_mark_[slot.value] = batch_generation_;
-    if (absl::Status s = CheckToken(batch[i].token, absl::StrCat("Decode: batch[", i, "].token"));
-        !s.ok()) {
+    if (absl::Status s = CheckToken(token, absl::StrCat("Decode: batch[", i, "].token")); !s.ok()) {
       return s;
     }
-    if (absl::Status s = CheckPositions(positions_[slot.value], 1,
-                                        absl::StrCat("Decode: batch[", i, "].slot ", slot.value));
-        !s.ok()) {
-      return s;
-    }
+    return CheckPositions(positions_[slot.value], 1,
+                          absl::StrCat("Decode: batch[", i, "].slot ", slot.value));
   }
   return absl::OkStatus();
 }
