@@ -131,6 +131,10 @@ void SessionStore::ReleaseSlot(Session& session) {
 absl::Status SessionStore::MakeResident(Session& session, absl::Time now) {
   session.last_use_time = ToMicros(now);
   if (session.slot.has_value()) return absl::OkStatus();
+  return LoadIntoSlot(session);
+}
+
+absl::Status SessionStore::LoadIntoSlot(Session& session) {
   absl::StatusOr<SlotId> slot = AcquireSlot(&session);
   if (!slot.ok()) return slot.status();
   if (session.hibernated.has_value()) {
@@ -291,6 +295,21 @@ int64_t SessionStore::Restore(absl::Time now) {
     s.create_time = record.snapshot.create_time;
     s.last_use_time = record.last_use_time;
     ++restored;
+  }
+  // Warm start: the most recently used sessions take the free slots, as they held them before.
+  std::vector<Session*> by_last_use;
+  for (const auto& [id, session] : sessions_) {
+    if (!session->slot.has_value() && !session->ephemeral) by_last_use.push_back(session.get());
+  }
+  std::sort(by_last_use.begin(), by_last_use.end(), [](const Session* a, const Session* b) {
+    return a->last_use_time > b->last_use_time;
+  });
+  for (Session* session : by_last_use) {
+    if (backend_.free_slots() == 0) break;
+    if (absl::Status s = LoadIntoSlot(*session); !s.ok()) {
+      spdlog::warn("session {}: restored but left hibernated: {}", session->id.value,
+                   s.ToString());
+    }
   }
   return restored;
 }

@@ -113,8 +113,9 @@ class SessionStore {
   // `done` may run on the persister's thread; it must not block.
   void WhenDurable(absl::AnyInvocable<void() &&> done);
   // Adds the sessions the persister holds, keeping every field as persisted. Those idle for
-  // idle_timeout or more at `now` are not added and their files are removed. Returns the number
-  // restored.
+  // idle_timeout or more at `now` are not added and their files are removed. The most recently
+  // used ones are loaded into the free slots (as the LRU would have kept them), the rest stay
+  // hibernated. Returns the number restored.
   int64_t Restore(absl::Time now);
 
   // The session's state and continuation data.
@@ -151,6 +152,9 @@ class SessionStore {
   void Persist(const Session& session);
   // A slot for `for_session`, hibernating an LRU idle session when none is free.
   absl::StatusOr<SlotId> AcquireSlot(const Session* for_session);
+  // Puts a non-resident session into a slot (its hibernated state and penalty counts, if any);
+  // last_use_time is the caller's.
+  absl::Status LoadIntoSlot(Session& session);
   absl::Status Hibernate(Session& session);
   void ReleaseSlot(Session& session);
 

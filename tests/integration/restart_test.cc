@@ -94,9 +94,9 @@ TEST_F(RestartTest, EverySessionFieldIsKeptAcrossSigtermAndSigkillRestarts) {
       EXPECT_EQ(now.create_time().nanos(), was.create_time().nanos());
       EXPECT_EQ(now.last_use_time().seconds(), was.last_use_time().seconds());
       EXPECT_EQ(now.last_use_time().nanos(), was.last_use_time().nanos());
-      // Where the state lives is not a field of the session but of this process: restored
-      // sessions start hibernated.
-      EXPECT_EQ(now.residency(), v1::Session::RESIDENCY_HIBERNATED);
+      // Restore loads the most recently used sessions into the free slots, as they were.
+      EXPECT_EQ(now.residency(), was.residency());
+      EXPECT_EQ(now.residency(), v1::Session::RESIDENCY_RESIDENT);
     }
     client.reset();
     server->Signal(signal);
