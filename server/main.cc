@@ -15,6 +15,7 @@
 #include <sstream>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
@@ -31,6 +32,7 @@
 #include "model/model.h"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
+#include "server/transport/auth.h"
 #include "server/transport/grpc_server.h"
 #include "server/transport/http_server.h"
 #include "spdlog/spdlog.h"
@@ -62,7 +64,14 @@ ABSL_FLAG(std::string, tls_client_ca, "",
 ABSL_FLAG(std::string, auth_token_file, "",
           "File whose contents (surrounding whitespace trimmed) are a bearer token every "
           "linserve.v1 call must send as \"authorization: Bearer <token>\" metadata; health "
-          "checks and reflection are exempt. Empty: no authentication.");
+          "checks and reflection are exempt. Its callers are one tenant (the default one). "
+          "Empty: no such token.");
+ABSL_FLAG(std::string, auth_tokens_file, "",
+          "File of \"<tenant> <token>\" lines (blank and # lines ignored; tenant names of "
+          "A-Z a-z 0-9 . _ -, at most 128): every linserve.v1 call must send one of the tokens "
+          "as \"authorization: Bearer <token>\" (with --tls_client_ca, a call sending none is "
+          "the tenant named by its certificate's subject), and a tenant reaches only its own "
+          "sessions. Combines with --auth_token_file. Empty: no tenants by token.");
 ABSL_FLAG(bool, reflection, true, "Serve gRPC server reflection (for grpcurl and grpc_cli).");
 ABSL_FLAG(std::string, state_dir, "",
           "Sessions persist here, one file each, written behind every change (a client hears a "
@@ -257,6 +266,14 @@ int Run(const sigset_t& signals) {
       return 1;
     }
     grpc_options.auth_token = *std::move(token);
+  }
+  if (const std::string path = absl::GetFlag(FLAGS_auth_tokens_file); !path.empty()) {
+    absl::StatusOr<std::vector<TenantToken>> tokens = ReadTenantTokensFile(path);
+    if (!tokens.ok()) {
+      spdlog::error("--auth_tokens_file: {}", std::string(tokens.status().message()));
+      return 1;
+    }
+    grpc_options.tenant_tokens = *std::move(tokens);
   }
 
   const absl::Time load_start = absl::Now();

@@ -9,6 +9,11 @@
 namespace linserve {
 namespace {
 
+// A session owner as logs name it: the tenant, or "the default tenant" without authentication.
+std::string TenantForLog(absl::string_view owner) {
+  return owner.empty() ? std::string("the default tenant") : absl::StrCat("tenant ", owner);
+}
+
 constexpr absl::Duration kExpiryInterval = absl::Seconds(1);
 // How long an idle engine thread sleeps before checking for expired sessions.
 constexpr absl::Duration kIdleWait = absl::Milliseconds(500);
@@ -207,7 +212,7 @@ void Engine::Accept(std::unique_ptr<Job> job) {
   jobs_[job->id()] = job.get();
   const GenerateRequest& request = job->request();
   if (request.session_id.has_value()) {
-    absl::StatusOr<Session*> session = store_.Find(*request.session_id);
+    absl::StatusOr<Session*> session = store_.Find(*request.session_id, request.owner);
     if (!session.ok()) {
       Complete(std::move(job), session.status(), FinishReason::kLength);
       return;
@@ -532,8 +537,8 @@ SessionInfo Engine::InfoOf(const Session& session) const {
   };
 }
 
-absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id) {
-  absl::StatusOr<Session*> session = store_.Find(id);
+absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id, absl::string_view owner) {
+  absl::StatusOr<Session*> session = store_.Find(id, owner);
   if (!session.ok()) return session;
   if ((*session)->busy) {
     return absl::AbortedError(absl::StrCat("session ", id.value, " is busy with request ",
@@ -543,75 +548,81 @@ absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id) {
   return session;
 }
 
-void Engine::CreateSession(Callback<SessionInfo> done) {
+void Engine::CreateSession(std::string owner, Callback<SessionInfo> done) {
   PostOp(
-      [this, done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Create(absl::Now());
+        absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner);
         if (!session.ok()) return std::move(done)(session.status());
-        spdlog::info("session {}: created", (*session)->id.value);
+        spdlog::info("session {}: created for {}", (*session)->id.value, TenantForLog(owner));
         Reply(std::move(done), InfoOf(**session));
       });
 }
 
-void Engine::GetSession(SessionId id, Callback<SessionInfo> done) {
+void Engine::GetSession(std::string owner, SessionId id, Callback<SessionInfo> done) {
   PostOp(
-      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), id = std::move(id),
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Find(id);
+        absl::StatusOr<Session*> session = store_.Find(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
         std::move(done)(InfoOf(**session));
       });
 }
 
-void Engine::ListSessions(std::optional<SessionId> after, int32_t limit,
+void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int32_t limit,
                           Callback<SessionPage> done) {
   PostOp(
-      [this, after = std::move(after), limit, done = std::move(done)](
-          absl::Status admitted) mutable {
+      [this, owner = std::move(owner), after = std::move(after), limit,
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         SessionPage page;
-        for (const Session* session : store_.List(after, limit)) {
+        for (const Session* session : store_.List(after, limit, owner)) {
           page.sessions.push_back(InfoOf(*session));
         }
-        if (!page.sessions.empty() && store_.HasAfter(page.sessions.back().id)) {
+        if (!page.sessions.empty() && store_.HasAfter(page.sessions.back().id, owner)) {
           page.next_after = page.sessions.back().id;
         }
         std::move(done)(std::move(page));
       });
 }
 
-void Engine::ForkSession(SessionId id, Callback<SessionInfo> done) {
+void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> done) {
   PostOp(
-      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), id = std::move(id),
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> source = FindIdle(id);
+        // The source is the forker's, so the fork (which keeps the source's owner) is too.
+        absl::StatusOr<Session*> source = FindIdle(id, owner);
         if (!source.ok()) return std::move(done)(source.status());
         absl::StatusOr<Session*> fork = store_.Fork(**source, absl::Now());
         if (!fork.ok()) return std::move(done)(fork.status());
-        spdlog::info("session {}: forked from {}", (*fork)->id.value, id.value);
+        spdlog::info("session {}: forked from {} for {}", (*fork)->id.value, id.value,
+                     TenantForLog(owner));
         Reply(std::move(done), InfoOf(**fork));
       });
 }
 
-void Engine::DeleteSession(SessionId id, StatusCallback done) {
+void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done) {
   PostOp(
-      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), id = std::move(id),
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = FindIdle(id);
+        absl::StatusOr<Session*> session = FindIdle(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
         store_.Erase(*session);
-        spdlog::info("session {}: deleted", id.value);
+        spdlog::info("session {}: deleted by {}", id.value, TenantForLog(owner));
         store_.WhenDurable(
             [done = std::move(done)]() mutable { std::move(done)(absl::OkStatus()); });
       });
 }
 
-void Engine::ExportSession(SessionId id, Callback<std::string> done) {
+void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string> done) {
   PostOp(
-      [this, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), id = std::move(id),
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = FindIdle(id);
+        absl::StatusOr<Session*> session = FindIdle(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
         absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(**session);
         if (!snapshot.ok()) return std::move(done)(snapshot.status());
@@ -620,19 +631,21 @@ void Engine::ExportSession(SessionId id, Callback<std::string> done) {
       });
 }
 
-void Engine::ImportSession(absl::string_view bytes, Callback<SessionInfo> done) {
+void Engine::ImportSession(std::string owner, absl::string_view bytes,
+                           Callback<SessionInfo> done) {
   absl::StatusOr<SessionSnapshot> snapshot =
       DecodeSnapshot(bytes, model_.config, model_.fingerprint,
                      options_.requests.max_prompt_tokens);
   if (!snapshot.ok()) return std::move(done)(snapshot.status());
   PostOp(
-      [this, snapshot = *std::move(snapshot), done = std::move(done)](
-          absl::Status admitted) mutable {
+      [this, owner = std::move(owner), snapshot = *std::move(snapshot),
+       done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Insert(std::move(snapshot), absl::Now());
+        absl::StatusOr<Session*> session =
+            store_.Insert(std::move(snapshot), absl::Now(), owner);
         if (!session.ok()) return std::move(done)(session.status());
-        spdlog::info("session {}: imported ({} tokens)", (*session)->id.value,
-                     (*session)->num_tokens);
+        spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
+                     (*session)->num_tokens, TenantForLog(owner));
         Reply(std::move(done), InfoOf(**session));
       });
 }

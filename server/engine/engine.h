@@ -132,17 +132,23 @@ class Engine {
 
   // Session operations, thread-safe; errors: NOT_FOUND, ABORTED (a request is running on the
   // session), RESOURCE_EXHAUSTED (max_sessions, queue full), UNAVAILABLE (shutting down).
-  void CreateSession(Callback<SessionInfo> done);
-  void GetSession(SessionId id, Callback<SessionInfo> done);
+  //
+  // Each acts on behalf of `owner`, the tenant the transport authenticated ("" without
+  // authentication): a session of another owner answers NOT_FOUND with the very message of an
+  // unknown id (existence is not revealed), lists hold only the owner's sessions, and created,
+  // forked and imported sessions belong to `owner`.
+  void CreateSession(std::string owner, Callback<SessionInfo> done);
+  void GetSession(std::string owner, SessionId id, Callback<SessionInfo> done);
   // `limit` >= 1.
-  void ListSessions(std::optional<SessionId> after, int32_t limit, Callback<SessionPage> done);
-  void ForkSession(SessionId id, Callback<SessionInfo> done);
-  void DeleteSession(SessionId id, StatusCallback done);
-  // The session's snapshot (snapshot.h).
-  void ExportSession(SessionId id, Callback<std::string> done);
+  void ListSessions(std::string owner, std::optional<SessionId> after, int32_t limit,
+                    Callback<SessionPage> done);
+  void ForkSession(std::string owner, SessionId id, Callback<SessionInfo> done);
+  void DeleteSession(std::string owner, SessionId id, StatusCallback done);
+  // The session's snapshot (snapshot.h), which names no owner.
+  void ExportSession(std::string owner, SessionId id, Callback<std::string> done);
   // Decodes on the calling thread (rejecting corrupt or foreign snapshots before anything
-  // changes), then adds the session under a new id.
-  void ImportSession(absl::string_view snapshot, Callback<SessionInfo> done);
+  // changes), then adds the session under a new id, owned by `owner`.
+  void ImportSession(std::string owner, absl::string_view snapshot, Callback<SessionInfo> done);
 
   // Thread-safe.
   EngineStats stats() const;
@@ -206,8 +212,8 @@ class Engine {
   // Calls `done` with `value` once the session changes made so far are durable.
   template <typename T>
   void Reply(Callback<T> done, T value);
-  // Engine thread (or after it stopped): the session named `id`, checked idle.
-  absl::StatusOr<Session*> FindIdle(const SessionId& id);
+  // Engine thread (or after it stopped): the session named `id` of `owner`, checked idle.
+  absl::StatusOr<Session*> FindIdle(const SessionId& id, absl::string_view owner);
 
   const Model& model_;
   const EngineOptions options_;

@@ -56,6 +56,10 @@ inline constexpr int32_t kDefaultMaxNewTokens = 256;
 struct GenerateRequest {
   // Names the request in logs. Set by the caller (the transport draws a random one).
   std::string request_id;
+  // The tenant the request runs for, as the transport authenticated it ("" without
+  // authentication). A session_id of another owner's session answers NOT_FOUND like an
+  // unknown id.
+  std::string owner;
   // The session to continue; nullopt = an ephemeral session freed when the request ends.
   std::optional<SessionId> session_id;
   // Token ids to feed, non-empty. BOS is prepended by the engine when the session is empty.

@@ -1,10 +1,20 @@
 #include "server/transport/auth.h"
 
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <utility>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/string_view.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "grpc/grpc_security_constants.h"
 #include "openssl/crypto.h"
+#include "openssl/sha.h"
+#include "server/engine/session_record.h"
 
 namespace linserve {
 namespace {
@@ -24,26 +34,131 @@ std::optional<absl::string_view> BearerCredentials(absl::string_view value) {
   return value;
 }
 
+std::array<uint8_t, 32> Sha256(absl::string_view bytes) {
+  std::array<uint8_t, 32> digest;
+  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest.data());
+  return digest;
+}
+
+bool IsTenantName(absl::string_view name) {
+  if (name.empty() || name.size() > kMaxTenantNameBytes) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(c) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+bool IsToken(absl::string_view token) {
+  for (char c : token) {
+    if (c <= ' ' || c >= 127) return false;
+  }
+  return !token.empty();
+}
+
+absl::Status LineError(absl::string_view source, int line, absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("\"", source, "\" line ", line, ": ", what));
+}
+
 }  // namespace
 
-BearerTokenAuth::BearerTokenAuth(const std::string& token) : token_(token) {}
+absl::StatusOr<std::vector<TenantToken>> ParseTenantTokens(absl::string_view contents,
+                                                           absl::string_view source) {
+  std::vector<TenantToken> out;
+  absl::flat_hash_map<std::string, int> line_of_token;
+  int line_number = 0;
+  for (absl::string_view line : absl::StrSplit(contents, '\n')) {
+    ++line_number;
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty() || line.front() == '#') continue;
+    // Fields are never quoted in errors: a misplaced one may be a secret.
+    const std::vector<absl::string_view> fields =
+        absl::StrSplit(line, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    if (fields.size() != 2) {
+      return LineError(source, line_number,
+                       absl::StrCat("expected \"<tenant> <token>\" (2 fields), found ",
+                                    fields.size(), " fields"));
+    }
+    if (!IsTenantName(fields[0])) {
+      return LineError(source, line_number,
+                       absl::StrCat("the tenant name (first field) must be 1 to ",
+                                    kMaxTenantNameBytes,
+                                    " characters of A-Z a-z 0-9 . _ -"));
+    }
+    if (!IsToken(fields[1])) {
+      return LineError(source, line_number,
+                       "the token (second field) must be printable ASCII without spaces");
+    }
+    auto [it, inserted] = line_of_token.try_emplace(std::string(fields[1]), line_number);
+    if (!inserted) {
+      return LineError(source, line_number,
+                       absl::StrCat("the same token as line ", it->second,
+                                    "; every token must name one tenant"));
+    }
+    out.push_back(TenantToken{std::string(fields[0]), std::string(fields[1])});
+  }
+  if (out.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "\"", source, "\" holds no \"<tenant> <token>\" line (blank and # lines are ignored)"));
+  }
+  return out;
+}
 
-grpc::Status BearerTokenAuth::Check(const grpc::ServerContextBase& context) const {
-  if (token_.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it != metadata.end()) {
-    const std::optional<absl::string_view> credentials =
-        BearerCredentials(absl::string_view(it->second.data(), it->second.size()));
-    if (credentials.has_value() && credentials->size() == token_.size() &&
-        CRYPTO_memcmp(credentials->data(), token_.data(), token_.size()) == 0) {
-      return grpc::Status::OK;
+absl::StatusOr<std::vector<TenantToken>> ReadTenantTokensFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (!in) return absl::InvalidArgumentError(absl::StrCat("cannot read \"", path, "\""));
+  return ParseTenantTokens(out.str(), path);
+}
+
+Authenticator::Authenticator(const std::vector<TenantToken>& tokens,
+                             bool certificate_principals)
+    : certificate_principals_(certificate_principals) {
+  tokens_.reserve(tokens.size());
+  for (const TenantToken& t : tokens) tokens_.push_back(Entry{Sha256(t.token), t.tenant});
+}
+
+absl::StatusOr<std::string> Authenticator::Authenticate(
+    const grpc::ServerContextBase& context) const {
+  if (!tokens_.empty()) {
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find("authorization");
+    if (it != metadata.end()) {
+      const std::optional<absl::string_view> credentials =
+          BearerCredentials(absl::string_view(it->second.data(), it->second.size()));
+      if (credentials.has_value()) {
+        // Every digest is compared, whichever matches: the time taken is the same for every
+        // token presented.
+        const Digest presented = Sha256(*credentials);
+        const Entry* match = nullptr;
+        for (const Entry& entry : tokens_) {
+          if (CRYPTO_memcmp(presented.data(), entry.digest.data(), presented.size()) == 0) {
+            match = &entry;
+          }
+        }
+        if (match != nullptr) return match->tenant;
+      }
+      return absl::UnauthenticatedError(
+          "wrong bearer token: send metadata \"authorization: Bearer <token>\" with a token "
+          "of the server's --auth_tokens_file or --auth_token_file");
     }
   }
-  return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                      "missing or wrong bearer token: send metadata "
-                      "\"authorization: Bearer <token>\" with the server's --auth_token_file "
-                      "contents");
+  if (certificate_principals_) {
+    const std::shared_ptr<const grpc::AuthContext> auth = context.auth_context();
+    const std::vector<grpc::string_ref> subjects =
+        auth == nullptr ? std::vector<grpc::string_ref>()
+                        : auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
+    if (subjects.size() == 1 && !subjects[0].empty() && subjects[0].size() <= kMaxOwnerBytes) {
+      return std::string(subjects[0].data(), subjects[0].size());
+    }
+    return absl::UnauthenticatedError(absl::StrCat(
+        "the client certificate has no subject of 1 to ", kMaxOwnerBytes,
+        " bytes to name the caller", tokens_.empty() ? "" : ", and no bearer token was sent"));
+  }
+  if (tokens_.empty()) return std::string();
+  return absl::UnauthenticatedError(
+      "missing bearer token: send metadata \"authorization: Bearer <token>\" with a token of "
+      "the server's --auth_tokens_file or --auth_token_file");
 }
 
 }  // namespace linserve

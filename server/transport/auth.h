@@ -1,29 +1,73 @@
-// BearerTokenAuth: the optional shared-secret check of every linserve.v1 RPC ("authorization:
-// Bearer <token>" metadata). grpc.health.v1 and server reflection are exempt: load balancers and
-// tools probe them without credentials, and they reveal nothing but the public schema.
+// Authentication of linserve.v1 RPCs and the principal each call acts for.
+//
+// A principal names the tenant that owns sessions (server/engine/session_store.h): a call only
+// ever reaches its own tenant's sessions. It is, in this order:
+//   - the tenant whose bearer token the call sends ("authorization: Bearer <token>" metadata),
+//     from the tokens file (tenant names, ParseTenantTokens) or the single token of
+//     --auth_token_file (the default tenant, named "");
+//   - with mutual TLS, the subject of the client's verified certificate, as RFC 2253 text
+//     ("CN=linserve test client"); tenant names cannot contain '=', so the two never collide;
+//   - without either, "" (one implicit tenant).
+// grpc.health.v1 and server reflection are exempt from all of it: load balancers and tools probe
+// them without credentials, and they reveal nothing but the public schema.
 #ifndef LINSERVE_SERVER_TRANSPORT_AUTH_H_
 #define LINSERVE_SERVER_TRANSPORT_AUTH_H_
 
-#include <optional>
+#include <array>
+#include <cstdint>
 #include <string>
+#include <vector>
 
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "grpcpp/server_context.h"
-#include "grpcpp/support/status.h"
 
 namespace linserve {
 
-class BearerTokenAuth {
- public:
-  // An empty token disables the check.
-  explicit BearerTokenAuth(const std::string& token);
+// Longest tenant name in a tokens file.
+inline constexpr size_t kMaxTenantNameBytes = 128;
 
-  bool enabled() const { return !token_.empty(); }
-  // OK, or UNAUTHENTICATED saying which metadata is expected. The scheme is matched in any
-  // letter case ("Bearer", "bearer", ...); the token is compared in constant time.
-  grpc::Status Check(const grpc::ServerContextBase& context) const;
+struct TenantToken {
+  // 1..kMaxTenantNameBytes of [A-Za-z0-9._-]; "" only for --auth_token_file's token.
+  std::string tenant;
+  // The bearer token: printable ASCII without spaces.
+  std::string token;
+};
+
+// Parses a tokens file: one "<tenant> <token>" per line, separated by spaces or tabs; blank
+// lines and lines starting with '#' are ignored. A tenant may have several tokens (rotation);
+// a token may appear only once. INVALID_ARGUMENT naming `source` (the file) and the line, never
+// quoting a token; also when no line holds a token.
+absl::StatusOr<std::vector<TenantToken>> ParseTenantTokens(absl::string_view contents,
+                                                           absl::string_view source);
+// Reads and parses the tokens file at `path` (errors name the path).
+absl::StatusOr<std::vector<TenantToken>> ReadTenantTokensFile(const std::string& path);
+
+class Authenticator {
+ public:
+  // `tokens`: every accepted bearer token and its tenant (empty: no token is checked); tokens
+  // must be distinct. `certificate_principals`: callers without a token are named by their
+  // client certificate's subject (set it exactly when the server requires verified client
+  // certificates, i.e. mutual TLS).
+  Authenticator(const std::vector<TenantToken>& tokens, bool certificate_principals);
+
+  bool tokens_required() const { return !tokens_.empty(); }
+
+  // The principal of the call (see the file comment). UNAUTHENTICATED, saying which metadata is
+  // expected, when tokens are configured and the call sends a token that matches none, or sends
+  // none and has no certificate subject to fall back on. The scheme is matched in any letter
+  // case ("Bearer", "bearer", ...); tokens are compared in constant time (SHA-256 digests, every
+  // one compared), so timing reveals neither a token nor which tenant matched.
+  absl::StatusOr<std::string> Authenticate(const grpc::ServerContextBase& context) const;
 
  private:
-  std::string token_;  // "" when disabled
+  using Digest = std::array<uint8_t, 32>;
+  struct Entry {
+    Digest digest;
+    std::string tenant;
+  };
+  std::vector<Entry> tokens_;
+  const bool certificate_principals_;
 };
 
 }  // namespace linserve

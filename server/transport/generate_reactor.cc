@@ -47,14 +47,18 @@ GenerateReactor::GenerateReactor(const ServiceEnv& env, grpc::CallbackServerCont
                                  const v1::GenerateRequest* request)
     : env_(env), context_(context), request_id_(RequestIdFor(*context)) {
   absl::Status status = absl::OkStatus();
-  if (grpc::Status auth = env_.auth().Check(*context); !auth.ok()) {
-    status = absl::Status(static_cast<absl::StatusCode>(auth.error_code()), auth.error_message());
+  if (absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
+      principal.ok()) {
+    tenant_ = *std::move(principal);
+  } else {
+    status = principal.status();
   }
   absl::StatusOr<GenerateRequest> parsed =
       status.ok() ? FromProto(*request, *env_.engine().model().tokenizer,
                               env_.engine().options().requests, request_id_)
                   : absl::StatusOr<GenerateRequest>(status);
   if (parsed.ok()) {
+    parsed->owner = tenant_;
     absl::StatusOr<JobId> job =
         env_.engine().Submit(*std::move(parsed), std::make_shared<GenerateSink>(this));
     if (job.ok()) {
@@ -192,7 +196,7 @@ void GenerateReactor::OnDone() {
       context_->deadline() <= std::chrono::system_clock::now() + kDeadlineGrace) {
     status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
   }
-  env_.RecordRpc("Generate", status);
+  env_.RecordRpc("Generate", tenant_, status);
   Release();
 }
 

@@ -56,6 +56,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   const ServiceEnv& env_;
   grpc::CallbackServerContext* const context_;
   std::string request_id_;
+  // The caller's principal once authenticated ("" before or without); set by the constructor
+  // before anything can call back, read-only afterwards.
+  std::string tenant_;
   std::optional<JobId> job_;
   std::atomic<int> holds_{2};
 

@@ -1,6 +1,7 @@
 // GrpcServer: the gRPC endpoint. Serves linserve.v1.LinServe over an Engine, the standard
 // grpc.health.v1 service (grpc++'s default implementation, overall and per service) and,
-// optionally, server reflection; plaintext or TLS; optional bearer-token auth.
+// optionally, server reflection; plaintext or TLS; optional bearer-token auth with one tenant
+// per token, or mutual TLS with one tenant per client certificate subject (auth.h).
 #ifndef LINSERVE_SERVER_TRANSPORT_GRPC_SERVER_H_
 #define LINSERVE_SERVER_TRANSPORT_GRPC_SERVER_H_
 
@@ -8,6 +9,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -29,12 +31,18 @@ struct GrpcServerOptions {
   std::string tls_cert_file;
   std::string tls_key_file;
   // With TLS: PEM CA certificates that must have signed every client's certificate (mutual
-  // TLS; clients without a valid certificate cannot connect); "" = clients need none.
+  // TLS; clients without a valid certificate cannot connect); "" = clients need none. A caller
+  // sending no bearer token is then the tenant named by its certificate's subject.
   // Default: "".
   std::string tls_client_ca_file;
-  // Required as "authorization: Bearer <token>" on every linserve.v1 call; "" = no auth.
-  // Default: "".
+  // A bearer token of the default tenant (""): the only tenant when tenant_tokens is empty.
+  // "" = none. Default: "".
   std::string auth_token;
+  // Bearer tokens of named tenants (ReadTenantTokensFile). With these or auth_token, every
+  // linserve.v1 call must send "authorization: Bearer <token>" (under mutual TLS, or else its
+  // certificate names it) and reaches only its tenant's sessions. Every token, auth_token
+  // included, must be distinct. Default: none.
+  std::vector<TenantToken> tenant_tokens;
   // Serve grpc.reflection.v1alpha (grpcurl, grpc_cli). Default: true.
   bool reflection = true;
   // Bytes per ExportSession message. Default: 1 MiB.
@@ -69,7 +77,7 @@ class GrpcServer {
  private:
   GrpcServer(Engine& engine, MetricsRegistry& metrics, const GrpcServerOptions& options);
 
-  BearerTokenAuth auth_;
+  Authenticator auth_;
   ServiceEnv env_;
   LinServeService service_;
   std::unique_ptr<grpc::Server> server_;

@@ -17,21 +17,26 @@ namespace {
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxPageSize = 1000;
 
-// Finishes a unary call and counts it.
+// Finishes a unary call of `tenant` and counts it.
 void FinishUnary(const ServiceEnv& env, grpc::ServerUnaryReactor* reactor, const char* method,
-                 const grpc::Status& status) {
-  env.RecordRpc(method, status);
+                 const std::string& tenant, const grpc::Status& status) {
+  env.RecordRpc(method, tenant, status);
   reactor->Finish(status);
 }
 
-// The default reactor of a unary call, already finished with UNAUTHENTICATED when the token is
-// wrong (then *rejected is true).
+// The default reactor of a unary call and, in *tenant, the caller's principal (auth.h). When
+// the call is not authenticated the reactor is already finished with UNAUTHENTICATED and
+// *rejected is true.
 grpc::ServerUnaryReactor* Begin(const ServiceEnv& env, grpc::CallbackServerContext* context,
-                                const char* method, bool* rejected) {
+                                const char* method, std::string* tenant, bool* rejected) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  grpc::Status auth = env.auth().Check(*context);
-  *rejected = !auth.ok();
-  if (*rejected) FinishUnary(env, reactor, method, auth);
+  absl::StatusOr<std::string> principal = env.auth().Authenticate(*context);
+  *rejected = !principal.ok();
+  if (*rejected) {
+    FinishUnary(env, reactor, method, "", ToGrpcStatus(principal.status()));
+  } else {
+    *tenant = *std::move(principal);
+  }
   return reactor;
 }
 
@@ -46,17 +51,18 @@ grpc::ServerUnaryReactor* LinServeService::Tokenize(grpc::CallbackServerContext*
                                                     const v1::TokenizeRequest* request,
                                                     v1::TokenizeResponse* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Tokenize", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Tokenize", &tenant, &rejected);
   if (rejected) return reactor;
   // Bounded like a prompt: a text that could not be one is refused before costing more.
   absl::StatusOr<std::vector<TokenId>> ids = TokenizeText(
       request->text(), "text", *env_.engine().model().tokenizer, env_.engine().options().requests);
   if (!ids.ok()) {
-    FinishUnary(env_, reactor, "Tokenize", ToGrpcStatus(ids.status()));
+    FinishUnary(env_, reactor, "Tokenize", tenant, ToGrpcStatus(ids.status()));
     return reactor;
   }
   response->mutable_token_ids()->Assign(ids->begin(), ids->end());
-  FinishUnary(env_, reactor, "Tokenize", grpc::Status::OK);
+  FinishUnary(env_, reactor, "Tokenize", tenant, grpc::Status::OK);
   return reactor;
 }
 
@@ -64,18 +70,19 @@ grpc::ServerUnaryReactor* LinServeService::Detokenize(grpc::CallbackServerContex
                                                       const v1::DetokenizeRequest* request,
                                                       v1::DetokenizeResponse* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Detokenize", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Detokenize", &tenant, &rejected);
   if (rejected) return reactor;
   const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
   absl::StatusOr<std::string> text = env_.engine().model().tokenizer->Decode(ids);
   if (!text.ok()) {
-    FinishUnary(env_, reactor, "Detokenize",
+    FinishUnary(env_, reactor, "Detokenize", tenant,
                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                              absl::StrCat("token_ids: ", text.status().message())));
     return reactor;
   }
   response->set_text(*std::move(text));
-  FinishUnary(env_, reactor, "Detokenize", grpc::Status::OK);
+  FinishUnary(env_, reactor, "Detokenize", tenant, grpc::Status::OK);
   return reactor;
 }
 
@@ -83,10 +90,11 @@ grpc::ServerUnaryReactor* LinServeService::GetModelInfo(grpc::CallbackServerCont
                                                         const v1::GetModelInfoRequest*,
                                                         v1::GetModelInfoResponse* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetModelInfo", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetModelInfo", &tenant, &rejected);
   if (rejected) return reactor;
   ToProto(env_.engine(), response);
-  FinishUnary(env_, reactor, "GetModelInfo", grpc::Status::OK);
+  FinishUnary(env_, reactor, "GetModelInfo", tenant, grpc::Status::OK);
   return reactor;
 }
 
@@ -94,11 +102,12 @@ grpc::ServerUnaryReactor* LinServeService::CreateSession(grpc::CallbackServerCon
                                                          const v1::CreateSessionRequest*,
                                                          v1::Session* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "CreateSession", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "CreateSession", &tenant, &rejected);
   if (rejected) return reactor;
-  env_.engine().CreateSession([this, reactor, response](absl::StatusOr<SessionInfo> info) {
+  env_.engine().CreateSession(tenant, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
     if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "CreateSession", ToGrpcStatus(info.status()));
+    FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(info.status()));
   });
   return reactor;
 }
@@ -107,16 +116,17 @@ grpc::ServerUnaryReactor* LinServeService::GetSession(grpc::CallbackServerContex
                                                       const v1::GetSessionRequest* request,
                                                       v1::Session* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetSession", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetSession", &tenant, &rejected);
   if (rejected) return reactor;
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "GetSession", ToGrpcStatus(id.status()));
+    FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().GetSession(*id, [this, reactor, response](absl::StatusOr<SessionInfo> info) {
+  env_.engine().GetSession(tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
     if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "GetSession", ToGrpcStatus(info.status()));
+    FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(info.status()));
   });
   return reactor;
 }
@@ -125,10 +135,11 @@ grpc::ServerUnaryReactor* LinServeService::ListSessions(grpc::CallbackServerCont
                                                         const v1::ListSessionsRequest* request,
                                                         v1::ListSessionsResponse* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ListSessions", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ListSessions", &tenant, &rejected);
   if (rejected) return reactor;
   if (request->page_size() < 0) {
-    FinishUnary(env_, reactor, "ListSessions",
+    FinishUnary(env_, reactor, "ListSessions", tenant,
                 grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                              absl::StrCat("page_size: must be in [0, ", kMaxPageSize,
                                           "] (0 = ", kDefaultPageSize, "), got ",
@@ -142,7 +153,7 @@ grpc::ServerUnaryReactor* LinServeService::ListSessions(grpc::CallbackServerCont
   if (!request->page_token().empty()) {
     absl::StatusOr<SessionId> token = ParseSessionId(request->page_token(), "page_token");
     if (!token.ok()) {
-      FinishUnary(env_, reactor, "ListSessions",
+      FinishUnary(env_, reactor, "ListSessions", tenant,
                   grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                "page_token: not a token from a previous ListSessions page"));
       return reactor;
@@ -150,12 +161,12 @@ grpc::ServerUnaryReactor* LinServeService::ListSessions(grpc::CallbackServerCont
     after = *std::move(token);
   }
   env_.engine().ListSessions(
-      std::move(after), limit, [this, reactor, response](absl::StatusOr<SessionPage> page) {
+      tenant, std::move(after), limit, [this, reactor, response, tenant](absl::StatusOr<SessionPage> page) {
         if (page.ok()) {
           for (const SessionInfo& info : page->sessions) ToProto(info, response->add_sessions());
           if (page->next_after.has_value()) response->set_next_page_token(page->next_after->value);
         }
-        FinishUnary(env_, reactor, "ListSessions", ToGrpcStatus(page.status()));
+        FinishUnary(env_, reactor, "ListSessions", tenant, ToGrpcStatus(page.status()));
       });
   return reactor;
 }
@@ -164,16 +175,17 @@ grpc::ServerUnaryReactor* LinServeService::ForkSession(grpc::CallbackServerConte
                                                        const v1::ForkSessionRequest* request,
                                                        v1::Session* response) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ForkSession", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ForkSession", &tenant, &rejected);
   if (rejected) return reactor;
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "ForkSession", ToGrpcStatus(id.status()));
+    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().ForkSession(*id, [this, reactor, response](absl::StatusOr<SessionInfo> info) {
+  env_.engine().ForkSession(tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
     if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "ForkSession", ToGrpcStatus(info.status()));
+    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
   });
   return reactor;
 }
@@ -182,15 +194,16 @@ grpc::ServerUnaryReactor* LinServeService::DeleteSession(grpc::CallbackServerCon
                                                          const v1::DeleteSessionRequest* request,
                                                          v1::DeleteSessionResponse*) {
   bool rejected = false;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "DeleteSession", &rejected);
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "DeleteSession", &tenant, &rejected);
   if (rejected) return reactor;
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "DeleteSession", ToGrpcStatus(id.status()));
+    FinishUnary(env_, reactor, "DeleteSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().DeleteSession(*id, [this, reactor](absl::Status status) {
-    FinishUnary(env_, reactor, "DeleteSession", ToGrpcStatus(status));
+  env_.engine().DeleteSession(tenant, *id, [this, reactor, tenant](absl::Status status) {
+    FinishUnary(env_, reactor, "DeleteSession", tenant, ToGrpcStatus(status));
   });
   return reactor;
 }

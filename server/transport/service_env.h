@@ -15,20 +15,23 @@ namespace linserve {
 
 class ServiceEnv {
  public:
-  ServiceEnv(Engine& engine, const BearerTokenAuth& auth, MetricsRegistry& metrics,
+  ServiceEnv(Engine& engine, const Authenticator& auth, MetricsRegistry& metrics,
              int32_t export_chunk_bytes)
       : engine_(engine), auth_(auth), metrics_(metrics), export_chunk_bytes_(export_chunk_bytes) {}
 
   Engine& engine() const { return engine_; }
-  const BearerTokenAuth& auth() const { return auth_; }
+  const Authenticator& auth() const { return auth_; }
   int32_t export_chunk_bytes() const { return export_chunk_bytes_; }
 
-  // Counts one finished RPC in linserve_grpc_requests_total{method, code} and logs failures.
-  void RecordRpc(std::string_view method, const grpc::Status& status) const;
+  // Counts one finished RPC in linserve_grpc_requests_total{method, code} and logs failures
+  // with the caller's tenant (`tenant`: "" for the default tenant or a caller not
+  // authenticated; never a token).
+  void RecordRpc(std::string_view method, std::string_view tenant,
+                 const grpc::Status& status) const;
 
  private:
   Engine& engine_;
-  const BearerTokenAuth& auth_;
+  const Authenticator& auth_;
   MetricsRegistry& metrics_;
   const int32_t export_chunk_bytes_;
 };

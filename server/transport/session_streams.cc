@@ -14,9 +14,11 @@ namespace linserve {
 ExportReactor::ExportReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
                              const v1::ExportSessionRequest* request)
     : env_(env) {
-  grpc::Status rejected = env_.auth().Check(*context);
+  absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
+  grpc::Status rejected = ToGrpcStatus(principal.status());
   absl::StatusOr<SessionId> id = absl::UnknownError("unreachable");
   if (rejected.ok()) {
+    tenant_ = *std::move(principal);
     id = ParseSessionId(request->session_id(), "session_id");
     if (!id.ok()) rejected = ToGrpcStatus(id.status());
   }
@@ -25,7 +27,7 @@ ExportReactor::ExportReactor(const ServiceEnv& env, grpc::CallbackServerContext*
     return;
   }
   env_.engine().ExportSession(
-      *id, [this](absl::StatusOr<std::string> snapshot) { Exported(std::move(snapshot)); });
+      tenant_, *id, [this](absl::StatusOr<std::string> snapshot) { Exported(std::move(snapshot)); });
 }
 
 void ExportReactor::Exported(absl::StatusOr<std::string> snapshot) {
@@ -107,7 +109,7 @@ void ExportReactor::OnDone() {
     absl::MutexLock lock(&mu_);
     status = final_status_;
   }
-  env_.RecordRpc("ExportSession", status);
+  env_.RecordRpc("ExportSession", tenant_, status);
   delete this;
 }
 
@@ -119,10 +121,12 @@ ImportReactor::ImportReactor(const ServiceEnv& env, grpc::CallbackServerContext*
       context_(context),
       response_(response),
       max_bytes_(env.engine().max_snapshot_bytes()) {
-  if (grpc::Status auth = env_.auth().Check(*context); !auth.ok()) {
-    FinishWith(auth);
+  absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
+  if (!principal.ok()) {
+    FinishWith(ToGrpcStatus(principal.status()));
     return;
   }
+  tenant_ = *std::move(principal);
   StartRead(&chunk_);
 }
 
@@ -148,7 +152,7 @@ void ImportReactor::OnReadDone(bool ok) {
                             "data: no snapshot bytes were sent"));
     return;
   }
-  env_.engine().ImportSession(snapshot_, [this](absl::StatusOr<SessionInfo> info) {
+  env_.engine().ImportSession(tenant_, snapshot_, [this](absl::StatusOr<SessionInfo> info) {
     if (info.ok()) ToProto(*info, response_);
     FinishWith(ToGrpcStatus(info.status()));
   });
@@ -160,7 +164,7 @@ void ImportReactor::FinishWith(const grpc::Status& status) {
 }
 
 void ImportReactor::OnDone() {
-  env_.RecordRpc("ImportSession", final_status_);
+  env_.RecordRpc("ImportSession", tenant_, final_status_);
   delete this;
 }
 

@@ -34,6 +34,9 @@ class ExportReactor : public grpc::ServerWriteReactor<v1::ExportSessionChunk> {
   void FinishOnce(const grpc::Status& status);
 
   const ServiceEnv& env_;
+  // The caller's principal once authenticated ("" before or without); set by the constructor
+  // before anything can call back, read-only afterwards.
+  std::string tenant_;
   absl::Mutex mu_;
   bool replied_ ABSL_GUARDED_BY(mu_) = false;
   bool cancelled_ ABSL_GUARDED_BY(mu_) = false;
@@ -59,6 +62,8 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionChunk> {
   grpc::CallbackServerContext* const context_;
   v1::Session* const response_;
   const int64_t max_bytes_;
+  // As ExportReactor::tenant_.
+  std::string tenant_;
   // Reads are sequential: one OnReadDone at a time touches these.
   v1::ImportSessionChunk chunk_;
   std::string snapshot_;

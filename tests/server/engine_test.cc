@@ -5,9 +5,11 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "engine_test_util.h"
@@ -640,6 +642,94 @@ TEST_F(EngineTest, SessionOperations) {
   EXPECT_EQ(DeleteSession(*h.engine, b).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(GetSession(*h.engine, b).status().code(), absl::StatusCode::kNotFound);
   EXPECT_TRUE(CreateSession(*h.engine).ok());
+}
+
+// Another owner's session is indistinguishable from an unknown id: the same code and the same
+// message but for the id, for every operation; lists hold only the caller's sessions.
+TEST_F(EngineTest, SessionsOfAnotherOwnerAreNotFoundExactlyLikeUnknownIds) {
+  Harness h = Start();
+  const SessionId a = CreateSession(*h.engine, "alice")->id;
+  ASSERT_TRUE(RunRequest(*h.engine, [&] {
+                GenerateRequest r = Request({3, 1, 4}, 5, 1, a);
+                r.owner = "alice";
+                return r;
+              }()).status.ok());
+  const SessionInfo before = *GetSession(*h.engine, a, "alice");
+  const SessionId unknown{std::string(32, 'f')};
+
+  // The message for `id` with the id itself blanked out.
+  auto shape = [](const absl::Status& status, const SessionId& id) {
+    std::string message(status.message());
+    const size_t at = message.find(id.value);
+    if (at != std::string::npos) message.replace(at, id.value.size(), "<id>");
+    return std::make_pair(status.code(), message);
+  };
+  auto generate = [&](const SessionId& id) {
+    GenerateRequest r = Request({2}, 3, 1, id);
+    r.owner = "bob";
+    return RunRequest(*h.engine, r).status;
+  };
+  const std::vector<std::pair<std::string, std::function<absl::Status(const SessionId&)>>> ops = {
+      {"Get", [&](const SessionId& id) { return GetSession(*h.engine, id, "bob").status(); }},
+      {"Fork", [&](const SessionId& id) { return ForkSession(*h.engine, id, "bob").status(); }},
+      {"Delete", [&](const SessionId& id) { return DeleteSession(*h.engine, id, "bob"); }},
+      {"Export",
+       [&](const SessionId& id) { return ExportSession(*h.engine, id, "bob").status(); }},
+      {"Generate", generate},
+  };
+  for (const auto& [name, op] : ops) {
+    const absl::Status theirs = op(a);
+    EXPECT_EQ(theirs.code(), absl::StatusCode::kNotFound) << name << ": " << theirs;
+    EXPECT_EQ(shape(theirs, a), shape(op(unknown), unknown)) << name;
+  }
+  // Bob's attempts left alice's session as it was.
+  const SessionInfo after = *GetSession(*h.engine, a, "alice");
+  EXPECT_EQ(after.num_tokens, before.num_tokens);
+  EXPECT_EQ(after.last_use_time, before.last_use_time);
+  // The default tenant ("") is an owner like any other.
+  EXPECT_EQ(GetSession(*h.engine, a).status().code(), absl::StatusCode::kNotFound);
+
+  EXPECT_TRUE(ListSessions(*h.engine, std::nullopt, 10, "bob")->sessions.empty());
+  const SessionId b = CreateSession(*h.engine, "bob")->id;
+  absl::StatusOr<SessionPage> bobs = ListSessions(*h.engine, std::nullopt, 1, "bob");
+  ASSERT_EQ(bobs->sessions.size(), 1u);
+  EXPECT_EQ(bobs->sessions[0].id, b);
+  EXPECT_FALSE(bobs->next_after.has_value()) << "alice's session must not make a next page";
+
+  // A fork belongs to the forker; an import to the importer, whoever exported it.
+  const SessionId fork = ForkSession(*h.engine, a, "alice")->id;
+  EXPECT_TRUE(GetSession(*h.engine, fork, "alice").ok());
+  EXPECT_EQ(GetSession(*h.engine, fork, "bob").status().code(), absl::StatusCode::kNotFound);
+  const SessionId copy = ImportSession(*h.engine, *ExportSession(*h.engine, a, "alice"), "bob")->id;
+  EXPECT_TRUE(GetSession(*h.engine, copy, "bob").ok());
+  EXPECT_EQ(GetSession(*h.engine, copy, "alice").status().code(), absl::StatusCode::kNotFound);
+
+  const absl::StatusOr<SessionPage> alice_page =
+      ListSessions(*h.engine, std::nullopt, 10, "alice");
+  ASSERT_TRUE(alice_page.ok()) << alice_page.status();
+  std::vector<SessionId> alices;
+  for (const SessionInfo& info : alice_page->sessions) alices.push_back(info.id);
+  std::vector<SessionId> expected = {a, fork};
+  std::sort(expected.begin(), expected.end());
+  EXPECT_EQ(alices, expected);
+}
+
+TEST_F(EngineTest, OwnersAreRestoredWithTheirSessions) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  SessionId id;
+  {
+    Harness h = Start(options);
+    id = CreateSession(*h.engine, "alice")->id;
+    ASSERT_TRUE(h.engine->Shutdown(absl::Seconds(5)).ok());
+  }
+  Harness h = Start(options);
+  EXPECT_TRUE(GetSession(*h.engine, id, "alice").ok());
+  EXPECT_EQ(GetSession(*h.engine, id, "bob").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetSession(*h.engine, id).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(ListSessions(*h.engine, std::nullopt, 10, "alice")->sessions.size(), 1u);
+  EXPECT_TRUE(ListSessions(*h.engine, std::nullopt, 10, "bob")->sessions.empty());
 }
 
 TEST_F(EngineTest, CreateValidatesOptions) {

@@ -70,22 +70,24 @@ absl::StatusOr<T> Call(Start start) {
 
 }  // namespace
 
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine) {
-  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(std::move(cb)); });
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner) {
+  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(owner, std::move(cb)); });
 }
 
-absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id) {
-  return Call<SessionInfo>([&](auto cb) { engine.GetSession(id, std::move(cb)); });
+absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
+                                       const std::string& owner) {
+  return Call<SessionInfo>([&](auto cb) { engine.GetSession(owner, id, std::move(cb)); });
 }
 
-absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id) {
-  return Call<SessionInfo>([&](auto cb) { engine.ForkSession(id, std::move(cb)); });
+absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
+                                        const std::string& owner) {
+  return Call<SessionInfo>([&](auto cb) { engine.ForkSession(owner, id, std::move(cb)); });
 }
 
-absl::Status DeleteSession(Engine& engine, const SessionId& id) {
+absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& owner) {
   absl::Notification done;
   absl::Status out;
-  engine.DeleteSession(id, [&](absl::Status status) {
+  engine.DeleteSession(owner, id, [&](absl::Status status) {
     out = status;
     done.Notify();
   });
@@ -93,18 +95,20 @@ absl::Status DeleteSession(Engine& engine, const SessionId& id) {
   return out;
 }
 
-absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id) {
-  return Call<std::string>([&](auto cb) { engine.ExportSession(id, std::move(cb)); });
+absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
+                                          const std::string& owner) {
+  return Call<std::string>([&](auto cb) { engine.ExportSession(owner, id, std::move(cb)); });
 }
 
-absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes) {
-  return Call<SessionInfo>([&](auto cb) { engine.ImportSession(bytes, std::move(cb)); });
+absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
+                                          const std::string& owner) {
+  return Call<SessionInfo>([&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb)); });
 }
 
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,
-                                         int32_t limit) {
+                                         int32_t limit, const std::string& owner) {
   return Call<SessionPage>(
-      [&](auto cb) { engine.ListSessions(after, limit, std::move(cb)); });
+      [&](auto cb) { engine.ListSessions(owner, after, limit, std::move(cb)); });
 }
 
 bool IsValidUtf8(std::string_view text) {

@@ -47,14 +47,19 @@ class RecordingSink : public TokenSink {
 // Submits and waits; a Submit error is returned as the outcome's status.
 Outcome RunRequest(Engine& engine, GenerateRequest request);
 
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine);
-absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id);
-absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id);
-absl::Status DeleteSession(Engine& engine, const SessionId& id);
-absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id);
-absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes);
+// Session operations waited for, on behalf of `owner` ("" = the default tenant).
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner = "");
+absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
+                                       const std::string& owner = "");
+absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
+                                        const std::string& owner = "");
+absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& owner = "");
+absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
+                                          const std::string& owner = "");
+absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
+                                          const std::string& owner = "");
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,
-                                         int32_t limit);
+                                         int32_t limit, const std::string& owner = "");
 
 // True if `text` is well-formed UTF-8.
 bool IsValidUtf8(std::string_view text);
