@@ -98,11 +98,15 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
 
 TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
   { std::ofstream(dir_.Join("empty_token")) << " \n"; }
+  { std::ofstream(dir_.Join("bad_tokens")) << "# tenants\nalice a-secret\nbob\n"; }
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--weight_precision=fp8", "--weight_precision"},
       {"--device=tpu", "tpu"},
       {"--auth_token_file=" + dir_.Join("missing"), "--auth_token_file"},
       {"--auth_token_file=" + dir_.Join("empty_token"), "holds no token"},
+      {"--auth_tokens_file=" + dir_.Join("missing"), "--auth_tokens_file: cannot read"},
+      {"--auth_tokens_file=" + dir_.Join("bad_tokens"),
+       "--auth_tokens_file: \"" + dir_.Join("bad_tokens") + "\" line 3: expected"},
       {"--log_level=loud", "--log_level"},
       {"--state_memory_mib=0", "--state_memory_mib"},
       {"--max_queue_depth=0", "max_queue_depth"},

@@ -28,13 +28,14 @@ class RestartTest : public ::testing::Test {
         WriteModelDirectory(dir_.Join("model"), config, MakeRandomWeights(config, 5)).ok());
   }
   std::unique_ptr<ServerProcess> Start(const std::string& name,
-                                       const std::string& idle_timeout = "1h") {
-    auto server = std::make_unique<ServerProcess>(
-        std::vector<std::string>{"--model=" + dir_.Join("model"), "--host=127.0.0.1",
-                                 "--port=0", "--metrics_port=0", "--port_file=" + PortFile(),
-                                 "--state_dir=" + dir_.Join("state"), "--threads=1",
-                                 "--session_idle_timeout=" + idle_timeout},
-        dir_.Join(name), PortFile());
+                                       const std::string& idle_timeout = "1h",
+                                       const std::vector<std::string>& more_flags = {}) {
+    std::vector<std::string> flags = {"--model=" + dir_.Join("model"), "--host=127.0.0.1",
+                                      "--port=0", "--metrics_port=0", "--port_file=" + PortFile(),
+                                      "--state_dir=" + dir_.Join("state"), "--threads=1",
+                                      "--session_idle_timeout=" + idle_timeout};
+    flags.insert(flags.end(), more_flags.begin(), more_flags.end());
+    auto server = std::make_unique<ServerProcess>(flags, dir_.Join(name), PortFile());
     EXPECT_TRUE(server->WaitForPorts(absl::Seconds(60))) << server->Log();
     return server;
   }
@@ -124,6 +125,58 @@ TEST_F(RestartTest, SessionsIdlePastTheTimeoutWhileDownAreGoneAtStart) {
   server->Signal(SIGTERM);
   EXPECT_EQ(server->WaitForExit(absl::Seconds(30)), 0) << server->Log();
   EXPECT_FALSE(std::filesystem::exists(file));
+}
+
+// Ownership is persisted with the session: after a SIGKILL and restart, each tenant of the
+// tokens file still reaches exactly its own sessions, and another tenant's are NOT_FOUND.
+TEST_F(RestartTest, SessionsKeepTheirOwnersAcrossACrash) {
+  { std::ofstream(dir_.Join("tokens")) << "alice token-of-alice\nbob token-of-bob\n"; }
+  const std::vector<std::string> auth = {"--auth_tokens_file=" + dir_.Join("tokens")};
+  ClientOptions alice_options, bob_options;
+  alice_options.auth_token = "token-of-alice";
+  bob_options.auth_token = "token-of-bob";
+  std::string a, b;
+  int64_t a_tokens = 0;
+  {
+    std::unique_ptr<ServerProcess> server = Start("log1", "1h", auth);
+    std::unique_ptr<Client> alice = server->Connect(alice_options);
+    std::unique_ptr<Client> bob = server->Connect(bob_options);
+    a = alice->CreateSession()->id();
+    b = bob->CreateSession()->id();
+    ASSERT_TRUE(alice->Generate(Tokens({1, 2}, a), [](const auto&) { return true; }).ok());
+    a_tokens = alice->GetSession(a)->num_tokens();
+    ASSERT_GT(a_tokens, 2);
+    server->Signal(SIGKILL);
+    server->WaitForExit(absl::Seconds(30));
+    // Logs name tenants, never tokens.
+    EXPECT_NE(server->Log().find("created for tenant alice"), std::string::npos) << server->Log();
+    EXPECT_EQ(server->Log().find("token-of-"), std::string::npos) << "a token was logged";
+  }
+  for (int restart = 0; restart < 2; ++restart) {
+    std::unique_ptr<ServerProcess> server = Start("log-" + std::to_string(restart), "1h", auth);
+    std::unique_ptr<Client> alice = server->Connect(alice_options);
+    std::unique_ptr<Client> bob = server->Connect(bob_options);
+    EXPECT_EQ(AllSessions(*alice).size(), 1u);
+    EXPECT_EQ(AllSessions(*alice).count(a), 1u);
+    EXPECT_EQ(AllSessions(*bob).size(), 1u);
+    EXPECT_EQ(AllSessions(*bob).count(b), 1u);
+    EXPECT_EQ(alice->GetSession(a)->num_tokens(), a_tokens);
+    EXPECT_EQ(bob->GetSession(a).status().code(), absl::StatusCode::kNotFound);
+    EXPECT_EQ(alice->ExportSession(b).status().code(), absl::StatusCode::kNotFound);
+    alice.reset();
+    bob.reset();
+    server->Signal(SIGTERM);
+    EXPECT_EQ(server->WaitForExit(absl::Seconds(30)), 0) << server->Log();
+    EXPECT_EQ(server->Log().find("token-of-"), std::string::npos) << "a token was logged";
+  }
+  // Without authentication every caller is the default tenant, which owns none of them.
+  std::unique_ptr<ServerProcess> server = Start("log-open");
+  std::unique_ptr<Client> anyone = server->Connect();
+  EXPECT_TRUE(AllSessions(*anyone).empty());
+  EXPECT_EQ(anyone->GetSession(a).status().code(), absl::StatusCode::kNotFound);
+  anyone.reset();
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->WaitForExit(absl::Seconds(30)), 0) << server->Log();
 }
 
 TEST_F(RestartTest, PortFileIsRemovedOnCleanExitAndReplacedAfterACrash) {
