@@ -105,10 +105,11 @@ grpc::ServerUnaryReactor* LinServeService::CreateSession(grpc::CallbackServerCon
   std::string tenant;
   grpc::ServerUnaryReactor* reactor = Begin(env_, context, "CreateSession", &tenant, &rejected);
   if (rejected) return reactor;
-  env_.engine().CreateSession(tenant, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
-    if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(info.status()));
-  });
+  env_.engine().CreateSession(
+      tenant, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+        if (info.ok()) ToProto(*info, response);
+        FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(info.status()));
+      });
   return reactor;
 }
 
@@ -124,10 +125,11 @@ grpc::ServerUnaryReactor* LinServeService::GetSession(grpc::CallbackServerContex
     FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().GetSession(tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
-    if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(info.status()));
-  });
+  env_.engine().GetSession(
+      tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+        if (info.ok()) ToProto(*info, response);
+        FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(info.status()));
+      });
   return reactor;
 }
 
@@ -161,7 +163,8 @@ grpc::ServerUnaryReactor* LinServeService::ListSessions(grpc::CallbackServerCont
     after = *std::move(token);
   }
   env_.engine().ListSessions(
-      tenant, std::move(after), limit, [this, reactor, response, tenant](absl::StatusOr<SessionPage> page) {
+      tenant, std::move(after), limit,
+      [this, reactor, response, tenant](absl::StatusOr<SessionPage> page) {
         if (page.ok()) {
           for (const SessionInfo& info : page->sessions) ToProto(info, response->add_sessions());
           if (page->next_after.has_value()) response->set_next_page_token(page->next_after->value);
@@ -183,10 +186,11 @@ grpc::ServerUnaryReactor* LinServeService::ForkSession(grpc::CallbackServerConte
     FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().ForkSession(tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
-    if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
-  });
+  env_.engine().ForkSession(
+      tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+        if (info.ok()) ToProto(*info, response);
+        FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
+      });
   return reactor;
 }
 

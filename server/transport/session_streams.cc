@@ -26,8 +26,9 @@ ExportReactor::ExportReactor(const ServiceEnv& env, grpc::CallbackServerContext*
     FinishOnce(rejected);
     return;
   }
-  env_.engine().ExportSession(
-      tenant_, *id, [this](absl::StatusOr<std::string> snapshot) { Exported(std::move(snapshot)); });
+  env_.engine().ExportSession(tenant_, *id, [this](absl::StatusOr<std::string> snapshot) {
+    Exported(std::move(snapshot));
+  });
 }
 
 void ExportReactor::Exported(absl::StatusOr<std::string> snapshot) {
