@@ -40,11 +40,13 @@ class FlagsTest : public ::testing::Test {
 
 TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   { std::ofstream(dir_.Join("token")) << "  flag-token\n"; }
+  { std::ofstream(dir_.Join("tokens")) << "alice alice-token\n"; }
   ServerProcess server(
       {"--model=" + model_dir_, "--device=cpu", "--weight_precision=fp32", "--host=127.0.0.1",
        "--port=0", "--metrics_port=-1", "--port_file=" + dir_.Join("ports"),
        "--tls_cert=" + TestData("server.crt"), "--tls_key=" + TestData("server.key"),
        "--tls_client_ca=" + TestData("ca.crt"), "--auth_token_file=" + dir_.Join("token"),
+       "--auth_tokens_file=" + dir_.Join("tokens"),
        "--reflection=false", "--state_dir=" + dir_.Join("state"), "--drain_deadline=1s",
        "--state_memory_mib=1", "--max_slots=5", "--max_batch_size=3",
        "--prefill_token_budget=17", "--prefill_chunk_size=8", "--threads=1",
@@ -63,8 +65,16 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   options.tls_client_cert_chain = Read(TestData("client.crt"));
   options.tls_client_key = Read(TestData("client.key"));
   options.timeout = absl::Seconds(10);
+  // Under mutual TLS a caller without a token is its certificate's tenant; one with a token
+  // must send one of the files'.
+  const std::string unowned = server.Connect(options)->CreateSession()->id();
+  options.auth_token = "not-a-token";
   EXPECT_EQ(server.Connect(options)->GetModelInfo().status().code(),
             absl::StatusCode::kUnauthenticated);
+  options.auth_token = "alice-token";
+  EXPECT_TRUE(server.Connect(options)->GetModelInfo().ok());
+  EXPECT_EQ(server.Connect(options)->GetSession(unowned).status().code(),
+            absl::StatusCode::kNotFound);
   options.auth_token = "flag-token";
   std::unique_ptr<Client> client = server.Connect(options);
   absl::StatusOr<v1::GetModelInfoResponse> info = client->GetModelInfo();
