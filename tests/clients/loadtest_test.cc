@@ -171,9 +171,14 @@ TEST(LoadtestSecurityTest, MutualTlsAndBearerToken) {
   EXPECT_EQ(report["requests_ok"], 20);
   EXPECT_EQ(report["total"]["errors"], 0);
 
-  const ProcessResult no_token = RunLoadtest(tls);
-  EXPECT_EQ(no_token.exit_code, 16) << Describe(no_token);
-  EXPECT_THAT(no_token.err, HasSubstr("UNAUTHENTICATED"));
+  // Under mutual TLS a caller without a token is its certificate's tenant; a wrong token is
+  // refused.
+  { std::ofstream(dir.Join("wrong_token")) << "not-the-token\n"; }
+  std::vector<std::string> with_wrong_token = tls;
+  with_wrong_token.push_back("--token-file=" + dir.Join("wrong_token"));
+  const ProcessResult wrong_token = RunLoadtest(with_wrong_token);
+  EXPECT_EQ(wrong_token.exit_code, 16) << Describe(wrong_token);
+  EXPECT_THAT(wrong_token.err, HasSubstr("UNAUTHENTICATED"));
 }
 
 TEST_F(LoadtestTest, UsageAndSetupErrors) {
