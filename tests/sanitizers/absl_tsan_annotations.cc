@@ -1,4 +1,5 @@
-// TSan annotations for Debian's uninstrumented Abseil synchronisation primitives.
+// TSan annotations for Debian's uninstrumented Abseil synchronisation primitives (and
+// absl::Status's reference count).
 //
 // ThreadSanitizer learns happens-before from the pthread calls and atomics it intercepts or
 // instruments. absl::Mutex, CondVar, Notification, BlockingCounter and Barrier live in Debian's
@@ -24,6 +25,7 @@
 #include <string>
 
 #include "absl/base/options.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/barrier.h"
 #include "absl/synchronization/blocking_counter.h"
 #include "absl/synchronization/mutex.h"
@@ -288,6 +290,18 @@ bool Barrier::Block() {
   const bool last = LINSERVE_REAL(bool (*)(Barrier*), "_ZN4absl@7Barrier5BlockEv")(this);
   Acquire(this);
   return last;
+}
+
+// absl::Status shares its heap-allocated payload between copies through a reference count that
+// libabsl_status.so decrements (acquire-release) where TSan cannot see it: the thread that drops
+// the last reference and frees the payload would race with every other thread that read it.
+// UnrefNonInlined is private; it is defined here only to forward and annotate.
+void Status::UnrefNonInlined(uintptr_t rep) {
+  // Each unref releases; the one that frees must first acquire them all. Which one frees is
+  // decided inside, so every unref acquires before it decrements.
+  Release(reinterpret_cast<const void*>(rep));
+  Acquire(reinterpret_cast<const void*>(rep));
+  LINSERVE_REAL(void (*)(uintptr_t), "_ZN4absl@6Status15UnrefNonInlinedEm")(rep);
 }
 
 ABSL_NAMESPACE_END
