@@ -41,10 +41,15 @@ v1::GenerateRequest Turn(const std::vector<int32_t>& prompt, uint64_t seed,
   return r;
 }
 
+// Streams `request`, appending the tokens it gets to `tokens`. `joined`, when given, says
+// whether the prompt joined the session: a request the server cancelled (SIGTERM's drain) before
+// it started ends OK with FINISH_REASON_CANCELLED and usage.prompt_tokens 0, its session
+// unchanged.
 absl::Status Generate(Client& client, const v1::GenerateRequest& request,
-                      std::vector<int32_t>& tokens) {
+                      std::vector<int32_t>& tokens, bool* joined = nullptr) {
   return client.Generate(request, [&](const v1::GenerateResponse& m) {
     for (const auto& t : m.tokens()) tokens.push_back(t.id());
+    if (joined != nullptr && m.has_usage()) *joined = m.usage().prompt_tokens() > 0;
     return true;
   });
 }
@@ -141,13 +146,16 @@ TEST(CrashTest, EveryCompletedTurnSurvivesSigkillAtRandomMoments) {
         for (uint64_t turn = 0; !dead; ++turn) {
           const std::vector<int32_t> prompt = {static_cast<int32_t>(65 + turn % 26), 32};
           std::vector<int32_t> got;
+          bool joined = false;
           const absl::Status status =
-              Generate(*own, Turn(prompt, base_seed + turn, sessions[i].id), got);
+              Generate(*own, Turn(prompt, base_seed + turn, sessions[i].id), got, &joined);
           absl::MutexLock lock(&mu);
           Tracked& s = sessions[i];
           if (status.ok()) {
-            s.history.insert(s.history.end(), prompt.begin(), prompt.end());
-            s.history.insert(s.history.end(), got.begin(), got.end());
+            if (joined) {
+              s.history.insert(s.history.end(), prompt.begin(), prompt.end());
+              s.history.insert(s.history.end(), got.begin(), got.end());
+            }
             continue;
           }
           s.in_flight = prompt;
