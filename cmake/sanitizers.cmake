@@ -44,10 +44,6 @@ if(NOT LINSERVE_SANITIZE STREQUAL "")
     # ASan's instrumentation keeps clang from vectorising some `omp simd` loops (kernels/cpu),
     # which -Werror would turn into an error: it says nothing about the code's correctness.
     add_compile_options(-Wno-pass-failed)
-    # Our -Werror flags are tuned on gcc; clang alone flags a private field that is stored but
-    # not yet read (server/engine/engine.h's metrics_). Not an error in the fuzz build; it must
-    # come after -Wall, so linserve_warnings() appends it.
-    set(LINSERVE_WARNING_EXCEPTIONS -Wno-error=unused-private-field)
   endif()
   add_link_options(-fsanitize=${LINSERVE_SANITIZE})
   if(LINSERVE_FUZZ)

@@ -33,7 +33,6 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       slot_capacity_(backend_->slot_capacity()),
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
-      metrics_(metrics),
       m_{
           metrics.GetCounter("linserve_engine_steps_total",
                              "Engine steps that ran the model (one decode batch and/or prefill "

@@ -278,7 +278,6 @@ class Engine {
     Gauge& hibernated_sessions;
     Gauge& ephemeral_sessions;
   };
-  MetricsRegistry& metrics_;
   Instruments m_;
   int64_t hibernations_reported_ = 0;
 
