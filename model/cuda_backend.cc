@@ -831,27 +831,12 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
 absl::Status CudaBackendImpl::CheckSampleOutput(absl::Span<const int32_t> slots,
                                                 const SampleOutput& out,
                                                 absl::string_view what) const {
-  const size_t rows = slots.size();
-  if (out.tokens.size() != rows) {
-    return absl::InvalidArgumentError(absl::StrCat(what, ": out.tokens has ", out.tokens.size(),
-                                                   " entries; expected ", rows));
-  }
   bool logprobs = false;
   for (int32_t slot : slots) {
-    if (!sampling_ready_[slot]) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": slot ", slot,
-          " has no sampler (call StartSampling after allocating, resetting or writing it)"));
-    }
+    if (!sampling_ready_[slot]) return NoSamplerError(SlotId{slot}, what);
     logprobs = logprobs || top_logprobs_[slot] > 0;
   }
-  if (logprobs && (out.logprobs.size() != rows ||
-                   out.top_logprobs.size() != rows * static_cast<size_t>(kMaxTopLogprobs))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": a slot asks for top_logprobs, so out.logprobs needs ", rows,
-        " entries and out.top_logprobs ", rows * kMaxTopLogprobs, " (rows × kMaxTopLogprobs)"));
-  }
-  return absl::OkStatus();
+  return linserve::CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
 absl::Status CudaBackendImpl::SampleRows(absl::Span<const int32_t> slots, const SampleOutput& out) {

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/parallel.h"
+#include "model/slot_pool.h"
 
 namespace linserve {
 
@@ -72,28 +73,13 @@ absl::Status HostSampling::SetSeenCounts(SlotId slot, absl::Span<const TokenCoun
 
 absl::Status HostSampling::CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
                                        absl::string_view what) const {
-  const size_t rows = slots.size();
-  if (out.tokens.size() != rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": out.tokens has ", out.tokens.size(), " entries; expected ", rows));
-  }
   bool logprobs = false;
   for (SlotId slot : slots) {
     const SlotSampler* sampler = slots_[slot.value].get();
-    if (sampler == nullptr || !sampler->started) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": slot ", slot.value,
-          " has no sampler (call StartSampling after allocating, resetting or writing it)"));
-    }
+    if (sampler == nullptr || !sampler->started) return NoSamplerError(slot, what);
     logprobs = logprobs || sampler->top_logprobs > 0;
   }
-  if (logprobs && (out.logprobs.size() < rows ||
-                   out.top_logprobs.size() < rows * static_cast<size_t>(kMaxTopLogprobs))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": a slot asks for top_logprobs, so out.logprobs needs ", rows,
-        " entries and out.top_logprobs ", rows * kMaxTopLogprobs, " (rows × kMaxTopLogprobs)"));
-  }
-  return absl::OkStatus();
+  return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
 void HostSampling::SampleRows(absl::Span<const SlotId> slots, const float* logits,

@@ -44,6 +44,27 @@ absl::StatusOr<int32_t> SlotCapacity(const ModelConfig& config, const BackendOpt
       std::min<int64_t>(options.max_slots, options.state_memory_budget_bytes / slot_bytes));
 }
 
+absl::Status CheckSampleOutput(size_t rows, bool logprobs_asked, const SampleOutput& out,
+                               absl::string_view what) {
+  if (out.tokens.size() != rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": out.tokens has ", out.tokens.size(), " entries; expected ", rows));
+  }
+  if (logprobs_asked && (out.logprobs.size() < rows ||
+                         out.top_logprobs.size() < rows * static_cast<size_t>(kMaxTopLogprobs))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, ": a slot asks for top_logprobs, so out.logprobs needs ", rows,
+        " entries and out.top_logprobs ", rows * kMaxTopLogprobs, " (rows × kMaxTopLogprobs)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status NoSamplerError(SlotId slot, absl::string_view what) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      what, ": slot ", slot.value,
+      " has no sampler (call StartSampling after allocating, resetting or writing it)"));
+}
+
 SlotPool::SlotPool(const ModelConfig& config, const BackendOptions& options, int32_t capacity)
     : config_(config),
       max_batch_size_(options.max_batch_size),

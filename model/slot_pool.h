@@ -34,6 +34,15 @@ struct BackendLimits {
 absl::StatusOr<int32_t> SlotCapacity(const ModelConfig& config, const BackendOptions& options,
                                      const BackendLimits& limits);
 
+// The checks of Backend's sampling calls that do not depend on where the sampler state lives:
+// `out` has a token per row and, when any row's slot asked for top_logprobs, a logprob and
+// kMaxTopLogprobs alternatives per row (errors name `what`).
+absl::Status CheckSampleOutput(size_t rows, bool logprobs_asked, const SampleOutput& out,
+                               absl::string_view what);
+// The FAILED_PRECONDITION for a slot that has had no StartSampling since it was allocated, reset
+// or written.
+absl::Status NoSamplerError(SlotId slot, absl::string_view what);
+
 class SlotPool {
  public:
   SlotPool(const ModelConfig& config, const BackendOptions& options, int32_t capacity);

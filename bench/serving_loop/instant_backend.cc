@@ -162,27 +162,12 @@ absl::Status InstantBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCo
 
 absl::Status InstantBackend::CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
                                          const char* what) const {
-  const size_t rows = slots.size();
-  if (out.tokens.size() != rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(what, ": out.tokens has ", out.tokens.size(), " entries; expected ", rows));
-  }
   bool logprobs = false;
   for (SlotId slot : slots) {
-    if (!sampling_[slot.value].started) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          what, ": slot ", slot.value,
-          " has no sampler (call StartSampling after allocating, resetting or writing it)"));
-    }
+    if (!sampling_[slot.value].started) return NoSamplerError(slot, what);
     logprobs = logprobs || sampling_[slot.value].top_logprobs > 0;
   }
-  if (logprobs && (out.logprobs.size() < rows ||
-                   out.top_logprobs.size() < rows * static_cast<size_t>(kMaxTopLogprobs))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, ": a slot asks for top_logprobs, so out.logprobs needs ", rows,
-        " entries and out.top_logprobs ", rows * kMaxTopLogprobs, " (rows × kMaxTopLogprobs)"));
-  }
-  return absl::OkStatus();
+  return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
 void InstantBackend::Pick(SlotId slot, size_t row, const SampleOutput& out) const {
