@@ -125,6 +125,26 @@ class Backend {
   virtual absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                         const SampleOutput& out) = 0;
 
+  // ---- Pipelining ----
+  // LaunchDecodeAndSample starts the step DecodeAndSample(batch, out) describes, and on an
+  // asynchronous backend returns before the step has run, so that the host can work while the
+  // device computes; CollectSamples waits for the step, after which `out` (whose buffers must
+  // stay valid until then) holds its results. One step at most is in flight: on an
+  // asynchronous backend a launch while one is, or a collect while none is, is
+  // FAILED_PRECONDITION. Every other call may be made while a step is in flight and acts on the
+  // backend as the step leaves it (slot positions advance at the launch; calls that read or
+  // write a slot wait for the step).
+  //
+  // Whether LaunchDecodeAndSample returns before the step has run. A synchronous backend (the
+  // default) runs the step in the launch, which returns its outcome, and its CollectSamples
+  // does nothing.
+  virtual bool asynchronous() const { return false; }
+  virtual absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
+                                             const SampleOutput& out) {
+    return DecodeAndSample(batch, out);
+  }
+  virtual absl::Status CollectSamples() { return absl::OkStatus(); }
+
   virtual absl::Status ReadSlot(SlotId slot, StateBlob& out) const = 0;
   // `in.state` must have exactly StateFloatsPerSlot() floats.
   virtual absl::Status WriteSlot(SlotId slot, const StateBlob& in) = 0;

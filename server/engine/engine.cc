@@ -21,6 +21,17 @@ constexpr absl::Duration kIdleWait = absl::Milliseconds(500);
 std::vector<double> LatencyBuckets() { return ExponentialBuckets(0.0005, 2, 18); }  // 0.5 ms..65 s
 std::vector<double> SizeBuckets() { return ExponentialBuckets(1, 2, 14); }          // 1..8192
 
+size_t DecodeRows(const EngineOptions& options) {
+  return static_cast<size_t>(std::max(options.scheduler.max_batch_size, 1));
+}
+
+std::vector<TokenCount> SeenCounts(const Session& session) {
+  std::vector<TokenCount> counts;
+  counts.reserve(session.token_counts.size());
+  for (const auto& [token, count] : session.token_counts) counts.push_back({token, count});
+  return counts;
+}
+
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
@@ -33,6 +44,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       slot_capacity_(backend_->slot_capacity()),
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
+      decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
       m_{
           metrics.GetCounter("linserve_engine_steps_total",
                              "Engine steps that ran the model (one decode batch and/or prefill "
@@ -75,13 +87,21 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetGauge("linserve_sessions", "Sessions by residency",
                            {{"state", "ephemeral"}}),
       } {
-  const size_t rows = static_cast<size_t>(std::max(options.scheduler.max_batch_size, 1));
-  decode_items_.reserve(rows);
-  decode_jobs_.reserve(rows);
+  const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
-  sampled_tokens_.resize(rows);
-  sampled_logprobs_.resize(rows);
-  sampled_top_logprobs_.resize(rows * kMaxTopLogprobs);
+  plan_.decode.reserve(rows);
+}
+
+Engine::DecodeStep::DecodeStep(size_t rows)
+    : tokens(rows), logprobs(rows), top_logprobs(rows * kMaxTopLogprobs) {
+  items.reserve(rows);
+  jobs.reserve(rows);
+}
+
+SampleOutput Engine::DecodeStep::Output(size_t rows) {
+  return {.tokens = absl::MakeSpan(tokens).subspan(0, rows),
+          .logprobs = absl::MakeSpan(logprobs).subspan(0, rows),
+          .top_logprobs = absl::MakeSpan(top_logprobs).subspan(0, rows * kMaxTopLogprobs)};
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
@@ -300,6 +320,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   Session* session = job->session();
   const std::string session_name =
       session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
+  DropDecodeRows(*job);
   job->SettleSession();
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
@@ -373,69 +394,90 @@ void Engine::Run() {
   while (RunInbox()) {
     ExpireSessions(absl::Now());
     AdmitWaiting();
-    if (!active_.empty()) Step();
+    if (!active_.empty() || in_flight_ != nullptr) Step();
     PublishStats();
-    if (active_.empty()) {
+    if (active_.empty() && in_flight_ == nullptr) {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(this, &Engine::HasInboxLocked), kIdleWait);
     }
   }
+  // Every job has ended (CancelAll); a step still in flight only has dropped rows.
+  if (in_flight_ != nullptr) CollectDecode();
   PublishStats();
 }
 
 void Engine::Step() {
-  std::vector<JobView> views;
-  views.reserve(active_.size());
+  DecodeStep* ready = in_flight_ != nullptr ? CollectDecode() : nullptr;
+  views_.clear();
   for (const auto& job : active_) {
-    views.push_back({job->id(), job->prefill_remaining(), job->last_token_step()});
+    if (job->prefill_remaining() == 0 && job->sampled_all()) continue;  // ends at its emit
+    views_.push_back({job->id(), job->prefill_remaining(), job->last_token_step()});
   }
-  const StepPlan plan = PlanStep(views, options_.scheduler);
+  PlanStep(views_, options_.scheduler, plan_);
   ++step_;
   m_.steps.Increment();
   // Decode first: the sessions already streaming are the ones a long prompt must not stall.
-  if (!plan.decode.empty()) RunDecode(plan.decode);
-  if (!plan.prefill.empty()) RunPrefill(plan.prefill);
+  if (!plan_.decode.empty()) {
+    LaunchDecode(plan_.decode);
+    if (in_flight_ != nullptr && !backend_->asynchronous()) ready = CollectDecode();
+  }
+  if (ready != nullptr) EmitDecoded(*ready);
+  if (!plan_.prefill.empty()) RunPrefill(plan_.prefill);
 }
 
-SampleOutput Engine::SampleOutputFor(size_t rows) {
-  return {.tokens = absl::MakeSpan(sampled_tokens_).subspan(0, rows),
-          .logprobs = absl::MakeSpan(sampled_logprobs_).subspan(0, rows),
-          .top_logprobs =
-              absl::MakeSpan(sampled_top_logprobs_).subspan(0, rows * kMaxTopLogprobs)};
-}
-
-std::optional<FinishReason> Engine::EmitSampled(Job& job, size_t row, absl::Time now) {
-  const std::optional<FinishReason> finish = job.Emit(
-      sampled_tokens_[row], sampled_logprobs_[row],
-      absl::MakeConstSpan(sampled_top_logprobs_)
-          .subspan(row * kMaxTopLogprobs, static_cast<size_t>(job.request().top_logprobs)),
-      now);
-  m_.generated_tokens.Increment();
-  return finish;
-}
-
-void Engine::RunDecode(const std::vector<JobId>& batch) {
-  decode_items_.clear();
-  decode_jobs_.clear();
+void Engine::LaunchDecode(absl::Span<const JobId> batch) {
+  const int buffer = next_decode_step_;
+  DecodeStep& step = decode_steps_[buffer];
+  step.step = step_;
+  step.items.clear();
+  step.jobs.clear();
   for (JobId id : batch) {
     Job* job = jobs_.at(id);
-    decode_items_.push_back({*job->session()->slot, job->decode_token()});
-    decode_jobs_.push_back(job);
+    job->set_decode_row(buffer, static_cast<int32_t>(step.items.size()));
+    step.items.push_back({*job->session()->slot, job->decode_token()});
+    step.jobs.push_back(job);
   }
-  m_.batch_size.Observe(static_cast<double>(decode_items_.size()));
+  m_.batch_size.Observe(static_cast<double>(step.items.size()));
   if (absl::Status status =
-          backend_->DecodeAndSample(decode_items_, SampleOutputFor(decode_items_.size()));
+          backend_->LaunchDecodeAndSample(step.items, step.Output(step.items.size()));
       !status.ok()) {
     for (JobId id : batch) FailOnBackendError(id, status);
     return;
   }
+  for (Job* job : step.jobs) job->DecodeDone();
+  in_flight_ = &step;
+  next_decode_step_ = 1 - buffer;
+}
+
+Engine::DecodeStep* Engine::CollectDecode() {
+  DecodeStep& step = *in_flight_;
+  in_flight_ = nullptr;
+  const absl::Status status = backend_->CollectSamples();
+  for (size_t i = 0; i < step.jobs.size(); ++i) {
+    Job* job = step.jobs[i];
+    if (job == nullptr) continue;
+    if (status.ok()) {
+      job->Sampled(step.tokens[i]);
+    } else {
+      FailOnBackendError(job->id(), status);
+    }
+  }
+  return status.ok() ? &step : nullptr;
+}
+
+void Engine::EmitDecoded(DecodeStep& step) {
+  const int buffer = static_cast<int>(&step - decode_steps_.data());
   const absl::Time now = absl::Now();
   finished_.clear();
-  for (size_t i = 0; i < decode_jobs_.size(); ++i) {
-    Job* job = decode_jobs_[i];
-    job->DecodeDone();
-    job->set_last_token_step(step_);
-    const std::optional<FinishReason> finish = EmitSampled(*job, i, now);
+  for (size_t i = 0; i < step.jobs.size(); ++i) {
+    Job* job = step.jobs[i];
+    if (job == nullptr) continue;
+    job->set_decode_row(buffer, -1);
+    job->set_last_token_step(step.step);
+    const std::optional<FinishReason> finish =
+        EmitSampled(*job, step.tokens[i], step.logprobs[i],
+                    absl::MakeConstSpan(step.top_logprobs).subspan(i * kMaxTopLogprobs),
+                    now);
     if (job->last_inter_token_latency().has_value()) {
       m_.inter_token_latency.Observe(absl::ToDoubleSeconds(*job->last_inter_token_latency()));
     }
@@ -444,14 +486,45 @@ void Engine::RunDecode(const std::vector<JobId>& batch) {
   for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
 }
 
-void Engine::RunPrefill(const std::vector<PrefillChunk>& chunks) {
+std::optional<FinishReason> Engine::EmitSampled(Job& job, TokenId token, float logprob,
+                                                absl::Span<const TokenLogprob> top_logprobs,
+                                                absl::Time now) {
+  const std::optional<FinishReason> finish = job.Emit(
+      token, logprob,
+      top_logprobs.subspan(0, static_cast<size_t>(job.request().top_logprobs)), now);
+  m_.generated_tokens.Increment();
+  return finish;
+}
+
+void Engine::DropDecodeRows(Job& job) {
+  for (int buffer = 0; buffer < 2; ++buffer) {
+    const int32_t row = job.decode_row(buffer);
+    if (row < 0) continue;
+    DecodeStep& step = decode_steps_[buffer];
+    step.jobs[static_cast<size_t>(row)] = nullptr;
+    job.set_decode_row(buffer, -1);
+    Session* session = job.session();
+    if (&step != in_flight_ || session == nullptr || session->ephemeral ||
+        !session->slot.has_value()) {
+      continue;
+    }
+    // The backend orders this after the step in flight, whose pick it undoes.
+    if (absl::Status s = backend_->SetSeenCounts(*session->slot, SeenCounts(*session)); !s.ok()) {
+      spdlog::error("session {}: restoring the penalty counts failed: {}", session->id.value,
+                    s.ToString());
+    }
+  }
+}
+
+void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
     const bool last = chunk.tokens == job->prefill_remaining();
     const SlotId slot = *job->session()->slot;
     const absl::Span<const TokenId> tokens = job->PeekPrefill(chunk.tokens);
     m_.prefill_chunk.Observe(chunk.tokens);
-    const absl::Status status = last ? backend_->PrefillAndSample(slot, tokens, SampleOutputFor(1))
+    DecodeStep& out = prefill_sample_;
+    const absl::Status status = last ? backend_->PrefillAndSample(slot, tokens, out.Output(1))
                                      : backend_->Prefill(slot, tokens, {});
     if (!status.ok()) {
       FailOnBackendError(chunk.id, status);
@@ -460,7 +533,9 @@ void Engine::RunPrefill(const std::vector<PrefillChunk>& chunks) {
     job->PrefillDone(chunk.tokens);
     if (!last) continue;
     job->set_last_token_step(step_);
-    const std::optional<FinishReason> finish = EmitSampled(*job, 0, absl::Now());
+    job->Sampled(out.tokens[0]);
+    const std::optional<FinishReason> finish = EmitSampled(
+        *job, out.tokens[0], out.logprobs[0], absl::MakeConstSpan(out.top_logprobs), absl::Now());
     m_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
     if (finish.has_value()) Complete(Extract(chunk.id), absl::OkStatus(), *finish);
   }

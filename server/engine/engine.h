@@ -4,8 +4,15 @@
 // operations enqueue work and return at once (RESOURCE_EXHAUSTED naming max_queue_depth when it
 // is full), so a transport thread never waits for a model step. The engine thread loops: run the
 // inbox (submissions, cancellations, session operations), admit waiting requests to state
-// slots, ask the Scheduler for a plan, run its prefill chunks and one batched decode, sample,
-// hand tokens to each request's TokenSink.
+// slots, ask the Scheduler for a plan, run one batched decode (the backend samples) and its
+// prefill chunks, hand tokens to each request's TokenSink.
+//
+// On an asynchronous backend (a GPU) the loop is pipelined: a step collects the decode the
+// previous step launched, launches the next one at once with those tokens as inputs, and only
+// then does the host's share (stop matching, detokenizing, the transport, the inbox, admission,
+// the next plan) while the device computes. A request that ends on a token (EOS, a stop) has by
+// then had that token fed to the step in flight: the step's pick for it is dropped, and the
+// session keeps the fed token as consumed rather than pending, which continues identically.
 //
 // What a session holds after a request: every token of its prompt and every token handed to
 // the sink, even when the request was cancelled or failed part-way. Tokens the model has not
@@ -15,6 +22,7 @@
 #ifndef LINSERVE_SERVER_ENGINE_ENGINE_H_
 #define LINSERVE_SERVER_ENGINE_ENGINE_H_
 
+#include <array>
 #include <cstdint>
 #include <deque>
 #include <memory>
@@ -191,13 +199,43 @@ class Engine {
   bool RunInbox();
   void Accept(std::unique_ptr<Job> job);
   void AdmitWaiting();
+  // One decode step's rows and where the backend writes their samples. Sized once for
+  // max_batch_size rows: no allocation in a step.
+  struct DecodeStep {
+    explicit DecodeStep(size_t rows);
+    // The first `rows` rows of the sample buffers.
+    SampleOutput Output(size_t rows);
+    int64_t step = 0;  // the engine step that launched it
+    std::vector<DecodeItem> items;
+    // The job of each row; nullptr once the job has ended (its row is then dropped).
+    std::vector<Job*> jobs;
+    std::vector<TokenId> tokens;
+    std::vector<float> logprobs;
+    std::vector<TokenLogprob> top_logprobs;
+  };
+
+  // One engine step. On an asynchronous backend the loop is pipelined: the step collects the
+  // decode launched by the previous one (its tokens become the next inputs), launches the next
+  // decode and only then hands the collected tokens to their sinks, so the host's work (stop
+  // matching, detokenizing, the transport, admission, planning) overlaps the device's.
   void Step();
-  void RunPrefill(const std::vector<PrefillChunk>& chunks);
-  void RunDecode(const std::vector<JobId>& batch);
-  // The first `rows` rows of the sampling output buffers.
-  SampleOutput SampleOutputFor(size_t rows);
-  // Hands row `row` of the sampling output to `job` (Job::Emit) and counts the token.
-  std::optional<FinishReason> EmitSampled(Job& job, size_t row, absl::Time now);
+  // Launches a decode of `batch` into the free step buffer (in_flight_ on success).
+  void LaunchDecode(absl::Span<const JobId> batch);
+  // Waits for the step in flight; its live rows' jobs get their tokens (Job::Sampled). Returns
+  // the step, or nullptr when the backend failed (its jobs have then failed).
+  DecodeStep* CollectDecode();
+  // Hands each live row of a collected step to its job's sink and ends the jobs that are done.
+  void EmitDecoded(DecodeStep& step);
+  void RunPrefill(absl::Span<const PrefillChunk> chunks);
+  // Hands `token` (row `row` of `logprobs` and `top_logprobs`) to `job` (Job::Emit) and counts
+  // it.
+  std::optional<FinishReason> EmitSampled(Job& job, TokenId token, float logprob,
+                                          absl::Span<const TokenLogprob> top_logprobs,
+                                          absl::Time now);
+  // Drops `job`'s rows from the step buffers. A row in a step still in flight picks a token
+  // that no one will see; the slot's seen counts then include it, so a named session that keeps
+  // the slot gets its counts back from the session.
+  void DropDecodeRows(Job& job);
   // Takes a job out of the waiting or active list; nullptr if it is in neither.
   std::unique_ptr<Job> Extract(JobId id);
   // Ends a job and releases its session.
@@ -231,13 +269,18 @@ class Engine {
   int64_t step_ = 0;
   bool stop_requested_ = false;
   absl::Time last_expiry_ = absl::InfinitePast();
-  // Per-step buffers, sized once for max_batch_size rows: no allocation in a step.
-  std::vector<DecodeItem> decode_items_;
-  std::vector<Job*> decode_jobs_;
+  // Two decode step buffers: on an asynchronous backend one is in flight while the host emits
+  // the other's tokens.
+  std::array<DecodeStep, 2> decode_steps_;
+  int next_decode_step_ = 0;
+  // The step launched and not yet collected (asynchronous backends only, between two Steps).
+  DecodeStep* in_flight_ = nullptr;
+  // A prefill's one sampled row.
+  DecodeStep prefill_sample_{1};
+  // Per-step scratch, sized once: no allocation in a step.
+  std::vector<JobView> views_;
+  StepPlan plan_;
   std::vector<std::pair<JobId, FinishReason>> finished_;
-  std::vector<TokenId> sampled_tokens_;
-  std::vector<float> sampled_logprobs_;
-  std::vector<TokenLogprob> sampled_top_logprobs_;
 
   mutable absl::Mutex mu_;
   std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);

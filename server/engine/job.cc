@@ -55,10 +55,14 @@ absl::Span<const TokenId> Job::PeekPrefill(int32_t n) const {
 
 void Job::DecodeDone() { last_token_.reset(); }
 
+void Job::Sampled(TokenId token) {
+  last_token_ = token;
+  ++sampled_;
+}
+
 std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
                                       absl::Span<const TokenLogprob> top_logprobs,
                                       absl::Time now) {
-  last_token_ = token;
   ++generated_;
   ++session_->token_counts[token];
   ++session_->num_tokens;

@@ -8,6 +8,7 @@
 #ifndef LINSERVE_SERVER_ENGINE_JOB_H_
 #define LINSERVE_SERVER_ENGINE_JOB_H_
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -58,15 +59,26 @@ class Job {
   void PrefillDone(int32_t n) { fed_ += n; }
   // The token to feed in the next decode step (the last sampled one).
   TokenId decode_token() const { return *last_token_; }
-  // Records that the last sampled token reached the model.
+  // Records that the last sampled token reached the model (it may not have been emitted yet:
+  // a pipelined step feeds it before the host has handed it to the sink).
   void DecodeDone();
+  // Row of this job in the engine's decode step buffer `buffer` (0 or 1), or -1 when it has
+  // none there: set when a step is launched, cleared when its row is emitted or dropped.
+  int32_t decode_row(int buffer) const { return decode_rows_[buffer]; }
+  void set_decode_row(int buffer, int32_t row) { decode_rows_[buffer] = row; }
 
   // The engine step at which the job last got a token (see JobView).
   int64_t last_token_step() const { return last_token_step_; }
   void set_last_token_step(int64_t step) { last_token_step_ = step; }
 
-  // Takes the token the backend sampled after everything fed so far (with its logprob and top
-  // alternatives when the request asked for them), emits it to the sink and says whether the
+  // The backend picked `token` after everything fed so far: it becomes the token to feed next
+  // (decode_token()), and Emit must hand it to the sink before the next one is sampled.
+  void Sampled(TokenId token);
+  // Whether every token the request may generate has been sampled (the job ends when the last
+  // is emitted): such a job is not decoded again.
+  bool sampled_all() const { return sampled_ >= request_.max_new_tokens; }
+  // Hands the token last passed to Sampled (with its logprob and top alternatives when the
+  // request asked for them) to the sink, counts it in the session and says whether the
   // generation is over (and why). `now` times the token.
   std::optional<FinishReason> Emit(TokenId token, float logprob,
                                    absl::Span<const TokenLogprob> top_logprobs, absl::Time now);
@@ -99,6 +111,8 @@ class Job {
   int64_t fed_ = 0;
   std::optional<TokenId> last_token_;  // sampled, not yet fed
   int64_t last_token_step_ = -1;
+  std::array<int32_t, 2> decode_rows_ = {-1, -1};
+  int32_t sampled_ = 0;
   int32_t generated_ = 0;
   std::optional<absl::Time> first_token_time_;
   std::optional<absl::Time> last_token_time_;

@@ -18,22 +18,25 @@ absl::Status ValidateSchedulerLimits(const SchedulerLimits& limits) {
   return absl::OkStatus();
 }
 
-StepPlan PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits) {
-  StepPlan plan;
-
-  std::vector<size_t> decoding;
+void PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits, StepPlan& plan) {
+  plan.decode.clear();
+  plan.prefill.clear();
+  std::vector<size_t>& decoding = plan.scratch;
+  decoding.clear();
   for (size_t i = 0; i < jobs.size(); ++i) {
     if (jobs[i].prefill_remaining == 0) decoding.push_back(i);
   }
   if (decoding.size() > static_cast<size_t>(limits.max_batch_size)) {
-    // Least recently served first; stable, so ties keep admission order.
-    std::stable_sort(decoding.begin(), decoding.end(), [&](size_t a, size_t b) {
-      return jobs[a].last_token_step < jobs[b].last_token_step;
+    // Least recently served first; ties keep admission order (the index breaks them, which
+    // std::stable_sort would do with a temporary buffer).
+    std::sort(decoding.begin(), decoding.end(), [&](size_t a, size_t b) {
+      return jobs[a].last_token_step != jobs[b].last_token_step
+                 ? jobs[a].last_token_step < jobs[b].last_token_step
+                 : a < b;
     });
     decoding.resize(limits.max_batch_size);
     std::sort(decoding.begin(), decoding.end());
   }
-  plan.decode.reserve(decoding.size());
   for (size_t i : decoding) plan.decode.push_back(jobs[i].id);
 
   int64_t budget = limits.prefill_token_budget;
@@ -44,6 +47,11 @@ StepPlan PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits)
     plan.prefill.push_back({job.id, static_cast<int32_t>(tokens)});
     budget -= tokens;
   }
+}
+
+StepPlan PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits) {
+  StepPlan plan;
+  PlanStep(jobs, limits, plan);
   return plan;
 }
 

@@ -49,6 +49,8 @@ struct StepPlan {
   std::vector<JobId> decode;
   // Prompt chunks to feed this step, in the order given to PlanStep.
   std::vector<PrefillChunk> prefill;
+  // PlanStep's working space, kept so that a reused plan allocates nothing once warm.
+  std::vector<size_t> scratch;
 };
 
 // `jobs` in admission order (earliest first); ids distinct. Guarantees:
@@ -59,6 +61,8 @@ struct StepPlan {
 //  - prefill chunks sum to min(prefill_token_budget, total prefill_remaining) and go to the
 //    earliest admitted prefilling jobs, each chunk at most that job's remaining tokens;
 //  - no job is both decoded and prefilled.
+// Writes the plan into `plan`, replacing what it held.
+void PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits, StepPlan& plan);
 StepPlan PlanStep(absl::Span<const JobView> jobs, const SchedulerLimits& limits);
 
 }  // namespace linserve
