@@ -3,8 +3,10 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/mt19937_64.h"
 #include "kernels/cuda/sampling.h"
 #include "model/slot_pool.h"
@@ -124,6 +127,17 @@ struct RowInputs {
   int32_t* slots;
 };
 
+// A step's samples as they cross PCIe, in pinned host memory and (same shape) on the device:
+// a token per row and, only when some row asks for them, how many alternatives each row wants,
+// the sampled token's logprob and the alternatives.
+struct SampleBuffers {
+  int32_t* tokens;
+  int32_t* top_n;       // [rows]
+  float* logprobs;      // [rows]
+  int32_t* top_ids;     // [rows, kMaxTopLogprobs]
+  float* top_logprobs;  // [rows, kMaxTopLogprobs]
+};
+
 class CudaBackendImpl final : public CudaBackend {
  public:
   CudaBackendImpl(const ModelConfig& config, const BackendOptions& options,
@@ -169,6 +183,14 @@ class CudaBackendImpl final : public CudaBackend {
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                 const SampleOutput& out) override;
+
+  // The step runs on the backend's stream; the host returns at once. Every other call that
+  // stages through the pinned buffers first finishes it (FinishLaunched): its GPU work would
+  // queue behind the step anyway.
+  bool asynchronous() const override { return true; }
+  absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
+                                     const SampleOutput& out) override;
+  absl::Status CollectSamples() override;
   CudaMemoryUse memory_use() const override { return memory_; }
   std::string device_description() const override { return description_; }
 
@@ -210,10 +232,15 @@ class CudaBackendImpl final : public CudaBackend {
   // every slot has had StartSampling.
   absl::Status CheckSampleOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
                                  absl::string_view what) const;
-  // Samples rows [0, rows) of logits_ for the slots in slots_dev_, copies the tokens to
-  // out.tokens and, for rows whose slot asks for them, the logprobs (computed on the host from
-  // those rows' logits, which then cross PCIe). `slots` mirrors slots_dev_ on the host.
-  absl::Status SampleRows(absl::Span<const int32_t> slots, const SampleOutput& out);
+  // Enqueues the picks of rows [0, sample_slots_.size()) of logits_ for the slots in
+  // slots_dev_ (mirrored by sample_slots_), the logprobs of the rows whose slot asks for them,
+  // and their copy to the pinned samples_host_; says whether any row asked.
+  absl::StatusOr<bool> EnqueueSample();
+  // Copies the pinned samples of the rows in sample_slots_ to `out` (the stream has finished).
+  void CopySamples(bool logprobs, const SampleOutput& out) const;
+  // The step launched and not yet collected: waits for it and copies its samples to its
+  // output, so that the pinned buffers are free again. Returns the step's outcome.
+  absl::Status FinishLaunched() const;
   // Prefill's body after validation: `all_logits` (host, n × vocab) or `last_logits` (host,
   // vocab) receive logits when non-null; the last position's logits stay in logits_ row 0.
   absl::Status RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, float* all_logits,
@@ -287,16 +314,23 @@ class CudaBackendImpl final : public CudaBackend {
   int32_t* tokens_dev_ = nullptr;
   int64_t* positions_dev_ = nullptr;
   int32_t* slots_dev_ = nullptr;
-  int32_t* sampled_dev_ = nullptr;
+  SampleBuffers samples_dev_{};
   cuda::PinnedBuffer pinned_;
   RowInputs host_rows_{};
-  int32_t* sampled_host_ = nullptr;
+  SampleBuffers samples_host_{};
+
+  // A launched step until CollectSamples: its output, whether any row asked for logprobs, and
+  // once FinishLaunched has run, its outcome.
+  struct Launched {
+    SampleOutput out;
+    bool logprobs = false;
+    std::optional<absl::Status> outcome;
+  };
+  mutable std::optional<Launched> launched_;
 
   std::vector<char> sampling_ready_;   // per slot: StartSampling since cleared
   std::vector<int32_t> top_logprobs_;  // per slot
-  std::vector<int32_t> sample_slots_;  // host mirror of slots_dev_ for SampleRows
-  std::vector<float> logprob_logits_;  // one row's logits, for top_logprobs
-  std::vector<int32_t> top_ids_;
+  std::vector<int32_t> sample_slots_;  // host mirror of slots_dev_ for the sampled rows
   std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
   std::vector<cuda::GraphExec> graphs_;  // per bucket, empty until first use
 };
@@ -480,7 +514,21 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
   const size_t tokens = work.Reserve(rows * sizeof(int32_t));
   const size_t positions = work.Reserve(rows * sizeof(int64_t));
   const size_t row_slots = work.Reserve(rows * sizeof(int32_t));
-  const size_t sampled = work.Reserve(rows * sizeof(int32_t));
+  auto reserve_samples = [&](Layout& layout) {
+    return std::array<size_t, 5>{
+        layout.Reserve(rows * sizeof(int32_t)), layout.Reserve(rows * sizeof(int32_t)),
+        layout.Reserve(rows * sizeof(float)),
+        layout.Reserve(rows * kMaxTopLogprobs * sizeof(int32_t)),
+        layout.Reserve(rows * kMaxTopLogprobs * sizeof(float))};
+  };
+  auto samples_at = [](char* base, const std::array<size_t, 5>& at) {
+    return SampleBuffers{reinterpret_cast<int32_t*>(base + at[0]),
+                      reinterpret_cast<int32_t*>(base + at[1]),
+                      reinterpret_cast<float*>(base + at[2]),
+                      reinterpret_cast<int32_t*>(base + at[3]),
+                      reinterpret_cast<float*>(base + at[4])};
+  };
+  const std::array<size_t, 5> samples = reserve_samples(work);
 
   // Say up front what does not fit, with the whole plan, rather than fail on the third cudaMalloc.
   size_t free_bytes = 0;
@@ -536,13 +584,13 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
   tokens_dev_ = reinterpret_cast<int32_t*>(w + tokens);
   positions_dev_ = reinterpret_cast<int64_t*>(w + positions);
   slots_dev_ = reinterpret_cast<int32_t*>(w + row_slots);
-  sampled_dev_ = reinterpret_cast<int32_t*>(w + sampled);
+  samples_dev_ = samples_at(w, samples);
 
   Layout host;
   const size_t host_tokens = host.Reserve(rows * sizeof(int32_t));
   const size_t host_positions = host.Reserve(rows * sizeof(int64_t));
   const size_t host_slots = host.Reserve(rows * sizeof(int32_t));
-  const size_t host_sampled = host.Reserve(rows * sizeof(int32_t));
+  const std::array<size_t, 5> host_samples = reserve_samples(host);
   absl::StatusOr<cuda::PinnedBuffer> pinned =
       cuda::PinnedBuffer::Allocate(host.size(), "the pinned step inputs");
   if (!pinned.ok()) return pinned.status();
@@ -551,7 +599,7 @@ absl::Status CudaBackendImpl::AllocatePoolsAndWorkspace() {
   host_rows_.tokens = reinterpret_cast<int32_t*>(h + host_tokens);
   host_rows_.positions = reinterpret_cast<int64_t*>(h + host_positions);
   host_rows_.slots = reinterpret_cast<int32_t*>(h + host_slots);
-  sampled_host_ = reinterpret_cast<int32_t*>(h + host_sampled);
+  samples_host_ = samples_at(h, host_samples);
   return absl::OkStatus();
 }
 
@@ -819,6 +867,7 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
                                                    "vocab_size = ", batch.size() * vocab));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), logits_,
                                                 logits.size() * sizeof(float),
@@ -839,48 +888,117 @@ absl::Status CudaBackendImpl::CheckSampleOutput(absl::Span<const int32_t> slots,
   return linserve::CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
-absl::Status CudaBackendImpl::SampleRows(absl::Span<const int32_t> slots, const SampleOutput& out) {
+absl::StatusOr<bool> CudaBackendImpl::EnqueueSample() {
   cudaStream_t s = stream_.get();
-  const int rows = static_cast<int>(slots.size());
-  const int64_t vocab = config_.vocab_size;
+  const int rows = static_cast<int>(sample_slots_.size());
   cuda::SampleArgs sample;
   sample.logits = logits_;
   sample.slots = slots_dev_;
   sample.state = sampler_;
   sample.rows = rows;
   sample.vocab = config_.vocab_size;
-  sample.tokens = sampled_dev_;
+  sample.tokens = samples_dev_.tokens;
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampled_host_, sampled_dev_,
-                                                rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  LINSERVE_RETURN_IF_ERROR(Synchronize());
-  std::copy(sampled_host_, sampled_host_ + rows, out.tokens.begin());
-  // Only the rows that asked for logprobs bring their logits back (the sample kernel leaves
-  // logits_ as the LM head wrote it: before penalties and temperature).
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(samples_host_.tokens, samples_dev_.tokens,
+                                                rows * sizeof(int32_t), cudaMemcpyDeviceToHost,
+                                                s));
+  bool logprobs = false;
   for (int i = 0; i < rows; ++i) {
-    const int32_t n = top_logprobs_[slots[i]];
-    if (n == 0) continue;
-    logprob_logits_.resize(static_cast<size_t>(vocab));
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logprob_logits_.data(), logits_ + i * vocab,
-                                                  vocab * sizeof(float), cudaMemcpyDeviceToHost,
-                                                  s));
-    LINSERVE_RETURN_IF_ERROR(Synchronize());
-    const absl::Span<const float> l(logprob_logits_);
-    out.logprobs[i] = LogProbOf(l, out.tokens[i]);
-    TopLogprobsInto(l, n, top_ids_, out.top_logprobs.data() + i * kMaxTopLogprobs);
+    samples_host_.top_n[i] = top_logprobs_[sample_slots_[i]];
+    logprobs = logprobs || samples_host_.top_n[i] > 0;
   }
+  if (!logprobs) return false;
+  // The sample kernel leaves logits_ as the LM head wrote it: before penalties and temperature.
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(samples_dev_.top_n, samples_host_.top_n,
+                                                rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                                s));
+  cuda::TopLogprobsArgs args;
+  args.logits = logits_;
+  args.tokens = samples_dev_.tokens;
+  args.top_n = samples_dev_.top_n;
+  args.rows = rows;
+  args.vocab = config_.vocab_size;
+  args.max_top = kMaxTopLogprobs;
+  args.logprobs = samples_dev_.logprobs;
+  args.top_ids = samples_dev_.top_ids;
+  args.top_logprobs = samples_dev_.top_logprobs;
+  LINSERVE_RETURN_IF_ERROR(cuda::LaunchTopLogprobs(s, args));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(samples_host_.logprobs, samples_dev_.logprobs,
+                                                rows * sizeof(float), cudaMemcpyDeviceToHost, s));
+  const size_t top = static_cast<size_t>(rows) * kMaxTopLogprobs;
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(samples_host_.top_ids, samples_dev_.top_ids,
+                                                top * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(samples_host_.top_logprobs,
+                                                samples_dev_.top_logprobs, top * sizeof(float),
+                                                cudaMemcpyDeviceToHost, s));
+  return true;
+}
+
+void CudaBackendImpl::CopySamples(bool logprobs, const SampleOutput& out) const {
+  const size_t rows = sample_slots_.size();
+  std::copy(samples_host_.tokens, samples_host_.tokens + rows, out.tokens.begin());
+  if (!logprobs) return;
+  for (size_t i = 0; i < rows; ++i) {
+    const int32_t n = samples_host_.top_n[i];
+    if (n == 0) continue;
+    out.logprobs[i] = samples_host_.logprobs[i];
+    for (int32_t k = 0; k < n; ++k) {
+      const size_t at = i * kMaxTopLogprobs + static_cast<size_t>(k);
+      out.top_logprobs[at] = {samples_host_.top_ids[at], samples_host_.top_logprobs[at]};
+    }
+  }
+}
+
+absl::Status CudaBackendImpl::FinishLaunched() const {
+  if (!launched_.has_value() || launched_->outcome.has_value()) return absl::OkStatus();
+  absl::Status outcome = Synchronize();
+  if (outcome.ok()) CopySamples(launched_->logprobs, launched_->out);
+  launched_->outcome = outcome;
+  return outcome;
+}
+
+absl::Status CudaBackendImpl::LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
+                                                    const SampleOutput& out) {
+  if (launched_.has_value()) {
+    return absl::FailedPreconditionError(
+        "LaunchDecodeAndSample: a step is in flight; collect it first");
+  }
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
+  sample_slots_.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot.value;
+  LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "LaunchDecodeAndSample"));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
+  absl::StatusOr<bool> logprobs = EnqueueSample();
+  if (!logprobs.ok()) return logprobs.status();
+  for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
+  launched_ = Launched{.out = out, .logprobs = *logprobs, .outcome = std::nullopt};
   return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::CollectSamples() {
+  if (!launched_.has_value()) {
+    return absl::FailedPreconditionError("CollectSamples: no step is in flight");
+  }
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  absl::Status outcome = FinishLaunched();
+  launched_.reset();
+  return outcome;
 }
 
 absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch,
                                               const SampleOutput& out) {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   sample_slots_.resize(batch.size());
   for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot.value;
   LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "DecodeAndSample"));
-  LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
-  LINSERVE_RETURN_IF_ERROR(SampleRows(sample_slots_, out));
+  absl::StatusOr<bool> logprobs = EnqueueSample();
+  if (!logprobs.ok()) return logprobs.status();
+  LINSERVE_RETURN_IF_ERROR(Synchronize());
+  CopySamples(*logprobs, out);
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   return absl::OkStatus();
 }
@@ -888,12 +1006,17 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
 absl::Status CudaBackendImpl::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                                const SampleOutput& out) {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckPrefill(slot, tokens, 0));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   sample_slots_.assign(1, slot.value);
   LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "PrefillAndSample"));
-  LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(RunPrefill(slot, tokens, nullptr, nullptr, /*last_on_device=*/true));
   // RunPrefill's last segment left slots_dev_[0] == slot.
-  return SampleRows(sample_slots_, out);
+  absl::StatusOr<bool> logprobs = EnqueueSample();
+  if (!logprobs.ok()) return logprobs.status();
+  LINSERVE_RETURN_IF_ERROR(Synchronize());
+  CopySamples(*logprobs, out);
+  return absl::OkStatus();
 }
 
 absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& params,
@@ -910,6 +1033,7 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
         pool_.CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());  // the observed tokens go through host_rows_
   cudaStream_t s = stream_.get();
   cuda::DeviceSamplingParams device_params;
   device_params.temperature = params.temperature;
@@ -973,6 +1097,7 @@ absl::Status CudaBackendImpl::Prefill(SlotId slot, absl::Span<const TokenId> tok
   const bool all_logits = static_cast<int64_t>(logits.size()) == n * vocab;
   const bool last_logits = static_cast<int64_t>(logits.size()) == vocab;
   LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   return RunPrefill(slot, tokens, all_logits ? logits.data() : nullptr,
                     last_logits ? logits.data() : nullptr, /*last_on_device=*/false);
 }

@@ -10,8 +10,8 @@
 //     MT19937-64 and the parameters: about 4·vocab_size bytes per slot on top of the budget);
 //     picks are made on the device (kernels/cuda/sampling.h): for the same logits and seed they
 //     are the host Sampler's except when a cumulative sum lands within rounding of top_p or of
-//     the draw. Rows that ask for top_logprobs bring their logits row back and the logprobs are
-//     computed on the host;
+//     the draw. The logprobs of rows that ask for top_logprobs are computed on the device too
+//     (kernels/cuda/logprobs.h): only tokens, and those rows' 1 + 2n numbers, cross PCIe;
 //   - activations for max(max_batch_size, 2048) rows and the cuBLASLt workspace.
 //
 // Math: cuBLASLt GEMMs with fp32 accumulation over the whole batch (activations are rounded to
@@ -19,6 +19,9 @@
 // captured in a CUDA graph per batch-size bucket (powers of two up to max_batch_size; a batch is
 // padded to its bucket with rows that touch no slot) the first time the bucket is used, and
 // replayed afterwards. BackendOptions::num_threads is not used.
+//
+// Asynchronous (Backend's pipelining): LaunchDecodeAndSample enqueues the step, the picks and
+// their copy to pinned host memory on the backend's stream and returns; CollectSamples waits.
 //
 // Not thread-safe (one owner, as Backend says); any thread may be that owner: every call makes
 // the backend's device current first.

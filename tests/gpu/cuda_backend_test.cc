@@ -626,5 +626,60 @@ TEST(CudaBackendTest, PrefillAndSampleLogprobsAndSeenCountsFollowTheContract) {
   }
 }
 
+// A launched step gives what DecodeAndSample gives (tokens, logprobs, alternatives), and the
+// calls made while it is in flight see the slot as the step leaves it without disturbing the
+// step's results, even a PrefillAndSample that samples through the same pinned buffers.
+TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 23);
+  const int vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_TRUE(gpu->asynchronous());
+  const std::vector<int32_t> prompt = RandomTokens(9, vocab, 3);
+  SamplingParams params;
+  params.seed = 11;
+  params.temperature = 0.9f;
+  params.top_k = 20;
+  params.presence_penalty = 0.3f;
+
+  struct Pick {
+    TokenId token = -1;
+    float logprob = 0;
+    std::vector<TokenLogprob> top = std::vector<TokenLogprob>(kMaxTopLogprobs);
+    SampleOutput Output() { return {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)}; }
+  };
+  const SlotId a = Allocate(*gpu), b = Allocate(*gpu), c = Allocate(*gpu);
+  Pick pa, pb, pc;
+  for (SlotId s : {a, b}) {
+    ASSERT_TRUE(gpu->StartSampling(s, params, /*top_logprobs=*/3, prompt).ok());
+  }
+  ASSERT_TRUE(gpu->PrefillAndSample(a, prompt, pa.Output()).ok());
+  ASSERT_TRUE(gpu->PrefillAndSample(b, prompt, pb.Output()).ok());
+  ASSERT_EQ(pa.token, pb.token);
+  ASSERT_TRUE(gpu->StartSampling(c, params, /*top_logprobs=*/2, {}).ok());
+
+  EXPECT_EQ(gpu->CollectSamples().code(), absl::StatusCode::kFailedPrecondition);
+  for (int step = 0; step < 10; ++step) {
+    const DecodeItem item_a{a, pa.token}, item_b{b, pb.token};
+    ASSERT_TRUE(gpu->DecodeAndSample({&item_a, 1}, pa.Output()).ok());
+    ASSERT_TRUE(gpu->LaunchDecodeAndSample({&item_b, 1}, pb.Output()).ok());
+    EXPECT_EQ(gpu->LaunchDecodeAndSample({&item_b, 1}, pb.Output()).code(),
+              absl::StatusCode::kFailedPrecondition);
+    const StateBlob state_a = Read(*gpu, a), state_b = Read(*gpu, b);
+    EXPECT_EQ(state_b.position, state_a.position) << "step " << step;
+    EXPECT_EQ(state_b.state, state_a.state) << "step " << step;
+    ASSERT_TRUE(gpu->PrefillAndSample(c, {&pa.token, 1}, pc.Output()).ok());
+    ASSERT_TRUE(gpu->CollectSamples().ok());
+    ASSERT_EQ(pb.token, pa.token) << "step " << step;
+    EXPECT_EQ(pb.logprob, pa.logprob) << "step " << step;
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(pb.top[k].token, pa.top[k].token) << "step " << step << " k " << k;
+      EXPECT_EQ(pb.top[k].logprob, pa.top[k].logprob) << "step " << step << " k " << k;
+    }
+  }
+  EXPECT_EQ(gpu->CollectSamples().code(), absl::StatusCode::kFailedPrecondition);
+}
+
 }  // namespace
 }  // namespace linserve

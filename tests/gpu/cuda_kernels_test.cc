@@ -16,6 +16,7 @@
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
 #include "model/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
@@ -604,6 +605,58 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
   int64_t total = 0;
   for (int32_t c : final_counts) total += c;
   EXPECT_EQ(total, static_cast<int64_t>(rows) * (30 + steps));
+}
+
+// The device's logprobs equal the host's LogProbOf / TopLogprobsInto: the same alternatives in
+// the same order (ties to the lowest id: the logits here are rounded so that many tie), values
+// within float rounding; rows asking for none are left alone.
+TEST(CudaKernelsTest, TopLogprobsMatchTheHost) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 3001;
+  constexpr int kMaxTop = 20;
+  const std::vector<int32_t> top_n = {5, 0, kMaxTop, 1};
+  const int rows = static_cast<int>(top_n.size());
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * kVocab, 41, 4.0f);
+  for (float& x : logits) x = std::round(x * 8.0f) / 8.0f;
+  const std::vector<int32_t> tokens = {7, 8, 2999, 0};
+  DeviceArray<float> logits_dev(logits);
+  DeviceArray<int32_t> tokens_dev(tokens), top_n_dev(top_n);
+  const float kUntouched = -12345.0f;
+  DeviceArray<float> logprobs(std::vector<float>(rows, kUntouched));
+  DeviceArray<int32_t> top_ids(std::vector<int32_t>(rows * kMaxTop, -1));
+  DeviceArray<float> top_values(std::vector<float>(rows * kMaxTop, kUntouched));
+  cuda::TopLogprobsArgs args;
+  args.logits = logits_dev.get();
+  args.tokens = tokens_dev.get();
+  args.top_n = top_n_dev.get();
+  args.rows = rows;
+  args.vocab = kVocab;
+  args.max_top = kMaxTop;
+  args.logprobs = logprobs.get();
+  args.top_ids = top_ids.get();
+  args.top_logprobs = top_values.get();
+  ASSERT_TRUE(cuda::LaunchTopLogprobs(nullptr, args).ok());
+  const std::vector<float> got_logprobs = logprobs.Download();
+  const std::vector<int32_t> got_ids = top_ids.Download();
+  const std::vector<float> got_values = top_values.Download();
+  std::vector<int32_t> scratch;
+  for (int r = 0; r < rows; ++r) {
+    const absl::Span<const float> row(logits.data() + static_cast<size_t>(r) * kVocab, kVocab);
+    if (top_n[r] == 0) {
+      EXPECT_EQ(got_logprobs[r], kUntouched);
+      EXPECT_EQ(got_ids[r * kMaxTop], -1);
+      continue;
+    }
+    EXPECT_FLOAT_EQ(got_logprobs[r], LogProbOf(row, tokens[r])) << "row " << r;
+    std::vector<TokenLogprob> expected(kMaxTop);
+    TopLogprobsInto(row, top_n[r], scratch, expected.data());
+    for (int k = 0; k < top_n[r]; ++k) {
+      EXPECT_EQ(got_ids[r * kMaxTop + k], expected[k].token) << "row " << r << " k " << k;
+      EXPECT_FLOAT_EQ(got_values[r * kMaxTop + k], expected[k].logprob)
+          << "row " << r << " k " << k;
+    }
+    for (int k = top_n[r]; k < kMaxTop; ++k) EXPECT_EQ(got_ids[r * kMaxTop + k], -1);
+  }
 }
 
 }  // namespace
