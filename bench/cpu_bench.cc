@@ -8,6 +8,11 @@
 // Sections: machine floors; our packed Linear vs OpenBLAS sgemm over the model's weights;
 // decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens chunked and token by token;
 // decode latency at positions 100, 1 000 and 10 000. Output: markdown on stdout.
+//
+// With --contexts, only the context sweep of issue 19 runs instead (bench/run_scaling.sh): the
+// decode step at each context and batch, over real states (one session prefilled up to each
+// context in turn and forked into the batch), written as JSON to --json_out, whose tables and
+// pictures bench/report draws.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -29,8 +34,10 @@
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/packed_linear.h"
@@ -46,6 +53,11 @@ ABSL_FLAG(std::string, peer_json, "",
           "JSON from bench/peer_torch.py, measured in the same session; adds the peer ratios.");
 ABSL_FLAG(int32_t, threads, 0, "Threads for everything measured, [0, 1024]; 0 = every core.");
 ABSL_FLAG(int32_t, chunk_size, 64, "Prefill chunk size of the chunked-prefill figure.");
+ABSL_FLAG(std::string, contexts, "",
+          "Comma-separated contexts in [1, 1048576]: run only the context sweep (decode step at "
+          "each context and --context_batches) and write it to --json_out.");
+ABSL_FLAG(std::string, context_batches, "1,32", "Batch sizes of the context sweep, in [1, 1024].");
+ABSL_FLAG(std::string, json_out, "", "The context sweep's JSON file (required with --contexts).");
 
 namespace linserve {
 namespace {
@@ -376,6 +388,117 @@ std::vector<LatencyRow> MeasureLatency(const Model& model, int threads, std::mt1
   return out;
 }
 
+// ---- Decode step against context (issue 19) -------------------------------------------------
+
+struct ContextPoint {
+  int batch;
+  int64_t context;
+  double step_ms;
+  int steps;
+};
+
+// Fewer timed steps for larger batches, whose steps take longer.
+int ContextSteps(int batch) { return std::max(4, 64 / batch); }
+
+// One session is prefilled to each context in turn (chunked prefill, real states); at each, it
+// is copied into max(batches) slots, and every batch decodes from those copies: a median step of
+// ContextSteps after two untimed ones. The copies are refreshed for each batch.
+std::vector<ContextPoint> MeasureContexts(const Model& model, int threads,
+                                          std::vector<int64_t> contexts,
+                                          const std::vector<int>& batches, std::mt19937_64& rng) {
+  std::sort(contexts.begin(), contexts.end());
+  const int max_batch = *std::max_element(batches.begin(), batches.end());
+  BackendOptions options;
+  options.num_threads = threads;
+  options.max_batch_size = max_batch;
+  options.max_slots = max_batch + 1;
+  options.state_memory_budget_bytes =
+      int64_t{max_batch + 1} * model.config.StateFloatsPerSlot() * 4;
+  options.prefill_chunk_size = 256;
+  std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
+  const SlotId prefix = Must(backend->AllocateSlot());
+  std::vector<SlotId> slots;
+  for (int i = 0; i < max_batch; ++i) slots.push_back(Must(backend->AllocateSlot()));
+  std::vector<float> logits(static_cast<size_t>(max_batch) * model.config.vocab_size);
+  std::vector<ContextPoint> out;
+  int64_t position = 0;
+  for (int64_t context : contexts) {
+    std::fprintf(stderr, "context %lld: prefilling...\n", static_cast<long long>(context));
+    Must(backend->Prefill(prefix, RandomTokens(static_cast<int>(context - position), rng), {}));
+    position = context;
+    for (int batch : batches) {
+      std::vector<DecodeItem> items;
+      for (int i = 0; i < batch; ++i) {
+        Must(backend->CopySlot(prefix, slots[i]));
+        items.push_back({slots[i], 0});
+      }
+      const int steps = ContextSteps(batch);
+      std::vector<double> times;
+      for (int s = 0; s < steps + 2; ++s) {
+        for (DecodeItem& item : items) item.token = static_cast<TokenId>(rng() % 32000);
+        const auto t = Clock::now();
+        Must(backend->Decode(
+            items, absl::MakeSpan(logits).subspan(0, static_cast<size_t>(batch) * 32000)));
+        if (s >= 2) times.push_back(Seconds(t));
+      }
+      out.push_back({batch, context, 1e3 * Median(times), steps});
+      std::fprintf(stderr, "context %lld, batch %d: %.2f ms\n", static_cast<long long>(context),
+                   batch, out.back().step_ms);
+    }
+  }
+  return out;
+}
+
+// Parses a comma-separated list of integers in [lo, hi]; exits on anything else.
+std::vector<int64_t> ParseList(const std::string& flag, const std::string& text, int64_t lo,
+                               int64_t hi) {
+  std::vector<int64_t> out;
+  for (absl::string_view part : absl::StrSplit(text, ',')) {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
+      std::fprintf(stderr, "cpu_bench: --%s: '%s' is not an integer in [%lld, %lld]\n",
+                   flag.c_str(), std::string(part).c_str(), static_cast<long long>(lo),
+                   static_cast<long long>(hi));
+      std::exit(2);
+    }
+    out.push_back(v);
+  }
+  return out;
+}
+
+int ContextSweep(int threads) {
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (json_out.empty()) {
+    std::fprintf(stderr, "cpu_bench: --contexts needs --json_out\n");
+    return 2;
+  }
+  const std::vector<int64_t> contexts =
+      ParseList("contexts", absl::GetFlag(FLAGS_contexts), 1, int64_t{1} << 20);
+  std::vector<int> batches;
+  for (int64_t b : ParseList("context_batches", absl::GetFlag(FLAGS_context_batches), 1, 1024)) {
+    batches.push_back(static_cast<int>(b));
+  }
+  std::mt19937_64 rng(1);
+  const ModelConfig config = Config125M();
+  const Model model = MakeRandomModel(config, 1);
+  const std::vector<ContextPoint> points = MeasureContexts(model, threads, contexts, batches, rng);
+  nlohmann::json doc = {{"threads", threads},
+                        {"parameters", model.weights.ParameterCount()},
+                        {"state_bytes_per_session", WorkOf(config).state_bytes},
+                        {"points", nlohmann::json::array()}};
+  for (const ContextPoint& p : points) {
+    doc["points"].push_back(
+        {{"batch", p.batch}, {"context", p.context}, {"step_ms", p.step_ms}, {"steps", p.steps}});
+  }
+  std::ofstream out(json_out);
+  out << doc.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "cpu_bench: cannot write %s\n", json_out.c_str());
+    return 1;
+  }
+  return 0;
+}
+
 // ---- Report --------------------------------------------------------------------------------
 
 std::string Pct(double x) { return absl::StrFormat("%.0f%%", 100 * x); }
@@ -389,6 +512,7 @@ std::string Ratio(const nlohmann::json& peer, const std::string& key, double our
 
 int Main() {
   const int threads = cpu::ResolveNumThreads(absl::GetFlag(FLAGS_threads));
+  if (!absl::GetFlag(FLAGS_contexts).empty()) return ContextSweep(threads);
   nlohmann::json peer = nlohmann::json::object();
   if (const std::string path = absl::GetFlag(FLAGS_peer_json); !path.empty()) {
     std::ifstream in(path);
