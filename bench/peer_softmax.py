@@ -17,7 +17,9 @@ context.
 
 For every (batch, context) in increasing context order: the cache's bytes, the growth of this
 process's resident memory when it was allocated and filled (measured, /proc/self/statm), and the
-median decode step. A cache beyond --kv_budget_gib is not allocated: that point is recorded as
+median decode step. glibc's mmap threshold is pinned at 64 KiB first, so that every tensor of a
+cache is mapped when allocated and unmapped when freed: otherwise a cache would reuse memory an
+earlier one left resident and its growth would read low. A cache beyond --kv_budget_gib is not allocated: that point is recorded as
 out of memory and the batch's sweep stops there (larger contexts need more). The budget exists
 because the machine is shared: allocating until the kernel refuses would starve, or get the OOM
 killer to end, other people's processes.
@@ -28,6 +30,7 @@ Prints one JSON object on stdout: {"torch", "threads", "kv_budget_bytes", "kv_by
 """
 
 import argparse
+import ctypes
 import json
 import math
 import os
@@ -46,6 +49,7 @@ CONFIG = dict(vocab_size=32000, d_model=768, n_layers=12, n_heads=12, head_dim=6
               norm="pre", activation="gelu", feature_map="elu_plus_one", position="sinusoidal",
               bias=True, tie_embeddings=True)
 WARMUP_STEPS = 2
+M_MMAP_THRESHOLD = -3  # mallopt's parameter number, glibc's malloc.h
 
 
 def ints(text):
@@ -135,6 +139,8 @@ def main():
     parser.add_argument("--kv_budget_gib", type=float, default=0,
                         help="largest KV cache allocated, GiB; 0: half of MemAvailable at start")
     args = parser.parse_args()
+    if ctypes.CDLL("libc.so.6").mallopt(M_MMAP_THRESHOLD, 64 * 1024) != 1:
+        sys.exit("peer_softmax.py: mallopt(M_MMAP_THRESHOLD) failed")
     torch.set_num_threads(args.threads)
     torch.manual_seed(1)
     budget = (args.kv_budget_gib * 2**30 if args.kv_budget_gib > 0 else available_bytes() / 2)
