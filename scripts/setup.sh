@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs every Debian package that linserve's build, tests (sanitizer and fuzz builds included),
-# benchmarks and PyTorch reference need. Idempotent: packages already present are left alone, and
-# apt is not touched at all when nothing is missing. CUDA is not installed here: the build uses
-# nvcc when it finds one.
+# benchmarks (matplotlib draws their pictures) and PyTorch reference need. Idempotent: packages
+# already present are left alone, and apt is not touched at all when nothing is missing. CUDA is
+# not installed here: the build uses nvcc when it finds one.
 #   scripts/setup.sh                # everything: build, tests, benchmarks, PyTorch reference
 #   scripts/setup.sh --build-only   # just what compiling the C++ needs (container images)
 set -euo pipefail
@@ -30,7 +30,7 @@ fuzz_packages=(clang-14 libclang-rt-14-dev)
 if ! $build_only; then
   packages+=("${fuzz_packages[@]}")
   packages+=(python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio
-             python3-protobuf)
+             python3-protobuf python3-matplotlib)
 fi
 
 missing=()

@@ -157,9 +157,10 @@ def ttft_vs_prompt(docs):
 
 
 def draw(docs):
-    """{file name: Figure} for every picture `docs` hold the figures of."""
-    scaling = [d for d in docs if d["benchmark"] == "scaling"]
-    served = [d for d in docs if d["benchmark"] == "served"]
+    """{file name: Figure} for every picture `docs` hold the figures of (documents of other
+    benchmarks are left out)."""
+    scaling = [d for d in docs if isinstance(d, dict) and d.get("benchmark") == "scaling"]
+    served = [d for d in docs if isinstance(d, dict) and d.get("benchmark") == "served"]
     out = {}
     if len(scaling) > 1:
         raise ValueError("more than one scaling document: which one is the picture?")
