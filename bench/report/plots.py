@@ -19,7 +19,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from matplotlib.ticker import FuncFormatter  # noqa: E402
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: E402
 
 import figures  # noqa: E402
 
@@ -32,10 +32,24 @@ def tokens_label(x, _=None):
 
 
 def new_figure(ncols, note):
-    fig, axes = plt.subplots(1, ncols, figsize=(6 * ncols, 4.8), squeeze=False)
-    fig.text(0.01, 0.01, textwrap.fill(note, 150), fontsize=7, va="bottom")
-    fig.subplots_adjust(bottom=0.24, top=0.88, wspace=0.25)
+    width = max(8, 6 * ncols)
+    fig, axes = plt.subplots(1, ncols, figsize=(width, 5.2), squeeze=False)
+    fig.text(0.01, 0.01, textwrap.fill(note, int(12.5 * width)), fontsize=7, va="bottom")
+    fig.subplots_adjust(bottom=0.25, top=0.82, wspace=0.25)
     return fig, list(axes[0])
+
+
+def log_y(ax):
+    """Log scale with plain numbers at 1, 2 and 5 of every decade."""
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1, 2, 5)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def figure_legend(fig, ax, ncol):
+    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93),
+               ncol=ncol, fontsize=8, frameon=False)
 
 
 def context_axis(ax, doc):
@@ -63,13 +77,15 @@ def decode_vs_context(doc):
         if oom:
             last = figures.decode_series(doc, "softmax", batch)[-1]
             ax.plot([last[0]], [last[1]], "X", ms=12, color="black", gid=f"softmax/{batch}/oom",
-                    label=f"peer out of memory beyond: {tokens_label(oom[0])} needs "
-                          f"{oom[1] / figures.GIB:.0f} GiB")
+                    label="softmax peer out of memory at the next context")
+            ax.annotate(f"{tokens_label(oom[0])} would need {oom[1] / figures.GIB:.0f} GiB",
+                        xy=last, xytext=(8, -4), textcoords="offset points", fontsize=8,
+                        va="top")
         context_axis(ax, doc)
-        ax.set_yscale("log")
+        log_y(ax)
         ax.set_ylabel("decode step (ms per token per session)")
         ax.set_title(f"batch {batch}")
-        ax.legend(fontsize=8, loc="upper left")
+    figure_legend(fig, max(axes, key=lambda a: len(a.get_lines())), 3)
     return fig
 
 
@@ -86,7 +102,7 @@ def memory_vs_context(doc):
               gid="linserve/bytes", label="linserve state (server-reported)")
     left.plot(xs, [kv / 2**20 for _, kv in growth], "o-", ms=4, color=COLOURS["softmax"],
               gid="softmax/bytes", label="softmax KV cache (measured)")
-    left.set_yscale("log")
+    log_y(left)
     left.set_ylabel("MiB per session")
     left.set_title("bytes per session")
     for gib, style in zip(figures.MEMORY_SIZES_GIB, ("--", ":")):
@@ -97,11 +113,12 @@ def memory_vs_context(doc):
                    marker="o", ms=4, color=COLOURS["softmax"], gid=f"softmax/fit{gib}",
                    label=f"softmax KV cache, {gib} GiB")
     right.set_yscale("symlog", linthresh=1)
+    right.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     right.set_ylabel("sessions that fit")
-    right.set_title("sessions in 24 GiB and in 80 GiB")
+    right.set_title("sessions that fit in 24 GiB (dashed) and 80 GiB (dotted)")
     for ax in (left, right):
         context_axis(ax, doc)
-        ax.legend(fontsize=8)
+        ax.legend(fontsize=8, loc="center left")
     return fig
 
 
@@ -126,6 +143,7 @@ def throughput_vs_concurrency(docs):
                 gid=f"{doc['machine']['device']}/engine",
                 label=f"{device}: engine alone, same run")
     ax.set_xscale("log", base=2)
+    ax.set_xticks(sorted({c for d in docs for c, _, _ in figures.throughput_series(d)}))
     ax.xaxis.set_major_formatter(FuncFormatter(tokens_label))
     ax.set_xlabel("concurrency (streams in flight)")
     ax.set_ylabel("output tokens/s")
@@ -147,7 +165,8 @@ def ttft_vs_prompt(docs):
         ax.plot(xs, [p99 for _, _, p99 in series], "^:", ms=4, gid=f"{device}/p99",
                 label=f"{device.upper()}: p99")
     ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
+    ax.set_xticks(sorted({n for d in docs for n, _, _ in figures.ttft_series(d)}))
+    log_y(ax)
     ax.xaxis.set_major_formatter(FuncFormatter(tokens_label))
     ax.set_xlabel("prompt (tokens)")
     ax.set_ylabel("time to first token (ms)")

@@ -26,8 +26,8 @@ import tables  # noqa: E402
 FIXTURES = [os.path.join(HERE, "testdata", n) for n in ("scaling.json", "served.json")]
 RESULTS = os.path.join(HERE, "..", "results")
 # (width, height) in pixels of each picture: figsize × plots.DPI.
-SIZES = {"decode_vs_context.png": (1200, 480), "memory_vs_context.png": (1200, 480),
-         "throughput_vs_concurrency.png": (600, 480), "ttft_vs_prompt.png": (600, 480)}
+SIZES = {"decode_vs_context.png": (1200, 520), "memory_vs_context.png": (1200, 520),
+         "throughput_vs_concurrency.png": (800, 520), "ttft_vs_prompt.png": (800, 520)}
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
 
