@@ -35,6 +35,7 @@ trap cleanup EXIT
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
+commit=$(git -C "$root" rev-parse --short HEAD)
 
 # linserve's own report of a session's bytes, for cpu_bench's shape (no position embedding
 # here, sinusoidal there: positions hold no state).
@@ -63,7 +64,7 @@ echo "scaling: linserve's engine" >&2
   --json_out="$tmp/linserve.json" 2>&1 | grep -v '^\[' >&2
 
 "$python" - "$tmp" "$state_bytes" "$started" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" \
-  "$(git -C "$root" rev-parse --short HEAD)" "$json_out" <<'PY'
+  "$commit" "$json_out" <<'PY'
 import json, subprocess, sys
 tmp, state_bytes, started, load_before, load_after, commit, json_out = sys.argv[1:8]
 cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],

@@ -78,7 +78,8 @@ def decode_vs_context(doc):
             last = figures.decode_series(doc, "softmax", batch)[-1]
             ax.plot([last[0]], [last[1]], "X", ms=12, color="black", gid=f"softmax/{batch}/oom",
                     label="softmax peer out of memory at the next context")
-            ax.annotate(f"{tokens_label(oom[0])} would need {oom[1] / figures.GIB:.0f} GiB",
+            ax.annotate(f"{tokens_label(oom[0])}: {oom[1] / figures.GIB:.0f} GiB of KV cache\n"
+                        f"> the {doc['softmax']['kv_budget_bytes'] / figures.GIB:.0f} GiB budget",
                         xy=last, xytext=(8, -4), textcoords="offset points", fontsize=8,
                         va="top")
         context_axis(ax, doc)
@@ -116,9 +117,10 @@ def memory_vs_context(doc):
     right.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     right.set_ylabel("sessions that fit")
     right.set_title("sessions that fit in 24 GiB (dashed) and 80 GiB (dotted)")
-    for ax in (left, right):
+    # The corners that the growing KV cache leaves empty.
+    for ax, corner in ((left, "upper left"), (right, "lower left")):
         context_axis(ax, doc)
-        ax.legend(fontsize=8, loc="center left")
+        ax.legend(fontsize=8, loc=corner)
     return fig
 
 
