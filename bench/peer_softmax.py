@@ -3,7 +3,7 @@
 linserve's 125M shape with a KV cache, in PyTorch on the CPU, measured in the same run and with
 the same threads as cpu_bench --contexts.
 
-    peer_softmax.py --contexts 128,256,... --batches 1,32 [--threads N] [--kv_budget_gib G] > peer.json
+    peer_softmax.py --contexts 128,256,... [--batches 1,32] [--threads N] [--kv_budget_gib G]
 
 The model is the PyTorch reference's (model/python/linserve_ref) of cpu_bench's shape — d_model
 768, 12 layers, 12 heads × 64, d_ff 3072, vocab 32000, tied head, sinusoidal positions, fp32 —
@@ -19,10 +19,10 @@ For every (batch, context) in increasing context order: the cache's bytes, the g
 process's resident memory when it was allocated and filled (measured, /proc/self/statm), and the
 median decode step. glibc's mmap threshold is pinned at 64 KiB first, so that every tensor of a
 cache is mapped when allocated and unmapped when freed: otherwise a cache would reuse memory an
-earlier one left resident and its growth would read low. A cache beyond --kv_budget_gib is not allocated: that point is recorded as
-out of memory and the batch's sweep stops there (larger contexts need more). The budget exists
-because the machine is shared: allocating until the kernel refuses would starve, or get the OOM
-killer to end, other people's processes.
+earlier one left resident and its growth would read low. A cache beyond --kv_budget_gib is not
+allocated: that point is recorded as out of memory and the batch's sweep stops there (larger
+contexts need more). The budget exists because the machine is shared: allocating until the
+kernel refuses would starve, or get the OOM killer to end, other people's processes.
 
 Prints one JSON object on stdout: {"torch", "threads", "kv_budget_bytes", "kv_bytes_per_token",
 "points": [{"batch", "context", "kv_bytes", "rss_growth_bytes", "step_ms", "steps"} or

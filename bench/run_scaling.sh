@@ -28,7 +28,10 @@ cmake --build "$build" --target cpu_bench linserve linserve-cli linserve-bench-m
 tmp=$(mktemp -d)
 server_pid=
 cleanup() {
-  if [[ -n $server_pid ]]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" || true; fi
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" || true
+  fi
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -48,7 +51,11 @@ echo "scaling: state bytes as the server reports them" >&2
 server_pid=$!
 for _ in $(seq 600); do [[ -s $tmp/ports ]] && break; sleep 0.1; done
 port=$(sed -n 's/^grpc_port=//p' "$tmp/ports" 2>/dev/null || true)
-[[ -n $port ]] || { cat "$tmp/server.log" >&2; echo "run_scaling: linserve did not start" >&2; exit 1; }
+if [[ -z $port ]]; then
+  cat "$tmp/server.log" >&2
+  echo "run_scaling: linserve did not start" >&2
+  exit 1
+fi
 "$build/client/cli/linserve-cli" --target="127.0.0.1:$port" model >"$tmp/model_info.txt"
 kill "$server_pid"
 wait "$server_pid" || true

@@ -31,11 +31,12 @@ def tokens_label(x, _=None):
     return f"{x / 1024:g}k" if x >= 1024 else f"{x:g}"
 
 
-def new_figure(ncols, note):
+def new_figure(ncols, note, top=0.88):
+    """A row of `ncols` axes with `note` as the caption; `top` leaves room above the axes."""
     width = max(8, 6 * ncols)
     fig, axes = plt.subplots(1, ncols, figsize=(width, 5.2), squeeze=False)
-    fig.text(0.01, 0.01, textwrap.fill(note, int(12.5 * width)), fontsize=7, va="bottom")
-    fig.subplots_adjust(bottom=0.25, top=0.82, wspace=0.25)
+    fig.text(0.01, 0.01, textwrap.fill(note, 17 * width), fontsize=7, va="bottom")
+    fig.subplots_adjust(bottom=0.22, top=top, wspace=0.25)
     return fig, list(axes[0])
 
 
@@ -65,7 +66,7 @@ def decode_vs_context(doc):
             f"Softmax peer: a PyTorch decoder of the same shape over a fp32 KV cache, allocated "
             f"up to {doc['softmax']['kv_budget_bytes'] / figures.GIB:.0f} GiB (this machine is "
             f"shared). CPU only: no GPU run is recorded, so no curve reaches 256k.")
-    fig, axes = new_figure(len(figures.batches(doc)), note)
+    fig, axes = new_figure(len(figures.batches(doc)), note, top=0.82)  # the legend goes above
     fig.suptitle("Per-token decode latency against context: linear attention stays flat")
     for ax, batch in zip(axes, figures.batches(doc)):
         for engine, name in (("linserve", "linserve (linear attention, fixed state)"),

@@ -66,8 +66,8 @@ if [[ $model == random || ! -f $model/config.json ]]; then
 fi
 
 "$build/server/linserve" --model="$model" --device=cpu --host=127.0.0.1 --port=0 \
-  --metrics_port=-1 --port_file="$tmp/ports" --threads="$threads" --max_batch_size="$max_concurrency" \
-  --log_level=warn >"$tmp/server.log" 2>&1 &
+  --metrics_port=-1 --port_file="$tmp/ports" --threads="$threads" \
+  --max_batch_size="$max_concurrency" --log_level=warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do [[ -s $tmp/ports ]] && break; sleep 0.1; done
 port=$(sed -n 's/^grpc_port=//p' "$tmp/ports" 2>/dev/null || true)
@@ -82,6 +82,7 @@ threads_cpu() {
 
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 started=$(date -u '+%Y-%m-%d %H:%M UTC')
+commit=$(git -C "$root" rev-parse --short HEAD)
 for c in "${concurrencies[@]}"; do
   for r in $(seq "$rounds"); do
     echo "concurrency $c, round $r: engine alone, then server" >&2
@@ -116,7 +117,7 @@ done
 [[ -n $json_out ]] || json_out=$tmp/served.json
 "$python" - "$tmp" "$model_note" "$threads" "$rounds" "$seconds" "$warmup" "$output_tokens" \
   "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$started" \
-  "$(git -C "$root" rev-parse --short HEAD)" "$json_out" "$ttft_output_tokens" \
+  "$commit" "$json_out" "$ttft_output_tokens" \
   "${concurrencies[*]}" "${prompt_lengths[*]}" <<'PY'
 import json, statistics, subprocess, sys
 (tmp, model, threads, rounds, seconds, warmup, output_tokens, load_before, load_after, started,
