@@ -35,7 +35,8 @@ def new_figure(ncols, note, top=0.88):
     """A row of `ncols` axes with `note` as the caption; `top` leaves room above the axes."""
     width = max(8, 6 * ncols)
     fig, axes = plt.subplots(1, ncols, figsize=(width, 5.2), squeeze=False)
-    fig.text(0.01, 0.01, textwrap.fill(note, 17 * width), fontsize=7, va="bottom")
+    fig.text(0.01, 0.01, textwrap.fill(note, 17 * width, break_on_hyphens=False), fontsize=7,
+             va="bottom")
     fig.subplots_adjust(bottom=0.22, top=top, wspace=0.25)
     return fig, list(axes[0])
 
