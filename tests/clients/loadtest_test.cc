@@ -114,7 +114,7 @@ TEST_F(LoadtestTest, ClosedLoopCountsEqualTheServersMetrics) {
 TEST_F(LoadtestTest, OpenLoopSessionsWithForkAndExport) {
   const ServerTokens before = Scrape(server_->metrics_port());
   const nlohmann::json report =
-      Run({"--mode=open", "--rate=30", "--duration=2s", "--turns=3",
+      Run({"--mode=open", "--rate=30", "--duration=3s", "--turns=2",
            "--think-time-ms=uniform:0:20", "--fork", "--export", "--prompt-tokens=8",
            "--output-tokens=normal:12:4", "--progress-interval=0"});
   ASSERT_TRUE(report.is_object());
