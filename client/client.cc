@@ -4,11 +4,13 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/create_channel.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/support/client_callback.h"
+#include "openssl/rand.h"
 
 namespace linserve {
 
@@ -23,6 +25,23 @@ namespace {
 absl::Status CancelledByClient() {
   return absl::CancelledError("the client cancelled its calls (Client::CancelAll)");
 }
+
+// A session id for CreateSession / ImportSession to propose: 128 bits from OpenSSL's CSPRNG as
+// 32 lowercase hex digits, the server's own format (ids are capabilities: unguessable).
+absl::StatusOr<std::string> NewSessionId() {
+  unsigned char raw[16];
+  if (RAND_bytes(raw, sizeof(raw)) != 1) {
+    return absl::InternalError("RAND_bytes failed: the system random source is unavailable");
+  }
+  return absl::BytesToHexString(absl::string_view(reinterpret_cast<const char*>(raw), 16));
+}
+
+// gRPC's retry policy for ClientOptions::retry_unavailable. gRPC retries only calls that have
+// received no response yet, and caps maxAttempts at 5.
+constexpr char kRetryUnavailableConfig[] = R"({"methodConfig": [{
+  "name": [{"service": "linserve.v1.LinServe"}],
+  "retryPolicy": {"maxAttempts": 5, "initialBackoff": "0.5s", "maxBackoff": "4s",
+                  "backoffMultiplier": 2, "retryableStatusCodes": ["UNAVAILABLE"]}}]})";
 
 }  // namespace
 
@@ -46,6 +65,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Create(const ClientOptions& opti
         absl::StrCat("timeout: must be > 0, got ", absl::FormatDuration(options.timeout)));
   }
   grpc::ChannelArguments args;
+  if (options.retry_unavailable) args.SetServiceConfigJSON(kRetryUnavailableConfig);
   std::shared_ptr<grpc::ChannelCredentials> credentials = grpc::InsecureChannelCredentials();
   if (options.tls) {
     grpc::SslCredentialsOptions ssl;
@@ -68,7 +88,8 @@ Client::Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> chan
       stub_(v1::LinServe::NewStub(channel_)),
       health_(grpc::health::v1::Health::NewStub(channel_)) {}
 
-bool Client::Prepare(grpc::ClientContext& context, const CallOptions& options, bool health) {
+bool Client::Prepare(grpc::ClientContext& context, const CallOptions& options, bool health,
+                     absl::string_view session_id) {
   const absl::Duration timeout = options.timeout.value_or(options_.timeout);
   if (timeout != absl::InfiniteDuration()) {
     context.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMicroseconds(timeout));
@@ -77,6 +98,7 @@ bool Client::Prepare(grpc::ClientContext& context, const CallOptions& options, b
     context.AddMetadata("authorization", "Bearer " + options_.auth_token);
   }
   if (!options.request_id.empty()) context.AddMetadata("x-request-id", options.request_id);
+  if (!session_id.empty()) context.AddMetadata(kSessionHeader, std::string(session_id));
   absl::MutexLock lock(&mu_);
   if (cancelled_all_) return false;
   live_.insert(&context);
@@ -97,7 +119,9 @@ void Client::CancelAll() {
 absl::Status Client::Generate(const v1::GenerateRequest& request, MessageCallback on_message,
                               const CallOptions& options) {
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, request.session_id())) {
+    return CancelledByClient();
+  }
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub_->Generate(&context, request);
   v1::GenerateResponse response;
@@ -152,10 +176,14 @@ absl::StatusOr<std::string> Client::Detokenize(absl::Span<const int32_t> token_i
 }
 
 absl::StatusOr<v1::Session> Client::CreateSession(const CallOptions& options) {
+  absl::StatusOr<std::string> id = NewSessionId();
+  if (!id.ok()) return id.status();
+  v1::CreateSessionRequest request;
+  request.set_session_id(*id);
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, *id)) return CancelledByClient();
   v1::Session response;
-  const grpc::Status status = stub_->CreateSession(&context, v1::CreateSessionRequest(), &response);
+  const grpc::Status status = stub_->CreateSession(&context, request, &response);
   Untrack(context);
   if (!status.ok()) return FromGrpcStatus(status);
   return response;
@@ -164,7 +192,7 @@ absl::StatusOr<v1::Session> Client::CreateSession(const CallOptions& options) {
 absl::StatusOr<v1::Session> Client::GetSession(absl::string_view session_id,
                                                const CallOptions& options) {
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, session_id)) return CancelledByClient();
   v1::GetSessionRequest request;
   request.set_session_id(std::string(session_id));
   v1::Session response;
@@ -192,7 +220,7 @@ absl::StatusOr<v1::ListSessionsResponse> Client::ListSessions(int32_t page_size,
 absl::StatusOr<v1::Session> Client::ForkSession(absl::string_view session_id,
                                                 const CallOptions& options) {
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, session_id)) return CancelledByClient();
   v1::ForkSessionRequest request;
   request.set_session_id(std::string(session_id));
   v1::Session response;
@@ -204,7 +232,7 @@ absl::StatusOr<v1::Session> Client::ForkSession(absl::string_view session_id,
 
 absl::Status Client::DeleteSession(absl::string_view session_id, const CallOptions& options) {
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, session_id)) return CancelledByClient();
   v1::DeleteSessionRequest request;
   request.set_session_id(std::string(session_id));
   v1::DeleteSessionResponse response;
@@ -216,7 +244,7 @@ absl::Status Client::DeleteSession(absl::string_view session_id, const CallOptio
 absl::StatusOr<std::string> Client::ExportSession(absl::string_view session_id,
                                                   const CallOptions& options) {
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, session_id)) return CancelledByClient();
   v1::ExportSessionRequest request;
   request.set_session_id(std::string(session_id));
   std::unique_ptr<grpc::ClientReader<v1::ExportSessionChunk>> reader =
@@ -237,15 +265,19 @@ absl::StatusOr<v1::Session> Client::ImportSession(absl::string_view snapshot,
     return absl::InvalidArgumentError(
         absl::StrCat("chunk_bytes: must be >= 1, got ", chunk_bytes));
   }
+  absl::StatusOr<std::string> id = NewSessionId();
+  if (!id.ok()) return id.status();
   grpc::ClientContext context;
-  if (!Prepare(context, options)) return CancelledByClient();
+  if (!Prepare(context, options, /*health=*/false, *id)) return CancelledByClient();
   v1::Session response;
   std::unique_ptr<grpc::ClientWriter<v1::ImportSessionChunk>> writer =
       stub_->ImportSession(&context, &response);
   v1::ImportSessionChunk chunk;
+  chunk.set_session_id(*id);
   for (size_t offset = 0; offset < snapshot.size(); offset += chunk_bytes) {
     chunk.set_data(std::string(snapshot.substr(offset, chunk_bytes)));
     if (!writer->Write(chunk)) break;  // the server ended the call; Finish says why
+    chunk.clear_session_id();
   }
   writer->WritesDone();
   const grpc::Status status = writer->Finish();
@@ -321,7 +353,7 @@ std::unique_ptr<GenerateStream> Client::StartGenerate(const v1::GenerateRequest&
   auto state = std::make_shared<GenerateStream::State>();
   auto reactor =
       std::make_unique<GenerateStream::Reactor>(*this, request, std::move(on_message), state);
-  if (!Prepare(reactor->context(), options)) {
+  if (!Prepare(reactor->context(), options, /*health=*/false, request.session_id())) {
     absl::MutexLock lock(&state->mu);
     state->done = true;
     state->status = CancelledByClient();

@@ -28,6 +28,12 @@
 
 namespace linserve {
 
+// The gRPC metadata key naming the session a call acts on. The client sends it on every call
+// that names a session (Generate with a session_id, Get, Fork, Delete, Export) and on
+// CreateSession and ImportSession with the id it proposes, so a proxy that hashes it
+// (docs/deployment.md) routes every call of a session, the first included, to one replica.
+inline constexpr char kSessionHeader[] = "linserve-session";
+
 struct ClientOptions {
   // The server, "host:port". Default: "localhost:50051".
   std::string target = "localhost:50051";
@@ -49,6 +55,12 @@ struct ClientOptions {
   // Deadline of each call unless CallOptions says otherwise; InfiniteDuration = none.
   // Default: 60 seconds.
   absl::Duration timeout = absl::Seconds(60);
+  // Retry a call that ends UNAVAILABLE before any response (up to 5 attempts, backoff from
+  // 0.5 s to 4 s): linserve answers UNAVAILABLE before changing anything while it drains, and
+  // a proxy does when the replica it picked is gone, so behind a proxy the retry reaches the
+  // replica that now serves the session. Off, an unreachable server fails the call at once.
+  // Default: false.
+  bool retry_unavailable = false;
 };
 
 struct CallOptions {
@@ -115,6 +127,7 @@ class Client {
   absl::StatusOr<std::string> Detokenize(absl::Span<const int32_t> token_ids,
                                          const CallOptions& options = {});
 
+  // Proposes a fresh random id (CreateSessionRequest.session_id) and routes by it.
   absl::StatusOr<v1::Session> CreateSession(const CallOptions& options = {});
   absl::StatusOr<v1::Session> GetSession(absl::string_view session_id,
                                          const CallOptions& options = {});
@@ -128,7 +141,8 @@ class Client {
   // The session's whole snapshot (all chunks concatenated).
   absl::StatusOr<std::string> ExportSession(absl::string_view session_id,
                                             const CallOptions& options = {});
-  // Sends a snapshot in chunks of `chunk_bytes`; the new session.
+  // Sends a snapshot in chunks of `chunk_bytes`, proposing a fresh random id as CreateSession
+  // does; the new session.
   absl::StatusOr<v1::Session> ImportSession(absl::string_view snapshot,
                                             const CallOptions& options = {},
                                             int32_t chunk_bytes = 1 << 20);
@@ -144,9 +158,11 @@ class Client {
   friend class GenerateStream;
   Client(const ClientOptions& options, std::shared_ptr<grpc::Channel> channel);
 
-  // Sets the deadline and, unless `health`, the token. False (leaving `context` unused) once
-  // CancelAll was called; otherwise the context is tracked until Untrack.
-  bool Prepare(grpc::ClientContext& context, const CallOptions& options, bool health = false);
+  // Sets the deadline, unless `health` the token, and kSessionHeader when `session_id` is not
+  // empty. False (leaving `context` unused) once CancelAll was called; otherwise the context is
+  // tracked until Untrack.
+  bool Prepare(grpc::ClientContext& context, const CallOptions& options, bool health = false,
+               absl::string_view session_id = "");
   void Untrack(grpc::ClientContext& context);
 
   const ClientOptions options_;

@@ -46,6 +46,10 @@ void ConnectionFlags::AddTo(FlagSet& flags) {
   flags.Add("timeout", &timeout, "DURATION",
             "Deadline of each call (e.g. 500ms, 30s, 5m, inf). Streaming generations (generate, "
             "chat) have no deadline unless this flag is given.");
+  flags.Add("retry-unavailable", &retry_unavailable,
+            "Retry a call that fails UNAVAILABLE before any response (up to 5 attempts, "
+            "0.5-4 s apart): what a draining replica or a proxy whose replica is gone answers "
+            "(docs/deployment.md).");
 }
 
 absl::StatusOr<ClientOptions> ConnectionFlags::ToClientOptions() const {
@@ -90,6 +94,7 @@ absl::StatusOr<ClientOptions> ConnectionFlags::ToClientOptions() const {
         "--timeout=", absl::FormatDuration(timeout), ": must be > 0 (or inf for none)"));
   }
   options.timeout = timeout;
+  options.retry_unavailable = retry_unavailable;
   return options;
 }
 

@@ -22,11 +22,12 @@ struct ConnectionFlags {
   std::string token;
   std::string token_file;
   absl::Duration timeout = absl::Seconds(60);
+  bool retry_unavailable = false;
 
   explicit ConnectionFlags(std::string default_target) : target(std::move(default_target)) {}
 
   // Registers --target, --tls, --ca-cert, --client-cert, --client-key, --tls-server-name,
-  // --token, --token-file and --timeout.
+  // --token, --token-file, --timeout and --retry-unavailable.
   void AddTo(FlagSet& flags);
 
   // Reads the certificate, key and token files. Errors name the flag and the file.

@@ -622,11 +622,13 @@ absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id, absl::string_view
   return session;
 }
 
-void Engine::CreateSession(std::string owner, Callback<SessionInfo> done) {
+void Engine::CreateSession(std::string owner, Callback<SessionInfo> done,
+                           std::optional<SessionId> id) {
   PostOp(
-      [this, owner = std::move(owner), done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), done = std::move(done),
+       id = std::move(id)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner);
+        absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner, std::move(id));
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: created for {}", (*session)->id.value, TenantForLog(owner));
         Reply(std::move(done), InfoOf(**session));
@@ -706,17 +708,17 @@ void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string
 }
 
 void Engine::ImportSession(std::string owner, absl::string_view bytes,
-                           Callback<SessionInfo> done) {
+                           Callback<SessionInfo> done, std::optional<SessionId> id) {
   absl::StatusOr<SessionSnapshot> snapshot =
       DecodeSnapshot(bytes, model_.config, model_.fingerprint,
                      options_.requests.max_prompt_tokens);
   if (!snapshot.ok()) return std::move(done)(snapshot.status());
   PostOp(
-      [this, owner = std::move(owner), snapshot = *std::move(snapshot),
-       done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner = std::move(owner), snapshot = *std::move(snapshot), done = std::move(done),
+       id = std::move(id)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session =
-            store_.Insert(std::move(snapshot), absl::Now(), owner);
+            store_.Insert(std::move(snapshot), absl::Now(), owner, std::move(id));
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
                      (*session)->num_tokens, TenantForLog(owner));

@@ -145,7 +145,10 @@ class Engine {
   // authentication): a session of another owner answers NOT_FOUND with the very message of an
   // unknown id (existence is not revealed), lists hold only the owner's sessions, and created,
   // forked and imported sessions belong to `owner`.
-  void CreateSession(std::string owner, Callback<SessionInfo> done);
+  // `id`: the client's proposed id (validated by the caller); ALREADY_EXISTS when taken, here
+  // or in state_dir. nullopt: a fresh random id.
+  void CreateSession(std::string owner, Callback<SessionInfo> done,
+                     std::optional<SessionId> id = std::nullopt);
   void GetSession(std::string owner, SessionId id, Callback<SessionInfo> done);
   // `limit` >= 1.
   void ListSessions(std::string owner, std::optional<SessionId> after, int32_t limit,
@@ -155,8 +158,10 @@ class Engine {
   // The session's snapshot (snapshot.h), which names no owner.
   void ExportSession(std::string owner, SessionId id, Callback<std::string> done);
   // Decodes on the calling thread (rejecting corrupt or foreign snapshots before anything
-  // changes), then adds the session under a new id, owned by `owner`.
-  void ImportSession(std::string owner, absl::string_view snapshot, Callback<SessionInfo> done);
+  // changes), then adds the session under `id` (as CreateSession's) or a new one, owned by
+  // `owner`.
+  void ImportSession(std::string owner, absl::string_view snapshot, Callback<SessionInfo> done,
+                     std::optional<SessionId> id = std::nullopt);
 
   // Thread-safe.
   EngineStats stats() const;

@@ -31,19 +31,26 @@ absl::StatusOr<std::unique_ptr<SessionPersister>> SessionPersister::Open(
   absl::StatusOr<std::vector<std::string>> names = fs.ListDirectory(dir);
   if (!names.ok()) return Unusable(dir, names.status());
   // A crash between writing a temporary file and renaming it leaves the temporary file; the
-  // record it would have replaced is still whole.
+  // record it would have replaced is still whole. Replicas sharing the directory may remove
+  // each other's files here: one already gone is fine.
   for (const std::string& name : *names) {
-    if (absl::EndsWith(name, kTempSuffix) || name == kProbeName) {
-      if (absl::Status s = fs.RemoveFile(absl::StrCat(dir, "/", name)); !s.ok()) {
+    if (absl::EndsWith(name, kTempSuffix) || absl::StartsWith(name, kProbeName)) {
+      if (absl::Status s = fs.RemoveFile(absl::StrCat(dir, "/", name));
+          !s.ok() && !absl::IsNotFound(s)) {
         return Unusable(dir, s);
       }
       spdlog::info("state_dir {}: removed the leftover temporary file {}", dir, name);
     }
   }
   // Fail now, not at the first session, on a read-only or full file system.
-  const std::string probe = absl::StrCat(dir, "/", kProbeName);
+  // Named per process, so that replicas starting together on one directory do not collide.
+  absl::StatusOr<std::string> suffix = RandomHex(8);
+  if (!suffix.ok()) return suffix.status();
+  const std::string probe = absl::StrCat(dir, "/", kProbeName, "-", *suffix);
   if (absl::Status s = fs.WriteFileDurably(probe, "probe"); !s.ok()) return Unusable(dir, s);
-  if (absl::Status s = fs.RemoveFile(probe); !s.ok()) return Unusable(dir, s);
+  if (absl::Status s = fs.RemoveFile(probe); !s.ok() && !absl::IsNotFound(s)) {
+    return Unusable(dir, s);
+  }
   if (absl::Status s = fs.SyncDirectory(dir); !s.ok()) return Unusable(dir, s);
   std::unique_ptr<SessionPersister> persister(new SessionPersister(
       options, fs, config, std::move(model_fingerprint), max_pending_tokens));
@@ -72,6 +79,14 @@ std::string SessionPersister::PathOf(const SessionId& id) const {
   return absl::StrCat(options_.dir, "/", id.value, kExtension);
 }
 
+absl::StatusOr<SessionRecord> SessionPersister::Decode(const std::string& path,
+                                                      const SessionId& id,
+                                                      absl::Time now) const {
+  absl::StatusOr<std::string> bytes = fs_.ReadFile(path);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
+}
+
 std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
   std::vector<SessionRecord> records;
   absl::StatusOr<std::vector<std::string>> names = fs_.ListDirectory(options_.dir);
@@ -84,12 +99,8 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
     const std::string path = absl::StrCat(options_.dir, "/", name);
     absl::StatusOr<SessionId> id =
         ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
-    absl::StatusOr<std::string> bytes =
-        id.ok() ? fs_.ReadFile(path) : absl::StatusOr<std::string>(id.status());
     absl::StatusOr<SessionRecord> record =
-        bytes.ok() ? DecodeSessionRecord(*bytes, *id, config_, model_fingerprint_,
-                                         max_pending_tokens_, now)
-                   : absl::StatusOr<SessionRecord>(bytes.status());
+        id.ok() ? Decode(path, *id, now) : absl::StatusOr<SessionRecord>(id.status());
     if (!record.ok()) {
       spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
                    record.status().ToString());
@@ -98,6 +109,17 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
     records.push_back(*std::move(record));
   }
   return records;
+}
+
+absl::StatusOr<SessionRecord> SessionPersister::LoadOne(const SessionId& id, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = queued_.find(id);
+    if ((it != queued_.end() && !it->second.has_value()) || removing_.contains(id)) {
+      return absl::NotFoundError(absl::StrCat("session ", id.value, " is being removed"));
+    }
+  }
+  return Decode(PathOf(id), id, now);
 }
 
 void SessionPersister::Put(SessionRecord record) {
@@ -153,6 +175,9 @@ void SessionPersister::Run() {
       batch.swap(queued_);
       waiters.swap(waiters_);
       fresh_ = false;
+      for (const auto& [id, record] : batch) {
+        if (!record.has_value()) removing_.insert(id);
+      }
     }
     const absl::Time started = absl::Now();
     absl::Status first_error;
@@ -194,6 +219,7 @@ void SessionPersister::Run() {
       absl::MutexLock lock(&mu_);
       writes_ += done;
       write_errors_ += static_cast<int64_t>(failed.size());
+      removing_.clear();
       // A newer change queued meanwhile wins over a failed older one.
       for (auto& [id, record] : failed) queued_.try_emplace(id, std::move(record));
     }

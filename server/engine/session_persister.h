@@ -26,6 +26,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -71,6 +72,11 @@ class SessionPersister {
   // Every record in the directory, as of `now`. Files that are not intact records for this
   // model are logged and left in place. Nothing is removed.
   std::vector<SessionRecord> Load(absl::Time now);
+  // The record of one session, as of `now`, read from its file: how a replica sharing the
+  // directory with others takes over a session it does not hold. NOT_FOUND when there is no
+  // file, or when a removal of it is queued (a deleted session is not read back); the decoding
+  // error when the file is not an intact record for this model.
+  absl::StatusOr<SessionRecord> LoadOne(const SessionId& id, absl::Time now);
 
   // Queues a write of `record`, replacing a queued write or removal of the same session.
   void Put(SessionRecord record);
@@ -96,6 +102,8 @@ class SessionPersister {
   bool WakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Run();
   std::string PathOf(const SessionId& id) const;
+  absl::StatusOr<SessionRecord> Decode(const std::string& path, const SessionId& id,
+                                       absl::Time now) const;
 
   const SessionPersisterOptions options_;
   FileSystem& fs_;
@@ -107,6 +115,8 @@ class SessionPersister {
   // Per session: the record to write, or nullopt for a removal.
   absl::flat_hash_map<SessionId, std::optional<SessionRecord>> queued_ ABSL_GUARDED_BY(mu_);
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
+  // Sessions whose files the writer is removing now (taken from queued_, not yet gone).
+  absl::flat_hash_set<SessionId> removing_ ABSL_GUARDED_BY(mu_);
   // Something was queued since the last batch (as opposed to retries only).
   bool fresh_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

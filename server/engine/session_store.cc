@@ -61,8 +61,10 @@ absl::StatusOr<Session*> SessionStore::NewSession(std::optional<SessionId> id, b
   return it->second.get();
 }
 
-absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner) {
-  absl::StatusOr<Session*> session = NewSession(std::nullopt, /*ephemeral=*/false, now);
+absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner,
+                                              std::optional<SessionId> id) {
+  if (id.has_value()) LoadOnFirstUse(*id, now);
+  absl::StatusOr<Session*> session = NewSession(std::move(id), /*ephemeral=*/false, now);
   if (!session.ok()) return session;
   (*session)->owner = std::move(owner);
   Persist(**session);
@@ -84,6 +86,7 @@ absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
 }
 
 absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
+  LoadOnFirstUse(id, absl::Now());
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->ephemeral || it->second->owner != owner) {
     return absl::NotFoundError(absl::StrCat("session ", id.value,
@@ -220,8 +223,9 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
 }
 
 absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Time now,
-                                              std::string owner) {
-  absl::StatusOr<Session*> session = NewSession(std::nullopt, /*ephemeral=*/false, now);
+                                              std::string owner, std::optional<SessionId> id) {
+  if (id.has_value()) LoadOnFirstUse(*id, now);
+  absl::StatusOr<Session*> session = NewSession(std::move(id), /*ephemeral=*/false, now);
   if (!session.ok()) return session.status();
   Session& s = **session;
   s.owner = std::move(owner);
@@ -279,21 +283,13 @@ int64_t SessionStore::Restore(absl::Time now) {
       persister_->Remove(record.id);
       continue;
     }
-    absl::StatusOr<Session*> session = NewSession(record.id, /*ephemeral=*/false, now);
+    const SessionId id = record.id;
+    absl::StatusOr<Session*> session = AddRecord(std::move(record), now);
     if (!session.ok()) {
-      spdlog::warn("state_dir: not restoring session {} (left in place): {}", record.id.value,
+      spdlog::warn("state_dir: not restoring session {} (left in place): {}", id.value,
                    session.status().ToString());
       continue;
     }
-    Session& s = **session;
-    s.owner = std::move(record.owner);
-    s.hibernated = std::move(record.snapshot.state);
-    s.pending = std::move(record.snapshot.pending);
-    s.token_counts.insert(record.snapshot.token_counts.begin(),
-                          record.snapshot.token_counts.end());
-    s.num_tokens = record.snapshot.num_tokens;
-    s.create_time = record.snapshot.create_time;
-    s.last_use_time = record.last_use_time;
     ++restored;
   }
   // Warm start: the most recently used sessions take the free slots, as they held them before.
@@ -312,6 +308,38 @@ int64_t SessionStore::Restore(absl::Time now) {
     }
   }
   return restored;
+}
+
+absl::StatusOr<Session*> SessionStore::AddRecord(SessionRecord record, absl::Time now) {
+  absl::StatusOr<Session*> session = NewSession(record.id, /*ephemeral=*/false, now);
+  if (!session.ok()) return session;
+  Session& s = **session;
+  s.owner = std::move(record.owner);
+  s.hibernated = std::move(record.snapshot.state);
+  s.pending = std::move(record.snapshot.pending);
+  s.token_counts.insert(record.snapshot.token_counts.begin(), record.snapshot.token_counts.end());
+  s.num_tokens = record.snapshot.num_tokens;
+  s.create_time = record.snapshot.create_time;
+  s.last_use_time = record.last_use_time;
+  return session;
+}
+
+void SessionStore::LoadOnFirstUse(const SessionId& id, absl::Time now) {
+  if (persister_ == nullptr || sessions_.contains(id)) return;
+  absl::StatusOr<SessionRecord> record = persister_->LoadOne(id, now);
+  if (!record.ok()) {
+    if (!absl::IsNotFound(record.status())) {
+      spdlog::warn("state_dir: session {} not loaded: {}", id.value, record.status().ToString());
+    }
+    return;
+  }
+  if (now - record->last_use_time >= options_.idle_timeout) return;
+  absl::StatusOr<Session*> session = AddRecord(*std::move(record), now);
+  if (!session.ok()) {
+    spdlog::warn("state_dir: session {} not loaded: {}", id.value, session.status().ToString());
+    return;
+  }
+  spdlog::info("session {}: loaded from state_dir on first use", id.value);
 }
 
 std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {

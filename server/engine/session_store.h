@@ -11,6 +11,9 @@
 // With a SessionPersister (--state_dir) every change of a named session is handed to it as it
 // happens (create, fork, insert, the end of each request, an export's touch, erase, expiry),
 // and WhenDurable tells the caller when the changes so far are on disk; Restore loads them back.
+// Replicas may share the directory: Find and a proposed id in Create or Insert read a session
+// this store does not hold from its file (load on first use), so the replica a proxy routes a
+// session to after another stopped takes it over.
 //
 // No threads and no locking: the engine thread owns the store and calls every method.
 #ifndef LINSERVE_SERVER_ENGINE_SESSION_STORE_H_
@@ -84,13 +87,17 @@ class SessionStore {
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // A new empty named session of `owner`. RESOURCE_EXHAUSTED at max_sessions.
-  absl::StatusOr<Session*> Create(absl::Time now, std::string owner = "");
+  // A new empty named session of `owner`, under `id` (ALREADY_EXISTS when a session, held or in
+  // the persister's directory, has it) or a fresh random id. RESOURCE_EXHAUSTED at
+  // max_sessions.
+  absl::StatusOr<Session*> Create(absl::Time now, std::string owner = "",
+                                  std::optional<SessionId> id = std::nullopt);
   // A new empty ephemeral session, resident at once (busy, since a request owns it).
   // RESOURCE_EXHAUSTED when no slot can be freed.
   absl::StatusOr<Session*> CreateEphemeral(absl::Time now);
   // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another owner
-  // (the same message: existence is not revealed).
+  // (the same message: existence is not revealed). A session this store does not hold is read
+  // from the persister's directory when its file is there (and not expired).
   absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
 
   // Gives the session a slot with its state, hibernating the least recently used idle resident
@@ -120,10 +127,11 @@ class SessionStore {
 
   // The session's state and continuation data.
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
-  // A new named, hibernated session of `owner` from an imported snapshot, under a fresh id.
-  // RESOURCE_EXHAUSTED at max_sessions.
+  // A new named, hibernated session of `owner` from an imported snapshot, under `id` (as
+  // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions.
   absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now,
-                                  std::string owner = "");
+                                  std::string owner = "",
+                                  std::optional<SessionId> id = std::nullopt);
 
   // Deletes idle named sessions whose last use is idle_timeout or more before `now`; returns
   // their ids.
@@ -148,6 +156,13 @@ class SessionStore {
  private:
   absl::StatusOr<Session*> NewSession(std::optional<SessionId> id, bool ephemeral,
                                       absl::Time now);
+  // Adds a persisted session as it was (hibernated). ALREADY_EXISTS when held,
+  // RESOURCE_EXHAUSTED at max_sessions.
+  absl::StatusOr<Session*> AddRecord(SessionRecord record, absl::Time now);
+  // Adds the session of `id` from the persister's file when this store does not hold it and
+  // the file is there and not expired; nothing otherwise (a file that cannot be read is
+  // logged).
+  void LoadOnFirstUse(const SessionId& id, absl::Time now);
   // Hands the session's current record to the persister.
   void Persist(const Session& session);
   // A slot for `for_session`, hibernating an LRU idle session when none is free.

@@ -1,6 +1,7 @@
 #include "server/transport/linserve_service.h"
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -99,17 +100,28 @@ grpc::ServerUnaryReactor* LinServeService::GetModelInfo(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* LinServeService::CreateSession(grpc::CallbackServerContext* context,
-                                                         const v1::CreateSessionRequest*,
+                                                         const v1::CreateSessionRequest* request,
                                                          v1::Session* response) {
   bool rejected = false;
   std::string tenant;
   grpc::ServerUnaryReactor* reactor = Begin(env_, context, "CreateSession", &tenant, &rejected);
   if (rejected) return reactor;
+  std::optional<SessionId> proposed;
+  if (!request->session_id().empty()) {
+    absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
+    if (!id.ok()) {
+      FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(id.status()));
+      return reactor;
+    }
+    proposed = *std::move(id);
+  }
   env_.engine().CreateSession(
-      tenant, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+      tenant,
+      [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
         if (info.ok()) ToProto(*info, response);
         FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(info.status()));
-      });
+      },
+      std::move(proposed));
   return reactor;
 }
 

@@ -133,6 +133,20 @@ ImportReactor::ImportReactor(const ServiceEnv& env, grpc::CallbackServerContext*
 
 void ImportReactor::OnReadDone(bool ok) {
   if (ok) {
+    if (!chunk_.session_id().empty()) {
+      if (!first_chunk_) {
+        FinishWith(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                "session_id: only the first chunk may propose an id"));
+        return;
+      }
+      absl::StatusOr<SessionId> id = ParseSessionId(chunk_.session_id(), "session_id");
+      if (!id.ok()) {
+        FinishWith(ToGrpcStatus(id.status()));
+        return;
+      }
+      proposed_ = *std::move(id);
+    }
+    first_chunk_ = false;
     if (static_cast<int64_t>(snapshot_.size() + chunk_.data().size()) > max_bytes_) {
       FinishWith(grpc::Status(
           grpc::StatusCode::INVALID_ARGUMENT,
@@ -153,10 +167,13 @@ void ImportReactor::OnReadDone(bool ok) {
                             "data: no snapshot bytes were sent"));
     return;
   }
-  env_.engine().ImportSession(tenant_, snapshot_, [this](absl::StatusOr<SessionInfo> info) {
-    if (info.ok()) ToProto(*info, response_);
-    FinishWith(ToGrpcStatus(info.status()));
-  });
+  env_.engine().ImportSession(
+      tenant_, snapshot_,
+      [this](absl::StatusOr<SessionInfo> info) {
+        if (info.ok()) ToProto(*info, response_);
+        FinishWith(ToGrpcStatus(info.status()));
+      },
+      std::move(proposed_));
 }
 
 void ImportReactor::FinishWith(const grpc::Status& status) {

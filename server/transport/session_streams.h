@@ -5,6 +5,7 @@
 #define LINSERVE_SERVER_TRANSPORT_SESSION_STREAMS_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/base/thread_annotations.h"
@@ -13,6 +14,7 @@
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "linserve/v1/session.pb.h"
+#include "server/engine/session_id.h"
 #include "server/transport/service_env.h"
 
 namespace linserve {
@@ -67,6 +69,9 @@ class ImportReactor : public grpc::ServerReadReactor<v1::ImportSessionChunk> {
   // Reads are sequential: one OnReadDone at a time touches these.
   v1::ImportSessionChunk chunk_;
   std::string snapshot_;
+  // The first chunk's session_id, parsed; nullopt when it proposed none.
+  std::optional<SessionId> proposed_;
+  bool first_chunk_ = true;
   grpc::Status final_status_;
 };
 

@@ -465,6 +465,61 @@ TEST_P(EngineTest, ShutdownPersistsSessionsAndCreateRestoresThemWithEveryField) 
   EXPECT_EQ(continued.tokens, whole.tokens);
 }
 
+TEST_P(EngineTest, ProposedIdsAreTakenOnceHereAndInStateDir) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  const SessionId proposed{std::string(32, 'a')};
+  Harness a = Start(options);
+  Harness b = Start(options);  // a replica sharing the directory
+  ASSERT_EQ(CreateSession(*a.engine, "", proposed)->id, proposed);
+  EXPECT_EQ(CreateSession(*a.engine, "", proposed).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(CreateSession(*b.engine, "", proposed).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  const std::string snapshot = *ExportSession(*a.engine, proposed);
+  EXPECT_EQ(ImportSession(*b.engine, snapshot, "", proposed).status().code(),
+            absl::StatusCode::kAlreadyExists);
+  const SessionId other{std::string(32, 'b')};
+  EXPECT_EQ(ImportSession(*b.engine, snapshot, "", other)->id, other);
+}
+
+// Replicas behind a proxy share state_dir: the one a session is routed to after another stopped
+// loads it from its file on first use and continues it exactly; a deleted one stays deleted.
+TEST_P(EngineTest, AReplicaSharingStateDirTakesOverASessionOnFirstUse) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2};
+  Harness b = Start(options);  // started before the session exists: nothing to restore
+  const SessionId id{std::string(32, 'c')};
+  const SessionId gone{std::string(32, 'd')};
+  Outcome first;
+  {
+    Harness a = Start(options);
+    ASSERT_TRUE(CreateSession(*a.engine, "tenant", id).ok());
+    GenerateRequest r = Request(p1, 10, 3, id);
+    r.owner = "tenant";
+    first = RunRequest(*a.engine, r);
+    ASSERT_TRUE(first.status.ok());
+    ASSERT_TRUE(CreateSession(*a.engine, "", gone).ok());
+    ASSERT_TRUE(DeleteSession(*a.engine, gone).ok());
+    ASSERT_TRUE(a.engine->Shutdown(absl::Seconds(5)).ok());
+  }
+  EXPECT_EQ(GetSession(*b.engine, gone).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(GetSession(*b.engine, id).status().code(), absl::StatusCode::kNotFound)
+      << "another tenant's session is not revealed";
+  absl::StatusOr<SessionInfo> info = GetSession(*b.engine, id, "tenant");
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
+  GenerateRequest next = Request(p2, 10, 4, id);
+  next.owner = "tenant";
+  const Outcome continued = RunRequest(*b.engine, next);
+  const Outcome whole = RunRequest(*b.engine, Request(Concat({p1, first.tokens, p2}), 10, 4));
+  ASSERT_TRUE(continued.status.ok() && whole.status.ok());
+  EXPECT_EQ(continued.tokens, whole.tokens);
+}
+
 // What the disk holds the moment a client hears a change is done is what a crash leaves: a copy
 // of state_dir taken then, opened by a second engine, has every answered change.
 TEST_P(EngineTest, EveryAnsweredChangeIsOnDiskBeforeTheClientHearsOfIt) {

@@ -70,8 +70,9 @@ absl::StatusOr<T> Call(Start start) {
 
 }  // namespace
 
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner) {
-  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(owner, std::move(cb)); });
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner,
+                                          std::optional<SessionId> id) {
+  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(owner, std::move(cb), id); });
 }
 
 absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
@@ -101,8 +102,10 @@ absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
 }
 
 absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
-                                          const std::string& owner) {
-  return Call<SessionInfo>([&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb)); });
+                                          const std::string& owner,
+                                          std::optional<SessionId> id) {
+  return Call<SessionInfo>(
+      [&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb), id); });
 }
 
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,

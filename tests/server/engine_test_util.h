@@ -48,7 +48,9 @@ class RecordingSink : public TokenSink {
 Outcome RunRequest(Engine& engine, GenerateRequest request);
 
 // Session operations waited for, on behalf of `owner` ("" = the default tenant).
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner = "");
+// `id`: the id the client proposes (nullopt: the engine picks one).
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner = "",
+                                          std::optional<SessionId> id = std::nullopt);
 absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
                                        const std::string& owner = "");
 absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
@@ -57,7 +59,8 @@ absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::strin
 absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
                                           const std::string& owner = "");
 absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
-                                          const std::string& owner = "");
+                                          const std::string& owner = "",
+                                          std::optional<SessionId> id = std::nullopt);
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,
                                          int32_t limit, const std::string& owner = "");
 
