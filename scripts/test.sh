@@ -4,10 +4,14 @@
 #   2. cpu:   builds with CUDA off and runs every test (GPU tests are not built there);
 #   3. cuda:  builds with CUDA on when nvcc is present (the CUDA sources must compile everywhere)
 #             and runs its tests: the `gpu` ones skip themselves on a machine without a GPU;
-#   4. asan:  ASan+UBSan build (gcc) of everything but the benchmarks; runs every C++ test
+#   4. container: builds the CPU image (and the CUDA one, from the cuda stage's build) from the
+#             binaries already built and runs the deployments for real (docker/test.sh: serve,
+#             compose + Prometheus, 3 replicas behind HAProxy with a replica stopped); skips
+#             where no container engine can be set up;
+#   5. asan:  ASan+UBSan build (gcc) of everything but the benchmarks; runs every C++ test
 #             (kAsanExclude leaves out what it cannot or need not run);
-#   5. tsan:  TSan build (gcc) of the tests whose threads share memory (tsan_tests), and runs them;
-#   6. fuzz:  clang libFuzzer build of tests/fuzz; replays each seed corpus, then fuzzes each
+#   6. tsan:  TSan build (gcc) of the tests whose threads share memory (tsan_tests), and runs them;
+#   7. fuzz:  clang libFuzzer build of tests/fuzz; replays each seed corpus, then fuzzes each
 #             target for LINSERVE_FUZZ_SECONDS (default 60) and prints its exec count.
 # A sanitizer finding, a fuzzer crash or a failed check fails the stage; the script stops at the
 # first failing stage. Each stage's time is printed at the end (docs/testing.md has the budget).
@@ -92,6 +96,7 @@ if command -v nvcc >/dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then
 else
   echo "test: no nvcc on this machine; the CUDA configuration was not built"
 fi
+stage container bash docker/test.sh
 stage asan asan
 stage tsan tsan
 stage fuzz fuzz
