@@ -707,8 +707,8 @@ void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string
       });
 }
 
-void Engine::ImportSession(std::string owner, absl::string_view bytes,
-                           Callback<SessionInfo> done, std::optional<SessionId> id) {
+void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<SessionInfo> done,
+                           std::optional<SessionId> id) {
   absl::StatusOr<SessionSnapshot> snapshot =
       DecodeSnapshot(bytes, model_.config, model_.fingerprint,
                      options_.requests.max_prompt_tokens);

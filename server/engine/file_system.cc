@@ -1,5 +1,12 @@
 #include "server/engine/file_system.h"
 
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "model/file_io.h"
 
 namespace linserve {
@@ -27,6 +34,15 @@ class PosixFileSystem final : public FileSystem {
   }
   absl::Status SyncDirectory(const std::string& dir) override {
     return linserve::SyncDirectory(dir);
+  }
+  absl::StatusOr<FileVersion> StatFile(const std::string& path) override {
+    struct stat st;
+    if (stat(path.c_str(), &st) != 0) {
+      return absl::ErrnoToStatus(errno, absl::StrCat(path, ": stat failed"));
+    }
+    return FileVersion{.inode = st.st_ino,
+                       .mtime_ns = st.st_mtim.tv_sec * int64_t{1000000000} + st.st_mtim.tv_nsec,
+                       .size = st.st_size};
   }
 };
 

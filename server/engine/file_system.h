@@ -6,6 +6,7 @@
 #ifndef LINSERVE_SERVER_ENGINE_FILE_SYSTEM_H_
 #define LINSERVE_SERVER_ENGINE_FILE_SYSTEM_H_
 
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -14,6 +15,14 @@
 #include "absl/status/statusor.h"
 
 namespace linserve {
+
+// One version of a file: replacing it (a rename over it) or rewriting it changes the triple.
+struct FileVersion {
+  uint64_t inode = 0;
+  int64_t mtime_ns = 0;
+  int64_t size = 0;
+  friend bool operator==(const FileVersion&, const FileVersion&) = default;
+};
 
 class FileSystem {
  public:
@@ -32,6 +41,8 @@ class FileSystem {
   virtual absl::Status RemoveFile(const std::string& path) = 0;
   // Makes renames and removals in `dir` durable.
   virtual absl::Status SyncDirectory(const std::string& dir) = 0;
+  // NOT_FOUND when there is no such file.
+  virtual absl::StatusOr<FileVersion> StatFile(const std::string& path) = 0;
 };
 
 // The process-wide POSIX implementation (model/file_io); files are created with mode 0600

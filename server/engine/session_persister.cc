@@ -1,6 +1,8 @@
 #include "server/engine/session_persister.h"
 
+#include <optional>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -79,9 +81,8 @@ std::string SessionPersister::PathOf(const SessionId& id) const {
   return absl::StrCat(options_.dir, "/", id.value, kExtension);
 }
 
-absl::StatusOr<SessionRecord> SessionPersister::Decode(const std::string& path,
-                                                      const SessionId& id,
-                                                      absl::Time now) const {
+absl::StatusOr<SessionRecord> SessionPersister::Decode(const std::string& path, const SessionId& id,
+                                                       absl::Time now) const {
   absl::StatusOr<std::string> bytes = fs_.ReadFile(path);
   if (!bytes.ok()) return bytes.status();
   return DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
@@ -99,12 +100,18 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
     const std::string path = absl::StrCat(options_.dir, "/", name);
     absl::StatusOr<SessionId> id =
         ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
+    absl::StatusOr<FileVersion> version =
+        id.ok() ? fs_.StatFile(path) : absl::StatusOr<FileVersion>(id.status());
     absl::StatusOr<SessionRecord> record =
-        id.ok() ? Decode(path, *id, now) : absl::StatusOr<SessionRecord>(id.status());
+        version.ok() ? Decode(path, *id, now) : absl::StatusOr<SessionRecord>(version.status());
     if (!record.ok()) {
       spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
                    record.status().ToString());
       continue;
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      versions_.insert_or_assign(*id, *version);
     }
     records.push_back(*std::move(record));
   }
@@ -114,12 +121,37 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
 absl::StatusOr<SessionRecord> SessionPersister::LoadOne(const SessionId& id, absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
-    auto it = queued_.find(id);
-    if ((it != queued_.end() && !it->second.has_value()) || removing_.contains(id)) {
+    auto queued = queued_.find(id);
+    auto in_flight = in_flight_.find(id);
+    if ((queued != queued_.end() && !queued->second.has_value()) ||
+        (in_flight != in_flight_.end() && in_flight->second)) {
       return absl::NotFoundError(absl::StrCat("session ", id.value, " is being removed"));
     }
   }
-  return Decode(PathOf(id), id, now);
+  // The version is taken before the read: a file replaced in between is read again next time.
+  const std::string path = PathOf(id);
+  absl::StatusOr<FileVersion> version = fs_.StatFile(path);
+  if (!version.ok()) return version.status();
+  absl::StatusOr<SessionRecord> record = Decode(path, id, now);
+  if (record.ok()) {
+    absl::MutexLock lock(&mu_);
+    versions_.insert_or_assign(id, *version);
+  }
+  return record;
+}
+
+bool SessionPersister::ChangedElsewhere(const SessionId& id) {
+  FileVersion known;
+  {
+    absl::MutexLock lock(&mu_);
+    if (queued_.contains(id) || in_flight_.contains(id)) return false;
+    auto it = versions_.find(id);
+    if (it == versions_.end()) return false;
+    known = it->second;
+  }
+  absl::StatusOr<FileVersion> now = fs_.StatFile(PathOf(id));
+  if (!now.ok()) return absl::IsNotFound(now.status());
+  return !(*now == known);
 }
 
 void SessionPersister::Put(SessionRecord record) {
@@ -175,14 +207,13 @@ void SessionPersister::Run() {
       batch.swap(queued_);
       waiters.swap(waiters_);
       fresh_ = false;
-      for (const auto& [id, record] : batch) {
-        if (!record.has_value()) removing_.insert(id);
-      }
+      for (const auto& [id, record] : batch) in_flight_.emplace(id, !record.has_value());
     }
     const absl::Time started = absl::Now();
     absl::Status first_error;
     int64_t done = 0;
     std::vector<SessionId> renamed;
+    std::vector<std::pair<SessionId, std::optional<FileVersion>>> versions;
     absl::flat_hash_map<SessionId, std::optional<SessionRecord>> failed;
     for (auto& [id, record] : batch) {
       const std::string path = PathOf(id);
@@ -199,6 +230,12 @@ void SessionPersister::Run() {
       if (status.ok()) {
         ++done;
         renamed.push_back(id);
+        std::optional<FileVersion> version;
+        if (record.has_value()) {
+          absl::StatusOr<FileVersion> written = fs_.StatFile(path);
+          if (written.ok()) version = *written;
+        }
+        versions.emplace_back(id, version);
         continue;
       }
       spdlog::error("state_dir: session {} not {}: {}", id.value,
@@ -219,7 +256,14 @@ void SessionPersister::Run() {
       absl::MutexLock lock(&mu_);
       writes_ += done;
       write_errors_ += static_cast<int64_t>(failed.size());
-      removing_.clear();
+      in_flight_.clear();
+      for (auto& [id, version] : versions) {
+        if (version.has_value()) {
+          versions_.insert_or_assign(id, *version);
+        } else {
+          versions_.erase(id);
+        }
+      }
       // A newer change queued meanwhile wins over a failed older one.
       for (auto& [id, record] : failed) queued_.try_emplace(id, std::move(record));
     }

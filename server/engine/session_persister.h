@@ -26,7 +26,6 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -77,6 +76,10 @@ class SessionPersister {
   // file, or when a removal of it is queued (a deleted session is not read back); the decoding
   // error when the file is not an intact record for this model.
   absl::StatusOr<SessionRecord> LoadOne(const SessionId& id, absl::Time now);
+  // Whether the session's file is no longer the version this persister last wrote or read
+  // (another replica sharing the directory changed or removed it since). False while a write
+  // or removal of it is queued or under way here, and for a session never written or read.
+  bool ChangedElsewhere(const SessionId& id);
 
   // Queues a write of `record`, replacing a queued write or removal of the same session.
   void Put(SessionRecord record);
@@ -115,8 +118,11 @@ class SessionPersister {
   // Per session: the record to write, or nullopt for a removal.
   absl::flat_hash_map<SessionId, std::optional<SessionRecord>> queued_ ABSL_GUARDED_BY(mu_);
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
-  // Sessions whose files the writer is removing now (taken from queued_, not yet gone).
-  absl::flat_hash_set<SessionId> removing_ ABSL_GUARDED_BY(mu_);
+  // The batch the writer is working on (taken from queued_, not yet on disk): true for a
+  // removal.
+  absl::flat_hash_map<SessionId, bool> in_flight_ ABSL_GUARDED_BY(mu_);
+  // The version of each file as this persister last wrote or read it.
+  absl::flat_hash_map<SessionId, FileVersion> versions_ ABSL_GUARDED_BY(mu_);
   // Something was queued since the last batch (as opposed to retries only).
   bool fresh_ ABSL_GUARDED_BY(mu_) = false;
   bool stop_ ABSL_GUARDED_BY(mu_) = false;

@@ -86,7 +86,7 @@ absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
 }
 
 absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
-  LoadOnFirstUse(id, absl::Now());
+  SyncWithStateDir(id, absl::Now());
   auto it = sessions_.find(id);
   if (it == sessions_.end() || it->second->ephemeral || it->second->owner != owner) {
     return absl::NotFoundError(absl::StrCat("session ", id.value,
@@ -340,6 +340,20 @@ void SessionStore::LoadOnFirstUse(const SessionId& id, absl::Time now) {
     return;
   }
   spdlog::info("session {}: loaded from state_dir on first use", id.value);
+}
+
+void SessionStore::SyncWithStateDir(const SessionId& id, absl::Time now) {
+  if (persister_ == nullptr) return;
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) return LoadOnFirstUse(id, now);
+  Session& held = *it->second;
+  if (held.ephemeral || held.busy || !persister_->ChangedElsewhere(id)) return;
+  // Another replica served the session since this one last wrote or read it: its file wins.
+  ReleaseSlot(held);
+  named_ -= 1;
+  sessions_.erase(it);
+  spdlog::info("session {}: changed in state_dir by another replica; this copy dropped", id.value);
+  LoadOnFirstUse(id, now);
 }
 
 std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {

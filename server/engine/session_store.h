@@ -13,7 +13,9 @@
 // and WhenDurable tells the caller when the changes so far are on disk; Restore loads them back.
 // Replicas may share the directory: Find and a proposed id in Create or Insert read a session
 // this store does not hold from its file (load on first use), so the replica a proxy routes a
-// session to after another stopped takes it over.
+// session to after another stopped takes it over; and Find reads an idle session it holds again
+// when another replica changed its file since (or drops it when another removed it), so a
+// session that comes back to a replica is never served from a stale copy.
 //
 // No threads and no locking: the engine thread owns the store and calls every method.
 #ifndef LINSERVE_SERVER_ENGINE_SESSION_STORE_H_
@@ -97,7 +99,8 @@ class SessionStore {
   absl::StatusOr<Session*> CreateEphemeral(absl::Time now);
   // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another owner
   // (the same message: existence is not revealed). A session this store does not hold is read
-  // from the persister's directory when its file is there (and not expired).
+  // from the persister's directory when its file is there (and not expired); an idle one it
+  // holds is read again when another replica changed its file.
   absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
 
   // Gives the session a slot with its state, hibernating the least recently used idle resident
@@ -129,8 +132,7 @@ class SessionStore {
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
   // A new named, hibernated session of `owner` from an imported snapshot, under `id` (as
   // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions.
-  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now,
-                                  std::string owner = "",
+  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now, std::string owner = "",
                                   std::optional<SessionId> id = std::nullopt);
 
   // Deletes idle named sessions whose last use is idle_timeout or more before `now`; returns
@@ -163,6 +165,9 @@ class SessionStore {
   // the file is there and not expired; nothing otherwise (a file that cannot be read is
   // logged).
   void LoadOnFirstUse(const SessionId& id, absl::Time now);
+  // LoadOnFirstUse for a session not held; for an idle one held whose file another replica
+  // changed or removed, drops this copy and loads the file's.
+  void SyncWithStateDir(const SessionId& id, absl::Time now);
   // Hands the session's current record to the persister.
   void Persist(const Session& session);
   // A slot for `for_session`, hibernating an LRU idle session when none is free.

@@ -5,7 +5,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/security/credentials.h"
 #include "gtest/gtest.h"
 #include "test_server.h"
 #include "tests/testing/random_model.h"
@@ -42,6 +45,53 @@ TEST_F(SessionsTest, ForkedBranchesContinueIdenticallyUnderTheSameSeed) {
   const Streamed a2 = RunGenerate(server.client(), TokensRequest({5}, 10, 1, a));
   const Streamed b2 = RunGenerate(server.client(), TokensRequest({5}, 10, 2, b->id()));
   EXPECT_NE(a2.tokens, b2.tokens);
+}
+
+// The ids the client proposes (so a proxy can route a session's first call) are validated and
+// taken once; the client library proposes a fresh one for every new session.
+TEST_F(SessionsTest, ProposedSessionIdsAreValidatedAndTakenOnce) {
+  TestServer server(model_, Options());
+  auto stub = v1::LinServe::NewStub(grpc::CreateChannel(absl::StrCat("127.0.0.1:", server.port()),
+                                                        grpc::InsecureChannelCredentials()));
+  auto create = [&](const std::string& id, v1::Session* out) {
+    grpc::ClientContext context;
+    v1::CreateSessionRequest request;
+    request.set_session_id(id);
+    return stub->CreateSession(&context, request, out);
+  };
+  v1::Session session;
+  const std::string id(32, 'e');
+  ASSERT_TRUE(create(id, &session).ok());
+  EXPECT_EQ(session.id(), id);
+  EXPECT_EQ(create(id, &session).error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  for (const std::string& bad :
+       {"E" + std::string(31, 'e'), std::string(31, 'e'), std::string("x")}) {
+    const grpc::Status status = create(bad, &session);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
+    EXPECT_THAT(status.error_message(), HasSubstr("session_id"));
+  }
+  ASSERT_TRUE(create("", &session).ok());  // the server picks one
+  EXPECT_EQ(session.id().size(), 32u);
+
+  // Import: only the first chunk may propose an id.
+  const std::string snapshot = *server.client().ExportSession(id);
+  grpc::ClientContext context;
+  v1::Session imported;
+  auto writer = stub->ImportSession(&context, &imported);
+  v1::ImportSessionChunk chunk;
+  chunk.set_data(snapshot.substr(0, 10));
+  writer->Write(chunk);
+  chunk.set_data(snapshot.substr(10));
+  chunk.set_session_id(std::string(32, 'f'));
+  writer->Write(chunk);
+  writer->WritesDone();
+  EXPECT_EQ(writer->Finish().error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+
+  const std::string a = server.client().CreateSession()->id();
+  const std::string b = server.client().ImportSession(snapshot)->id();
+  EXPECT_EQ(a.size(), 32u);
+  EXPECT_NE(a, b);
+  EXPECT_EQ(server.client().GetSession(b)->num_tokens(), 0);
 }
 
 TEST_F(SessionsTest, ExportRestartImportContinuesIdentically) {

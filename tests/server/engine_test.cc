@@ -484,40 +484,37 @@ TEST_P(EngineTest, ProposedIdsAreTakenOnceHereAndInStateDir) {
   EXPECT_EQ(ImportSession(*b.engine, snapshot, "", other)->id, other);
 }
 
-// Replicas behind a proxy share state_dir: the one a session is routed to after another stopped
-// loads it from its file on first use and continues it exactly; a deleted one stays deleted.
-TEST_P(EngineTest, AReplicaSharingStateDirTakesOverASessionOnFirstUse) {
+// Replicas behind a proxy share state_dir: the one a session is routed to loads it from its file
+// on first use and continues it exactly; when the session comes back, the first replica reads
+// the newer file instead of serving its stale copy; a session removed by one is gone for all.
+TEST_P(EngineTest, ReplicasSharingStateDirHandASessionBackAndForthExactly) {
   ScopedTempDir dir;
   EngineOptions options;
   options.state_dir = dir.Join("state");
-  const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2};
-  Harness b = Start(options);  // started before the session exists: nothing to restore
+  const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2}, p3 = {5};
   const SessionId id{std::string(32, 'c')};
-  const SessionId gone{std::string(32, 'd')};
-  Outcome first;
-  {
-    Harness a = Start(options);
-    ASSERT_TRUE(CreateSession(*a.engine, "tenant", id).ok());
-    GenerateRequest r = Request(p1, 10, 3, id);
+  Harness a = Start(options);
+  Harness b = Start(options);
+  auto turn = [&](Harness& h, std::vector<TokenId> prompt, uint64_t seed) {
+    GenerateRequest r = Request(std::move(prompt), 6, seed, id);
     r.owner = "tenant";
-    first = RunRequest(*a.engine, r);
-    ASSERT_TRUE(first.status.ok());
-    ASSERT_TRUE(CreateSession(*a.engine, "", gone).ok());
-    ASSERT_TRUE(DeleteSession(*a.engine, gone).ok());
-    ASSERT_TRUE(a.engine->Shutdown(absl::Seconds(5)).ok());
-  }
-  EXPECT_EQ(GetSession(*b.engine, gone).status().code(), absl::StatusCode::kNotFound);
+    return RunRequest(*h.engine, r);
+  };
+  ASSERT_TRUE(CreateSession(*a.engine, "tenant", id).ok());
+  const Outcome first = turn(a, p1, 3);
   EXPECT_EQ(GetSession(*b.engine, id).status().code(), absl::StatusCode::kNotFound)
       << "another tenant's session is not revealed";
-  absl::StatusOr<SessionInfo> info = GetSession(*b.engine, id, "tenant");
-  ASSERT_TRUE(info.ok()) << info.status();
-  EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
-  GenerateRequest next = Request(p2, 10, 4, id);
-  next.owner = "tenant";
-  const Outcome continued = RunRequest(*b.engine, next);
-  const Outcome whole = RunRequest(*b.engine, Request(Concat({p1, first.tokens, p2}), 10, 4));
-  ASSERT_TRUE(continued.status.ok() && whole.status.ok());
-  EXPECT_EQ(continued.tokens, whole.tokens);
+  const Outcome second = turn(b, p2, 4);
+  const Outcome third = turn(a, p3, 5);
+  ASSERT_TRUE(first.status.ok() && second.status.ok() && third.status.ok()) << third.status;
+  const Outcome whole =
+      RunRequest(*a.engine, Request(Concat({p1, first.tokens, p2, second.tokens, p3}), 6, 5));
+  ASSERT_TRUE(whole.status.ok());
+  EXPECT_EQ(third.tokens, whole.tokens);
+  EXPECT_EQ(GetSession(*b.engine, id, "tenant")->num_tokens, 1 + 3 + 6 + 2 + 6 + 1 + 6);
+
+  ASSERT_TRUE(DeleteSession(*b.engine, id, "tenant").ok());
+  EXPECT_EQ(GetSession(*a.engine, id, "tenant").status().code(), absl::StatusCode::kNotFound);
 }
 
 // What the disk holds the moment a client hears a change is done is what a crash leaves: a copy

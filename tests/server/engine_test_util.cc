@@ -102,10 +102,8 @@ absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
 }
 
 absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
-                                          const std::string& owner,
-                                          std::optional<SessionId> id) {
-  return Call<SessionInfo>(
-      [&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb), id); });
+                                          const std::string& owner, std::optional<SessionId> id) {
+  return Call<SessionInfo>([&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb), id); });
 }
 
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,

@@ -67,6 +67,9 @@ class FaultyFileSystem : public FileSystem {
     if (absl::Status s = Maybe(); !s.ok()) return s;
     return DefaultFileSystem().SyncDirectory(dir);
   }
+  absl::StatusOr<FileVersion> StatFile(const std::string& path) override {
+    return DefaultFileSystem().StatFile(path);
+  }
 
  private:
   absl::Status Maybe() {
