@@ -226,6 +226,8 @@ if ((lost)); then
   fail "$lost of $kChats chats differ from the reference"
 fi
 echo "docker/test.sh: $kChats chats, $most on the stopped replica, $loaded sessions taken over" \
-     "from state_dir; every transcript identical to the reference"
+     "from state_dir; every transcript identical to the reference; HAProxy marked a replica" \
+     "down $(podman logs "${p}_haproxy_1" 2>&1 | grep -c '^Server linserve/.* is DOWN' || true)" \
+     "time(s)"
 compose -p "$p" "${files[@]}" down -v >/dev/null 2>&1 || fail "down"
 echo "docker/test.sh: all container tests passed"
