@@ -3,9 +3,11 @@
 # header) against the deployment of docker/docker-compose.scaleout.yml, in one run:
 #   A  through HAProxy, 3 replicas;   B  through HAProxy, 1 replica (the other two stopped);
 #   C  straight to that replica.
-# A/B is the scaling from 1 to 3 replicas, B/C the proxy's cost. A runs its rounds first (with
-# all replicas up), then B and C alternate round by round; the report gives each round and the
-# medians. The load test runs in a container on the deployment's network, as a client would.
+# A/B is the scaling from 1 to 3 replicas, B/C the proxy's cost. The three alternate round by
+# round (replicas 2 and 3 are paused for B and C, and the proxy's health checks take them out of
+# the ring and back), so that other load on a shared machine weighs on all alike; the report
+# gives each round and the medians. The load test runs in a container on the deployment's
+# network, as a client would.
 # Needs the images of docker/test.sh (run it first). Prints markdown; bench/results/scaleout.md
 # records a run of exactly:
 #   bash bench/scaleout/run.sh
@@ -36,15 +38,27 @@ run() {
     --duration="${seconds}s" --seed=11 --progress-interval=0 2>/dev/null |
     awk '/output tokens\/s/ { print $3 }'
 }
+# ring STATE: waits until HAProxy has marked replicas 2 and 3 STATE (UP or DOWN) once more.
+ring() {
+  local before
+  before=$(podman logs "${p}_haproxy_1" 2>&1 | grep -c "^Server linserve/linserve-[23] is $1" ||
+           true)
+  if [[ $1 == DOWN ]]; then podman pause "${p}_linserve-2_1" "${p}_linserve-3_1" >/dev/null
+  else podman unpause "${p}_linserve-2_1" "${p}_linserve-3_1" >/dev/null; fi
+  until (($(podman logs "${p}_haproxy_1" 2>&1 |
+            grep -c "^Server linserve/linserve-[23] is $1" || true) >= before + 2)); do
+    sleep 0.5
+  done
+}
 median() { printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'; }
 
 a=() b=() c=()
-for ((i = 0; i < rounds; ++i)); do a+=("$(run haproxy:50051)"); done
-podman stop -t 10 "${p}_linserve-2_1" "${p}_linserve-3_1" >/dev/null
-sleep 3
 for ((i = 0; i < rounds; ++i)); do
+  a+=("$(run haproxy:50051)")
+  ring DOWN
   b+=("$(run haproxy:50051)")
   c+=("$(run linserve-1:50051)")
+  ring UP
 done
 ma=$(median "${a[@]}") mb=$(median "${b[@]}") mc=$(median "${c[@]}")
 echo "| setup | output tokens/s per round | median |"
