@@ -4,11 +4,7 @@
 #
 #   bash docker/setup-engine.sh            # once per machine (idempotent, ~1 min; docker/test.sh runs it)
 #
-# Afterwards, from the project root:
-#   podman build --isolation chroot -f docker/Dockerfile.cpu -t localhost/linserve:cpu .
-#   podman run --runtime runc --rm localhost/linserve:cpu --help
-#   podman-compose --podman-build-args "--isolation chroot" --podman-run-args "--runtime runc" \
-#       -f docker/docker-compose.yml up --build --abort-on-container-exit
+# Afterwards, from the project root: bash docker/test.sh, or the commands of docs/deployment.md.
 #
 # What it does and why:
 # - installs podman, podman-compose, runc and the CNI/DNS plugins from Debian's packages;
