@@ -52,6 +52,9 @@ cleanup() {
 }
 trap cleanup EXIT
 fail() { echo "docker/test.sh: FAILED: $*" >&2; exit 1; }
+# has PATTERN: whether stdin has a line matching the extended regex PATTERN. Reads all of it
+# (grep -q would stop early, and under pipefail the writer's SIGPIPE would fail the pipeline).
+has() { grep -Ec -- "$1" >/dev/null; }
 step() { echo "docker/test.sh: ---- $*"; }
 
 # wait_for TIMEOUT_S COMMAND...: retries COMMAND (quietly) every second until it succeeds.
@@ -104,7 +107,7 @@ serve_check() {
   text=$(podman exec "$name" linserve-cli --target=127.0.0.1:50051 generate \
     --max-new-tokens=24 --seed=1 "ROMEO:")
   [[ -n ${text//[[:space:]]/} ]] || fail "$image generated no text"
-  metrics "$name" | grep -q '^linserve_generated_tokens_total' ||
+  metrics "$name" | has '^linserve_generated_tokens_total' ||
     fail "$image: /metrics has no linserve_generated_tokens_total"
   [[ $(podman exec "$name" id -u) != 0 ]] || fail "$image runs as root"
   podman healthcheck run "$name" >/dev/null 2>&1 || fail "$image: its HEALTHCHECK fails"
@@ -135,14 +138,14 @@ grep -q "requests  *40 ok, 0 failed" "$work/loadtest.log" ||
 # promtool ships with Prometheus: ask the running server what it scraped.
 scraped() {
   podman exec "${p}_prometheus_1" promtool query instant http://localhost:9090 \
-    'sum(linserve_generated_tokens_total)' | grep -Eq '=> [1-9]'
+    'sum(linserve_generated_tokens_total)' | has '=> [1-9]'
 }
 wait_for 60 scraped || fail "Prometheus has no linserve_generated_tokens_total samples"
 echo "docker/test.sh: load test 40 ok; Prometheus:" \
   "$(podman exec "${p}_prometheus_1" promtool query instant http://localhost:9090 \
      'count({__name__=~"linserve_.+"})')"
 compose -p "$p" "${files[@]}" down -v >/dev/null 2>&1 || fail "down"
-podman ps -a --format '{{.Names}}' | grep -q "^${p}_" && fail "down left containers behind"
+podman ps -a --format '{{.Names}}' | has "^${p}_" && fail "down left containers behind"
 
 # ---- 4. scale-out: 3 replicas behind HAProxy --------------------------------------------------
 step "scale-out: 3 replicas behind HAProxy"
@@ -170,7 +173,7 @@ client "linserve-loadtest --target=haproxy:50051 --turns=4 --concurrency=6 --req
   --progress-interval=0" \
   >"$work/sessions.log" 2>&1 || { cat "$work/sessions.log"; fail "the session load test"; }
 grep -q "requests  *96 ok, 0 failed" "$work/sessions.log" && grep -A1 "^errors" \
-  "$work/sessions.log" | grep -q none ||
+  "$work/sessions.log" | has none ||
   { cat "$work/sessions.log"; fail "the session load test had errors"; }
 spread=""
 for r in "${replicas[@]}"; do
@@ -206,7 +209,7 @@ done
 echo "docker/test.sh: stopping $victim, which holds $most of the $kChats sessions"
 podman stop -t 10 "$victim" >/dev/null
 wait "$chats" || { cat "$work/chats.log"; fail "the chats"; }
-podman logs "$victim" 2>&1 | grep -q "persisted" || fail "$victim did not persist its sessions"
+podman logs "$victim" 2>&1 | has "persisted" || fail "$victim did not persist its sessions"
 loaded=0
 for r in "${replicas[@]}"; do
   [[ $r == "$victim" ]] && continue
