@@ -139,6 +139,35 @@ TEST(SessionPersisterTest, WritesRemovesAndLoadsRecordsExactly) {
   EXPECT_EQ(Files(dir.Join("state")).size(), 2u);
 }
 
+// Two persisters on one directory are two replicas: each reads what the other wrote, and knows
+// when the file it last wrote or read was replaced or removed by the other.
+TEST(SessionPersisterTest, ReplicasSharingADirectorySeeEachOthersChanges) {
+  ScopedTempDir dir;
+  auto a = Open(dir.Join("state"));
+  auto b = Open(dir.Join("state"));
+  EXPECT_EQ(b->LoadOne(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_FALSE(a->ChangedElsewhere(Id('a')));  // never written or read here
+  a->Put(Record(Id('a'), 3));
+  ASSERT_TRUE(a->Flush().ok());
+  EXPECT_FALSE(a->ChangedElsewhere(Id('a')));
+  absl::StatusOr<SessionRecord> read = b->LoadOne(Id('a'), kT0);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->snapshot.num_tokens, 3);
+  EXPECT_FALSE(b->ChangedElsewhere(Id('a')));
+
+  b->Put(Record(Id('a'), 5));
+  ASSERT_TRUE(b->Flush().ok());
+  EXPECT_TRUE(a->ChangedElsewhere(Id('a')));
+  EXPECT_FALSE(b->ChangedElsewhere(Id('a')));
+  EXPECT_EQ(a->LoadOne(Id('a'), kT0)->snapshot.num_tokens, 5);
+  EXPECT_FALSE(a->ChangedElsewhere(Id('a')));
+
+  b->Remove(Id('a'));
+  ASSERT_TRUE(b->Flush().ok());
+  EXPECT_TRUE(a->ChangedElsewhere(Id('a')));
+  EXPECT_EQ(a->LoadOne(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST(SessionPersisterTest, OpenRemovesLeftoverTemporaryFilesAndKeepsRecords) {
   ScopedTempDir dir;
   {
