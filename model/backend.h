@@ -44,6 +44,16 @@ struct SampleOutput {
   absl::Span<TokenLogprob> top_logprobs = {};
 };
 
+// One session's share of a PrefillBatch call.
+struct PrefillItem {
+  SlotId slot;
+  // Non-empty; consecutive tokens fed after what the slot has consumed.
+  absl::Span<const TokenId> tokens = {};
+  // Pick the next token from the last position's logits, as PrefillAndSample does (the last
+  // chunk of a prompt).
+  bool sample = false;
+};
+
 // How an accelerator stores the weights. GEMMs accumulate in fp32 and the recurrent state is
 // fp32 whatever is chosen; the CPU backend always computes in fp32 and ignores this.
 enum class WeightPrecision { kBf16, kFp16, kFp32 };
@@ -124,6 +134,18 @@ class Backend {
   // DecodeAndSample does for one row.
   virtual absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                         const SampleOutput& out) = 0;
+
+  // ---- Batched prefill ----
+  // Feeds each item's tokens to its slot in one call (a varlen batch: the sessions' rows share
+  // the GEMMs, the attention runs per session), leaving every slot as Prefill(slot, tokens, {})
+  // alone would up to rounding, and for each item with `sample` picks the next token as
+  // PrefillAndSample does; `out` has one row per sampling item, in batch order (no rows when
+  // none samples). `batch`: at most BackendOptions::max_batch_size items naming distinct slots.
+  // A validation error (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION) may leave the items
+  // before the failing one fed; the caller treats every slot of a failed batch as unknown.
+  //
+  // The default feeds the items one by one with Prefill and PrefillAndSample.
+  virtual absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out);
 
   // ---- Pipelining ----
   // LaunchDecodeAndSample starts the step DecodeAndSample(batch, out) describes, and on an

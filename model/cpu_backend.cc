@@ -76,7 +76,7 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
       options_(options),
       threads_(threads),
       state_floats_(model.config.StateFloatsPerSlot()),
-      max_rows_(std::max(options.max_batch_size, options.prefill_chunk_size)),
+      max_rows_(std::max({options.max_batch_size, kPrefillPassRows, options.prefill_chunk_size})),
       shape_{model.config.n_heads, model.config.feature_dim, model.config.head_dim,
              static_cast<float>(model.config.attention_eps)},
       feature_map_(ToKernel(model.config.feature_map)),
@@ -113,6 +113,9 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
   decode_slots_.resize(static_cast<size_t>(options.max_batch_size));
   layer_states_.resize(static_cast<size_t>(options.max_batch_size));
   sample_slots_.resize(static_cast<size_t>(options.max_batch_size));
+  pieces_.reserve(static_cast<size_t>(options.max_batch_size));
+  head_rows_.reserve(static_cast<size_t>(options.max_batch_size));
+  prefill_slots_.reserve(static_cast<size_t>(options.max_batch_size));
 }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
@@ -218,8 +221,25 @@ absl::Status CpuBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId>
     return s;
   }
   float* logits = SampleLogits();
-  RunPrefill(slot, tokens, /*all_logits=*/false, /*last_logits=*/true, logits);
+  const PrefillItem item{.slot = slot, .tokens = tokens, .sample = true};
+  RunPrefill({&item, 1}, /*all_logits=*/false, logits);
   sampling_.SampleRows({&slot, 1}, logits, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
+                                      const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckPrefillBatch(batch); !s.ok()) return s;
+  prefill_slots_.clear();
+  for (const PrefillItem& item : batch) {
+    if (item.sample) prefill_slots_.push_back(item.slot);
+  }
+  if (absl::Status s = sampling_.CheckOutput(prefill_slots_, out, "PrefillBatch"); !s.ok()) {
+    return s;
+  }
+  float* logits = SampleLogits();
+  RunPrefill(batch, /*all_logits=*/false, logits);
+  if (!prefill_slots_.empty()) sampling_.SampleRows(prefill_slots_, logits, out);
   return absl::OkStatus();
 }
 
@@ -244,20 +264,37 @@ void CpuBackend::Embed(int row, TokenId token, int64_t position) {
   }
 }
 
-void CpuBackend::Attention(int layer, int rows, int32_t chunk_slot) {
-  const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
-  // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's GEMM
-  // calls and gives bitwise what Decode would.
-  if (chunk_slot >= 0 && rows == 1) {
-    layer_states_[0] = SlotState(chunk_slot) + layer_offset;
-    cpu::LinearAttentionDecode(shape_, 1, phi_q_.data(), phi_k_.data(), v_.data(),
-                               layer_states_.data(), attn_.data(), threads_);
-    return;
+void CpuBackend::PieceAttention(const PrefillPiece& piece, int64_t layer_offset) {
+  const int64_t chunk = options_.prefill_chunk_size;
+  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  float* state = SlotState(piece.slot) + layer_offset;
+  for (int r = 0; r < piece.rows;) {
+    // Pieces start at a multiple of the chunk size from their item's first token (RunPrefill
+    // cuts items there), so these are the chunks of the item fed alone.
+    const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk));
+    const int64_t row = piece.first_row + r;
+    const float* phi_q = phi_q_.data() + row * hf;
+    const float* phi_k = phi_k_.data() + row * hf;
+    const float* v = v_.data() + row * hd;
+    float* out = attn_.data() + row * hd;
+    if (rows == 1) {
+      // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's
+      // GEMM calls and gives bitwise what Decode would.
+      layer_states_[0] = state;
+      cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
+    } else {
+      cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out, chunk_scratch_.data(),
+                                threads_);
+    }
+    r += rows;
   }
-  if (chunk_slot >= 0) {
-    cpu::LinearAttentionChunk(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
-                              SlotState(chunk_slot) + layer_offset, attn_.data(),
-                              chunk_scratch_.data(), threads_);
+}
+
+void CpuBackend::Attention(int layer, int rows, bool prefill) {
+  const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
+  if (prefill) {
+    for (const PrefillPiece& piece : pieces_) PieceAttention(piece, layer_offset);
     return;
   }
   for (int i = 0; i < rows; ++i) layer_states_[i] = SlotState(decode_slots_[i]) + layer_offset;
@@ -265,7 +302,7 @@ void CpuBackend::Attention(int layer, int rows, int32_t chunk_slot) {
                              layer_states_.data(), attn_.data(), threads_);
 }
 
-void CpuBackend::RunLayers(int rows, int32_t chunk_slot) {
+void CpuBackend::RunLayers(int rows, bool prefill) {
   using cpu::Linear;
   using cpu::LinearOutput;
   const int64_t d = config_.d_model;
@@ -295,7 +332,7 @@ void CpuBackend::RunLayers(int rows, int32_t chunk_slot) {
                          config_.feature_dim, phi_q_.data());
     cpu::ApplyFeatureMap(feature_map_, k_.data(), vectors, config_.head_dim, favor,
                          config_.feature_dim, phi_k_.data());
-    Attention(static_cast<int>(l), rows, chunk_slot);
+    Attention(static_cast<int>(l), rows, prefill);
     Linear(attn_.data(), rows, hd, p.o, OrNull(w.o_bias), none, LinearOutput::kAccumulate, x, d,
            threads_);
     if (!pre) {
@@ -330,6 +367,24 @@ void CpuBackend::Head(int first, int rows, float* logits) {
               logits, config_.vocab_size, threads_);
 }
 
+void CpuBackend::HeadRows(absl::Span<const int> rows, float* logits) {
+  const int64_t d = config_.d_model;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* x = x_.data() + rows[i] * d;
+    float* h = h_.data() + static_cast<int64_t>(i) * d;
+    if (config_.norm == NormPlacement::kPre) {
+      cpu::LayerNorm(x, 1, d, model_.weights.final_norm_weight.data.data(),
+                     model_.weights.final_norm_bias.data.data(),
+                     static_cast<float>(config_.layer_norm_eps), h);
+    } else {
+      std::copy(x, x + d, h);
+    }
+  }
+  cpu::Linear(h_.data(), static_cast<int64_t>(rows.size()), d, head_, nullptr,
+              cpu::Activation::kNone, cpu::LinearOutput::kStore, logits, config_.vocab_size,
+              threads_);
+}
+
 absl::Status CpuBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
                                  absl::Span<float> logits) {
   if (absl::Status s = pool_.CheckPrefill(slot, tokens, static_cast<int64_t>(logits.size()));
@@ -338,28 +393,57 @@ absl::Status CpuBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
   }
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t vocab = config_.vocab_size;
-  RunPrefill(slot, tokens, static_cast<int64_t>(logits.size()) == n * vocab,
-             static_cast<int64_t>(logits.size()) == vocab, logits.data());
+  const int64_t size = static_cast<int64_t>(logits.size());
+  const PrefillItem item{.slot = slot, .tokens = tokens, .sample = size == vocab};
+  RunPrefill({&item, 1}, /*all_logits=*/size == n * vocab, logits.data());
   return absl::OkStatus();
 }
 
-void CpuBackend::RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, bool all_logits,
-                            bool last_logits, float* logits) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
+void CpuBackend::RunPrefill(absl::Span<const PrefillItem> batch, bool all_logits, float* logits) {
   const int64_t vocab = config_.vocab_size;
-  const int64_t start = pool_.position(slot);
   const int64_t chunk = options_.prefill_chunk_size;
-  for (int64_t c0 = 0; c0 < n; c0 += chunk) {
-    const int rows = static_cast<int>(std::min(chunk, n - c0));
-    for (int r = 0; r < rows; ++r) Embed(r, tokens[c0 + r], start + c0 + r);
-    RunLayers(rows, slot.value);
+  size_t item = 0;
+  int64_t fed = 0;         // tokens of batch[item] in earlier passes
+  int64_t logits_row = 0;  // the next row of `logits`
+  while (item < batch.size()) {
+    // Fill one pass with the next items' tokens, in order.
+    pieces_.clear();
+    head_rows_.clear();
+    int rows = 0;
+    while (item < batch.size()) {
+      const PrefillItem& it = batch[item];
+      const int64_t n = static_cast<int64_t>(it.tokens.size());
+      const int64_t position = pool_.position(it.slot) + fed;
+      int64_t take = std::min<int64_t>(n - fed, max_rows_ - rows);
+      if (fed + take < n) {
+        // The item goes on in the next pass: cut at a chunk boundary. A fresh pass always
+        // takes at least one token (max_rows_ >= chunk).
+        take = (fed + take) / chunk * chunk - fed;
+        if (take <= 0) break;
+      }
+      for (int64_t r = 0; r < take; ++r) {
+        Embed(rows + static_cast<int>(r), it.tokens[fed + r], position + r);
+      }
+      pieces_.push_back({it.slot.value, rows, static_cast<int>(take)});
+      rows += static_cast<int>(take);
+      fed += take;
+      if (fed < n) break;
+      if (it.sample) head_rows_.push_back(rows - 1);
+      ++item;
+      fed = 0;
+    }
+    RunLayers(rows, /*prefill=*/true);
     if (all_logits) {
-      Head(0, rows, logits + c0 * vocab);
-    } else if (last_logits && c0 + rows == n) {
-      Head(rows - 1, 1, logits);
+      Head(0, rows, logits + logits_row * vocab);
+      logits_row += rows;
+    } else if (!head_rows_.empty()) {
+      HeadRows(head_rows_, logits + logits_row * vocab);
+      logits_row += static_cast<int64_t>(head_rows_.size());
     }
   }
-  pool_.set_position(slot, start + n);
+  for (const PrefillItem& it : batch) {
+    pool_.Advance(it.slot, static_cast<int64_t>(it.tokens.size()));
+  }
 }
 
 absl::Status CpuBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
@@ -380,7 +464,7 @@ void CpuBackend::RunDecode(absl::Span<const DecodeItem> batch, float* logits) {
     decode_slots_[i] = batch[i].slot.value;
     Embed(i, batch[i].token, pool_.position(batch[i].slot));
   }
-  RunLayers(rows, -1);
+  RunLayers(rows, /*prefill=*/false);
   Head(0, rows, logits);
   for (int i = 0; i < rows; ++i) pool_.Advance(batch[i].slot, 1);
 }

@@ -4,7 +4,17 @@
 // Memory: the weights are repacked once into the panel layout of kernels/cpu/packed_linear.h
 // (as many bytes again as the model's projection and head weights); the state pool is one
 // allocation of slot_capacity() · StateFloatsPerSlot() floats whose pages are only touched when
-// a slot is first used; scratch for max(max_batch_size, prefill_chunk_size) rows.
+// a slot is first used; scratch for max(max_batch_size, kPrefillPassRows, prefill_chunk_size)
+// rows.
+//
+// Prefill runs in passes of up to that many rows, each holding consecutive tokens of one or
+// more sessions (PrefillBatch): the GEMMs run over all of a pass's rows, the attention per
+// session in chunks of prefill_chunk_size counted from the first token of the session's item (a
+// one-token chunk runs the decode kernel); an item that goes on in the next pass is cut at such
+// a chunk boundary. As every row of a GEMM is computed by the same instruction sequence
+// (kernels/cpu/packed_linear.h), a session's state and logits are bitwise what it gets fed
+// alone, whichever sessions share its passes: prefill is batch-invariant as decode is. (Where a
+// prompt is split between calls does change the chunks, and so the rounding.)
 //
 // Threads: up to BackendOptions::num_threads threads (kernels/cpu/parallel.h) for the GEMMs and
 // the per-(session, head) attention work; OpenBLAS is set single-threaded process-wide at
@@ -62,11 +72,15 @@ class CpuBackend final : public Backend {
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                 const SampleOutput& out) override;
+  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
   int num_threads() const { return threads_; }
+
+  // Rows of one prefill pass (at least; max_batch_size when larger).
+  static constexpr int kPrefillPassRows = 512;
 
  private:
   struct PackedLayer {
@@ -81,20 +95,33 @@ class CpuBackend final : public Backend {
   void ClearSlot(SlotId slot);
   // max_batch_size rows of logits for the sampling calls, allocated at first use.
   float* SampleLogits();
-  // The prefill and decode bodies, after validation.
-  void RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, bool all_logits,
-                  bool last_logits, float* logits);
+  // Consecutive rows of one prefill pass: tokens of one item for `slot`, starting at a
+  // multiple of the chunk size from the item's first token.
+  struct PrefillPiece {
+    int32_t slot;
+    int first_row;
+    int rows;
+  };
+
+  // The prefill and decode bodies, after validation. RunPrefill writes to `logits` every
+  // position's logits when `all_logits` (a batch of one item), else one row per item with
+  // `sample`, in batch order.
+  void RunPrefill(absl::Span<const PrefillItem> batch, bool all_logits, float* logits);
   void RunDecode(absl::Span<const DecodeItem> batch, float* logits);
 
   // x_[row] = token embedding + position embedding.
   void Embed(int row, TokenId token, int64_t position);
-  // Runs every layer over rows [0, rows) of x_. Attention: with `chunk_slot` >= 0 the rows are
-  // consecutive tokens of that slot (chunked form); otherwise row i is one token of slot
-  // decode_slots_[i] (recurrent form).
-  void RunLayers(int rows, int32_t chunk_slot);
+  // Runs every layer over rows [0, rows) of x_. Attention: with `prefill` the rows are
+  // pieces_ (chunked form); otherwise row i is one token of slot decode_slots_[i] (recurrent
+  // form).
+  void RunLayers(int rows, bool prefill);
   // logits[i] for rows [first, first + rows) of x_, after the final norm (pre-norm models).
   void Head(int first, int rows, float* logits);
-  void Attention(int layer, int rows, int32_t chunk_slot);
+  // logits[i] for row rows[i] of x_.
+  void HeadRows(absl::Span<const int> rows, float* logits);
+  void Attention(int layer, int rows, bool prefill);
+  // One piece's attention for one layer, in position-aligned chunks.
+  void PieceAttention(const PrefillPiece& piece, int64_t layer_offset);
 
   const Model& model_;
   const ModelConfig& config_;
@@ -120,6 +147,9 @@ class CpuBackend final : public Backend {
   cpu::FloatBuffer x_, h_, q_, k_, v_, phi_q_, phi_k_, attn_, ff_, chunk_scratch_;
   std::vector<int32_t> decode_slots_;  // per decode row: its slot
   std::vector<float*> layer_states_;   // per decode row: its slot's state for one layer
+  std::vector<PrefillPiece> pieces_;   // the prefill pass's pieces, in row order
+  std::vector<int> head_rows_;         // the prefill pass's rows whose logits are wanted
+  std::vector<SlotId> prefill_slots_;  // the sampling items' slots of a PrefillBatch
 };
 
 }  // namespace linserve

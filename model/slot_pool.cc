@@ -185,6 +185,46 @@ absl::Status SlotPool::CheckPrefill(SlotId slot, absl::Span<const TokenId> token
   return CheckPositions(positions_[slot.value], n, absl::StrCat("Prefill: slot ", slot.value));
 }
 
+absl::Status SlotPool::CheckPrefillBatch(absl::Span<const PrefillItem> batch) {
+  if (batch.empty()) return absl::InvalidArgumentError("PrefillBatch: batch is empty");
+  if (static_cast<int64_t>(batch.size()) > max_batch_size_) {
+    return absl::InvalidArgumentError(absl::StrCat("PrefillBatch: batch has ", batch.size(),
+                                                   " items; max_batch_size is ", max_batch_size_));
+  }
+  ++batch_generation_;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const PrefillItem& item = batch[i];
+    if (absl::Status s =
+            CheckAllocated(item.slot, absl::StrCat("PrefillBatch: batch[", i, "].slot"));
+        !s.ok()) {
+      return s;
+    }
+    if (batch_mark_[item.slot.value] == batch_generation_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "PrefillBatch: batch[", i, "].slot = ", item.slot.value, " appears twice in the batch"));
+    }
+    batch_mark_[item.slot.value] = batch_generation_;
+    if (item.tokens.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("PrefillBatch: batch[", i, "].tokens is empty"));
+    }
+    for (size_t t = 0; t < item.tokens.size(); ++t) {
+      if (absl::Status s = CheckToken(item.tokens[t],
+                                      absl::StrCat("PrefillBatch: batch[", i, "].tokens[", t, "]"));
+          !s.ok()) {
+        return s;
+      }
+    }
+    if (absl::Status s =
+            CheckPositions(positions_[item.slot.value], static_cast<int64_t>(item.tokens.size()),
+                           absl::StrCat("PrefillBatch: batch[", i, "].slot ", item.slot.value));
+        !s.ok()) {
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status SlotPool::CheckWrite(SlotId slot, const StateBlob& in) const {
   if (absl::Status s = CheckAllocated(slot, "WriteSlot: slot"); !s.ok()) return s;
   if (static_cast<int64_t>(in.state.size()) != config_.StateFloatsPerSlot()) {

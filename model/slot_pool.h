@@ -73,6 +73,9 @@ class SlotPool {
   // logits size of 0, vocab_size or tokens.size() × vocab_size.
   absl::Status CheckPrefill(SlotId slot, absl::Span<const TokenId> tokens,
                             int64_t logits_size) const;
+  // A PrefillBatch: 1 to max_batch_size items, allocated and distinct slots, non-empty tokens
+  // in the vocabulary, positions available.
+  absl::Status CheckPrefillBatch(absl::Span<const PrefillItem> batch);
   // WriteSlot's blob: allocated slot, StateFloatsPerSlot() floats, a position the model can
   // continue from.
   absl::Status CheckWrite(SlotId slot, const StateBlob& in) const;
@@ -86,7 +89,7 @@ class SlotPool {
   std::vector<int64_t> positions_;
   std::vector<char> allocated_;
   std::vector<int32_t> free_list_;    // a stack; the lowest ids are handed out first
-  std::vector<uint64_t> batch_mark_;  // duplicate detection in CheckBatch
+  std::vector<uint64_t> batch_mark_;  // duplicate detection in CheckBatch, CheckPrefillBatch
   uint64_t batch_generation_ = 0;
 };
 

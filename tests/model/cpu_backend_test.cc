@@ -151,6 +151,112 @@ TEST(CpuBackendTest, PrefillInPiecesContinuesWhereItStopped) {
   EXPECT_LE(RelativeError(last_pieces, last_whole), 1e-4);
 }
 
+SamplingParams SeededParams(int i) {
+  SamplingParams p;
+  p.temperature = 0.8f;
+  p.top_p = 0.95f;
+  p.seed = 77 + i;
+  return p;
+}
+
+// A varlen batch: sessions at different positions, prompts from one token to hundreds, more
+// tokens in all than a pass holds (CpuBackend::kPrefillPassRows), every other item sampling. Each
+// session's state and sampled token are bitwise what it gets alone, and the state is the
+// recurrence's up to rounding.
+TEST(CpuBackendTest, PrefillBatchGivesBitwiseWhatEachSessionGetsAlone) {
+  // 689 tokens in all: the batch takes two passes, and the 450-token item is cut between them.
+  const std::vector<int> history = {0, 10, 63, 0, 40, 5, 0};
+  const std::vector<int> lengths = {1, 5, 64, 130, 450, 2, 37};
+  for (const Variant& variant : Variants()) {
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 21);
+    const int vocab = variant.config.vocab_size;
+    for (int chunk : {7, 64}) {
+      SCOPED_TRACE(chunk);
+      BackendOptions options;
+      options.prefill_chunk_size = chunk;
+      std::unique_ptr<Backend> batched = MakeBackend(model, options);
+      std::unique_ptr<Backend> alone = MakeBackend(model, options);
+      std::unique_ptr<Backend> recurrent = MakeBackend(model, options);
+      std::vector<std::vector<TokenId>> prompts;
+      std::vector<PrefillItem> batch;
+      std::vector<TokenId> expect_tokens;
+      for (size_t i = 0; i < lengths.size(); ++i) {
+        const std::vector<TokenId> before = RandomTokens(history[i], vocab, 300 + i);
+        prompts.push_back(RandomTokens(lengths[i], vocab, 400 + i));
+        const bool sample = i % 2 == 1;
+        const SlotId slot = Allocate(*batched);
+        const SlotId solo = Allocate(*alone);
+        const SlotId steps = Allocate(*recurrent);
+        ASSERT_EQ(slot, solo);
+        for (Backend* b : {batched.get(), alone.get()}) {
+          if (!before.empty()) {
+            ASSERT_TRUE(b->Prefill(slot, before, {}).ok());
+          }
+          ASSERT_TRUE(b->StartSampling(slot, SeededParams(static_cast<int>(i)), 0, {}).ok());
+        }
+        DecodeOneByOne(*recurrent, steps, before);
+        DecodeOneByOne(*recurrent, steps, prompts.back());
+        batch.push_back({.slot = slot, .tokens = prompts.back(), .sample = sample});
+        if (sample) {
+          TokenId token = -1;
+          ASSERT_TRUE(alone->PrefillAndSample(solo, prompts.back(), {.tokens = {&token, 1}}).ok());
+          expect_tokens.push_back(token);
+        } else {
+          ASSERT_TRUE(alone->Prefill(solo, prompts.back(), {}).ok());
+        }
+      }
+      std::vector<TokenId> tokens(expect_tokens.size(), -1);
+      ASSERT_TRUE(batched->PrefillBatch(batch, {.tokens = absl::MakeSpan(tokens)}).ok());
+      EXPECT_EQ(tokens, expect_tokens);
+      for (size_t i = 0; i < batch.size(); ++i) {
+        SCOPED_TRACE(i);
+        const StateBlob got = Read(*batched, batch[i].slot);
+        EXPECT_EQ(got.position, history[i] + lengths[i]);
+        EXPECT_EQ(got.state, Read(*alone, batch[i].slot).state);
+        EXPECT_LE(RelativeError(got.state, Read(*recurrent, batch[i].slot).state), 1e-5);
+      }
+    }
+  }
+}
+
+TEST(CpuBackendTest, PrefillBatchValidatesEveryItem) {
+  const Model model = MakeRandomModel(TinyConfig(), 5);
+  BackendOptions options;
+  options.max_batch_size = 2;
+  std::unique_ptr<Backend> b = MakeBackend(model, options);
+  const SlotId a = Allocate(*b);
+  const SlotId c = Allocate(*b);
+  const SlotId unsampled = Allocate(*b);
+  ASSERT_TRUE(b->StartSampling(a, {}, 0, {}).ok());
+  ASSERT_TRUE(b->StartSampling(c, {}, 0, {}).ok());
+  const std::vector<TokenId> ok = {1, 2, 3};
+  const std::vector<TokenId> bad = {1, 260};
+  TokenId token = 0;
+  const SampleOutput one{.tokens = {&token, 1}};
+  auto message = [&](std::vector<PrefillItem> batch, const SampleOutput& out) {
+    const absl::Status s = b->PrefillBatch(batch, out);
+    EXPECT_FALSE(s.ok());
+    return std::string(s.message());
+  };
+  EXPECT_THAT(message({}, {}), HasSubstr("batch is empty"));
+  EXPECT_THAT(message({{a, ok}, {c, ok}, {unsampled, ok}}, {}),
+              HasSubstr("3 items; max_batch_size is 2"));
+  EXPECT_THAT(message({{a, ok}, {a, ok}}, {}), HasSubstr("batch[1].slot = 0 appears twice"));
+  EXPECT_THAT(message({{a, ok}, {c, {}}}, {}), HasSubstr("batch[1].tokens is empty"));
+  EXPECT_THAT(message({{a, ok}, {c, bad}}, {}), HasSubstr("batch[1].tokens[1] = 260"));
+  EXPECT_THAT(message({{SlotId{9}, ok}}, {}), HasSubstr("batch[0].slot = 9"));
+  EXPECT_THAT(message({{a, ok, true}}, {}), HasSubstr("out.tokens has 0 entries; expected 1"));
+  EXPECT_EQ(b->PrefillBatch({{{unsampled, ok, true}}}, one).code(),
+            absl::StatusCode::kFailedPrecondition);
+  // Nothing was fed by the refused calls.
+  EXPECT_EQ(*b->SlotPosition(a), 0);
+  EXPECT_EQ(*b->SlotPosition(c), 0);
+  EXPECT_TRUE(b->PrefillBatch({{a, ok, true}, {c, ok}}, one).ok());
+  EXPECT_EQ(*b->SlotPosition(a), 3);
+  EXPECT_EQ(*b->SlotPosition(c), 3);
+}
+
 TEST(CpuBackendTest, LastLogitsModeEqualsLastRowOfAllLogits) {
   const Model model = MakeRandomModel(TinyConfig(), 4);
   const std::vector<TokenId> tokens = RandomTokens(70, 260, 3);

@@ -91,6 +91,12 @@ absl::Status PipelinedBackend::PrefillAndSample(SlotId slot, absl::Span<const To
   return inner_->PrefillAndSample(slot, tokens, out);
 }
 
+absl::Status PipelinedBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
+                                            const SampleOutput& out) {
+  RunLaunched();
+  return inner_->PrefillBatch(batch, out);
+}
+
 absl::Status PipelinedBackend::ReadSlot(SlotId slot, StateBlob& out) const {
   RunLaunched();
   return inner_->ReadSlot(slot, out);

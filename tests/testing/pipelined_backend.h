@@ -39,6 +39,7 @@ class PipelinedBackend final : public Backend {
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                 const SampleOutput& out) override;
+  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
