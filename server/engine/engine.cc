@@ -45,6 +45,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
       decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
+      prefill_sample_(DecodeRows(options)),
       m_{
           metrics.GetCounter("linserve_engine_steps_total",
                              "Engine steps that ran the model (one decode batch and/or prefill "
@@ -69,7 +70,11 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetHistogram("linserve_decode_batch_size", "Sessions per decode step",
                                SizeBuckets()),
           metrics.GetHistogram("linserve_prefill_chunk_tokens",
-                               "Prompt tokens per prefill chunk", SizeBuckets()),
+                               "Prompt tokens per prefill chunk (one session's share of a step)",
+                               SizeBuckets()),
+          metrics.GetHistogram("linserve_prefill_step_tokens",
+                               "Prompt tokens per engine step that fed any (one batched prefill)",
+                               SizeBuckets()),
           metrics.GetHistogram("linserve_time_to_first_token_seconds",
                                "From accepting a request to its first sampled token",
                                LatencyBuckets()),
@@ -90,6 +95,9 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
   plan_.decode.reserve(rows);
+  plan_.prefill.reserve(rows);
+  prefill_items_.reserve(rows);
+  prefill_jobs_.reserve(rows);
 }
 
 Engine::DecodeStep::DecodeStep(size_t rows)
@@ -517,28 +525,46 @@ void Engine::DropDecodeRows(Job& job) {
 }
 
 void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
+  prefill_items_.clear();
+  prefill_jobs_.clear();
+  size_t sampled = 0;
+  int64_t tokens = 0;
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
+    // The last chunk of a prompt yields the first token.
     const bool last = chunk.tokens == job->prefill_remaining();
-    const SlotId slot = *job->session()->slot;
-    const absl::Span<const TokenId> tokens = job->PeekPrefill(chunk.tokens);
+    prefill_items_.push_back(
+        {.slot = *job->session()->slot, .tokens = job->PeekPrefill(chunk.tokens), .sample = last});
+    prefill_jobs_.push_back(job);
+    sampled += last ? 1 : 0;
+    tokens += chunk.tokens;
     m_.prefill_chunk.Observe(chunk.tokens);
-    DecodeStep& out = prefill_sample_;
-    const absl::Status status = last ? backend_->PrefillAndSample(slot, tokens, out.Output(1))
-                                     : backend_->Prefill(slot, tokens, {});
-    if (!status.ok()) {
-      FailOnBackendError(chunk.id, status);
-      continue;
-    }
-    job->PrefillDone(chunk.tokens);
-    if (!last) continue;
-    job->set_last_token_step(step_);
-    job->Sampled(out.tokens[0]);
-    const std::optional<FinishReason> finish = EmitSampled(
-        *job, out.tokens[0], out.logprobs[0], absl::MakeConstSpan(out.top_logprobs), absl::Now());
-    m_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
-    if (finish.has_value()) Complete(Extract(chunk.id), absl::OkStatus(), *finish);
   }
+  m_.prefill_step.Observe(static_cast<double>(tokens));
+  DecodeStep& out = prefill_sample_;
+  if (absl::Status status = backend_->PrefillBatch(prefill_items_, out.Output(sampled));
+      !status.ok()) {
+    // The call may have fed some of its slots: none of them can be trusted.
+    for (const PrefillChunk& chunk : chunks) FailOnBackendError(chunk.id, status);
+    return;
+  }
+  const absl::Time now = absl::Now();
+  finished_.clear();
+  size_t row = 0;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    Job* job = prefill_jobs_[i];
+    job->PrefillDone(chunks[i].tokens);
+    if (!prefill_items_[i].sample) continue;
+    job->set_last_token_step(step_);
+    job->Sampled(out.tokens[row]);
+    const std::optional<FinishReason> finish =
+        EmitSampled(*job, out.tokens[row], out.logprobs[row],
+                    absl::MakeConstSpan(out.top_logprobs).subspan(row * kMaxTopLogprobs), now);
+    ++row;
+    m_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
+    if (finish.has_value()) finished_.emplace_back(job->id(), *finish);
+  }
+  for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
 }
 
 void Engine::ExpireSessions(absl::Time now) {

@@ -4,8 +4,9 @@
 // operations enqueue work and return at once (RESOURCE_EXHAUSTED naming max_queue_depth when it
 // is full), so a transport thread never waits for a model step. The engine thread loops: run the
 // inbox (submissions, cancellations, session operations), admit waiting requests to state
-// slots, ask the Scheduler for a plan, run one batched decode (the backend samples) and its
-// prefill chunks, hand tokens to each request's TokenSink.
+// slots, ask the Scheduler for a plan, run one batched decode (the backend samples) and one
+// batched prefill of the plan's prompt chunks (Backend::PrefillBatch), hand tokens to each
+// request's TokenSink.
 //
 // On an asynchronous backend (a GPU) the loop is pipelined: a step collects the decode the
 // previous step launched, launches the next one at once with those tokens as inputs, and only
@@ -55,7 +56,8 @@
 namespace linserve {
 
 struct EngineOptions {
-  // Decode batch cap and per-step prefill budget. Default: see SchedulerLimits.
+  // Decode batch cap and the per-step prefill budgets. Default: see SchedulerLimits (the CPU's
+  // values; SchedulerDefaults has each device's).
   SchedulerLimits scheduler;
   // Session count and idle expiry. Default: see SessionStoreOptions.
   SessionStoreOptions sessions;
@@ -231,6 +233,8 @@ class Engine {
   DecodeStep* CollectDecode();
   // Hands each live row of a collected step to its job's sink and ends the jobs that are done.
   void EmitDecoded(DecodeStep& step);
+  // Feeds the step's prompt chunks in one Backend::PrefillBatch call; the prompts that end in
+  // it get their first token.
   void RunPrefill(absl::Span<const PrefillChunk> chunks);
   // Hands `token` (row `row` of `logprobs` and `top_logprobs`) to `job` (Job::Emit) and counts
   // it.
@@ -280,8 +284,10 @@ class Engine {
   int next_decode_step_ = 0;
   // The step launched and not yet collected (asynchronous backends only, between two Steps).
   DecodeStep* in_flight_ = nullptr;
-  // A prefill's one sampled row.
-  DecodeStep prefill_sample_{1};
+  // A step's prefill: its items, their jobs, and a sampled row per prompt that ends in it.
+  DecodeStep prefill_sample_;
+  std::vector<PrefillItem> prefill_items_;
+  std::vector<Job*> prefill_jobs_;
   // Per-step scratch, sized once: no allocation in a step.
   std::vector<JobView> views_;
   StepPlan plan_;
@@ -316,6 +322,7 @@ class Engine {
     Counter& generations_failed;
     Histogram& batch_size;
     Histogram& prefill_chunk;
+    Histogram& prefill_step;
     Histogram& time_to_first_token;
     Histogram& inter_token_latency;
     Gauge& queue_depth;

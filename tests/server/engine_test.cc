@@ -655,13 +655,47 @@ TEST_P(EngineTest, LongPromptNeverStallsADecodingSession) {
   const std::vector<FakeBackend::Call> calls = h.backend->calls();
   int prefills = 0;
   for (size_t i = 1; i < calls.size(); ++i) {
-    if (calls[i].kind != FakeBackend::Call::kPrefill) continue;
+    if (calls[i].kind != FakeBackend::Call::kPrefillBatch) continue;
     ++prefills;
     EXPECT_LE(calls[i].size, 8);
     // Each step decodes first, so every chunk follows a decode of the streaming session.
     EXPECT_EQ(calls[i - 1].kind, FakeBackend::Call::kDecode) << "call " << i;
   }
   EXPECT_EQ(prefills, 51);  // 401 tokens (BOS + 400) in chunks of 8
+}
+
+TEST_P(EngineTest, PromptsOfAStepShareOneBatchedPrefillAndAnIdleEngineFeedsLargeChunks) {
+  EngineOptions options;
+  options.scheduler.prefill_token_budget = 64;
+  options.scheduler.idle_prefill_token_budget = 256;
+  Harness h = Start(options);
+  auto decoding = std::make_shared<RecordingSink>();
+  h.backend->CloseGate();
+  ASSERT_TRUE(h.engine->Submit(Request({1, 2, 3}, 40, 0), decoding).ok());
+  decoding->WaitForTokens(1);  // held in its first decode while the prompts queue up
+  std::vector<std::shared_ptr<RecordingSink>> prompts;
+  for (int i = 0; i < 4; ++i) {
+    prompts.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(
+        h.engine->Submit(Request(std::vector<TokenId>(10, 65 + i), 2, 0), prompts.back()).ok());
+  }
+  h.backend->Open();
+  for (auto& sink : prompts) ASSERT_TRUE(sink->Wait().status.ok());
+  ASSERT_TRUE(decoding->Wait().status.ok());
+  // Alone, a 1000-token prompt goes in chunks of the idle budget.
+  ASSERT_TRUE(RunRequest(*h.engine, Request(std::vector<TokenId>(1000, 70), 1, 0)).status.ok());
+
+  std::vector<FakeBackend::Call> batches;
+  for (const FakeBackend::Call& call : h.backend->calls()) {
+    if (call.kind == FakeBackend::Call::kPrefillBatch) batches.push_back(call);
+  }
+  // The first prompt, then the four (BOS + 10 tokens each) in one call beside the decode, then
+  // 1001 tokens in calls of 256.
+  ASSERT_EQ(batches.size(), 6u);
+  EXPECT_EQ(batches[1].items, 4);
+  EXPECT_EQ(batches[1].size, 44);
+  for (size_t i = 2; i < 5; ++i) EXPECT_EQ(batches[i].size, 256);
+  EXPECT_EQ(batches[5].size, 1001 - 3 * 256);
 }
 
 TEST_P(EngineTest, IdleSessionsExpire) {

@@ -128,6 +128,17 @@ absl::Status FakeBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
   return absl::OkStatus();
 }
 
+absl::Status FakeBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
+                                       const SampleOutput& out) {
+  int32_t tokens = 0;
+  for (const PrefillItem& item : batch) tokens += static_cast<int32_t>(item.tokens.size());
+  {
+    absl::MutexLock lock(&mu_);
+    calls_.push_back({Call::kPrefillBatch, tokens, static_cast<int32_t>(batch.size())});
+  }
+  return Backend::PrefillBatch(batch, out);
+}
+
 absl::Status FakeBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
   {
     absl::MutexLock lock(&mu_);

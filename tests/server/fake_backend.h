@@ -19,10 +19,12 @@ namespace linserve {
 
 class FakeBackend : public Backend {
  public:
-  // One call the backend received.
+  // One call the backend received. A PrefillBatch call is recorded, then its items as the
+  // Prefill calls the default Backend::PrefillBatch makes.
   struct Call {
-    enum Kind { kPrefill, kDecode } kind;
-    int32_t size;  // tokens prefilled, or sessions decoded
+    enum Kind { kPrefill, kDecode, kPrefillBatch } kind;
+    int32_t size;       // tokens prefilled (in all, for a batch), or sessions decoded
+    int32_t items = 1;  // sessions of a PrefillBatch
   };
 
   // Every token t updates each state float s_i <- 0.75·s_i + table(t, i) (|table(t, i)| for
@@ -54,6 +56,7 @@ class FakeBackend : public Backend {
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                 const SampleOutput& out) override;
+  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   // Thread-safe controls for tests.
   // Every later Prefill/Decode fails with INTERNAL while set.
