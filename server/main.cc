@@ -32,6 +32,7 @@
 #include "model/model.h"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
+#include "server/engine/scheduler.h"
 #include "server/transport/auth.h"
 #include "server/transport/grpc_server.h"
 #include "server/transport/http_server.h"
@@ -87,11 +88,24 @@ ABSL_FLAG(int64_t, state_memory_mib, 1024,
           "state bytes per session). Sessions beyond the pool hibernate to host memory.");
 ABSL_FLAG(int32_t, max_slots, 1024, "Most state slots, whatever --state_memory_mib allows.");
 ABSL_FLAG(int32_t, max_batch_size, 64, "Most sessions decoded together in one step.");
-ABSL_FLAG(int32_t, prefill_token_budget, 256,
-          "Most prompt tokens fed per step: a long prompt delays streaming sessions by at most "
-          "this much work per token they receive.");
+ABSL_FLAG(int32_t, prefill_token_budget, 0,
+          "While sessions stream tokens, the least number of prompt tokens a step feeds (with "
+          "--prefill_tokens_per_decode_row, the budget is the larger of the two): what a "
+          "streaming session's next token may wait for, and what the earliest prompt gets per "
+          "step at worst. 0 = the device's default (cpu 32, cuda 256).");
+ABSL_FLAG(int32_t, prefill_tokens_per_decode_row, -1,
+          "While sessions stream, a step's prompt budget grows to this many tokens per session "
+          "it decodes, keeping the prompt work a step adds in proportion to its decode work "
+          "(larger: prompts finish sooner, streams stutter more). 0: the budget is "
+          "--prefill_token_budget. -1 = the device's default (cpu 1, cuda 8).");
+ABSL_FLAG(int32_t, idle_prefill_token_budget, 0,
+          "Most prompt tokens a step feeds when no session is streaming: large, so that long "
+          "prompts go at the backend's full speed; a request arriving meanwhile waits for at "
+          "most one such step. At least the prompt budget. 0 = the device's default (cpu 2048, "
+          "cuda 8192).");
 ABSL_FLAG(int32_t, prefill_chunk_size, 64,
-          "Tokens per chunk of the backend's chunked-parallel prefill.");
+          "Tokens per chunk of the backend's chunked-parallel prefill attention (cpu: up to "
+          "4096, cuda: up to 128).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the CPU backend; 0 = every core.");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "Requests and session operations that may wait for the engine; more are refused at "
@@ -171,10 +185,51 @@ class PortFileGuard {
   const std::string path_;
 };
 
+// The prefill flags' ranges, checked before the model loads.
+absl::Status CheckSchedulerFlags() {
+  const int32_t budget = absl::GetFlag(FLAGS_prefill_token_budget);
+  const int32_t per_row = absl::GetFlag(FLAGS_prefill_tokens_per_decode_row);
+  const int32_t idle = absl::GetFlag(FLAGS_idle_prefill_token_budget);
+  if (budget < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefill_token_budget must be >= 1, or 0 for the device's default; got ", budget));
+  }
+  if (per_row < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefill_tokens_per_decode_row must be >= 0, or -1 for the device's "
+                     "default; got ",
+                     per_row));
+  }
+  if (idle < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--idle_prefill_token_budget must be >= 1, or 0 for the device's default; got ", idle));
+  }
+  return absl::OkStatus();
+}
+
+// The prefill flags left at their "device's default" values take `device`'s (SchedulerDefaults).
+absl::Status ApplySchedulerFlags(DeviceKind device, SchedulerLimits& limits) {
+  const SchedulerLimits defaults = SchedulerDefaults(device);
+  const int32_t budget = absl::GetFlag(FLAGS_prefill_token_budget);
+  const int32_t per_row = absl::GetFlag(FLAGS_prefill_tokens_per_decode_row);
+  const int32_t idle = absl::GetFlag(FLAGS_idle_prefill_token_budget);
+  limits.prefill_token_budget = budget == 0 ? defaults.prefill_token_budget : budget;
+  limits.prefill_tokens_per_decode_row =
+      per_row == -1 ? defaults.prefill_tokens_per_decode_row : per_row;
+  limits.idle_prefill_token_budget =
+      idle == 0 ? std::max(defaults.idle_prefill_token_budget, limits.prefill_token_budget) : idle;
+  if (limits.idle_prefill_token_budget < limits.prefill_token_budget) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--idle_prefill_token_budget (", limits.idle_prefill_token_budget,
+                     ") must be >= --prefill_token_budget (", limits.prefill_token_budget, ")"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   EngineOptions o;
   o.scheduler.max_batch_size = absl::GetFlag(FLAGS_max_batch_size);
-  o.scheduler.prefill_token_budget = absl::GetFlag(FLAGS_prefill_token_budget);
+  if (absl::Status s = CheckSchedulerFlags(); !s.ok()) return s;
   o.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   o.sessions.idle_timeout = absl::GetFlag(FLAGS_session_idle_timeout);
   o.requests.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
@@ -293,6 +348,18 @@ int Run(const sigset_t& signals) {
                (*model)->directory, (*model)->weights.ParameterCount(), (*model)->fingerprint,
                (*backend)->device() == DeviceKind::kCuda ? "cuda" : "cpu",
                (*backend)->slot_capacity(), absl::FormatDuration(absl::Now() - load_start));
+
+  if (absl::Status s = ApplySchedulerFlags((*backend)->device(), engine_options->scheduler);
+      !s.ok()) {
+    spdlog::error("{}", s.ToString());
+    return 1;
+  }
+  spdlog::info(
+      "prefill: up to {} prompt tokens per step while nothing streams; while sessions "
+      "stream, max({}, {} per decoded session)",
+      engine_options->scheduler.idle_prefill_token_budget,
+      engine_options->scheduler.prefill_token_budget,
+      engine_options->scheduler.prefill_tokens_per_decode_row);
 
   MetricsRegistry metrics;
   absl::StatusOr<std::unique_ptr<Engine>> engine =

@@ -99,6 +99,8 @@ std::string FormatModelInfo(const v1::GetModelInfoResponse& info) {
   line("limit max_queue_depth", l.max_queue_depth());
   line("limit max_batch_size", l.max_batch_size());
   line("limit prefill_token_budget", l.prefill_token_budget());
+  line("limit prefill_tokens_per_decode_row", l.prefill_tokens_per_decode_row());
+  line("limit idle_prefill_token_budget", l.idle_prefill_token_budget());
   line("load free_slots", load.free_slots());
   line("load active_requests", load.active_requests());
   line("load queued_requests", load.queued_requests());

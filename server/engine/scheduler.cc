@@ -38,9 +38,9 @@ absl::Status ValidateSchedulerLimits(const SchedulerLimits& limits) {
                      limits.prefill_tokens_per_decode_row));
   }
   if (limits.idle_prefill_token_budget < limits.prefill_token_budget) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scheduler idle_prefill_token_budget must be >= prefill_token_budget (",
-        limits.prefill_token_budget, "), got ", limits.idle_prefill_token_budget));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler idle_prefill_token_budget must be >= prefill_token_budget (",
+                     limits.prefill_token_budget, "), got ", limits.idle_prefill_token_budget));
   }
   return absl::OkStatus();
 }

@@ -192,6 +192,8 @@ void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
   l->set_max_queue_depth(o.max_queue_depth);
   l->set_max_batch_size(o.scheduler.max_batch_size);
   l->set_prefill_token_budget(o.scheduler.prefill_token_budget);
+  l->set_prefill_tokens_per_decode_row(o.scheduler.prefill_tokens_per_decode_row);
+  l->set_idle_prefill_token_budget(o.scheduler.idle_prefill_token_budget);
 
   const EngineStats stats = engine.stats();
   v1::ServerLoad* load = out->mutable_load();

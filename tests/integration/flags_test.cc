@@ -49,7 +49,8 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--auth_tokens_file=" + dir_.Join("tokens"),
        "--reflection=false", "--state_dir=" + dir_.Join("state"), "--drain_deadline=1s",
        "--state_memory_mib=1", "--max_slots=5", "--max_batch_size=3",
-       "--prefill_token_budget=17", "--prefill_chunk_size=8", "--threads=1",
+       "--prefill_token_budget=17", "--prefill_tokens_per_decode_row=0",
+       "--idle_prefill_token_budget=19", "--prefill_chunk_size=8", "--threads=1",
        "--max_queue_depth=9", "--max_sessions=11", "--session_idle_timeout=inf",
        "--max_new_tokens=123", "--max_prompt_tokens=456", "--max_stop_strings=2",
        "--max_stop_string_bytes=7", "--max_stop_token_ids=3", "--max_top_logprobs=4",
@@ -84,6 +85,8 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   const v1::ServerLimits& limits = info->limits();
   EXPECT_EQ(limits.max_batch_size(), 3);
   EXPECT_EQ(limits.prefill_token_budget(), 17);
+  EXPECT_EQ(limits.prefill_tokens_per_decode_row(), 0);
+  EXPECT_EQ(limits.idle_prefill_token_budget(), 19);
   EXPECT_EQ(limits.max_queue_depth(), 9);
   EXPECT_EQ(limits.max_sessions(), 11);
   EXPECT_EQ(limits.max_new_tokens(), 123);
@@ -120,6 +123,11 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--log_level=loud", "--log_level"},
       {"--state_memory_mib=0", "--state_memory_mib"},
       {"--max_queue_depth=0", "max_queue_depth"},
+      {"--prefill_token_budget=-1", "--prefill_token_budget must be >= 1"},
+      {"--prefill_tokens_per_decode_row=-2", "--prefill_tokens_per_decode_row must be >= 0"},
+      {"--idle_prefill_token_budget=-1", "--idle_prefill_token_budget must be >= 1"},
+      {"--idle_prefill_token_budget=16", "--idle_prefill_token_budget (16) must be >= "
+                                         "--prefill_token_budget (32)"},
       {"--max_sessions=0", "max_sessions"},
       {"--max_top_logprobs=0", "max_top_logprobs"},
       {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},

@@ -177,8 +177,8 @@ void Simulate(uint64_t seed, const SchedulerLimits& limits, int steps, double ar
       prefilled += chunk.tokens;
     }
     ASSERT_LE(plan.prefill.size(), static_cast<size_t>(limits.max_batch_size));
-    ASSERT_EQ(prefilled, std::min<int64_t>(PrefillBudget(limits, std::ssize(plan.decode)),
-                                           total_remaining));
+    ASSERT_EQ(prefilled,
+              std::min<int64_t>(PrefillBudget(limits, std::ssize(plan.decode)), total_remaining));
 
     // Apply the plan.
     std::map<JobId, int32_t> chunk_of;
@@ -264,8 +264,8 @@ struct FairnessResult {
   int64_t prompts_done = 0;
 };
 
-FairnessResult SimulateFairness(const SchedulerLimits& limits, const CostModel& cost,
-                                uint64_t seed, int steps, int streams, int64_t prompt_tokens,
+FairnessResult SimulateFairness(const SchedulerLimits& limits, const CostModel& cost, uint64_t seed,
+                                int steps, int streams, int64_t prompt_tokens,
                                 double arrival_rate) {
   std::mt19937_64 rng(seed);
   std::uniform_real_distribution<double> unit(0, 1);
@@ -309,8 +309,8 @@ FairnessResult SimulateFairness(const SchedulerLimits& limits, const CostModel& 
       if (decoded.contains(j.id)) {
         if (j.last_token_time >= 0) {
           // Under the batch cap every stream decodes every step: its gap is this step.
-          result.worst_gap_ratio = std::max(
-              result.worst_gap_ratio, (now - j.last_token_time) / cost.Step(rows, 0));
+          result.worst_gap_ratio =
+              std::max(result.worst_gap_ratio, (now - j.last_token_time) / cost.Step(rows, 0));
         }
         j.last_token_step = step;
         j.last_token_time = now;
@@ -346,8 +346,8 @@ TEST(SchedulerTest, NoPromptStarvesUnderAnyLoad) {
   // A fixed per-step overhead, a GPU-like cost (prompt tokens cheap next to decode rows), a
   // large batch cap and few streams, many streams past the cap: every prompt meets its bound.
   const CostModel gpu{.step_cost = 50, .row_cost = 1, .token_cost = 0.1};
-  FairnessResult r = SimulateFairness(SchedulerDefaults(DeviceKind::kCuda), gpu, 4, 20000, 4,
-                                      3000, 0.05);
+  FairnessResult r =
+      SimulateFairness(SchedulerDefaults(DeviceKind::kCuda), gpu, 4, 20000, 4, 3000, 0.05);
   EXPECT_GT(r.prompts_done, 100);
   SchedulerLimits small = {.max_batch_size = 8,
                            .prefill_token_budget = 16,
