@@ -120,6 +120,15 @@ std::vector<int> MakeBuckets(int max_batch) {
   return buckets;
 }
 
+// Consecutive rows of one prefill pass: tokens of one slot, starting at a multiple of the
+// chunk size from the first token of the call's item (so the attention kernel, which chunks
+// from its first row, sees the chunks of the item fed alone).
+struct PrefillPiece {
+  int32_t slot;
+  int first_row;
+  int rows;
+};
+
 // Host-pinned mirror of the per-row inputs of a step (tokens, positions, slots).
 struct RowInputs {
   int32_t* tokens;
@@ -183,6 +192,9 @@ class CudaBackendImpl final : public CudaBackend {
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
                                 const SampleOutput& out) override;
+  // Passes of up to 2048 rows holding several sessions' tokens: the GEMMs run over the whole
+  // pass, the prefill attention kernel once per session (piece) inside the layer loop.
+  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   // The step runs on the backend's stream; the host returns at once. Every other call that
   // stages through the pinned buffers first finishes it (FinishLaunched): its GPU work would
@@ -245,6 +257,9 @@ class CudaBackendImpl final : public CudaBackend {
   // vocab) receive logits when non-null; the last position's logits stay in logits_ row 0.
   absl::Status RunPrefill(SlotId slot, absl::Span<const TokenId> tokens, float* all_logits,
                           float* last_logits, bool last_on_device);
+  // PrefillBatch's body after validation: feeds every item and leaves the last position's
+  // logits of each sampling item in logits_, one row each in batch order.
+  absl::Status RunPrefillBatch(absl::Span<const PrefillItem> batch);
 
   cuda::AttentionShape Shape(int layer) const {
     cuda::AttentionShape shape;
@@ -261,9 +276,9 @@ class CudaBackendImpl final : public CudaBackend {
   }
 
   // Enqueues embedding + every layer for `rows` rows whose inputs are in the device row
-  // buffers. prefill_slot < 0: decode (row i updates slots_dev_[i]); otherwise the rows are
-  // consecutive tokens of that slot. Leaves the LM head's input (T) in xt_.
-  absl::Status EnqueueLayers(int rows, int32_t prefill_slot);
+  // buffers. No pieces: decode (row i updates slots_dev_[i]); otherwise the rows are the
+  // pieces' (prefill). Leaves the LM head's input (T) in xt_.
+  absl::Status EnqueueLayers(int rows, absl::Span<const PrefillPiece> pieces);
   // Copies the pinned row inputs of `rows` rows to the device.
   absl::Status EnqueueRowInputs(int rows);
   // Row inputs upload + layers + LM head for a decode bucket; logits land in logits_.
@@ -331,6 +346,8 @@ class CudaBackendImpl final : public CudaBackend {
   std::vector<char> sampling_ready_;   // per slot: StartSampling since cleared
   std::vector<int32_t> top_logprobs_;  // per slot
   std::vector<int32_t> sample_slots_;  // host mirror of slots_dev_ for the sampled rows
+  std::vector<PrefillPiece> pieces_;   // a prefill pass's pieces, in row order
+  std::vector<int> pending_head_rows_;  // a pass's rows whose logits a sampling item wants
   std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
   std::vector<cuda::GraphExec> graphs_;  // per bucket, empty until first use
 };
@@ -714,7 +731,7 @@ absl::Status CudaBackendImpl::EnqueueRowInputs(int rows) {
   return absl::OkStatus();
 }
 
-absl::Status CudaBackendImpl::EnqueueLayers(int rows, int32_t prefill_slot) {
+absl::Status CudaBackendImpl::EnqueueLayers(int rows, absl::Span<const PrefillPiece> pieces) {
   cudaStream_t s = stream_.get();
   const int64_t d = config_.d_model;
   const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
@@ -763,7 +780,7 @@ absl::Status CudaBackendImpl::EnqueueLayers(int rows, int32_t prefill_slot) {
   for (int l = 0; l < config_.n_layers; ++l) {
     const LayerPointers& w = layers_[static_cast<size_t>(l)];
     LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, xt_, w.qkv_weight, qkv_, rows, 3 * hd, d));
-    if (prefill_slot < 0) {
+    if (pieces.empty()) {
       cuda::DecodeAttentionArgs a;
       a.shape = Shape(l);
       a.qkv = qkv_;
@@ -776,17 +793,19 @@ absl::Status CudaBackendImpl::EnqueueLayers(int rows, int32_t prefill_slot) {
       a.out_dtype = dtype_;
       a.out = attn_;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeAttention(s, a));
-    } else {
+    }
+    // One launch per session, in stream order (they share the scratch).
+    for (const PrefillPiece& piece : pieces) {
       cuda::PrefillAttentionArgs a;
       a.shape = Shape(l);
-      a.qkv = qkv_;
+      a.qkv = qkv_ + piece.first_row * 3 * hd;
       a.qkv_bias = w.qkv_bias;
-      a.state = SlotState(prefill_slot) + l * layer_floats_;
-      a.tokens = rows;
+      a.state = SlotState(piece.slot) + l * layer_floats_;
+      a.tokens = piece.rows;
       a.chunk = options_.prefill_chunk_size;
       a.scratch = attention_scratch_;
       a.out_dtype = dtype_;
-      a.out = attn_;
+      a.out = RowPtr(attn_, piece.first_row, hd);
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillAttention(s, a));
     }
     LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, attn_, w.o_weight, proj_, rows, d, hd));
@@ -811,7 +830,7 @@ absl::Status CudaBackendImpl::EnqueueLayers(int rows, int32_t prefill_slot) {
 
 absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows) {
   LINSERVE_RETURN_IF_ERROR(EnqueueRowInputs(rows));
-  LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, -1));
+  LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, {}));
   return gemm_->Linear(stream_.get(), dtype_, xt_, head_, logits_, rows, config_.vocab_size,
                        config_.d_model);
 }
@@ -1120,7 +1139,8 @@ absl::Status CudaBackendImpl::RunPrefill(SlotId slot, absl::Span<const TokenId> 
       host_rows_.slots[i] = slot.value;
     }
     LINSERVE_RETURN_IF_ERROR(EnqueueRowInputs(rows));
-    LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, slot.value));
+    const PrefillPiece piece{.slot = slot.value, .first_row = 0, .rows = rows};
+    LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, {&piece, 1}));
     if (all_logits != nullptr) {
       for (int64_t r = 0; r < rows; r += head_rows) {
         const int64_t m = std::min<int64_t>(head_rows, rows - r);
@@ -1142,6 +1162,84 @@ absl::Status CudaBackendImpl::RunPrefill(SlotId slot, absl::Span<const TokenId> 
     LINSERVE_RETURN_IF_ERROR(Synchronize());
   }
   pool_.set_position(slot, start + n);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::PrefillBatch(absl::Span<const PrefillItem> batch,
+                                           const SampleOutput& out) {
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckPrefillBatch(batch));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  LINSERVE_RETURN_IF_ERROR(FinishLaunched());
+  sample_slots_.clear();
+  for (const PrefillItem& item : batch) {
+    if (item.sample) sample_slots_.push_back(item.slot.value);
+  }
+  LINSERVE_RETURN_IF_ERROR(CheckSampleOutput(sample_slots_, out, "PrefillBatch"));
+  LINSERVE_RETURN_IF_ERROR(RunPrefillBatch(batch));
+  if (sample_slots_.empty()) return absl::OkStatus();
+  // The sampler reads each row's slot from slots_dev_ (the pinned inputs are free again).
+  std::copy(sample_slots_.begin(), sample_slots_.end(), host_rows_.slots);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(slots_dev_, host_rows_.slots,
+                                                sample_slots_.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, stream_.get()));
+  absl::StatusOr<bool> logprobs = EnqueueSample();
+  if (!logprobs.ok()) return logprobs.status();
+  LINSERVE_RETURN_IF_ERROR(Synchronize());
+  CopySamples(*logprobs, out);
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackendImpl::RunPrefillBatch(absl::Span<const PrefillItem> batch) {
+  cudaStream_t s = stream_.get();
+  const int64_t vocab = config_.vocab_size;
+  const int64_t d = config_.d_model;
+  const int64_t chunk = options_.prefill_chunk_size;
+  size_t item = 0;
+  int64_t fed = 0;         // tokens of batch[item] in earlier passes
+  int64_t logits_row = 0;  // the next sampling item's row of logits_
+  while (item < batch.size()) {
+    // Fill one pass with the next items' tokens, in order.
+    pieces_.clear();
+    pending_head_rows_.clear();
+    int rows = 0;
+    while (item < batch.size()) {
+      const PrefillItem& it = batch[item];
+      const int64_t n = static_cast<int64_t>(it.tokens.size());
+      const int64_t position = pool_.position(it.slot) + fed;
+      int64_t take = std::min<int64_t>(n - fed, segment_ - rows);
+      if (fed + take < n) {
+        // The item goes on in the next pass: cut at a chunk boundary (segment_ is a multiple
+        // of the chunk, so a fresh pass always takes some).
+        take = (fed + take) / chunk * chunk - fed;
+        if (take <= 0) break;
+      }
+      for (int64_t r = 0; r < take; ++r) {
+        host_rows_.tokens[rows + r] = it.tokens[fed + r];
+        host_rows_.positions[rows + r] = position + r;
+        host_rows_.slots[rows + r] = it.slot.value;
+      }
+      pieces_.push_back({it.slot.value, rows, static_cast<int>(take)});
+      rows += static_cast<int>(take);
+      fed += take;
+      if (fed < n) break;
+      if (it.sample) pending_head_rows_.push_back(rows - 1);
+      ++item;
+      fed = 0;
+    }
+    LINSERVE_RETURN_IF_ERROR(EnqueueRowInputs(rows));
+    LINSERVE_RETURN_IF_ERROR(EnqueueLayers(rows, pieces_));
+    // The LM head of each sampling item's last row, into the next row of logits_.
+    for (int row : pending_head_rows_) {
+      LINSERVE_RETURN_IF_ERROR(gemm_->Linear(s, dtype_, RowPtr(xt_, row, d), head_,
+                                             logits_ + logits_row * vocab, 1, vocab, d));
+      ++logits_row;
+    }
+    // The pinned row inputs are refilled by the next pass.
+    LINSERVE_RETURN_IF_ERROR(Synchronize());
+  }
+  for (const PrefillItem& it : batch) {
+    pool_.Advance(it.slot, static_cast<int64_t>(it.tokens.size()));
+  }
   return absl::OkStatus();
 }
 

@@ -394,6 +394,85 @@ TEST(CudaBackendTest, ChunkedPrefillEqualsRecurrence) {
   }
 }
 
+// A varlen batch: sessions at different positions, prompts from one token to more than one
+// 2048-row pass in all (so one item is cut between passes), every other item sampling (greedy;
+// one with top_logprobs). Each session's state equals feeding it alone, on the GPU (1e-5, the
+// chunked-vs-recurrent bound) and on the CPU's batched prefill (the fp32 bound); the picks and
+// logprobs match too.
+TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[0].config, 24);
+  const int vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> batched = MakeCuda(model, options);
+  std::unique_ptr<CudaBackend> alone = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model, options);
+  ASSERT_NE(batched, nullptr);
+  ASSERT_NE(alone, nullptr);
+  const std::vector<int> history = {0, 10, 70, 0, 5};
+  const std::vector<int> lengths = {1, 64, 1500, 900, 3};
+  SamplingParams greedy;
+  greedy.temperature = 0;
+  std::vector<std::vector<int32_t>> prompts;
+  std::vector<PrefillItem> batch;
+  std::vector<TokenId> alone_tokens;
+  std::vector<float> alone_logprobs;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const std::vector<int32_t> before = RandomTokens(history[i], vocab, 40 + i);
+    prompts.push_back(RandomTokens(lengths[i], vocab, 50 + i));
+    const int32_t top = i == 1 ? 3 : 0;
+    const SlotId slot = Allocate(*batched);
+    ASSERT_EQ(Allocate(*alone), slot);
+    ASSERT_EQ(Allocate(*cpu), slot);
+    for (Backend* b :
+         {static_cast<Backend*>(batched.get()), static_cast<Backend*>(alone.get()), cpu.get()}) {
+      if (!before.empty()) {
+        ASSERT_TRUE(b->Prefill(slot, before, {}).ok());
+      }
+      ASSERT_TRUE(b->StartSampling(slot, greedy, top, {}).ok());
+    }
+    const bool sample = i % 2 == 1;
+    batch.push_back({.slot = slot, .tokens = prompts.back(), .sample = sample});
+    if (!sample) {
+      ASSERT_TRUE(alone->Prefill(slot, prompts.back(), {}).ok());
+      continue;
+    }
+    TokenId token = -1;
+    float logprob = 0;
+    std::vector<TokenLogprob> alternatives(kMaxTopLogprobs);
+    ASSERT_TRUE(alone
+                    ->PrefillAndSample(slot, prompts.back(),
+                                       {{&token, 1}, {&logprob, 1}, absl::MakeSpan(alternatives)})
+                    .ok());
+    alone_tokens.push_back(token);
+    alone_logprobs.push_back(logprob);
+  }
+  const size_t rows = alone_tokens.size();
+  std::vector<TokenId> tokens(rows, -1), cpu_tokens(rows, -1);
+  std::vector<float> logprobs(rows), cpu_logprobs(rows);
+  std::vector<TokenLogprob> top(rows * kMaxTopLogprobs), cpu_top(rows * kMaxTopLogprobs);
+  ASSERT_TRUE(batched
+                  ->PrefillBatch(batch, {absl::MakeSpan(tokens), absl::MakeSpan(logprobs),
+                                         absl::MakeSpan(top)})
+                  .ok());
+  ASSERT_TRUE(cpu->PrefillBatch(batch, {absl::MakeSpan(cpu_tokens), absl::MakeSpan(cpu_logprobs),
+                                        absl::MakeSpan(cpu_top)})
+                  .ok());
+  EXPECT_EQ(tokens, alone_tokens);
+  EXPECT_EQ(tokens, cpu_tokens);
+  // Row 0 is item 1, the one with top_logprobs.
+  EXPECT_NEAR(logprobs[0], alone_logprobs[0], 1e-5);
+  EXPECT_NEAR(logprobs[0], cpu_logprobs[0], 1e-4);
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SCOPED_TRACE(i);
+    const StateBlob got = Read(*batched, batch[i].slot);
+    EXPECT_EQ(got.position, history[i] + lengths[i]);
+    EXPECT_LE(RelativeError(got.state, Read(*alone, batch[i].slot).state), 1e-5);
+    EXPECT_LE(RelativeError(got.state, Read(*cpu, batch[i].slot).state), 1e-4);
+  }
+}
+
 // Export from one backend, import into the other, continue: the CPU and GPU state layouts are
 // the same, so a session can move between devices. Also at a far position (sinusoidal phase at
 // 300 000).
