@@ -11,9 +11,13 @@
 #                                           the directory or the .tar.xz (default: whichever of
 #                                           build/gpu-bundle, build/gpu-bundle.tar.xz exists).
 #                                           WHAT: all (default: tests, bench, peers), tests,
-#                                           bench, peers, or served (issue 9: gpu_bench's
+#                                           bench, peers, served (issue 9: gpu_bench's
 #                                           engine-alone decode next to linserve --device=cuda
-#                                           driven by linserve-loadtest; writes gpu_serving.md).
+#                                           driven by linserve-loadtest; writes gpu_serving.md)
+#                                           or prefill (issue 16: bench/prefill/run.sh on the
+#                                           GPU, 125M shape; writes prefill_serving_gpu.md).
+#                                           WHAT may list several, comma-separated, e.g.
+#                                           tests,prefill.
 #   bench/run_gpu.sh                        pack, then run: a GPU machine that has our packages.
 #
 # Why a bundle: the GPU machine has nvcc, CMake, the CUDA libraries and python with torch and
@@ -36,7 +40,7 @@ if [[ $mode == run && -z ${2:-} && ! -d $bundle ]]; then
 fi
 what=${3:-all}
 binaries=(cuda_host_test backend_factory_test cuda_kernels_test cuda_backend_test gpu_bench
-  linserve linserve-loadtest linserve-cli linserve-bench-model)
+  linserve linserve-loadtest linserve-cli linserve-bench-model linserve-prefill-bench)
 # The served benchmark: concurrencies of the greedy runs (1024 needs ~2.5 GB of state on the
 # 125M shape) and of the top-k 50 + top-p 0.9 run, seconds measured per point after a warm-up.
 served_concurrencies=(1 64 256 1024)
@@ -105,7 +109,7 @@ EOF
 export_results() {
   local out=$1
   [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
-  for f in gpu.md gpu_bench.json peers.json tests.txt gpu_serving.md; do
+  for f in gpu.md gpu_bench.json peers.json tests.txt gpu_serving.md prefill_serving_gpu.md; do
     [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
   done
   tar -C "$out" -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
@@ -122,10 +126,7 @@ served() {
   "$bundle/bin/gpu_bench" --batches="$batches" --prefill_lengths=2048 --positions=1024 \
     --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
   local model=$out/model-125m
-  rm -rf "$model"
-  # gpu_bench's Config125M but for the position embedding (none here, sinusoidal there).
-  "$bundle/bin/linserve-bench-model" --out="$model" --vocab_size=50257 --d_model=768 \
-    --n_layers=12 --n_heads=12 --d_ff=3072
+  make_125m_model "$model"
   local max=${served_concurrencies[-1]}
   rm -f "$out/ports"
   "$bundle/bin/linserve" --model="$model" --device=cuda --weight_precision=bf16 \
@@ -169,6 +170,26 @@ served() {
     --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
 }
 
+# A random model of gpu_bench's Config125M shape but for the position embedding (none here,
+# sinusoidal there) at $1.
+make_125m_model() {
+  rm -rf "$1"
+  "$bundle/bin/linserve-bench-model" --out="$1" --vocab_size=50257 --d_model=768 \
+    --n_layers=12 --n_heads=12 --d_ff=3072
+}
+
+# Issue 16 in this call: bench/prefill/run.sh with the bundle's binaries on the GPU (engine-alone
+# prefill against served time to first token at 2k/8k/32k, concurrency 1 and 8; 32 streams'
+# inter-token p99 with and without 8k-token prompts arriving); writes prefill_serving_gpu.md.
+prefill() {
+  local out=$1
+  make_125m_model "$out/model-125m"
+  LINSERVE_BENCH_BIN=$bundle/bin LINSERVE_BENCH_DEVICE=cuda LINSERVE_BENCH_THREADS=0 \
+    LINSERVE_BENCH_MODEL=$out/model-125m LINSERVE_BENCH_ROUNDS=3 LINSERVE_BENCH_OUTPUT=2048 \
+    LINSERVE_BENCH_SERVER_FLAGS="--weight_precision=bf16" \
+    bash "$root/bench/prefill/run.sh" | tee "$out/prefill_serving_gpu.md"
+}
+
 run() {
   local out=$root/build/gpu-run
   mkdir -p "$out"
@@ -194,7 +215,9 @@ run() {
   cat "$bundle/MANIFEST" >&2
 
   local failed=0
-  if [[ $what == all || $what == tests ]]; then
+  # WHAT: one mode or a comma-separated list of them.
+  wants() { [[ ,$what, == *,$1,* ]]; }
+  if wants all || wants tests; then
     : >"$out/tests.txt"
     for t in cuda_host_test backend_factory_test cuda_kernels_test cuda_backend_test; do
       local start=$SECONDS rc=0
@@ -206,13 +229,16 @@ run() {
       grep -E "^\[  FAILED  \]|Failure|error:" "$out/$t.log" | head -40 | tee -a "$out/tests.txt" >&2 || true
     done
   fi
-  if [[ $what == all || $what == bench ]]; then
+  if wants all || wants bench; then
     "$bundle/bin/gpu_bench" --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
   fi
-  if [[ $what == all || $what == peers ]]; then
+  if wants all || wants peers; then
     PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/peers.py" --json_out="$out/peers.json" >/dev/null
   fi
-  if [[ $what == served ]]; then
+  if wants prefill; then
+    prefill "$out" || failed=1
+  fi
+  if wants served; then
     served "$out" || failed=1
     return $failed
   fi
@@ -229,5 +255,5 @@ case $mode in
   pack) pack ;;
   run) run ;;
   both) pack; run ;;
-  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|peers|served]]" >&2; exit 2 ;;
+  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|peers|served|prefill[,...]]]" >&2; exit 2 ;;
 esac
