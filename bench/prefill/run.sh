@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
-# The prefill serving benchmark of issue 16, in one run:
+# The prefill serving benchmark of issue 16, in one run. For N in LENGTHS and c in 1 and 8,
+# ROUNDS rounds alternating (so that other load on a shared machine weighs on both alike):
 #  1. the engine alone (linserve-prefill-bench): c random prompts of N tokens, each fed whole in
-#     one PrefillAndSample call, for N in LENGTHS and c in 1 and 8;
+#     one PrefillAndSample call;
 #  2. linserve driven by linserve-loadtest with the same prompts' shape (output 1 token, so the
-#     end of a request is its first token): at concurrency 1, REQUESTS_C1 requests one after
-#     another; at concurrency 8, one wave of 8 started together. Served prefill tokens/s is
-#     prompt tokens over the time the server took (concurrency 1: the sum of the times to first
-#     token; 8: the last first token of the wave), next to the engine alone's;
+#     end of a request is its first token), c requests started together. Served prefill
+#     tokens/s is prompt tokens over the wave's last time to first token, next to the engine
+#     alone's; the report gives medians over the rounds.
+# Then, for the decoding streams:
 #  3. STREAMS sessions decoding OUTPUT tokens each, alone and while a closed loop of one
 #     PROMPT_LOAD-token prompt after another runs beside them, ITL_ROUNDS times alternately; the
 #     streams' inter-token p50/p99 with and without the prompts.
@@ -20,8 +21,8 @@
 # built first; else a directory holding them all, e.g. run_gpu.sh's bundle/bin],
 # LINSERVE_BENCH_DEVICE [cpu], LINSERVE_BENCH_MODEL [the bundled model], LINSERVE_BENCH_THREADS
 # [1: CPU backend threads of both sides], LINSERVE_BENCH_LENGTHS [2048 8192 32768],
-# LINSERVE_BENCH_ROUNDS [2: engine-alone rounds per point], LINSERVE_BENCH_REQUESTS_C1 [3],
-# LINSERVE_BENCH_STREAMS [32], LINSERVE_BENCH_OUTPUT [768: tokens per stream],
+# LINSERVE_BENCH_ROUNDS [3: rounds per point], LINSERVE_BENCH_STREAMS [32], LINSERVE_BENCH_OUTPUT
+# [768: tokens per stream],
 # LINSERVE_BENCH_PROMPT_LOAD [8192], LINSERVE_BENCH_ITL_ROUNDS [2], LINSERVE_BENCH_SERVER_FLAGS
 # [none: extra linserve flags, e.g. --weight_precision=bf16].
 set -euo pipefail
@@ -31,8 +32,7 @@ python=${LINSERVE_PYTHON:-python3}
 device=${LINSERVE_BENCH_DEVICE:-cpu}
 threads=${LINSERVE_BENCH_THREADS:-1}
 read -ra lengths <<<"${LINSERVE_BENCH_LENGTHS:-2048 8192 32768}"
-rounds=${LINSERVE_BENCH_ROUNDS:-2}
-requests_c1=${LINSERVE_BENCH_REQUESTS_C1:-3}
+rounds=${LINSERVE_BENCH_ROUNDS:-3}
 streams=${LINSERVE_BENCH_STREAMS:-32}
 output=${LINSERVE_BENCH_OUTPUT:-768}
 prompt_load=${LINSERVE_BENCH_PROMPT_LOAD:-8192}
@@ -67,11 +67,6 @@ trap cleanup EXIT
 load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 gpu=
 [[ $device == cuda ]] && gpu=$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)
-lengths_csv=$(IFS=,; echo "${lengths[*]}")
-echo "engine alone: lengths $lengths_csv, concurrency 1 and 8, $rounds rounds" >&2
-"$(bin linserve-prefill-bench)" --model="$model" --device="$device" --threads="$threads" \
-  --lengths="$lengths_csv" --concurrency=1,8 --rounds="$rounds" >"$tmp/engine.jsonl"
-
 max_prompt=$((${lengths[-1]} > prompt_load ? ${lengths[-1]} : prompt_load))
 "$(bin linserve)" --model="$model" --device="$device" --threads="$threads" \
   --host=127.0.0.1 --port=0 --metrics_port=0 --port_file="$tmp/ports" \
@@ -104,10 +99,14 @@ load=("$(bin linserve-loadtest)" --target="127.0.0.1:$port" --progress-interval=
   >/dev/null
 for n in "${lengths[@]}"; do
   for c in 1 8; do
-    requests=$((c == 1 ? requests_c1 : c))
-    echo "served: $n-token prompts, concurrency $c, $requests requests" >&2
-    "${load[@]}" --concurrency="$c" --requests="$requests" --prompt-tokens="$n" \
-      --output-tokens=1 --seed="$n$c" --json="$tmp/served_${n}_$c.json" >/dev/null
+    for r in $(seq "$rounds"); do
+      echo "$n-token prompts, concurrency $c, round $r: engine alone, then served" >&2
+      "$(bin linserve-prefill-bench)" --model="$model" --device="$device" \
+        --threads="$threads" --lengths="$n" --concurrency="$c" --rounds=1 --seed="$r" \
+        >"$tmp/engine_${n}_${c}_$r.json" 2>/dev/null
+      "${load[@]}" --concurrency="$c" --requests="$c" --prompt-tokens="$n" --output-tokens=1 \
+        --seed="$r" --json="$tmp/served_${n}_${c}_$r.json" >/dev/null
+    done
   done
 done
 
@@ -132,45 +131,49 @@ for r in $(seq "$itl_rounds"); do
   done
 done
 
-"$python" - "$tmp" "$model" "$device" "$threads" "$rounds" "$requests_c1" "$streams" "$output" \
+"$python" - "$tmp" "$model" "$device" "$threads" "$rounds" "$streams" "$output" \
   "$prompt_load" "$itl_rounds" "$load_before" "$(cut -d' ' -f1-3 /proc/loadavg)" "$gpu" \
   "${lengths[@]}" <<'PY'
 import json, statistics, subprocess, sys
-(tmp, model, device, threads, rounds, requests_c1, streams, output, prompt_load, itl_rounds,
- load_before, load_after, gpu) = sys.argv[1:14]
-lengths = [int(n) for n in sys.argv[14:]]
+(tmp, model, device, threads, rounds, streams, output, prompt_load, itl_rounds, load_before,
+ load_after, gpu) = sys.argv[1:13]
+lengths = [int(n) for n in sys.argv[13:]]
+rounds = int(rounds)
 itl_rounds = int(itl_rounds)
 cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
                      capture_output=True, text=True).stdout.strip()
 cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
-engine = {}
-for line in open(f"{tmp}/engine.jsonl"):
-    e = json.loads(line)
-    engine[(e["tokens"], e["concurrency"])] = e
 print(f"Model: {model}; device {device}{' (' + gpu + ')' if gpu else ''}, backend threads "
       f"{threads}. Host: {cpu}, {cores} cores; load average before {load_before}, after "
       f"{load_after}.")
 print()
 print("## Time to first token: served against the engine alone")
 print()
-print(f"Engine alone: c prompts fed one after another, each whole in one PrefillAndSample call "
-      f"(median of {rounds} rounds). Served: linserve-loadtest, 1 output token; concurrency 1 is "
-      f"{requests_c1} requests in turn, concurrency 8 one wave of 8 started together (served "
-      f"time = the wave's last first token). Served prompts carry a BOS token more.")
+print(f"Engine alone: c prompts fed one after another, each whole in one PrefillAndSample call. "
+      f"Served: linserve-loadtest, c requests of 1 output token started together; served time = "
+      f"the last time to first token, prompt tokens as the server counted them (a BOS more "
+      f"each). {rounds} rounds per point, engine alone then served; medians, and each round's "
+      f"ratio.")
 print()
 print("| prompt tokens | concurrency | engine alone s | engine tok/s | served TTFT p50 / max s "
-      "| served tok/s | served / engine |")
+      "| served tok/s | served / engine (rounds) |")
 print("|---:|---:|---:|---:|---:|---:|---:|")
+med = statistics.median
 for n in lengths:
     for c in (1, 8):
-        e = engine[(n, c)]
-        s = json.load(open(f"{tmp}/served_{n}_{c}.json"))
-        ttft = s["time_to_first_token_ms"]
-        served_s = (ttft["mean"] * s["requests_ok"] if c == 1 else ttft["max"]) / 1000
-        served_tps = s["prompt_tokens"] / served_s
-        print(f"| {n} | {c} | {e['seconds']:.2f} | {e['tokens_per_second']:.0f} "
-              f"| {ttft['p50'] / 1000:.2f} / {ttft['max'] / 1000:.2f} | {served_tps:.0f} "
-              f"| **{100 * served_tps / e['tokens_per_second']:.1f}%** |")
+        engine = [json.load(open(f"{tmp}/engine_{n}_{c}_{r}.json"))
+                  for r in range(1, rounds + 1)]
+        served = [json.load(open(f"{tmp}/served_{n}_{c}_{r}.json"))
+                  for r in range(1, rounds + 1)]
+        served_tps = [s["prompt_tokens"] / (s["time_to_first_token_ms"]["max"] / 1000)
+                      for s in served]
+        ratios = [s / e["tokens_per_second"] for s, e in zip(served_tps, engine)]
+        p50 = med(s["time_to_first_token_ms"]["p50"] for s in served) / 1000
+        last = med(s["time_to_first_token_ms"]["max"] for s in served) / 1000
+        each = ", ".join(f"{100 * x:.0f}%" for x in ratios)
+        print(f"| {n} | {c} | {med(e['seconds'] for e in engine):.2f} "
+              f"| {med(e['tokens_per_second'] for e in engine):.0f} | {p50:.2f} / {last:.2f} "
+              f"| {med(served_tps):.0f} | **{100 * med(ratios):.1f}%** ({each}) |")
 print()
 print(f"## {streams} decoding streams while {prompt_load}-token prompts arrive")
 print()
