@@ -24,7 +24,8 @@
 # LINSERVE_BENCH_ROUNDS [3: rounds per point], LINSERVE_BENCH_STREAMS [32], LINSERVE_BENCH_OUTPUT
 # [768: tokens per stream],
 # LINSERVE_BENCH_PROMPT_LOAD [8192], LINSERVE_BENCH_ITL_ROUNDS [2], LINSERVE_BENCH_SERVER_FLAGS
-# [none: extra linserve flags, e.g. --weight_precision=bf16].
+# [none: extra linserve flags, e.g. --weight_precision=bf16], LINSERVE_BENCH_PARTS [ttft streams:
+# which of the two to run].
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${1:-$root/build/cpu}
@@ -38,6 +39,7 @@ output=${LINSERVE_BENCH_OUTPUT:-768}
 prompt_load=${LINSERVE_BENCH_PROMPT_LOAD:-8192}
 itl_rounds=${LINSERVE_BENCH_ITL_ROUNDS:-2}
 read -ra server_flags <<<"${LINSERVE_BENCH_SERVER_FLAGS:-}"
+parts=" ${LINSERVE_BENCH_PARTS:-ttft streams} "
 model=${LINSERVE_BENCH_MODEL:-$root/models/shakespeare-linear}
 
 if [[ -n ${LINSERVE_BENCH_BIN:-} ]]; then
@@ -97,6 +99,7 @@ load=("$(bin linserve-loadtest)" --target="127.0.0.1:$port" --progress-interval=
 # Warm the server's buffers and the model's pages.
 "${load[@]}" --concurrency=1 --requests=1 --prompt-tokens="${lengths[0]}" --output-tokens=1 \
   >/dev/null
+[[ $parts == *" ttft "* ]] || lengths=()
 for n in "${lengths[@]}"; do
   for c in 1 8; do
     for r in $(seq "$rounds"); do
@@ -110,6 +113,7 @@ for n in "${lengths[@]}"; do
   done
 done
 
+[[ $parts == *" streams "* ]] || itl_rounds=0
 for r in $(seq "$itl_rounds"); do
   for with in 0 1; do
     echo "streams: round $r, prompt load $with" >&2
@@ -146,59 +150,62 @@ cores = subprocess.run(["nproc"], capture_output=True, text=True).stdout.strip()
 print(f"Model: {model}; device {device}{' (' + gpu + ')' if gpu else ''}, backend threads "
       f"{threads}. Host: {cpu}, {cores} cores; load average before {load_before}, after "
       f"{load_after}.")
-print()
-print("## Time to first token: served against the engine alone")
-print()
-print(f"Engine alone: c prompts fed one after another, each whole in one PrefillAndSample call. "
-      f"Served: linserve-loadtest, c requests of 1 output token started together; served time = "
-      f"the last time to first token, prompt tokens as the server counted them (a BOS more "
-      f"each). {rounds} rounds per point, engine alone then served; medians, and each round's "
-      f"ratio.")
-print()
-print("| prompt tokens | concurrency | engine alone s | engine tok/s | served TTFT p50 / max s "
-      "| served tok/s | served / engine (rounds) |")
-print("|---:|---:|---:|---:|---:|---:|---:|")
-med = statistics.median
-for n in lengths:
-    for c in (1, 8):
-        engine = [json.load(open(f"{tmp}/engine_{n}_{c}_{r}.json"))
-                  for r in range(1, rounds + 1)]
-        served = [json.load(open(f"{tmp}/served_{n}_{c}_{r}.json"))
-                  for r in range(1, rounds + 1)]
-        served_tps = [s["prompt_tokens"] / (s["time_to_first_token_ms"]["max"] / 1000)
-                      for s in served]
-        ratios = [s / e["tokens_per_second"] for s, e in zip(served_tps, engine)]
-        p50 = med(s["time_to_first_token_ms"]["p50"] for s in served) / 1000
-        last = med(s["time_to_first_token_ms"]["max"] for s in served) / 1000
-        each = ", ".join(f"{100 * x:.0f}%" for x in ratios)
-        print(f"| {n} | {c} | {med(e['seconds'] for e in engine):.2f} "
-              f"| {med(e['tokens_per_second'] for e in engine):.0f} | {p50:.2f} / {last:.2f} "
-              f"| {med(served_tps):.0f} | **{100 * med(ratios):.1f}%** ({each}) |")
-print()
-print(f"## {streams} decoding streams while {prompt_load}-token prompts arrive")
-print()
-print(f"{streams} requests of 16 prompt + {output} output tokens started together, alone and "
-      f"beside a closed loop of one {prompt_load}-token prompt after another (1 output token); "
-      f"{itl_rounds} rounds, alternately without and with. Inter-token latency of the streams; "
-      f"prompt tokens/s: what the server fed meanwhile (its /metrics; the streams' own "
-      f"{17 * int(streams)} prompt tokens included), over the streams' run.")
-print()
-print("| round | inter-token p50 / p99 ms without | with | p99 with / without "
-      "| stream tokens/s without / with | prompt tokens/s fed |")
-print("|---:|---:|---:|---:|---:|---:|")
-ratios = []
-for r in range(1, itl_rounds + 1):
-    a = json.load(open(f"{tmp}/streams_0_{r}.json"))
-    b = json.load(open(f"{tmp}/streams_1_{r}.json"))
-    before, after = map(float, open(f"{tmp}/fed_1_{r}").read().split())
-    fed = after - before
-    ia, ib = a["inter_token_latency_ms"], b["inter_token_latency_ms"]
-    ratio = ib["p99"] / ia["p99"]
-    ratios.append(ratio)
-    prompt_tps = fed / (b["end_to_end_ms"]["max"] / 1000)
-    print(f"| {r} | {ia['p50']:.2f} / {ia['p99']:.2f} | {ib['p50']:.2f} / {ib['p99']:.2f} "
-          f"| **{ratio:.2f}×** | {a['output_tokens_per_second']:.0f} / "
-          f"{b['output_tokens_per_second']:.0f} | {prompt_tps:.0f} |")
-print()
-print(f"Median p99 ratio over the rounds: **{statistics.median(ratios):.2f}×**.")
+if lengths:
+    print()
+    print("## Time to first token: served against the engine alone")
+    print()
+    print(f"Engine alone: c prompts fed one after another, each whole in one PrefillAndSample "
+          f"call. Served: linserve-loadtest, c requests of 1 output token started together; "
+          f"served time = the last time to first token, prompt tokens as the server counted "
+          f"them (a BOS more each). {rounds} rounds per point, engine alone then served; "
+          f"medians, and each round's ratio.")
+    print()
+    print("| prompt tokens | concurrency | engine alone s | engine tok/s "
+          "| served TTFT p50 / max s | served tok/s | served / engine (rounds) |")
+    print("|---:|---:|---:|---:|---:|---:|---:|")
+    med = statistics.median
+    for n in lengths:
+        for c in (1, 8):
+            engine = [json.load(open(f"{tmp}/engine_{n}_{c}_{r}.json"))
+                      for r in range(1, rounds + 1)]
+            served = [json.load(open(f"{tmp}/served_{n}_{c}_{r}.json"))
+                      for r in range(1, rounds + 1)]
+            served_tps = [s["prompt_tokens"] / (s["time_to_first_token_ms"]["max"] / 1000)
+                          for s in served]
+            ratios = [s / e["tokens_per_second"] for s, e in zip(served_tps, engine)]
+            p50 = med(s["time_to_first_token_ms"]["p50"] for s in served) / 1000
+            last = med(s["time_to_first_token_ms"]["max"] for s in served) / 1000
+            each = ", ".join(f"{100 * x:.0f}%" for x in ratios)
+            print(f"| {n} | {c} | {med(e['seconds'] for e in engine):.2f} "
+                  f"| {med(e['tokens_per_second'] for e in engine):.0f} "
+                  f"| {p50:.2f} / {last:.2f} | {med(served_tps):.0f} "
+                  f"| **{100 * med(ratios):.1f}%** ({each}) |")
+if itl_rounds:
+    print()
+    print(f"## {streams} decoding streams while {prompt_load}-token prompts arrive")
+    print()
+    print(f"{streams} requests of 16 prompt + {output} output tokens started together, alone and "
+          f"beside a closed loop of one {prompt_load}-token prompt after another (1 output token); "
+          f"{itl_rounds} rounds, alternately without and with. Inter-token latency of the streams; "
+          f"prompt tokens/s: what the server fed meanwhile (its /metrics; the streams' own "
+          f"{17 * int(streams)} prompt tokens included), over the streams' run.")
+    print()
+    print("| round | inter-token p50 / p99 ms without | with | p99 with / without "
+          "| stream tokens/s without / with | prompt tokens/s fed |")
+    print("|---:|---:|---:|---:|---:|---:|")
+    ratios = []
+    for r in range(1, itl_rounds + 1):
+        a = json.load(open(f"{tmp}/streams_0_{r}.json"))
+        b = json.load(open(f"{tmp}/streams_1_{r}.json"))
+        before, after = map(float, open(f"{tmp}/fed_1_{r}").read().split())
+        fed = after - before
+        ia, ib = a["inter_token_latency_ms"], b["inter_token_latency_ms"]
+        ratio = ib["p99"] / ia["p99"]
+        ratios.append(ratio)
+        prompt_tps = fed / (b["end_to_end_ms"]["max"] / 1000)
+        print(f"| {r} | {ia['p50']:.2f} / {ia['p99']:.2f} | {ib['p50']:.2f} / {ib['p99']:.2f} "
+              f"| **{ratio:.2f}×** | {a['output_tokens_per_second']:.0f} / "
+              f"{b['output_tokens_per_second']:.0f} | {prompt_tps:.0f} |")
+    print()
+    print(f"Median p99 ratio over the rounds: **{statistics.median(ratios):.2f}×**.")
 PY
