@@ -49,9 +49,8 @@ absl::StatusOr<std::vector<int32_t>> ParseList(absl::string_view flag, absl::str
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int32_t v = 0;
     if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
-      return absl::InvalidArgumentError(absl::StrCat("--", flag, ": \"", part,
-                                                     "\" is not an integer in [", lo, ", ", hi,
-                                                     "]"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--", flag, ": \"", part, "\" is not an integer in [", lo, ", ", hi, "]"));
     }
     out.push_back(v);
   }
@@ -104,8 +103,7 @@ absl::Status Run() {
   }
   absl::StatusOr<DeviceSelection> device = ParseDeviceSelection(absl::GetFlag(FLAGS_device));
   if (!device.ok()) return device.status();
-  absl::StatusOr<WeightPrecision> precision =
-      ParsePrecision(absl::GetFlag(FLAGS_weight_precision));
+  absl::StatusOr<WeightPrecision> precision = ParsePrecision(absl::GetFlag(FLAGS_weight_precision));
   if (!precision.ok()) return precision.status();
 
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(absl::GetFlag(FLAGS_model));
@@ -146,10 +144,8 @@ absl::Status Run() {
       std::sort(sorted.begin(), sorted.end());
       const double median = sorted[sorted.size() / 2];
       const nlohmann::json line = {
-          {"tokens", n},
-          {"concurrency", c},
-          {"seconds", median},
-          {"tokens_per_second", static_cast<double>(n) * c / median},
+          {"tokens", n},       {"concurrency", c},
+          {"seconds", median}, {"tokens_per_second", static_cast<double>(n) * c / median},
           {"rounds", times},
       };
       std::printf("%s\n", line.dump().c_str());
