@@ -20,6 +20,9 @@ namespace linserve {
 namespace {
 
 constexpr absl::string_view kScheme = "bearer";
+constexpr absl::string_view kMissingToken =
+    "missing bearer token: send \"authorization: Bearer <token>\" with a token of the server's "
+    "--auth_tokens_file or --auth_token_file";
 
 // The credentials of an "authorization" value "<scheme> 1*SP <credentials>" whose scheme is
 // Bearer in any letter case (RFC 7235 §2.1, RFC 6750 §2.1), or nullopt.
@@ -118,29 +121,32 @@ Authenticator::Authenticator(const std::vector<TenantToken>& tokens,
   for (const TenantToken& t : tokens) tokens_.push_back(Entry{Sha256(t.token), t.tenant});
 }
 
+absl::StatusOr<std::string> Authenticator::Match(absl::string_view authorization) const {
+  const std::optional<absl::string_view> credentials = BearerCredentials(authorization);
+  if (credentials.has_value()) {
+    // Every digest is compared, whichever matches: the time taken is the same for every token
+    // presented.
+    const Digest presented = Sha256(*credentials);
+    const Entry* match = nullptr;
+    for (const Entry& entry : tokens_) {
+      if (CRYPTO_memcmp(presented.data(), entry.digest.data(), presented.size()) == 0) {
+        match = &entry;
+      }
+    }
+    if (match != nullptr) return match->tenant;
+  }
+  return absl::UnauthenticatedError(
+      "wrong bearer token: send \"authorization: Bearer <token>\" with a token of the "
+      "server's --auth_tokens_file or --auth_token_file");
+}
+
 absl::StatusOr<std::string> Authenticator::Authenticate(
     const grpc::ServerContextBase& context) const {
   if (!tokens_.empty()) {
     const auto& metadata = context.client_metadata();
     auto it = metadata.find("authorization");
     if (it != metadata.end()) {
-      const std::optional<absl::string_view> credentials =
-          BearerCredentials(absl::string_view(it->second.data(), it->second.size()));
-      if (credentials.has_value()) {
-        // Every digest is compared, whichever matches: the time taken is the same for every
-        // token presented.
-        const Digest presented = Sha256(*credentials);
-        const Entry* match = nullptr;
-        for (const Entry& entry : tokens_) {
-          if (CRYPTO_memcmp(presented.data(), entry.digest.data(), presented.size()) == 0) {
-            match = &entry;
-          }
-        }
-        if (match != nullptr) return match->tenant;
-      }
-      return absl::UnauthenticatedError(
-          "wrong bearer token: send metadata \"authorization: Bearer <token>\" with a token "
-          "of the server's --auth_tokens_file or --auth_token_file");
+      return Match(absl::string_view(it->second.data(), it->second.size()));
     }
   }
   if (certificate_principals_) {
@@ -156,9 +162,23 @@ absl::StatusOr<std::string> Authenticator::Authenticate(
         " bytes to name the caller", tokens_.empty() ? "" : ", and no bearer token was sent"));
   }
   if (tokens_.empty()) return std::string();
-  return absl::UnauthenticatedError(
-      "missing bearer token: send metadata \"authorization: Bearer <token>\" with a token of "
-      "the server's --auth_tokens_file or --auth_token_file");
+  return absl::UnauthenticatedError(kMissingToken);
+}
+
+absl::StatusOr<std::string> Authenticator::AuthenticateHttp(
+    std::optional<absl::string_view> authorization) const {
+  if (!tokens_.empty()) {
+    if (authorization.has_value()) return Match(*authorization);
+    return absl::UnauthenticatedError(kMissingToken);
+  }
+  // Callers named only by client certificates (mutual TLS on gRPC) cannot be named over HTTP,
+  // which carries none: letting them in as the implicit tenant would bypass that check.
+  if (certificate_principals_) {
+    return absl::UnauthenticatedError(
+        "this server names callers by TLS client certificate, which its HTTP API does not "
+        "carry: use gRPC, or start the server with --auth_tokens_file or --auth_token_file");
+  }
+  return std::string();
 }
 
 }  // namespace linserve

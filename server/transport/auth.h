@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -59,9 +60,16 @@ class Authenticator {
   // case ("Bearer", "bearer", ...); tokens are compared in constant time (SHA-256 digests, every
   // one compared), so timing reveals neither a token nor which tenant matched.
   absl::StatusOr<std::string> Authenticate(const grpc::ServerContextBase& context) const;
+  // The same for an HTTP request: `authorization` is its Authorization header, nullopt when it
+  // has none. HTTP carries no client certificate, so only tokens name a tenant there; a server
+  // that names callers by certificate alone refuses every HTTP call.
+  absl::StatusOr<std::string> AuthenticateHttp(
+      std::optional<absl::string_view> authorization) const;
 
  private:
   using Digest = std::array<uint8_t, 32>;
+  // The tenant of an "authorization" value (UNAUTHENTICATED when it matches no token).
+  absl::StatusOr<std::string> Match(absl::string_view authorization) const;
   struct Entry {
     Digest digest;
     std::string tenant;

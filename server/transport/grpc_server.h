@@ -67,6 +67,8 @@ class GrpcServer {
 
   // The bound port.
   int port() const { return port_; }
+  // Who a caller is (its tenant); the HTTP API shares it.
+  const Authenticator& auth() const { return auth_; }
   // Health status of the server and of linserve.v1.LinServe.
   void SetServing(bool serving);
   bool serving() const;
