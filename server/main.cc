@@ -1,17 +1,18 @@
-// linserve: the gRPC inference server. Wires the layers together: loads the model, creates the
-// backend, the engine, the gRPC and HTTP servers from flags, then waits for SIGTERM/SIGINT to
-// drain, persist sessions and exit.
+// linserve: the inference server (gRPC, and the OpenAI-compatible HTTP API). Wires the layers
+// together: loads the model, creates the backend, the engine, the gRPC and HTTP servers from flags,
+// then waits for SIGTERM/SIGINT to drain, persist sessions and exit.
 #include <malloc.h>
 #include <signal.h>
 
 #include <algorithm>
-#include <limits>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -34,8 +35,10 @@
 #include "server/engine/metrics.h"
 #include "server/engine/scheduler.h"
 #include "server/transport/auth.h"
+#include "server/transport/chat_template.h"
 #include "server/transport/grpc_server.h"
 #include "server/transport/http_server.h"
+#include "server/transport/openai_server.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR,
@@ -52,9 +55,17 @@ ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free one (see --port_file)
 ABSL_FLAG(int32_t, metrics_port, 9090,
           "HTTP port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one, -1 "
           "turns the HTTP server off.");
+ABSL_FLAG(int32_t, http_port, 8000,
+          "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
+          "/v1/models, /v1/sessions; docs/openai.md), with the gRPC API's auth tokens and "
+          "limits; 0 picks a free one, -1 turns it off.");
+ABSL_FLAG(std::string, served_model_name, "",
+          "The model's id in the HTTP API (/v1/models, and the \"model\" every request must "
+          "name). Empty: the model directory's name.");
 ABSL_FLAG(std::string, port_file, "",
-          "Once the listeners are bound, write \"grpc_port=N\" and \"metrics_port=N\" lines to "
-          "this file atomically (for supervisors and tests using port 0); it is removed at start "
+          "Once the listeners are bound, write \"grpc_port=N\", \"metrics_port=N\" and "
+          "\"http_port=N\" lines to this file atomically (for supervisors and tests using port 0); "
+          "it is removed at start "
           "(never read) and on every exit but a crash. Empty: none.");
 ABSL_FLAG(std::string, tls_cert, "",
           "PEM certificate chain. With --tls_key, gRPC is served over TLS; neither: plaintext.");
@@ -158,9 +169,11 @@ absl::StatusOr<std::string> ReadToken(const std::string& path) {
   return token.substr(begin, end - begin + 1);
 }
 
-absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port) {
+absl::Status WritePortFile(const std::string& path, int grpc_port, int metrics_port,
+                           int http_port) {
   absl::Status s = WriteFileAtomically(
-      path, absl::StrCat("grpc_port=", grpc_port, "\nmetrics_port=", metrics_port, "\n"));
+      path, absl::StrCat("grpc_port=", grpc_port, "\nmetrics_port=", metrics_port,
+                         "\nhttp_port=", http_port, "\n"));
   if (!s.ok()) return absl::Status(s.code(), absl::StrCat("--port_file: ", s.message()));
   return absl::OkStatus();
 }
@@ -387,8 +400,40 @@ int Run(const sigset_t& signals) {
     }
     http = *std::move(started);
   }
+  std::unique_ptr<OpenAiServer> api;
+  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
+    absl::StatusOr<std::optional<ChatTemplate>> chat_template =
+        ChatTemplate::Load((*model)->directory);
+    if (!chat_template.ok()) {
+      spdlog::error("--model: {}", chat_template.status().ToString());
+      return 1;
+    }
+    std::string name = absl::GetFlag(FLAGS_served_model_name);
+    if (name.empty()) {
+      name = std::filesystem::path((*model)->directory).lexically_normal().filename().string();
+      if (name.empty()) {
+        name = std::filesystem::path((*model)->directory)
+                   .lexically_normal()
+                   .parent_path()
+                   .filename()
+                   .string();
+      }
+    }
+    absl::StatusOr<std::unique_ptr<OpenAiServer>> started =
+        OpenAiServer::Start(**engine, (*grpc)->auth(), metrics,
+                            {.host = absl::GetFlag(FLAGS_host),
+                             .port = http_port,
+                             .model_id = std::move(name),
+                             .chat_template = *std::move(chat_template)});
+    if (!started.ok()) {
+      spdlog::error("--http_port: {}", started.status().ToString());
+      return 1;
+    }
+    api = *std::move(started);
+  }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
-    if (absl::Status s = WritePortFile(path, (*grpc)->port(), http ? http->port() : -1);
+    if (absl::Status s =
+            WritePortFile(path, (*grpc)->port(), http ? http->port() : -1, api ? api->port() : -1);
         !s.ok()) {
       spdlog::error("{}", s.ToString());
       return 1;
@@ -403,6 +448,7 @@ int Run(const sigset_t& signals) {
   (*grpc)->SetServing(false);
   const absl::Status persisted = (*engine)->Shutdown(drain);
   (*grpc)->Shutdown(absl::Seconds(5));
+  if (api != nullptr) api->Stop();
   if (http != nullptr) http->Stop();
   if (!persisted.ok()) {
     spdlog::error("sessions were not all persisted: {}", persisted.ToString());
@@ -432,7 +478,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
   absl::SetProgramUsageMessage(
-      "serves a linear-attention transformer over gRPC.\n"
+      "serves a linear-attention transformer over gRPC and an OpenAI-compatible HTTP API.\n"
       "Usage: linserve --model DIR --port 50051 [flags]");
   // --help lists this file's flags (absl would look for a file named after the binary).
   absl::FlagsUsageConfig usage;

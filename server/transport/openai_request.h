@@ -1,0 +1,81 @@
+// OpenAI-compatible requests (POST /v1/completions and /v1/chat/completions) parsed into the
+// engine's GenerateRequest, and absl::Status mapped to OpenAI's error JSON and HTTP statuses.
+// JSON stays here and in openai_response.h: nothing below the transport sees it.
+//
+// Every error names the OpenAI field at fault ("temperature", "messages[2].role", "stop[1]") as
+// the first word of its message; ToApiError puts that word in the error's "param".
+#ifndef LINSERVE_SERVER_TRANSPORT_OPENAI_REQUEST_H_
+#define LINSERVE_SERVER_TRANSPORT_OPENAI_REQUEST_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "model/tokenizer.h"
+#include "server/engine/request.h"
+#include "server/transport/chat_template.h"
+
+namespace linserve {
+
+enum class OpenAiEndpoint { kCompletions, kChatCompletions };
+
+struct OpenAiRequest {
+  OpenAiEndpoint endpoint = OpenAiEndpoint::kCompletions;
+  // What the engine runs; its top_logprobs is at least 1 when logprobs are reported (the
+  // engine reports a token's own logprob only along with alternatives).
+  GenerateRequest generate;
+  bool stream = false;
+  // stream_options.include_usage: a last chunk with the usage (and "usage": null on the others).
+  bool include_usage = false;
+  // Whether each token's logprob is reported, and with how many alternatives.
+  bool logprobs = false;
+  int32_t top_logprobs = 0;
+  // The field the client set the token budget with ("max_tokens" or "max_completion_tokens"),
+  // for the engine's errors.
+  std::string max_tokens_field = "max_tokens";
+};
+
+// What ParseOpenAiRequest needs of the server.
+struct OpenAiContext {
+  // The model's id in /v1/models; a request's "model" must name it.
+  std::string model_id;
+  const Tokenizer* tokenizer = nullptr;
+  RequestLimits limits;
+  // nullptr: the model has no chat template and chat completions are refused.
+  const ChatTemplate* chat_template = nullptr;
+};
+
+// Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset.
+// INVALID_ARGUMENT naming the field and its limit; NOT_FOUND for another model. Value ranges of
+// the sampling fields are the engine's (ValidateGenerateRequest), checked here too so that the
+// error names the OpenAI field (RenameEngineError).
+absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,
+                                                 const OpenAiContext& context,
+                                                 std::string request_id);
+
+// An engine error about `request` with the engine's field name (generate.proto's) replaced by
+// the one the client set ("sampling.top_p" -> "top_p", "max_new_tokens" -> "max_tokens").
+absl::Status RenameEngineError(const absl::Status& status, const OpenAiRequest& request);
+
+struct ApiError {
+  int http_status = 500;
+  std::string type;
+  std::string message;
+  // The field at fault, or nullopt (JSON null).
+  std::optional<std::string> param;
+  std::optional<std::string> code;
+};
+
+// INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE 400, UNAUTHENTICATED 401,
+// PERMISSION_DENIED 403, NOT_FOUND 404, ABORTED (a busy session) 409, RESOURCE_EXHAUSTED 429,
+// UNAVAILABLE and CANCELLED 503, the rest 500.
+ApiError ToApiError(const absl::Status& status);
+// {"error": {"message", "type", "param", "code"}}
+std::string ApiErrorJson(const ApiError& error);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_TRANSPORT_OPENAI_REQUEST_H_

@@ -1,0 +1,189 @@
+#include "server/transport/openai_response.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+namespace {
+
+using nlohmann::json;
+
+std::string Dump(const json& j) {
+  // Token bytes may be part of a UTF-8 character: replaced, never thrown on.
+  return j.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string Event(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
+
+const char* FinishReasonName(FinishReason reason) {
+  return reason == FinishReason::kLength ? "length" : "stop";
+}
+
+json Bytes(const std::string& s) {
+  json out = json::array();
+  for (unsigned char c : s) out.push_back(static_cast<int>(c));
+  return out;
+}
+
+}  // namespace
+
+OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, int64_t created,
+                               std::string model_id, const Tokenizer& tokenizer)
+    : endpoint_(request.endpoint),
+      include_usage_(request.include_usage),
+      logprobs_(request.logprobs),
+      top_logprobs_(request.top_logprobs),
+      session_id_(request.generate.session_id.has_value()
+                      ? std::optional<std::string>(request.generate.session_id->value)
+                      : std::nullopt),
+      id_(std::move(id)),
+      created_(created),
+      model_id_(std::move(model_id)),
+      tokenizer_(tokenizer),
+      logprobs_json_(EmptyLogprobs()) {}
+
+json OpenAiResponse::EmptyLogprobs() const {
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) return json{{"content", json::array()}};
+  return json{{"tokens", json::array()},
+              {"token_logprobs", json::array()},
+              {"top_logprobs", json::array()},
+              {"text_offset", json::array()}};
+}
+
+void OpenAiResponse::AddLogprobs(absl::Span<const EmittedToken> tokens, json& logprobs) {
+  for (const EmittedToken& t : tokens) {
+    const std::string piece = tokenizer_.TokenBytes(t.token.id);
+    const size_t alternatives =
+        std::min<size_t>(t.token.top_logprobs.size(), static_cast<size_t>(top_logprobs_));
+    if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+      json top = json::array();
+      for (size_t i = 0; i < alternatives; ++i) {
+        const std::string alt = tokenizer_.TokenBytes(t.token.top_logprobs[i].token);
+        top.push_back(
+            {{"token", alt}, {"logprob", t.token.top_logprobs[i].logprob}, {"bytes", Bytes(alt)}});
+      }
+      logprobs["content"].push_back({{"token", piece},
+                                     {"logprob", t.token.logprob},
+                                     {"bytes", Bytes(piece)},
+                                     {"top_logprobs", std::move(top)}});
+    } else {
+      json top = json::object();
+      for (size_t i = 0; i < alternatives; ++i) {
+        top[tokenizer_.TokenBytes(t.token.top_logprobs[i].token)] = t.token.top_logprobs[i].logprob;
+      }
+      logprobs["tokens"].push_back(piece);
+      logprobs["token_logprobs"].push_back(t.token.logprob);
+      logprobs["top_logprobs"].push_back(std::move(top));
+      logprobs["text_offset"].push_back(text_offset_);
+    }
+    text_offset_ += static_cast<int64_t>(t.text.size());
+  }
+}
+
+json OpenAiResponse::Chunk(json choice) const {
+  json chunk = {{"id", id_},
+                {"object", endpoint_ == OpenAiEndpoint::kChatCompletions ? "chat.completion.chunk"
+                                                                         : "text_completion"},
+                {"created", created_},
+                {"model", model_id_},
+                {"choices", json::array({std::move(choice)})}};
+  if (include_usage_) chunk["usage"] = nullptr;
+  return chunk;
+}
+
+json OpenAiResponse::Usage(const GenerationResult& result) const {
+  json usage = {{"prompt_tokens", result.usage.prompt_tokens},
+                {"completion_tokens", result.usage.generated_tokens},
+                {"total_tokens", result.usage.prompt_tokens + result.usage.generated_tokens}};
+  if (session_id_.has_value()) usage["session_tokens"] = result.usage.session_tokens;
+  return usage;
+}
+
+std::string OpenAiResponse::StreamTokens(absl::Span<const EmittedToken> tokens) {
+  std::string text;
+  for (const EmittedToken& t : tokens) text += t.text;
+  if (text.empty() && !logprobs_) return "";
+  json logprobs = nullptr;
+  if (logprobs_) {
+    logprobs = EmptyLogprobs();
+    AddLogprobs(tokens, logprobs);
+  } else {
+    for (const EmittedToken& t : tokens) text_offset_ += static_cast<int64_t>(t.text.size());
+  }
+  json choice;
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    json delta = {{"content", std::move(text)}};
+    if (!sent_role_) delta["role"] = "assistant";
+    sent_role_ = true;
+    choice = {{"index", 0},
+              {"delta", std::move(delta)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", nullptr}};
+  } else {
+    choice = {{"index", 0},
+              {"text", std::move(text)},
+              {"logprobs", std::move(logprobs)},
+              {"finish_reason", nullptr}};
+  }
+  return Event(Chunk(std::move(choice)));
+}
+
+std::string OpenAiResponse::StreamFinish(const GenerationResult& result) {
+  json choice;
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    json delta = json::object();
+    if (!result.text.empty()) delta["content"] = result.text;
+    if (!sent_role_) delta["role"] = "assistant";
+    choice = {{"index", 0},
+              {"delta", std::move(delta)},
+              {"logprobs", nullptr},
+              {"finish_reason", FinishReasonName(result.reason)}};
+  } else {
+    choice = {{"index", 0},
+              {"text", result.text},
+              {"logprobs", nullptr},
+              {"finish_reason", FinishReasonName(result.reason)}};
+  }
+  std::string out = Event(Chunk(std::move(choice)));
+  if (include_usage_) {
+    json usage_chunk = Chunk(nullptr);
+    usage_chunk["choices"] = json::array();
+    usage_chunk["usage"] = Usage(result);
+    out += Event(usage_chunk);
+  }
+  out += "data: [DONE]\n\n";
+  return out;
+}
+
+std::string OpenAiResponse::StreamError(const absl::Status& status) {
+  return absl::StrCat("data: ", ApiErrorJson(ToApiError(status)), "\n\n");
+}
+
+void OpenAiResponse::Append(absl::Span<const EmittedToken> tokens) {
+  if (logprobs_) AddLogprobs(tokens, logprobs_json_);
+  for (const EmittedToken& t : tokens) text_ += t.text;
+}
+
+std::string OpenAiResponse::Finish(const GenerationResult& result) {
+  text_ += result.text;
+  json choice = {{"index", 0},
+                 {"logprobs", logprobs_ ? logprobs_json_ : json(nullptr)},
+                 {"finish_reason", FinishReasonName(result.reason)}};
+  const bool chat = endpoint_ == OpenAiEndpoint::kChatCompletions;
+  if (chat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  json response = {{"id", id_},
+                   {"object", chat ? "chat.completion" : "text_completion"},
+                   {"created", created_},
+                   {"model", model_id_},
+                   {"choices", json::array({std::move(choice)})},
+                   {"usage", Usage(result)}};
+  if (session_id_.has_value()) response["session_id"] = *session_id_;
+  return Dump(response);
+}
+
+}  // namespace linserve

@@ -1,0 +1,611 @@
+#include "server/transport/openai_server.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <event2/listener.h>
+#include <event2/thread.h>
+#include <event2/util.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/any_invocable.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/session_id.h"
+#include "server/transport/openai_request.h"
+#include "server/transport/openai_response.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+using nlohmann::json;
+
+// Pending connections the kernel may hold before the loop accepts them: a burst of clients
+// connecting at once is queued, not refused.
+constexpr int kListenBacklog = 4096;
+
+// Closures for the loop thread, posted from any thread. Once closed, posts are dropped (the
+// loop is gone); the engine's callbacks may still arrive then.
+class Mailbox {
+ public:
+  explicit Mailbox(event* wake) : wake_(wake) {}
+  void Post(absl::AnyInvocable<void() &&> fn) {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return;
+    const bool wake = queue_.empty();
+    queue_.push_back(std::move(fn));
+    if (wake) event_active(wake_, EV_READ, 0);
+  }
+  // Loop thread: runs everything posted so far.
+  void Drain() {
+    std::vector<absl::AnyInvocable<void() &&>> batch;
+    {
+      absl::MutexLock lock(&mu_);
+      batch.swap(queue_);
+    }
+    for (auto& fn : batch) std::move(fn)();
+  }
+  void Close() {
+    absl::MutexLock lock(&mu_);
+    closed_ = true;
+    queue_.clear();
+  }
+
+ private:
+  event* const wake_;
+  absl::Mutex mu_;
+  std::vector<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// An HTTP request in progress. `req` is the loop thread's and is null once the reply is
+// complete or the connection closed; the engine side (pending tokens, the finish) is guarded by
+// `mu`.
+struct Exchange {
+  OpenAiServer::Impl* server = nullptr;
+  evhttp_request* req = nullptr;
+  std::string endpoint;  // the metrics label
+  std::string request_id;
+  std::optional<JobId> job;
+  std::optional<OpenAiResponse> response;  // generations only
+  bool stream = false;
+  bool started = false;  // a streamed reply's status and headers are sent
+  // Watches the connection for the client closing it while a generation runs (evhttp reads
+  // nothing until the reply is complete, so it only notices when a write fails).
+  event* watch = nullptr;
+
+  absl::Mutex mu;
+  std::vector<EmittedToken> pending ABSL_GUARDED_BY(mu);
+  std::optional<std::pair<absl::Status, GenerationResult>> finish ABSL_GUARDED_BY(mu);
+  bool flush_posted ABSL_GUARDED_BY(mu) = false;
+};
+
+std::string RequestIdFor(evhttp_request* req) {
+  const char* given = evhttp_find_header(evhttp_request_get_input_headers(req), "X-Request-Id");
+  if (given != nullptr) {
+    const absl::string_view id(given);
+    bool printable = !id.empty() && id.size() <= 64;
+    for (char c : id) printable = printable && c > ' ' && c < 127;
+    if (printable) return std::string(id);
+  }
+  absl::StatusOr<std::string> random = RandomHex(12);
+  return random.ok() ? *random : "unnamed";
+}
+
+json SessionJson(const SessionInfo& info) {
+  return {{"id", info.id.value},
+          {"object", "session"},
+          {"num_tokens", info.num_tokens},
+          {"resident", info.resident},
+          {"busy", info.busy},
+          {"created", absl::ToUnixSeconds(info.create_time)},
+          {"last_used", absl::ToUnixSeconds(info.last_use_time)}};
+}
+
+}  // namespace
+
+class OpenAiServer::Impl {
+ public:
+  Impl(Engine& engine, const Authenticator& auth, MetricsRegistry& metrics,
+       OpenAiServerOptions options)
+      : engine_(engine),
+        auth_(auth),
+        metrics_(metrics),
+        options_(std::move(options)),
+        created_(absl::ToUnixSeconds(absl::Now())) {
+    context_.model_id = options_.model_id;
+    context_.tokenizer = engine_.model().tokenizer.get();
+    context_.limits = engine_.options().requests;
+    context_.chat_template = options_.chat_template ? &*options_.chat_template : nullptr;
+  }
+
+  ~Impl() { Stop(); }
+
+  absl::Status Bind() {
+    static const int threads = evthread_use_pthreads();
+    if (threads != 0) return absl::InternalError("libevent: evthread_use_pthreads failed");
+    base_ = event_base_new();
+    if (base_ == nullptr) return absl::InternalError("libevent: event_base_new failed");
+    wake_ = event_new(base_, -1, 0, &Impl::OnWake, this);
+    mailbox_ = std::make_shared<Mailbox>(wake_);
+    http_ = evhttp_new(base_);
+    evhttp_set_allowed_methods(http_, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE);
+    // A prompt's text plus the rest of a request (messages' JSON, stop strings).
+    evhttp_set_max_body_size(http_, context_.limits.max_prompt_bytes + (int64_t{1} << 20));
+    evhttp_set_max_headers_size(http_, 64 << 10);
+    evhttp_set_timeout(http_, options_.idle_timeout_seconds);
+    evhttp_set_gencb(http_, &Impl::OnRequest, this);
+
+    sockaddr_storage address{};
+    int length = sizeof(address);
+    const std::string host_port =
+        absl::StrCat(absl::StrContains(options_.host, ':') ? absl::StrCat("[", options_.host, "]")
+                                                           : options_.host,
+                     ":", options_.port);
+    if (evutil_parse_sockaddr_port(host_port.c_str(), reinterpret_cast<sockaddr*>(&address),
+                                   &length) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("cannot parse the address ", host_port));
+    }
+    evconnlistener* listener = evconnlistener_new_bind(
+        base_, nullptr, nullptr, LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,
+        kListenBacklog, reinterpret_cast<sockaddr*>(&address), length);
+    if (listener == nullptr) {
+      return absl::UnavailableError(
+          absl::StrCat("cannot serve HTTP on ", host_port, " (address in use?)"));
+    }
+    evhttp_bind_listener(http_, listener);
+    sockaddr_storage bound{};
+    socklen_t bound_length = sizeof(bound);
+    getsockname(evconnlistener_get_fd(listener), reinterpret_cast<sockaddr*>(&bound),
+                &bound_length);
+    port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
+                                        : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    thread_ = std::thread([this] { event_base_dispatch(base_); });
+    return absl::OkStatus();
+  }
+
+  int port() const { return port_; }
+
+  void Stop() {
+    if (mailbox_ != nullptr) mailbox_->Close();
+    if (thread_.joinable()) {
+      event_base_loopbreak(base_);
+      thread_.join();
+    }
+    // Open requests' jobs are cancelled as their connections close (OnClose).
+    if (http_ != nullptr) evhttp_free(http_);
+    http_ = nullptr;
+    live_.clear();
+    if (wake_ != nullptr) event_free(wake_);
+    wake_ = nullptr;
+    if (base_ != nullptr) event_base_free(base_);
+    base_ = nullptr;
+  }
+
+ private:
+  class Sink : public TokenSink {
+   public:
+    Sink(Impl* server, std::shared_ptr<Exchange> exchange)
+        : server_(server), mailbox_(server->mailbox_), exchange_(std::move(exchange)) {}
+    void OnToken(const GeneratedToken& token, std::string_view text) override {
+      bool post = false;
+      {
+        absl::MutexLock lock(&exchange_->mu);
+        exchange_->pending.push_back(EmittedToken{token, std::string(text)});
+        post = !std::exchange(exchange_->flush_posted, true);
+      }
+      if (post) Post();
+    }
+    void OnFinish(const absl::Status& status, const GenerationResult& result) override {
+      bool post = false;
+      {
+        absl::MutexLock lock(&exchange_->mu);
+        exchange_->finish.emplace(status, result);
+        post = !std::exchange(exchange_->flush_posted, true);
+      }
+      if (post) Post();
+    }
+
+   private:
+    void Post() {
+      // The server is alive while the mailbox is open (Stop closes it first).
+      mailbox_->Post([server = server_, exchange = exchange_] { server->Flush(exchange); });
+    }
+    Impl* const server_;
+    const std::shared_ptr<Mailbox> mailbox_;
+    const std::shared_ptr<Exchange> exchange_;
+  };
+
+  static void OnWake(evutil_socket_t, short, void* arg) {
+    static_cast<Impl*>(arg)->mailbox_->Drain();
+  }
+
+  static void OnRequest(evhttp_request* req, void* arg) { static_cast<Impl*>(arg)->Route(req); }
+
+  // The connection of an exchange closed before its reply was complete.
+  static void OnClose(evhttp_connection*, void* arg) {
+    Exchange* exchange = static_cast<Exchange*>(arg);
+    exchange->server->Closed(*exchange);
+  }
+  void Closed(Exchange& exchange);
+  // The connection of a running generation became readable: the client closed it (or sent
+  // more, which is no sign of leaving: the watch then ends).
+  static void OnReadable(evutil_socket_t fd, short, void* arg);
+  void Watch(Exchange& exchange);
+  static void Unwatch(Exchange& exchange);
+
+  void Route(evhttp_request* req);
+  void Generate(const std::shared_ptr<Exchange>& exchange, OpenAiEndpoint endpoint,
+                const std::string& tenant);
+  void Models(Exchange& exchange, absl::string_view id);
+  void Sessions(const std::shared_ptr<Exchange>& exchange, evhttp_cmd_type method,
+                absl::string_view id, const std::string& tenant);
+  void Flush(const std::shared_ptr<Exchange>& exchange);
+
+  // Registers `exchange` as the one `req` replies to: its connection's close is watched.
+  std::shared_ptr<Exchange> Open(evhttp_request* req, std::string endpoint);
+  // Ends `exchange`'s reply (if its client is still there).
+  void Reply(Exchange& exchange, int status, const std::string& body);
+  void ReplyError(Exchange& exchange, const absl::Status& status);
+  // The reply is complete: the connection is no longer watched for this exchange.
+  void Done(Exchange& exchange, int status);
+  void Count(absl::string_view endpoint, int status);
+
+  Engine& engine_;
+  const Authenticator& auth_;
+  MetricsRegistry& metrics_;
+  const OpenAiServerOptions options_;
+  OpenAiContext context_;
+  const int64_t created_;
+
+  event_base* base_ = nullptr;
+  event* wake_ = nullptr;
+  evhttp* http_ = nullptr;
+  std::shared_ptr<Mailbox> mailbox_;
+  std::thread thread_;
+  int port_ = 0;
+  // Loop thread: exchanges whose connection is watched, by address (the close callback's
+  // argument).
+  absl::flat_hash_map<Exchange*, std::shared_ptr<Exchange>> live_;
+};
+
+void OpenAiServer::Impl::Count(absl::string_view endpoint, int status) {
+  metrics_
+      .GetCounter("linserve_http_requests_total",
+                  "Finished OpenAI API requests by endpoint and HTTP status (499: the client "
+                  "closed the connection first)",
+                  {{"endpoint", std::string(endpoint)}, {"code", absl::StrCat(status)}})
+      .Increment();
+}
+
+std::shared_ptr<Exchange> OpenAiServer::Impl::Open(evhttp_request* req, std::string endpoint) {
+  auto exchange = std::make_shared<Exchange>();
+  exchange->server = this;
+  exchange->req = req;
+  exchange->endpoint = std::move(endpoint);
+  exchange->request_id = RequestIdFor(req);
+  evhttp_connection_set_closecb(evhttp_request_get_connection(req), &Impl::OnClose, exchange.get());
+  live_[exchange.get()] = exchange;
+  return exchange;
+}
+
+void OpenAiServer::Impl::Watch(Exchange& exchange) {
+  bufferevent* connection =
+      evhttp_connection_get_bufferevent(evhttp_request_get_connection(exchange.req));
+  exchange.watch = event_new(base_, bufferevent_getfd(connection), EV_READ | EV_PERSIST,
+                             &Impl::OnReadable, &exchange);
+  event_add(exchange.watch, nullptr);
+}
+
+void OpenAiServer::Impl::Unwatch(Exchange& exchange) {
+  if (exchange.watch == nullptr) return;
+  event_free(exchange.watch);
+  exchange.watch = nullptr;
+}
+
+void OpenAiServer::Impl::OnReadable(evutil_socket_t fd, short, void* arg) {
+  Exchange& exchange = *static_cast<Exchange*>(arg);
+  char byte;
+  const ssize_t n = recv(fd, &byte, 1, MSG_PEEK);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+  Unwatch(exchange);
+  // End of stream or a reset: the client is gone. Freeing the connection calls OnClose.
+  if (n <= 0) evhttp_connection_free(evhttp_request_get_connection(exchange.req));
+}
+
+void OpenAiServer::Impl::Closed(Exchange& exchange) {
+  Unwatch(exchange);
+  exchange.req = nullptr;
+  Count(exchange.endpoint, 499);
+  if (exchange.job.has_value()) engine_.Cancel(*exchange.job);
+  live_.erase(&exchange);  // may destroy `exchange`
+}
+
+void OpenAiServer::Impl::Done(Exchange& exchange, int status) {
+  Unwatch(exchange);
+  evhttp_connection_set_closecb(evhttp_request_get_connection(exchange.req), nullptr, nullptr);
+  exchange.req = nullptr;
+  Count(exchange.endpoint, status);
+}
+
+void OpenAiServer::Impl::Reply(Exchange& exchange, int status, const std::string& body) {
+  if (exchange.req == nullptr) return;
+  evhttp_request* req = exchange.req;
+  evkeyvalq* headers = evhttp_request_get_output_headers(req);
+  evhttp_add_header(headers, "Content-Type", "application/json");
+  evhttp_add_header(headers, "X-Request-Id", exchange.request_id.c_str());
+  evbuffer* buffer = evbuffer_new();
+  evbuffer_add(buffer, body.data(), body.size());
+  Done(exchange, status);
+  evhttp_send_reply(req, status, nullptr, buffer);
+  evbuffer_free(buffer);
+  live_.erase(&exchange);  // may destroy `exchange`
+}
+
+void OpenAiServer::Impl::ReplyError(Exchange& exchange, const absl::Status& status) {
+  const ApiError error = ToApiError(status);
+  Reply(exchange, error.http_status, ApiErrorJson(error));
+}
+
+void OpenAiServer::Impl::Route(evhttp_request* req) {
+  const evhttp_cmd_type method = evhttp_request_get_command(req);
+  const evhttp_uri* uri = evhttp_request_get_evhttp_uri(req);
+  const char* raw_path = uri == nullptr ? nullptr : evhttp_uri_get_path(uri);
+  absl::string_view path = raw_path == nullptr ? "" : raw_path;
+
+  std::string endpoint = "other";
+  enum class Route { kNone, kCompletions, kChat, kModels, kSessions } route = Route::kNone;
+  absl::string_view id;
+  if (path == "/v1/completions") {
+    route = Route::kCompletions;
+    endpoint = "completions";
+  } else if (path == "/v1/chat/completions") {
+    route = Route::kChat;
+    endpoint = "chat_completions";
+  } else if (path == "/v1/models" || absl::StartsWith(path, "/v1/models/")) {
+    route = Route::kModels;
+    endpoint = "models";
+    id = path.substr(std::min(path.size(), sizeof("/v1/models")));
+  } else if (path == "/v1/sessions" || absl::StartsWith(path, "/v1/sessions/")) {
+    route = Route::kSessions;
+    endpoint = "sessions";
+    id = path.substr(std::min(path.size(), sizeof("/v1/sessions")));
+  }
+  std::shared_ptr<Exchange> exchange = Open(req, endpoint);
+  if (route == Route::kNone) {
+    ReplyError(*exchange, absl::NotFoundError(absl::StrCat(
+                              "no route for ", path,
+                              ": this server serves /v1/completions, /v1/chat/completions, "
+                              "/v1/models and /v1/sessions")));
+    return;
+  }
+  const bool post = method == EVHTTP_REQ_POST;
+  const bool allowed = route == Route::kModels     ? method == EVHTTP_REQ_GET
+                       : route == Route::kSessions ? (id.empty() ? post : !post)
+                                                   : post;
+  if (!allowed) {
+    ApiError error =
+        ToApiError(absl::InvalidArgumentError(absl::StrCat("method: not allowed on ", path)));
+    error.http_status = 405;
+    Reply(*exchange, 405, ApiErrorJson(error));
+    return;
+  }
+  const char* authorization =
+      evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
+  absl::StatusOr<std::string> tenant = auth_.AuthenticateHttp(
+      authorization == nullptr ? std::nullopt : std::optional<absl::string_view>(authorization));
+  if (!tenant.ok()) {
+    ReplyError(*exchange, tenant.status());
+    return;
+  }
+  switch (route) {
+    case Route::kCompletions:
+      Generate(exchange, OpenAiEndpoint::kCompletions, *tenant);
+      break;
+    case Route::kChat:
+      Generate(exchange, OpenAiEndpoint::kChatCompletions, *tenant);
+      break;
+    case Route::kModels:
+      Models(*exchange, id);
+      break;
+    case Route::kSessions:
+      Sessions(exchange, method, id, *tenant);
+      break;
+    case Route::kNone:
+      break;
+  }
+}
+
+void OpenAiServer::Impl::Models(Exchange& exchange, absl::string_view id) {
+  const json model = {{"id", options_.model_id},
+                      {"object", "model"},
+                      {"created", created_},
+                      {"owned_by", "linserve"}};
+  if (id.empty()) {
+    Reply(exchange, 200, json{{"object", "list"}, {"data", json::array({model})}}.dump());
+  } else if (id == options_.model_id) {
+    Reply(exchange, 200, model.dump());
+  } else {
+    ReplyError(exchange, absl::NotFoundError(absl::StrCat(
+                             "model: the model \"", id, "\" does not exist; this server serves \"",
+                             options_.model_id, "\"")));
+  }
+}
+
+void OpenAiServer::Impl::Sessions(const std::shared_ptr<Exchange>& exchange, evhttp_cmd_type method,
+                                  absl::string_view id, const std::string& tenant) {
+  // The engine answers on its thread: the reply is posted to the loop.
+  auto reply = [this, exchange, mailbox = mailbox_](absl::StatusOr<json> body) {
+    mailbox->Post([this, exchange, body = std::move(body)] {
+      if (body.ok()) {
+        Reply(*exchange, 200, body->dump(-1, ' ', false, json::error_handler_t::replace));
+      } else {
+        ReplyError(*exchange, body.status());
+      }
+    });
+  };
+  auto info = [reply](absl::StatusOr<SessionInfo> session) mutable {
+    reply(session.ok() ? absl::StatusOr<json>(SessionJson(*session))
+                       : absl::StatusOr<json>(session.status()));
+  };
+  if (id.empty()) {
+    engine_.CreateSession(tenant, std::move(info));
+    return;
+  }
+  absl::StatusOr<SessionId> session = ParseSessionId(id, "session_id");
+  if (!session.ok()) {
+    ReplyError(*exchange, session.status());
+    return;
+  }
+  if (method == EVHTTP_REQ_GET) {
+    engine_.GetSession(tenant, *session, std::move(info));
+    return;
+  }
+  engine_.DeleteSession(
+      tenant, *session, [reply, id = session->value](absl::Status status) mutable {
+        reply(status.ok()
+                  ? absl::StatusOr<json>(json{{"id", id}, {"object", "session"}, {"deleted", true}})
+                  : absl::StatusOr<json>(status));
+      });
+}
+
+void OpenAiServer::Impl::Generate(const std::shared_ptr<Exchange>& exchange,
+                                  OpenAiEndpoint endpoint, const std::string& tenant) {
+  evbuffer* input = evhttp_request_get_input_buffer(exchange->req);
+  const size_t length = evbuffer_get_length(input);
+  const char* bytes = reinterpret_cast<const char*>(evbuffer_pullup(input, -1));
+  absl::StatusOr<OpenAiRequest> request =
+      ParseOpenAiRequest(endpoint, absl::string_view(bytes == nullptr ? "" : bytes, length),
+                         context_, exchange->request_id);
+  if (!request.ok()) {
+    ReplyError(*exchange, request.status());
+    return;
+  }
+  request->generate.owner = tenant;
+  // The engine checks again; checking here names the OpenAI field in the error.
+  if (absl::Status valid =
+          ValidateGenerateRequest(request->generate, context_.limits, engine_.model().config);
+      !valid.ok()) {
+    ReplyError(*exchange, RenameEngineError(valid, *request));
+    return;
+  }
+  exchange->stream = request->stream;
+  exchange->response.emplace(
+      *request,
+      absl::StrCat(endpoint == OpenAiEndpoint::kChatCompletions ? "chatcmpl-" : "cmpl-",
+                   exchange->request_id),
+      absl::ToUnixSeconds(absl::Now()), options_.model_id, *context_.tokenizer);
+  OpenAiRequest& parsed = *request;
+  absl::StatusOr<JobId> job =
+      engine_.Submit(std::move(parsed.generate), std::make_shared<Sink>(this, exchange));
+  if (!job.ok()) {
+    ReplyError(*exchange, RenameEngineError(job.status(), *request));
+    return;
+  }
+  exchange->job = *job;
+  Watch(*exchange);
+}
+
+void OpenAiServer::Impl::Flush(const std::shared_ptr<Exchange>& exchange) {
+  std::vector<EmittedToken> tokens;
+  std::optional<std::pair<absl::Status, GenerationResult>> finish;
+  {
+    absl::MutexLock lock(&exchange->mu);
+    tokens.swap(exchange->pending);
+    finish = std::move(exchange->finish);
+    exchange->finish.reset();
+    exchange->flush_posted = false;
+  }
+  if (exchange->req == nullptr) return;  // the client left
+  OpenAiResponse& response = *exchange->response;
+  // A request the engine ended early: CANCELLED only comes from a drain past its deadline.
+  std::optional<absl::Status> error;
+  if (finish.has_value()) {
+    if (!finish->first.ok()) {
+      error = finish->first;
+    } else if (finish->second.reason == FinishReason::kCancelled) {
+      error = absl::UnavailableError("the server is shutting down; the request was cancelled");
+    }
+  }
+  if (!exchange->stream) {
+    response.Append(tokens);
+    if (!finish.has_value()) return;
+    if (error.has_value()) {
+      ReplyError(*exchange, *error);
+    } else {
+      Reply(*exchange, 200, response.Finish(finish->second));
+    }
+    return;
+  }
+  evhttp_request* req = exchange->req;
+  if (!exchange->started) {
+    // The status waits for the first token, so that an error the engine finds before any
+    // (an unknown or busy session) is answered with its own status.
+    if (error.has_value() && tokens.empty()) {
+      ReplyError(*exchange, *error);
+      return;
+    }
+    evkeyvalq* headers = evhttp_request_get_output_headers(req);
+    evhttp_add_header(headers, "Content-Type", "text/event-stream");
+    evhttp_add_header(headers, "Cache-Control", "no-cache");
+    evhttp_add_header(headers, "X-Request-Id", exchange->request_id.c_str());
+    evhttp_send_reply_start(req, 200, "OK");
+    exchange->started = true;
+  }
+  std::string out = response.StreamTokens(tokens);
+  if (finish.has_value()) {
+    out += error.has_value() ? OpenAiResponse::StreamError(*error)
+                             : response.StreamFinish(finish->second);
+  }
+  if (!out.empty()) {
+    evbuffer* buffer = evbuffer_new();
+    evbuffer_add(buffer, out.data(), out.size());
+    evhttp_send_reply_chunk(req, buffer);
+    evbuffer_free(buffer);
+  }
+  if (finish.has_value()) {
+    Done(*exchange, 200);
+    evhttp_send_reply_end(req);
+    live_.erase(exchange.get());
+  }
+}
+
+OpenAiServer::OpenAiServer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+
+OpenAiServer::~OpenAiServer() { Stop(); }
+
+absl::StatusOr<std::unique_ptr<OpenAiServer>> OpenAiServer::Start(Engine& engine,
+                                                                  const Authenticator& auth,
+                                                                  MetricsRegistry& metrics,
+                                                                  OpenAiServerOptions options) {
+  if (options.port < 0 || options.port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port must be in [0, 65535], got ", options.port));
+  }
+  auto impl = std::make_unique<Impl>(engine, auth, metrics, std::move(options));
+  if (absl::Status s = impl->Bind(); !s.ok()) return s;
+  spdlog::info(
+      "HTTP: OpenAI API (/v1/completions, /v1/chat/completions, /v1/models, "
+      "/v1/sessions) on port {}",
+      impl->port());
+  return std::unique_ptr<OpenAiServer>(new OpenAiServer(std::move(impl)));
+}
+
+int OpenAiServer::port() const { return impl_->port(); }
+
+void OpenAiServer::Stop() { impl_->Stop(); }
+
+}  // namespace linserve
