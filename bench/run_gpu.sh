@@ -130,7 +130,7 @@ served() {
   local max=${served_concurrencies[-1]}
   rm -f "$out/ports"
   "$bundle/bin/linserve" --model="$model" --device=cuda --weight_precision=bf16 \
-    --host=127.0.0.1 --port=0 --metrics_port=-1 --port_file="$out/ports" \
+    --host=127.0.0.1 --port=0 --metrics_port=-1 --http_port=-1 --port_file="$out/ports" \
     --max_batch_size="$max" --max_slots="$((max + 64))" --state_memory_mib=8192 \
     --max_queue_depth="$((2 * max))" --log_level=warn >"$out/server.log" 2>&1 &
   local server_pid=$!

@@ -46,7 +46,7 @@ echo "scaling: state bytes as the server reports them" >&2
 "$build/bench/server/linserve-bench-model" --out="$tmp/model" --vocab_size=32000 --d_model=768 \
   --n_layers=12 --n_heads=12 --d_ff=3072 >&2
 "$build/server/linserve" --model="$tmp/model" --device=cpu --host=127.0.0.1 --port=0 \
-  --metrics_port=-1 --port_file="$tmp/ports" --threads=1 --max_slots=4 --state_memory_mib=64 \
+  --metrics_port=-1 --http_port=-1 --port_file="$tmp/ports" --threads=1 --max_slots=4 --state_memory_mib=64 \
   --log_level=warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do [[ -s $tmp/ports ]] && break; sleep 0.1; done

@@ -66,7 +66,7 @@ if [[ $model == random || ! -f $model/config.json ]]; then
 fi
 
 "$build/server/linserve" --model="$model" --device=cpu --host=127.0.0.1 --port=0 \
-  --metrics_port=-1 --port_file="$tmp/ports" --threads="$threads" \
+  --metrics_port=-1 --http_port=-1 --port_file="$tmp/ports" --threads="$threads" \
   --max_batch_size="$max_concurrency" --log_level=warn >"$tmp/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do [[ -s $tmp/ports ]] && break; sleep 0.1; done

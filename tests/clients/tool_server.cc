@@ -19,8 +19,9 @@ absl::StatusOr<std::unique_ptr<ToolServer>> ToolServer::Start(
   const std::string port_file = server->dir_.Join("ports");
   std::vector<std::string> args = {"--model=" + model,        "--host=127.0.0.1",
                                    "--port=0",                "--metrics_port=0",
-                                   "--port_file=" + port_file, "--threads=1",
-                                   "--reflection=false",      "--drain_deadline=2s"};
+                                   "--http_port=-1",          "--port_file=" + port_file,
+                                   "--threads=1",             "--reflection=false",
+                                   "--drain_deadline=2s"};
   args.insert(args.end(), extra_flags.begin(), extra_flags.end());
   server->process_ =
       std::make_unique<ServerProcess>(args, server->dir_.Join("server.log"), port_file);

@@ -79,8 +79,8 @@ TEST(CrashTest, EveryCompletedTurnSurvivesSigkillAtRandomMoments) {
     const std::string ports = dir.Join("ports" + std::to_string(restart));
     ServerProcess server(
         {"--model=" + dir.Join("model"), "--host=127.0.0.1", "--port=0", "--metrics_port=-1",
-         "--port_file=" + ports, "--state_dir=" + dir.Join("state"), "--drain_deadline=0s",
-         "--threads=1", "--log_level=warn"},
+         "--http_port=-1", "--port_file=" + ports, "--state_dir=" + dir.Join("state"),
+         "--drain_deadline=0s", "--threads=1", "--log_level=warn"},
         dir.Join("log" + std::to_string(restart)), ports);
     ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
     std::unique_ptr<Client> client = server.Connect();

@@ -43,7 +43,7 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   { std::ofstream(dir_.Join("tokens")) << "alice alice-token\n"; }
   ServerProcess server(
       {"--model=" + model_dir_, "--device=cpu", "--weight_precision=fp32", "--host=127.0.0.1",
-       "--port=0", "--metrics_port=-1", "--port_file=" + dir_.Join("ports"),
+       "--port=0", "--metrics_port=-1", "--http_port=-1", "--port_file=" + dir_.Join("ports"),
        "--tls_cert=" + TestData("server.crt"), "--tls_key=" + TestData("server.key"),
        "--tls_client_ca=" + TestData("ca.crt"), "--auth_token_file=" + dir_.Join("token"),
        "--auth_tokens_file=" + dir_.Join("tokens"),
@@ -132,12 +132,14 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--max_top_logprobs=0", "max_top_logprobs"},
       {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},
       {"--metrics_port=70000", "--metrics_port"},
+      {"--http_port=70000", "--http_port"},
       {"--port=70000", "--port must be in [0, 65535]"},
       {"--host=256.0.0.1", "cannot serve gRPC"},
   };
   for (const auto& [flag, message] : cases) {
-    ServerProcess server({"--model=" + model_dir_, "--port=0", "--metrics_port=0", flag},
-                         dir_.Join("bad.log"));
+    ServerProcess server(
+        {"--model=" + model_dir_, "--port=0", "--metrics_port=0", "--http_port=-1", flag},
+        dir_.Join("bad.log"));
     ASSERT_TRUE(server.spawned());
     EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 1) << flag;
     EXPECT_THAT(server.Log(), HasSubstr(message)) << flag;

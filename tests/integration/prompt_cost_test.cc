@@ -88,6 +88,7 @@ class PromptCostTest : public ::testing::Test {
                                       "--host=127.0.0.1",
                                       "--port=0",
                                       "--metrics_port=-1",
+                                      "--http_port=-1",
                                       "--threads=1",
                                       "--log_level=warn",
                                       "--port_file=" + dir_.Join("ports")};

@@ -31,7 +31,8 @@ class RestartTest : public ::testing::Test {
                                        const std::string& idle_timeout = "1h",
                                        const std::vector<std::string>& more_flags = {}) {
     std::vector<std::string> flags = {"--model=" + dir_.Join("model"), "--host=127.0.0.1",
-                                      "--port=0", "--metrics_port=0", "--port_file=" + PortFile(),
+                                      "--port=0", "--metrics_port=0", "--http_port=-1",
+                                      "--port_file=" + PortFile(),
                                       "--state_dir=" + dir_.Join("state"), "--threads=1",
                                       "--session_idle_timeout=" + idle_timeout};
     flags.insert(flags.end(), more_flags.begin(), more_flags.end());
@@ -189,7 +190,8 @@ TEST_F(RestartTest, PortFileIsRemovedOnCleanExitAndReplacedAfterACrash) {
   ASSERT_TRUE(std::filesystem::exists(PortFile()));
   { std::ofstream(PortFile(), std::ios::trunc) << "grpc_port=1\nmetrics_port=1\n"; }
   ServerProcess server({"--model=" + dir_.Join("model"), "--host=127.0.0.1", "--port=0",
-                        "--metrics_port=0", "--port_file=" + PortFile(), "--threads=1"},
+                        "--metrics_port=0", "--http_port=-1", "--port_file=" + PortFile(),
+                        "--threads=1"},
                        dir_.Join("log2"));  // reads the file itself, stale one kept
   // Until the new server has bound its listeners, the file is absent (removed at start) or
   // the stale one (before the process got there); afterwards it names the new server.

@@ -63,7 +63,8 @@ bool ServerProcess::WaitForPorts(absl::Duration timeout) {
       std::vector<std::string> kv = absl::StrSplit(line, '=');
       int value = 0;
       if (kv.size() == 2 && absl::SimpleAtoi(kv[1], &value)) {
-        (kv[0] == "grpc_port" ? grpc_port_ : metrics_port_) = value;
+        if (kv[0] == "grpc_port") grpc_port_ = value;
+        if (kv[0] == "metrics_port") metrics_port_ = value;
       }
     }
     if (grpc_port_ > 0) return true;

@@ -54,7 +54,7 @@ TEST(SigtermTest, DrainsPersistsAndRestores) {
   auto args = [&](const std::string& port_file) {
     return std::vector<std::string>{
         "--model=" + dir.Join("model"), "--host=127.0.0.1", "--port=0", "--metrics_port=0",
-        "--port_file=" + port_file, "--state_dir=" + dir.Join("state"),
+        "--http_port=-1", "--port_file=" + port_file, "--state_dir=" + dir.Join("state"),
         "--drain_deadline=2s", "--threads=1", "--max_new_tokens=1000000"};
   };
   const std::vector<int32_t> p1 = {76, 105, 110}, p2 = {101, 97};
