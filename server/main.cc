@@ -3,6 +3,7 @@
 // then waits for SIGTERM/SIGINT to drain, persist sessions and exit.
 #include <malloc.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -300,6 +301,12 @@ int Run(const sigset_t& signals) {
     return 1;
   }
   spdlog::set_level(log_level);
+  // Every HTTP stream holds a socket: raise the soft limit on open files as far as allowed
+  // (often 1024 by default, below a thousand clients plus the server's own files).
+  if (rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
+    files.rlim_cur = files.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &files);
+  }
   const PortFileGuard port_file(absl::GetFlag(FLAGS_port_file));
 
   absl::StatusOr<EngineOptions> engine_options = EngineOptionsFromFlags();

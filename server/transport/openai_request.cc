@@ -350,6 +350,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (absl::Status s = ParseStop(j, context.limits, out.generate); !s.ok()) return s;
   if (absl::Status s = ParseLogprobs(j, endpoint, context.limits, out); !s.ok()) return s;
 
+  absl::StatusOr<bool> ignore_eos = Bool(j, "ignore_eos");
+  if (!ignore_eos.ok()) return ignore_eos.status();
+  out.generate.ignore_eos = *ignore_eos;
+
   if (const json* session = Member(j, "session_id"); session != nullptr) {
     if (!session->is_string()) return Invalid("session_id", "must be a string");
     absl::StatusOr<SessionId> id =
@@ -370,9 +374,11 @@ absl::Status RenameEngineError(const absl::Status& status, const OpenAiRequest& 
     renamed = std::string(field);
   } else if (field == "max_new_tokens") {
     renamed = request.max_tokens_field;
-  } else if (absl::StartsWith(field, "prompt")) {
-    renamed =
-        request.endpoint == OpenAiEndpoint::kChatCompletions ? "messages" : std::string(field);
+  } else if (absl::ConsumePrefix(&field, "prompt")) {
+    // "prompt.token_ids[3]" is the fourth id of the completions prompt.
+    absl::ConsumePrefix(&field, ".token_ids");
+    renamed = request.endpoint == OpenAiEndpoint::kChatCompletions ? "messages"
+                                                                   : absl::StrCat("prompt", field);
   } else if (field == "top_logprobs" && request.endpoint == OpenAiEndpoint::kCompletions) {
     renamed = "logprobs";
   } else {

@@ -48,7 +48,9 @@ struct OpenAiContext {
   const ChatTemplate* chat_template = nullptr;
 };
 
-// Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset.
+// Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset. Beyond
+// OpenAI's fields: top_k, min_p, repetition_penalty (vLLM's names), ignore_eos, and session_id
+// (continue a server-side session, POST /v1/sessions).
 // INVALID_ARGUMENT naming the field and its limit; NOT_FOUND for another model. Value ranges of
 // the sampling fields are the engine's (ValidateGenerateRequest), checked here too so that the
 // error names the OpenAI field (RenameEngineError).

@@ -151,13 +151,16 @@ class OpenAiServer::Impl {
 
     sockaddr_storage address{};
     int length = sizeof(address);
-    const std::string host_port =
-        absl::StrCat(absl::StrContains(options_.host, ':') ? absl::StrCat("[", options_.host, "]")
-                                                           : options_.host,
-                     ":", options_.port);
-    if (evutil_parse_sockaddr_port(host_port.c_str(), reinterpret_cast<sockaddr*>(&address),
+    const std::string host_port = absl::StrCat(options_.host, ":", options_.port);
+    // The host alone (libevent refuses port 0 in "host:port"); the port is set below.
+    if (evutil_parse_sockaddr_port(options_.host.c_str(), reinterpret_cast<sockaddr*>(&address),
                                    &length) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("cannot parse the address ", host_port));
+      return absl::InvalidArgumentError(absl::StrCat("cannot parse the host ", options_.host));
+    }
+    if (address.ss_family == AF_INET6) {
+      reinterpret_cast<sockaddr_in6*>(&address)->sin6_port = htons(options_.port);
+    } else {
+      reinterpret_cast<sockaddr_in*>(&address)->sin_port = htons(options_.port);
     }
     evconnlistener* listener = evconnlistener_new_bind(
         base_, nullptr, nullptr, LEV_OPT_REUSEABLE | LEV_OPT_CLOSE_ON_FREE | LEV_OPT_CLOSE_ON_EXEC,

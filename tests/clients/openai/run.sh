@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs one test of the OpenAI-compatible HTTP API against a real linserve process:
+#   run.sh install WORK_DIR                        npm ci of the pinned openai client into
+#                                                  WORK_DIR (skipped when the lock is unchanged)
+#   run.sh test WORK_DIR LINSERVE TEST [FLAGS...]  starts LINSERVE (bundled model, free ports,
+#                                                  tenants alice and bob, FLAGS), runs TEST (a .mjs
+#                                                  under node, a .sh under bash) with
+#                                                  LINSERVE_HTTP, LINSERVE_METRICS and the tokens in
+#                                                  the environment, then stops the server
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+mode=$1
+work=$2
+mkdir -p "$work"
+
+if [[ $mode == install ]]; then
+  if cmp -s "$here/package-lock.json" "$work/package-lock.json" &&
+    [[ -f $work/node_modules/openai/package.json ]]; then
+    exit 0
+  fi
+  cp "$here/package.json" "$here/package-lock.json" "$work/"
+  cd "$work"
+  npm ci --no-audit --no-fund --loglevel=error
+  exit 0
+fi
+
+binary=$3
+test=$4
+shift 4
+name=$(basename "$test")
+dir=$(mktemp -d "$work/$name.XXXXXX")
+server_pid=
+cleanup() {
+  local status=$?
+  if [[ -n $server_pid ]]; then
+    kill "$server_pid" 2>/dev/null || true
+    wait "$server_pid" 2>/dev/null || true
+  fi
+  if ((status != 0)); then
+    echo "--- server log (${dir}/server.log) ---"
+    tail -n 50 "$dir/server.log" || true
+  else
+    rm -rf "$dir"
+  fi
+}
+trap cleanup EXIT
+
+printf 'alice alice-token\nbob bob-token\n' >"$dir/tokens"
+"$binary" --host=127.0.0.1 --port=0 --metrics_port=0 --http_port=0 --port_file="$dir/ports" \
+  --auth_tokens_file="$dir/tokens" --threads=2 --log_level=warn "$@" >"$dir/server.log" 2>&1 &
+server_pid=$!
+for _ in $(seq 600); do
+  [[ -s $dir/ports ]] && break
+  [[ $(ps -o stat= -p "$server_pid" || true) == [^Z]* ]] || { echo "linserve exited"; exit 1; }
+  sleep 0.1
+done
+[[ -s $dir/ports ]] || { echo "linserve did not write its ports in 60 s"; exit 1; }
+http_port=$(sed -n 's/^http_port=//p' "$dir/ports")
+metrics_port=$(sed -n 's/^metrics_port=//p' "$dir/ports")
+export LINSERVE_HTTP="http://127.0.0.1:$http_port"
+export LINSERVE_METRICS="http://127.0.0.1:$metrics_port/metrics"
+export LINSERVE_TOKEN=alice-token LINSERVE_OTHER_TOKEN=bob-token
+
+case $test in
+  *.mjs)
+    # Imports resolve from the script's folder: run a copy beside node_modules.
+    cp "$test" "$work/$name"
+    node --test --test-reporter=spec "$work/$name"
+    ;;
+  *.sh) bash "$test" ;;
+  *) echo "unknown test kind: $test"; exit 2 ;;
+esac
