@@ -20,6 +20,35 @@ const char* FinishReasonName(FinishReason reason) {
   return reason == FinishReason::kLength ? "length" : "stop";
 }
 
+// `text` as a JSON string literal, quotes included. `text` is valid UTF-8 (the detokenizer
+// emits whole characters only, and replaces what is not one).
+void AppendJsonString(std::string_view text, std::string& out) {
+  static constexpr char kHex[] = "0123456789abcdef";
+  out += '"';
+  for (char c : text) {
+    switch (c) {
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      default:
+        if (static_cast<unsigned char>(c) < 0x20) {
+          out += "\\u00";
+          out += kHex[c >> 4];
+          out += kHex[c & 15];
+        } else {
+          out += c;
+        }
+    }
+  }
+  out += '"';
+}
+
 json Bytes(const std::string& s) {
   json out = json::array();
   for (unsigned char c : s) out.push_back(static_cast<int>(c));
@@ -41,7 +70,30 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, int
       created_(created),
       model_id_(std::move(model_id)),
       tokenizer_(tokenizer),
-      logprobs_json_(EmptyLogprobs()) {}
+      logprobs_json_(EmptyLogprobs()) {
+  // A chunk with a placeholder text, split around it (the placeholder needs no escaping, so
+  // it appears verbatim, and nothing else in a chunk can match it).
+  const std::string placeholder = "@@text@@";
+  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    choice["delta"] = {{"content", placeholder}};
+  } else {
+    choice["text"] = placeholder;
+  }
+  const std::string whole = Event(Chunk(std::move(choice)));
+  const size_t at = whole.find(absl::StrCat("\"", placeholder, "\""));
+  text_event_prefix_ = whole.substr(0, at);
+  text_event_suffix_ = whole.substr(at + placeholder.size() + 2);
+}
+
+std::string OpenAiResponse::TextEvent(std::string_view text) const {
+  std::string out;
+  out.reserve(text_event_prefix_.size() + text.size() + 8 + text_event_suffix_.size());
+  out += text_event_prefix_;
+  AppendJsonString(text, out);
+  out += text_event_suffix_;
+  return out;
+}
 
 json OpenAiResponse::EmptyLogprobs() const {
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) return json{{"content", json::array()}};
@@ -104,6 +156,10 @@ std::string OpenAiResponse::StreamTokens(absl::Span<const EmittedToken> tokens) 
   std::string text;
   for (const EmittedToken& t : tokens) text += t.text;
   if (text.empty() && !logprobs_) return "";
+  if (!logprobs_ && (sent_role_ || endpoint_ == OpenAiEndpoint::kCompletions)) {
+    text_offset_ += static_cast<int64_t>(text.size());
+    return TextEvent(text);
+  }
   json logprobs = nullptr;
   if (logprobs_) {
     logprobs = EmptyLogprobs();

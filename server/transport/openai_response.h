@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -45,6 +46,9 @@ class OpenAiResponse {
 
  private:
   nlohmann::json Chunk(nlohmann::json choice) const;
+  // The common case of a streamed chunk, written without building a JSON tree: text only, no
+  // logprobs, not the first chat chunk.
+  std::string TextEvent(std::string_view text) const;
   nlohmann::json Usage(const GenerationResult& result) const;
   // Adds each token's logprob entry to `logprobs` (the completions or the chat shape).
   void AddLogprobs(absl::Span<const EmittedToken> tokens, nlohmann::json& logprobs);
@@ -60,6 +64,9 @@ class OpenAiResponse {
   const std::string model_id_;
   const Tokenizer& tokenizer_;
 
+  // A text chunk's event around its JSON-escaped text.
+  std::string text_event_prefix_;
+  std::string text_event_suffix_;
   bool sent_role_ = false;
   int64_t text_offset_ = 0;
   std::string text_;

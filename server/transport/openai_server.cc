@@ -10,6 +10,7 @@
 #include <event2/thread.h>
 #include <event2/util.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <utility>
@@ -300,6 +301,11 @@ std::shared_ptr<Exchange> OpenAiServer::Impl::Open(evhttp_request* req, std::str
   exchange->req = req;
   exchange->endpoint = std::move(endpoint);
   exchange->request_id = RequestIdFor(req);
+  // Tokens are small writes that must leave at once, not wait for the last one's ACK.
+  const int no_delay = 1;
+  setsockopt(
+      bufferevent_getfd(evhttp_connection_get_bufferevent(evhttp_request_get_connection(req))),
+      IPPROTO_TCP, TCP_NODELAY, &no_delay, sizeof(no_delay));
   evhttp_connection_set_closecb(evhttp_request_get_connection(req), &Impl::OnClose, exchange.get());
   live_[exchange.get()] = exchange;
   return exchange;
