@@ -29,6 +29,10 @@ packages=(
 fuzz_packages=(clang-14 libclang-rt-14-dev)
 if ! $build_only; then
   packages+=("${fuzz_packages[@]}")
+  # The OpenAI API tests run the official openai client under Node (tests/clients/openai). A
+  # Node from elsewhere (NodeSource) ships its own npm, which Debian's npm package conflicts with.
+  packages+=(nodejs curl)
+  command -v npm >/dev/null || packages+=(npm)
   packages+=(python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio
              python3-protobuf python3-matplotlib)
 fi

@@ -437,6 +437,10 @@ int Run(const sigset_t& signals) {
       return 1;
     }
     api = *std::move(started);
+    if (!grpc_options.tls_cert_file.empty()) {
+      spdlog::warn("--http_port: the OpenAI API is plaintext HTTP while gRPC uses TLS; serve it "
+                   "behind a TLS-terminating proxy, or turn it off with --http_port=-1");
+    }
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status s =
