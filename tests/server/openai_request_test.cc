@@ -1,0 +1,273 @@
+// The OpenAI API's edge, without a server: ChatTemplate, ParseOpenAiRequest, the error mapping
+// and the streamed chunks' JSON (end-to-end tests with the official client: tests/clients/openai).
+#include "server/transport/openai_request.h"
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "model/byte_tokenizer.h"
+#include "nlohmann/json.hpp"
+#include "server/transport/chat_template.h"
+#include "server/transport/openai_response.h"
+
+namespace linserve {
+namespace {
+
+using ::nlohmann::json;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+constexpr char kTemplate[] = R"({
+  "message": "{name}: {content}\n",
+  "generation_prompt": "{name}:",
+  "names": {"system": "", "user": "ROMEO", "assistant": "JULIET"}
+})";
+
+class OpenAiRequestTest : public ::testing::Test {
+ protected:
+  OpenAiRequestTest()
+      : tokenizer_(260),
+        template_(*ChatTemplate::Parse(kTemplate, "test")),
+        context_{.model_id = "m",
+                 .tokenizer = &tokenizer_,
+                 .limits = RequestLimits(),
+                 .chat_template = &template_} {}
+
+  absl::StatusOr<OpenAiRequest> Parse(OpenAiEndpoint endpoint, const json& body) {
+    return ParseOpenAiRequest(endpoint, body.dump(), context_, "id");
+  }
+  absl::StatusOr<OpenAiRequest> Completion(json body) {
+    body["model"] = "m";
+    return Parse(OpenAiEndpoint::kCompletions, body);
+  }
+  absl::StatusOr<OpenAiRequest> Chat(json body) {
+    body["model"] = "m";
+    if (!body.contains("messages")) body["messages"] = {{{"role", "user"}, {"content", "a"}}};
+    return Parse(OpenAiEndpoint::kChatCompletions, body);
+  }
+  // The param of the error a request gets.
+  std::string ParamOf(const absl::StatusOr<OpenAiRequest>& r) {
+    EXPECT_FALSE(r.ok());
+    return ToApiError(r.status()).param.value_or("(none)");
+  }
+
+  ByteTokenizer tokenizer_;
+  ChatTemplate template_;
+  OpenAiContext context_;
+};
+
+TEST(ChatTemplateTest, AppliesNamesOnceAndRefusesIncompleteFiles) {
+  const ChatTemplate t = *ChatTemplate::Parse(kTemplate, "test");
+  EXPECT_TRUE(t.HasRole("system"));
+  EXPECT_FALSE(t.HasRole("tool"));
+  // Client text is substituted once: placeholders in it stay as they are.
+  EXPECT_EQ(t.Apply({{"system", std::nullopt, "Verona."},
+                     {"user", std::nullopt, "{name} {content}"},
+                     {"user", "MERCUTIO", "Nay"}}),
+            "Verona.\n\nROMEO: {name} {content}\nMERCUTIO: Nay\nJULIET:");
+  EXPECT_THAT(
+      ChatTemplate::Parse(R"({"generation_prompt": "", "names": {}})", "f").status().message(),
+      HasSubstr("f: message: required"));
+  EXPECT_THAT(ChatTemplate::Parse(R"({"message": "", "generation_prompt": "",
+                                      "names": {"user": "A"}})",
+                                  "f")
+                  .status()
+                  .message(),
+              HasSubstr("\"user\" and \"assistant\""));
+  EXPECT_THAT(ChatTemplate::Parse("[1]", "f").status().message(), HasSubstr("not a JSON object"));
+}
+
+TEST(ChatTemplateTest, TheBundledModelHasOne) {
+  absl::StatusOr<std::optional<ChatTemplate>> t = ChatTemplate::Load(LINSERVE_DEFAULT_MODEL_DIR);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE(t->has_value());
+  EXPECT_EQ((*t)->Apply({{"user", std::nullopt, "Hark"}}), "ROMEO:\nHark\n\nJULIET:\n");
+  EXPECT_FALSE(ChatTemplate::Load("/nonexistent")->has_value());
+}
+
+TEST_F(OpenAiRequestTest, CompletionPrompts) {
+  EXPECT_THAT(Completion({{"prompt", "ab"}})->generate.prompt, ElementsAre('a', 'b'));
+  EXPECT_THAT(Completion({{"prompt", {"ab"}}})->generate.prompt, ElementsAre('a', 'b'));
+  EXPECT_THAT(Completion({{"prompt", {5, 6}}})->generate.prompt, ElementsAre(5, 6));
+  EXPECT_THAT(Completion({{"prompt", {{5, 6}}}})->generate.prompt, ElementsAre(5, 6));
+  EXPECT_EQ(ParamOf(Completion({{"prompt", {"a", "b"}}})), "prompt");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", ""}})), "prompt");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", {5, -1}}})), "prompt[1]");
+  EXPECT_EQ(ParamOf(Completion({})), "prompt");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", 3}})), "prompt");
+}
+
+TEST_F(OpenAiRequestTest, FieldsReachTheEngineRequest) {
+  absl::StatusOr<OpenAiRequest> r = Completion({{"prompt", "a"},
+                                                {"max_tokens", 7},
+                                                {"temperature", 0.5},
+                                                {"top_p", 0.9},
+                                                {"top_k", -1},
+                                                {"min_p", 0.1},
+                                                {"presence_penalty", 1},
+                                                {"frequency_penalty", -1},
+                                                {"repetition_penalty", 1.2},
+                                                {"seed", 42},
+                                                {"stop", "x"},
+                                                {"n", 1},
+                                                {"user", "u"},
+                                                {"ignore_eos", true},
+                                                {"session_id", std::string(32, 'a')},
+                                                {"logprobs", 0},
+                                                {"unknown_field", {1, 2}},
+                                                {"echo", nullptr}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const GenerateRequest& g = r->generate;
+  EXPECT_EQ(g.max_new_tokens, 7);
+  EXPECT_FLOAT_EQ(g.sampling.temperature, 0.5f);
+  EXPECT_FLOAT_EQ(g.sampling.top_p, 0.9f);
+  EXPECT_EQ(g.sampling.top_k, 0);
+  EXPECT_FLOAT_EQ(g.sampling.min_p, 0.1f);
+  EXPECT_FLOAT_EQ(g.sampling.presence_penalty, 1);
+  EXPECT_FLOAT_EQ(g.sampling.frequency_penalty, -1);
+  EXPECT_FLOAT_EQ(g.sampling.repetition_penalty, 1.2f);
+  EXPECT_EQ(g.sampling.seed, 42u);
+  EXPECT_THAT(g.stop, ElementsAre("x"));
+  EXPECT_TRUE(g.ignore_eos);
+  EXPECT_EQ(g.session_id->value, std::string(32, 'a'));
+  // logprobs 0: the token's own logprob, which the engine gives with one alternative.
+  EXPECT_TRUE(r->logprobs);
+  EXPECT_EQ(r->top_logprobs, 0);
+  EXPECT_EQ(g.top_logprobs, 1);
+  EXPECT_EQ(Completion({{"prompt", "a"}})->generate.max_new_tokens, kDefaultMaxNewTokens);
+  EXPECT_EQ(Completion({{"prompt", "a"}, {"logprobs", 3}})->generate.top_logprobs, 3);
+  EXPECT_EQ(Completion({{"prompt", "a"}})->generate.top_logprobs, 0);
+}
+
+TEST_F(OpenAiRequestTest, ChatFields) {
+  absl::StatusOr<OpenAiRequest> r = Chat(
+      {{"messages",
+        {{{"role", "user"},
+          {"content", {{{"type", "text"}, {"text", "h"}}, {{"type", "text"}, {"text", "i"}}}}}}},
+       {"max_tokens", 3},
+       {"max_completion_tokens", 5},
+       {"logprobs", true},
+       {"stream", true},
+       {"stream_options", {{"include_usage", true}}}});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->generate.max_new_tokens, 5);
+  EXPECT_EQ(r->max_tokens_field, "max_completion_tokens");
+  EXPECT_EQ(r->generate.top_logprobs, 1);
+  EXPECT_TRUE(r->stream);
+  EXPECT_TRUE(r->include_usage);
+  std::string text(r->generate.prompt.begin(), r->generate.prompt.end());
+  EXPECT_EQ(text, "ROMEO: hi\nJULIET:");
+  EXPECT_EQ(Chat({{"logprobs", true}, {"top_logprobs", 4}})->generate.top_logprobs, 4);
+}
+
+TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 2}})), "n");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_tokens", 0}})), "max_tokens");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_tokens", 1.5}})), "max_tokens");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_completion_tokens", 5000}})),
+            "max_completion_tokens");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"temperature", "hot"}})), "temperature");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"seed", 1e30}})), "seed");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"top_k", -2}})), "top_k");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"logprobs", 21}})), "logprobs");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"stop", {"a", 1}}})), "stop[1]");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"stop", std::vector<std::string>(17, "s")}})),
+            "stop");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"user", 1}})), "user");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"stream", "yes"}})), "stream");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"stream_options", json::object()}})),
+            "stream_options");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"session_id", "short"}})), "session_id");
+  EXPECT_EQ(ParamOf(Chat({{"messages", json::array()}})), "messages");
+  EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "tool"}, {"content", "a"}}}}})),
+            "messages[0].role");
+  EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "user"}, {"content", 1}}}}})),
+            "messages[0].content");
+  EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}})),
+            "messages[0].content[0].type");
+  EXPECT_EQ(ParamOf(Chat({{"top_logprobs", 2}})), "top_logprobs");
+  // Another model is 404; no model, 400.
+  const ApiError other =
+      ToApiError(Parse(OpenAiEndpoint::kCompletions, {{"model", "x"}, {"prompt", "a"}}).status());
+  EXPECT_EQ(other.http_status, 404);
+  EXPECT_EQ(other.code, "model_not_found");
+  EXPECT_EQ(ToApiError(Parse(OpenAiEndpoint::kCompletions, {{"prompt", "a"}}).status()).http_status,
+            400);
+  // No template: chat is refused.
+  context_.chat_template = nullptr;
+  EXPECT_THAT(Chat({}).status().message(), HasSubstr("no chat template"));
+}
+
+TEST_F(OpenAiRequestTest, HostileBodiesAreRefusedNotCrashedOn) {
+  for (const std::string& body : {std::string("{"), std::string("[1]"), std::string("\xff"),
+                                  std::string(100000, '[') + std::string(100000, ']')}) {
+    absl::StatusOr<OpenAiRequest> r =
+        ParseOpenAiRequest(OpenAiEndpoint::kCompletions, body, context_, "id");
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_EQ(ToApiError(r.status()).param, "body");
+  }
+  context_.limits.max_prompt_bytes = 4;
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "abcde"}})), "prompt");
+  EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "user"}, {"content", "abcde"}}}}})), "messages");
+}
+
+TEST_F(OpenAiRequestTest, EngineErrorsAreRenamed) {
+  const OpenAiRequest chat = *Chat({{"max_completion_tokens", 3}});
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("sampling.top_p: bad"), chat).message(),
+            "top_p: bad");
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("max_new_tokens: bad"), chat).message(),
+            "max_completion_tokens: bad");
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("prompt: long"), chat).message(),
+            "messages: long");
+  const OpenAiRequest completion = *Completion({{"prompt", "a"}});
+  EXPECT_EQ(
+      RenameEngineError(absl::InvalidArgumentError("prompt.token_ids[2]: x"), completion).message(),
+      "prompt[2]: x");
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("top_logprobs: x"), completion).message(),
+            "logprobs: x");
+  EXPECT_EQ(RenameEngineError(absl::NotFoundError("session gone"), completion).message(),
+            "session gone");
+}
+
+TEST(ApiErrorTest, StatusesAndShape) {
+  EXPECT_EQ(ToApiError(absl::UnauthenticatedError("no")).http_status, 401);
+  EXPECT_EQ(ToApiError(absl::AbortedError("busy")).http_status, 409);
+  EXPECT_EQ(ToApiError(absl::ResourceExhaustedError("full")).http_status, 429);
+  EXPECT_EQ(ToApiError(absl::UnavailableError("down")).http_status, 503);
+  EXPECT_EQ(ToApiError(absl::InternalError("x")).http_status, 500);
+  // Only a leading field name becomes the param.
+  EXPECT_FALSE(ToApiError(absl::InvalidArgumentError("two words: x")).param.has_value());
+  const json j = json::parse(ApiErrorJson(ToApiError(absl::InvalidArgumentError("stop[0]: x"))));
+  EXPECT_EQ(j, json::parse(R"({"error": {"message": "stop[0]: x", "type": "invalid_request_error",
+                                         "param": "stop[0]", "code": null}})"));
+}
+
+TEST(OpenAiResponseTest, StreamedChunksAreJsonWhateverTheText) {
+  ByteTokenizer tokenizer(260);
+  OpenAiRequest request;
+  request.endpoint = OpenAiEndpoint::kChatCompletions;
+  request.stream = true;
+  OpenAiResponse response(request, "chatcmpl-1", 100, "m", tokenizer);
+  const std::string tricky = "a\"b\\c\nd\te\x01\x1f é 🙂 </script>";
+  for (int i = 0; i < 2; ++i) {
+    const std::string event = response.StreamTokens({EmittedToken{{}, tricky}});
+    ASSERT_TRUE(event.starts_with("data: ") && event.ends_with("\n\n")) << event;
+    const json chunk = json::parse(event.substr(6));
+    EXPECT_EQ(chunk["choices"][0]["delta"]["content"], tricky);
+    EXPECT_EQ(chunk["choices"][0]["delta"].contains("role"), i == 0);
+    EXPECT_EQ(chunk["id"], "chatcmpl-1");
+    EXPECT_EQ(chunk["object"], "chat.completion.chunk");
+    EXPECT_TRUE(chunk["choices"][0]["finish_reason"].is_null());
+  }
+  GenerationResult result;
+  result.reason = FinishReason::kStop;
+  const std::string end = response.StreamFinish(result);
+  EXPECT_TRUE(end.ends_with("data: [DONE]\n\n"));
+  EXPECT_THAT(end, HasSubstr("\"finish_reason\":\"stop\""));
+}
+
+}  // namespace
+}  // namespace linserve
