@@ -324,6 +324,11 @@ int Run(const sigset_t& signals) {
     spdlog::error("--port must be in [0, 65535], got {}", port);
     return 1;
   }
+  const int32_t http_port = absl::GetFlag(FLAGS_http_port);
+  if (http_port < -1 || http_port > 65535) {
+    spdlog::error("--http_port must be in [0, 65535], or -1 (off), got {}", http_port);
+    return 1;
+  }
   GrpcServerOptions grpc_options;
   grpc_options.address = absl::StrCat(absl::GetFlag(FLAGS_host), ":", port);
   grpc_options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
@@ -408,7 +413,7 @@ int Run(const sigset_t& signals) {
     http = *std::move(started);
   }
   std::unique_ptr<OpenAiServer> api;
-  if (const int http_port = absl::GetFlag(FLAGS_http_port); http_port >= 0) {
+  if (http_port >= 0) {
     absl::StatusOr<std::optional<ChatTemplate>> chat_template =
         ChatTemplate::Load((*model)->directory);
     if (!chat_template.ok()) {
