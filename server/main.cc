@@ -399,19 +399,8 @@ int Run(const sigset_t& signals) {
     spdlog::error("gRPC: {}", grpc.status().ToString());
     return 1;
   }
-  std::unique_ptr<HttpServer> http;
-  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {
-    Engine* e = engine->get();
-    GrpcServer* g = grpc->get();
-    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
-        {.host = absl::GetFlag(FLAGS_host), .port = metrics_port}, metrics,
-        [e, g] { return g->serving() && !e->draining(); });
-    if (!started.ok()) {
-      spdlog::error("--metrics_port: {}", started.status().ToString());
-      return 1;
-    }
-    http = *std::move(started);
-  }
+  // Before the metrics server: a cpp-httplib server stopped before its thread has begun
+  // listening never stops, so nothing that can fail comes after it starts.
   std::unique_ptr<OpenAiServer> api;
   if (http_port >= 0) {
     absl::StatusOr<std::optional<ChatTemplate>> chat_template =
@@ -446,6 +435,19 @@ int Run(const sigset_t& signals) {
       spdlog::warn("--http_port: the OpenAI API is plaintext HTTP while gRPC uses TLS; serve it "
                    "behind a TLS-terminating proxy, or turn it off with --http_port=-1");
     }
+  }
+  std::unique_ptr<HttpServer> http;
+  if (const int metrics_port = absl::GetFlag(FLAGS_metrics_port); metrics_port >= 0) {
+    Engine* e = engine->get();
+    GrpcServer* g = grpc->get();
+    absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
+        {.host = absl::GetFlag(FLAGS_host), .port = metrics_port}, metrics,
+        [e, g] { return g->serving() && !e->draining(); });
+    if (!started.ok()) {
+      spdlog::error("--metrics_port: {}", started.status().ToString());
+      return 1;
+    }
+    http = *std::move(started);
   }
   if (const std::string path = absl::GetFlag(FLAGS_port_file); !path.empty()) {
     if (absl::Status s =
