@@ -400,7 +400,7 @@ int Run(const sigset_t& signals) {
     return 1;
   }
   // Before the metrics server: a cpp-httplib server stopped before its thread has begun
-  // listening never stops, so nothing that can fail comes after it starts.
+  // listening never stops: the API, whose port may be taken, starts first.
   std::unique_ptr<OpenAiServer> api;
   if (http_port >= 0) {
     absl::StatusOr<std::optional<ChatTemplate>> chat_template =
