@@ -1,0 +1,166 @@
+#include "server/engine/prefix_store.h"
+
+#include <algorithm>
+#include <random>
+#include <utility>
+
+#include "absl/hash/hash.h"
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+namespace {
+
+// MurmurHash3's 64-bit finalizer: every input bit affects every output bit.
+uint64_t Mix(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdULL;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ULL;
+  x ^= x >> 33;
+  return x;
+}
+
+uint64_t StrongExtend(uint64_t key, TokenId token) {
+  return Mix(key +
+             0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1));
+}
+
+// Bookkeeping charged per checkpoint beside its floats and tokens (list node, map slot, owner).
+constexpr int64_t kEntryOverheadBytes = 128;
+
+}  // namespace
+
+absl::Status ValidatePrefixStoreOptions(const PrefixStoreOptions& options) {
+  if (options.memory_budget_bytes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix cache memory budget must be >= 0 bytes (0 disables it), got ",
+                     options.memory_budget_bytes));
+  }
+  if (options.checkpoint_interval < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefix checkpoint interval must be >= 0 tokens (0: turn boundaries only), got ",
+        options.checkpoint_interval));
+  }
+  return absl::OkStatus();
+}
+
+std::string_view ToString(PrefixMiss miss) {
+  switch (miss) {
+    case PrefixMiss::kNoPrefix:
+      return "no_prefix";
+    case PrefixMiss::kEvicted:
+      return "evicted";
+    case PrefixMiss::kTooShort:
+      return "too_short";
+  }
+  return "unknown";
+}
+
+PrefixStore::PrefixStore(const PrefixStoreOptions& options, absl::string_view model_fingerprint,
+                         ExtendKey extend)
+    : options_(options), extend_(extend != nullptr ? extend : &StrongExtend) {
+  std::random_device random;
+  const uint64_t salt = (uint64_t{random()} << 32) ^ random();
+  seed_ = Mix(salt ^ absl::HashOf(model_fingerprint));
+}
+
+uint64_t PrefixStore::Seed(absl::string_view owner) const {
+  return Mix(seed_ ^ absl::HashOf(owner));
+}
+
+uint64_t PrefixStore::KeyOf(absl::string_view owner, absl::Span<const TokenId> tokens) const {
+  uint64_t key = Seed(owner);
+  for (TokenId token : tokens) key = extend_(key, token);
+  return key;
+}
+
+PrefixStore::EntryList::iterator PrefixStore::Find(uint64_t key, absl::string_view owner,
+                                                   absl::Span<const TokenId> tokens) {
+  auto it = by_key_.find(key);
+  if (it == by_key_.end()) return lru_.end();
+  const Entry& entry = *it->second;
+  if (entry.owner != owner ||
+      !std::equal(entry.tokens.begin(), entry.tokens.end(), tokens.begin(), tokens.end())) {
+    return lru_.end();  // a hash collision: another prefix holds this key
+  }
+  return it->second;
+}
+
+PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const TokenId> tokens) {
+  PrefixLookup result;
+  if (!enabled()) {
+    result.miss = PrefixMiss::kNoPrefix;
+    return result;
+  }
+  // keys[i] is the key of tokens[0, i + 1).
+  std::vector<uint64_t> keys(tokens.size());
+  uint64_t key = Seed(owner);
+  for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = extend_(key, tokens[i]);
+  // Usable lengths leave a token to feed: 1 .. size - 1.
+  for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= 1; --length) {
+    auto it = Find(keys[length - 1], owner, tokens.subspan(0, length));
+    if (it == lru_.end()) continue;
+    lru_.splice(lru_.begin(), lru_, it);
+    result.length = static_cast<int64_t>(length);
+    result.state = &it->state;
+    return result;
+  }
+  if (!tokens.empty() && Find(keys.back(), owner, tokens) != lru_.end()) {
+    result.miss = PrefixMiss::kTooShort;
+  } else if (tokens.size() < 2) {
+    result.miss = PrefixMiss::kTooShort;
+  } else if (std::any_of(keys.begin(), keys.end(),
+                         [this](uint64_t k) { return evicted_.contains(k); })) {
+    result.miss = PrefixMiss::kEvicted;
+  } else {
+    result.miss = PrefixMiss::kNoPrefix;
+  }
+  return result;
+}
+
+bool PrefixStore::Touch(absl::string_view owner, absl::Span<const TokenId> tokens) {
+  if (!enabled()) return false;
+  auto it = Find(KeyOf(owner, tokens), owner, tokens);
+  if (it == lru_.end()) return false;
+  lru_.splice(lru_.begin(), lru_, it);
+  return true;
+}
+
+void PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> tokens,
+                         StateBlob state) {
+  if (!enabled() || tokens.empty() || state.position != static_cast<int64_t>(tokens.size())) {
+    return;
+  }
+  const uint64_t key = KeyOf(owner, tokens);
+  if (by_key_.contains(key)) return;  // held already, or a collision: keep the older one
+  const int64_t bytes = static_cast<int64_t>(state.state.size() * sizeof(float) +
+                                             tokens.size() * sizeof(TokenId) + owner.size()) +
+                        kEntryOverheadBytes;
+  if (bytes > options_.memory_budget_bytes) return;
+  while (bytes_ + bytes > options_.memory_budget_bytes) Evict();
+  lru_.push_front(Entry{.key = key,
+                        .owner = std::string(owner),
+                        .tokens = std::vector<TokenId>(tokens.begin(), tokens.end()),
+                        .state = std::move(state),
+                        .bytes = bytes});
+  by_key_[key] = lru_.begin();
+  bytes_ += bytes;
+  evicted_.erase(key);
+}
+
+void PrefixStore::Evict() {
+  const Entry& victim = lru_.back();
+  by_key_.erase(victim.key);
+  bytes_ -= victim.bytes;
+  if (evicted_.insert(victim.key).second) {
+    evicted_order_.push_back(victim.key);
+    if (evicted_order_.size() > kEvictedKeysRemembered) {
+      evicted_.erase(evicted_order_.front());
+      evicted_order_.pop_front();
+    }
+  }
+  lru_.pop_back();
+  ++evictions_;
+}
+
+}  // namespace linserve

@@ -1,0 +1,167 @@
+// PrefixStore: longest-prefix lookup at any token, owner scoping, LRU within the byte budget,
+// miss reasons, and hash collisions that never return another prefix's state.
+#include "server/engine/prefix_store.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace linserve {
+namespace {
+
+constexpr int64_t kFloats = 1000;  // 4000 bytes of state per checkpoint
+
+// The state after `tokens`, tagged so a test can tell checkpoints apart.
+StateBlob StateAfter(const std::vector<TokenId>& tokens) {
+  StateBlob blob;
+  blob.position = static_cast<int64_t>(tokens.size());
+  blob.state.assign(kFloats, 0.0f);
+  for (size_t i = 0; i < tokens.size(); ++i) blob.state[i % kFloats] += tokens[i] + 0.5f * i;
+  return blob;
+}
+
+std::vector<TokenId> Range(TokenId from, int n) {
+  std::vector<TokenId> out;
+  for (int i = 0; i < n; ++i) out.push_back(from + i);
+  return out;
+}
+
+std::vector<TokenId> Head(const std::vector<TokenId>& tokens, size_t n) {
+  return {tokens.begin(), tokens.begin() + n};
+}
+
+PrefixStore MakeStore(int64_t budget, PrefixStore::ExtendKey extend = nullptr) {
+  return PrefixStore({.memory_budget_bytes = budget, .checkpoint_interval = 0}, "model-a", extend);
+}
+
+TEST(PrefixStoreTest, FindsTheLongestStoredPrefixEndingAtAnyToken) {
+  PrefixStore store = MakeStore(1 << 20);
+  const std::vector<TokenId> tokens = Range(10, 50);
+  for (size_t n : {3u, 17u, 31u}) store.Insert("", Head(tokens, n), StateAfter(Head(tokens, n)));
+
+  PrefixLookup hit = store.Lookup("", tokens);
+  ASSERT_NE(hit.state, nullptr);
+  EXPECT_EQ(hit.length, 31);
+  EXPECT_EQ(hit.state->state, StateAfter(Head(tokens, 31)).state);
+  EXPECT_FALSE(hit.miss.has_value());
+
+  // Off any grid: a request ending between checkpoints gets the one below it.
+  hit = store.Lookup("", Head(tokens, 29));
+  EXPECT_EQ(hit.length, 17);
+  EXPECT_EQ(hit.state->position, 17);
+  // A request that diverges after token 20 cannot use the checkpoint at 31.
+  std::vector<TokenId> diverged = tokens;
+  diverged[20] = 999;
+  EXPECT_EQ(store.Lookup("", diverged).length, 17);
+}
+
+TEST(PrefixStoreTest, LeavesAtLeastOneTokenToFeed) {
+  PrefixStore store = MakeStore(1 << 20);
+  const std::vector<TokenId> tokens = Range(1, 8);
+  store.Insert("", tokens, StateAfter(tokens));
+  PrefixLookup exact = store.Lookup("", tokens);
+  EXPECT_EQ(exact.state, nullptr);
+  EXPECT_EQ(exact.miss, PrefixMiss::kTooShort);
+
+  store.Insert("", Head(tokens, 7), StateAfter(Head(tokens, 7)));
+  EXPECT_EQ(store.Lookup("", tokens).length, 7);
+  EXPECT_EQ(store.Lookup("", {1}).miss, PrefixMiss::kTooShort);
+}
+
+TEST(PrefixStoreTest, CheckpointsBelongToTheirOwner) {
+  PrefixStore store = MakeStore(1 << 20);
+  const std::vector<TokenId> tokens = Range(1, 10);
+  store.Insert("tenant-a", Head(tokens, 5), StateAfter(Head(tokens, 5)));
+  EXPECT_EQ(store.Lookup("tenant-a", tokens).length, 5);
+  const PrefixLookup other = store.Lookup("tenant-b", tokens);
+  EXPECT_EQ(other.state, nullptr);
+  EXPECT_EQ(other.miss, PrefixMiss::kNoPrefix);
+  EXPECT_EQ(store.Lookup("", tokens).miss, PrefixMiss::kNoPrefix);
+}
+
+TEST(PrefixStoreTest, EvictsTheLeastRecentlyUsedWithinTheBudgetAndSaysSo) {
+  // Room for two checkpoints of 4000 state bytes plus tokens and bookkeeping, not three.
+  PrefixStore store = MakeStore(2 * 4400);
+  const std::vector<TokenId> a = Range(100, 10), b = Range(200, 10), c = Range(300, 10);
+  store.Insert("", Head(a, 9), StateAfter(Head(a, 9)));
+  store.Insert("", Head(b, 9), StateAfter(Head(b, 9)));
+  EXPECT_EQ(store.size(), 2);
+  EXPECT_EQ(store.Lookup("", a).length, 9);  // a is now the most recently used
+  store.Insert("", Head(c, 9), StateAfter(Head(c, 9)));
+  EXPECT_EQ(store.size(), 2);
+  EXPECT_EQ(store.evictions(), 1);
+  EXPECT_LE(store.bytes(), 2 * 4400);
+  EXPECT_EQ(store.Lookup("", a).length, 9);
+  EXPECT_EQ(store.Lookup("", c).length, 9);
+  const PrefixLookup gone = store.Lookup("", b);
+  EXPECT_EQ(gone.state, nullptr);
+  EXPECT_EQ(gone.miss, PrefixMiss::kEvicted);
+  EXPECT_EQ(store.Lookup("", Range(400, 10)).miss, PrefixMiss::kNoPrefix);
+
+  // Touch counts as a use too.
+  EXPECT_TRUE(store.Touch("", Head(a, 9)));
+  EXPECT_FALSE(store.Touch("", Head(b, 9)));
+  store.Insert("", Head(b, 9), StateAfter(Head(b, 9)));  // evicts c
+  EXPECT_EQ(store.Lookup("", a).length, 9);
+  EXPECT_EQ(store.Lookup("", c).miss, PrefixMiss::kEvicted);
+  EXPECT_EQ(store.Lookup("", b).length, 9);  // back again: a hit, no longer "evicted"
+}
+
+TEST(PrefixStoreTest, ACheckpointLargerThanTheBudgetIsNotStoredAndZeroDisables) {
+  PrefixStore small = MakeStore(1000);
+  small.Insert("", Range(1, 4), StateAfter(Range(1, 4)));
+  EXPECT_EQ(small.size(), 0);
+  EXPECT_EQ(small.bytes(), 0);
+
+  PrefixStore off = MakeStore(0);
+  EXPECT_FALSE(off.enabled());
+  off.Insert("", Range(1, 4), StateAfter(Range(1, 4)));
+  EXPECT_EQ(off.size(), 0);
+  EXPECT_EQ(off.Lookup("", Range(1, 5)).state, nullptr);
+}
+
+TEST(PrefixStoreTest, InsertKeepsTheHeldCheckpointAndChecksThePosition) {
+  PrefixStore store = MakeStore(1 << 20);
+  const std::vector<TokenId> tokens = Range(1, 6);
+  store.Insert("", Head(tokens, 5), StateAfter(Head(tokens, 5)));
+  const int64_t bytes = store.bytes();
+  store.Insert("", Head(tokens, 5), StateAfter(Head(tokens, 5)));
+  EXPECT_EQ(store.size(), 1);
+  EXPECT_EQ(store.bytes(), bytes);
+  store.Insert("", Head(tokens, 4), StateAfter(Head(tokens, 5)));  // position 5 != 4 tokens
+  EXPECT_EQ(store.size(), 1);
+}
+
+// Every prefix of the same length collides under this key function.
+uint64_t LengthOnly(uint64_t key, TokenId) { return key + 1; }
+
+TEST(PrefixStoreTest, ACollidingKeyNeverReturnsAnotherPrefixsState) {
+  PrefixStore store = MakeStore(1 << 20, &LengthOnly);
+  const std::vector<TokenId> stored = {5, 6, 7, 8};
+  store.Insert("", stored, StateAfter(stored));
+  // Same length-4 key, other tokens: the verification rejects it.
+  const std::vector<TokenId> other = {5, 6, 9, 8, 1};
+  const PrefixLookup miss = store.Lookup("", other);
+  EXPECT_EQ(miss.state, nullptr);
+  EXPECT_EQ(miss.miss, PrefixMiss::kNoPrefix);
+  EXPECT_FALSE(store.Touch("", {5, 6, 9, 8}));
+  // A colliding insert leaves the older checkpoint in place.
+  store.Insert("", {5, 6, 9, 8}, StateAfter({5, 6, 9, 8}));
+  EXPECT_EQ(store.size(), 1);
+  const PrefixLookup hit = store.Lookup("", {5, 6, 7, 8, 1});
+  EXPECT_EQ(hit.length, 4);
+  EXPECT_EQ(hit.state->state, StateAfter(stored).state);
+}
+
+TEST(PrefixStoreTest, OptionsAreValidated) {
+  EXPECT_TRUE(ValidatePrefixStoreOptions({}).ok());
+  const absl::Status budget = ValidatePrefixStoreOptions({.memory_budget_bytes = -1});
+  EXPECT_TRUE(absl::IsInvalidArgument(budget));
+  EXPECT_NE(budget.message().find("memory budget"), std::string::npos);
+  const absl::Status interval = ValidatePrefixStoreOptions({.checkpoint_interval = -5});
+  EXPECT_NE(interval.message().find("checkpoint interval"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace linserve
