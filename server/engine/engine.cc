@@ -1,5 +1,6 @@
 #include "server/engine/engine.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -44,13 +45,16 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       slot_capacity_(backend_->slot_capacity()),
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
+      prefix_(options.prefix, model.fingerprint),
       decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
       prefill_sample_(DecodeRows(options)),
       m_{
           metrics.GetCounter("linserve_engine_steps_total",
                              "Engine steps that ran the model (one decode batch and/or prefill "
                              "chunks)"),
-          metrics.GetCounter("linserve_prompt_tokens_total", "Prompt tokens fed to the model"),
+          metrics.GetCounter("linserve_prompt_tokens_total",
+                             "Prompt tokens of requests, BOS included (cached prefix tokens too: "
+                             "see linserve_prefix_tokens_saved_total)"),
           metrics.GetCounter("linserve_generated_tokens_total",
                              "Tokens sampled and sent to clients"),
           metrics.GetCounter("linserve_session_hibernations_total",
@@ -91,6 +95,25 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                            {{"state", "hibernated"}}),
           metrics.GetGauge("linserve_sessions", "Sessions by residency",
                            {{"state", "ephemeral"}}),
+          metrics.GetCounter("linserve_prefix_hits_total",
+                             "Requests started from a cached prefix state"),
+          metrics.GetCounter("linserve_prefix_misses_total",
+                             "Requests that could use a cached prefix and found none, by reason",
+                             {{"reason", "no_prefix"}}),
+          metrics.GetCounter("linserve_prefix_misses_total",
+                             "Requests that could use a cached prefix and found none, by reason",
+                             {{"reason", "evicted"}}),
+          metrics.GetCounter("linserve_prefix_misses_total",
+                             "Requests that could use a cached prefix and found none, by reason",
+                             {{"reason", "too_short"}}),
+          metrics.GetCounter("linserve_prefix_tokens_saved_total",
+                             "Prompt tokens not re-read thanks to cached prefix states"),
+          metrics.GetCounter("linserve_prefix_checkpoints_total",
+                             "Prefix states stored (turn boundaries and inside long prefills)"),
+          metrics.GetCounter("linserve_prefix_evictions_total",
+                             "Prefix states evicted for the memory budget"),
+          metrics.GetGauge("linserve_prefix_bytes", "Host memory held by cached prefix states"),
+          metrics.GetGauge("linserve_prefix_states", "Cached prefix states"),
       } {
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
@@ -119,6 +142,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (absl::Status s = ValidateSchedulerLimits(options.scheduler); !s.ok()) return s;
   if (absl::Status s = ValidateSessionStoreOptions(options.sessions); !s.ok()) return s;
   if (absl::Status s = ValidateRequestLimits(options.requests); !s.ok()) return s;
+  if (absl::Status s = ValidatePrefixStoreOptions(options.prefix); !s.ok()) return s;
   if (options.max_queue_depth < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));
@@ -281,6 +305,7 @@ void Engine::AdmitWaiting() {
       continue;
     }
     if (status.ok()) status = job->Activate(options_.requests.max_prompt_tokens);
+    if (status.ok()) ReusePrefix(*job);
     if (status.ok()) {
       status = backend_->StartSampling(*job->session()->slot, job->request().sampling,
                                        job->request().top_logprobs, job->new_prompt_tokens());
@@ -330,6 +355,15 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
   DropDecodeRows(*job);
   job->SettleSession();
+  // A turn boundary: the state after everything the session consumed. A backend failure
+  // leaves it unknown.
+  if (job->knows_history() && session != nullptr && session->slot.has_value() &&
+      (status.ok() || absl::IsCancelled(status))) {
+    if (absl::StatusOr<int64_t> position = backend_->SlotPosition(*session->slot);
+        position.ok()) {
+      Checkpoint(*job, *session->slot, *position);
+    }
+  }
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
   if (session != nullptr) store_.Release(*session, now);
@@ -531,14 +565,16 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   int64_t tokens = 0;
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
+    // A chunk ends at the next prefix checkpoint inside it; the rest goes in the next step.
+    const int32_t n = static_cast<int32_t>(std::min<int64_t>(chunk.tokens, NextCheckpoint(*job)));
     // The last chunk of a prompt yields the first token.
-    const bool last = chunk.tokens == job->prefill_remaining();
+    const bool last = n == job->prefill_remaining();
     prefill_items_.push_back(
-        {.slot = *job->session()->slot, .tokens = job->PeekPrefill(chunk.tokens), .sample = last});
+        {.slot = *job->session()->slot, .tokens = job->PeekPrefill(n), .sample = last});
     prefill_jobs_.push_back(job);
     sampled += last ? 1 : 0;
-    tokens += chunk.tokens;
-    m_.prefill_chunk.Observe(chunk.tokens);
+    tokens += n;
+    m_.prefill_chunk.Observe(n);
   }
   m_.prefill_step.Observe(static_cast<double>(tokens));
   DecodeStep& out = prefill_sample_;
@@ -551,9 +587,11 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   const absl::Time now = absl::Now();
   finished_.clear();
   size_t row = 0;
-  for (size_t i = 0; i < chunks.size(); ++i) {
+  for (size_t i = 0; i < prefill_items_.size(); ++i) {
     Job* job = prefill_jobs_[i];
-    job->PrefillDone(chunks[i].tokens);
+    job->PrefillDone(static_cast<int32_t>(prefill_items_[i].tokens.size()));
+    const int64_t position = static_cast<int64_t>(job->feed().size()) - job->prefill_remaining();
+    if (IsCheckpoint(*job, position)) Checkpoint(*job, prefill_items_[i].slot, position);
     if (!prefill_items_[i].sample) continue;
     job->set_last_token_step(step_);
     job->Sampled(out.tokens[row]);
@@ -565,6 +603,77 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     if (finish.has_value()) finished_.emplace_back(job->id(), *finish);
   }
   for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
+}
+
+void Engine::ReusePrefix(Job& job) {
+  if (!prefix_.enabled() || !job.knows_history()) return;
+  const PrefixLookup found = prefix_.Lookup(job.request().owner, job.feed());
+  if (found.state == nullptr) {
+    switch (*found.miss) {
+      case PrefixMiss::kNoPrefix:
+        m_.prefix_miss_no_prefix.Increment();
+        break;
+      case PrefixMiss::kEvicted:
+        m_.prefix_miss_evicted.Increment();
+        break;
+      case PrefixMiss::kTooShort:
+        m_.prefix_miss_too_short.Increment();
+        break;
+    }
+    return;
+  }
+  const SlotId slot = *job.session()->slot;
+  if (absl::Status s = backend_->WriteSlot(slot, *found.state); !s.ok()) {
+    // The slot was empty: empty it again and read the whole prompt.
+    spdlog::error("request {}: loading a cached prefix failed, reading the prompt: {}",
+                  job.request().request_id, s.ToString());
+    if (absl::Status reset = backend_->ResetSlot(slot); !reset.ok()) {
+      spdlog::error("request {}: resetting the slot failed: {}", job.request().request_id,
+                    reset.ToString());
+    }
+    return;
+  }
+  job.SkipPrefill(found.length);
+  m_.prefix_hits.Increment();
+  m_.prefix_tokens_saved.Increment(static_cast<double>(found.length));
+}
+
+bool Engine::IsCheckpoint(const Job& job, int64_t position) const {
+  if (!prefix_.enabled() || !job.knows_history() || position < prefix_.options().min_tokens) {
+    return false;
+  }
+  const int64_t every = prefix_.options().checkpoint_interval;
+  return position == static_cast<int64_t>(job.feed().size()) - 1 ||
+         (every > 0 && position % every == 0 &&
+          position < static_cast<int64_t>(job.feed().size()));
+}
+
+int64_t Engine::NextCheckpoint(const Job& job) const {
+  const int64_t remaining = job.prefill_remaining();
+  if (!prefix_.enabled() || !job.knows_history()) return remaining;
+  const int64_t end = static_cast<int64_t>(job.feed().size());
+  const int64_t start = end - remaining;
+  int64_t stop = end;
+  if (end - 1 > start) stop = end - 1;
+  if (const int64_t every = prefix_.options().checkpoint_interval; every > 0) {
+    stop = std::min(stop, (start / every + 1) * every);
+  }
+  return std::max<int64_t>(stop - start, 1);
+}
+
+void Engine::Checkpoint(Job& job, SlotId slot, int64_t position) {
+  if (position < prefix_.options().min_tokens) return;
+  const std::vector<TokenId> tokens = job.History(position);
+  if (prefix_.Touch(job.request().owner, tokens)) return;
+  StateBlob state;
+  if (absl::Status s = backend_->ReadSlot(slot, state); !s.ok()) {
+    spdlog::error("request {}: reading a prefix checkpoint failed: {}", job.request().request_id,
+                  s.ToString());
+    return;
+  }
+  if (prefix_.Insert(job.request().owner, tokens, std::move(state))) {
+    m_.prefix_checkpoints.Increment();
+  }
 }
 
 void Engine::ExpireSessions(absl::Time now) {
@@ -601,6 +710,10 @@ void Engine::PublishStats() {
   m_.ephemeral_sessions.Set(stats.ephemeral_sessions);
   m_.hibernations.Increment(static_cast<double>(store_.hibernations() - hibernations_reported_));
   hibernations_reported_ = store_.hibernations();
+  m_.prefix_bytes.Set(static_cast<double>(prefix_.bytes()));
+  m_.prefix_entries.Set(static_cast<double>(prefix_.size()));
+  m_.prefix_evictions.Increment(static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
+  prefix_evictions_reported_ = prefix_.evictions();
 }
 
 EngineStats Engine::stats() const {

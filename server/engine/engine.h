@@ -45,6 +45,7 @@
 #include "server/engine/job.h"
 #include "server/engine/job_id.h"
 #include "server/engine/metrics.h"
+#include "server/engine/prefix_store.h"
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_id.h"
@@ -63,6 +64,8 @@ struct EngineOptions {
   SessionStoreOptions sessions;
   // Per-request limits. Default: see RequestLimits.
   RequestLimits requests;
+  // Prefix reuse: budget, checkpoint interval. Default: see PrefixStoreOptions.
+  PrefixStoreOptions prefix;
   // Work waiting for the engine thread: submitted requests not yet running (including those
   // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
   // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.
@@ -236,6 +239,19 @@ class Engine {
   // Feeds the step's prompt chunks in one Backend::PrefillBatch call; the prompts that end in
   // it get their first token.
   void RunPrefill(absl::Span<const PrefillChunk> chunks);
+  // Starts a job whose session was empty from the longest cached prefix of its tokens: the
+  // checkpoint is copied into the job's own slot and prefill starts after it.
+  void ReusePrefix(Job& job);
+  // Prefix checkpoints inside a prompt: every checkpoint_interval-th position and the prompt's
+  // last token but one (a resent prompt must feed at least its last token for the first
+  // logits), for jobs that know their history. A prefill chunk ends at the next one (the rest
+  // goes in the next step) and the state is stored after the batch.
+  bool IsCheckpoint(const Job& job, int64_t position) const;
+  // Tokens the job may feed before its next checkpoint (at least 1).
+  int64_t NextCheckpoint(const Job& job) const;
+  // Stores the state of the job's slot, which has consumed its first `position` tokens, unless
+  // the store holds that checkpoint already.
+  void Checkpoint(Job& job, SlotId slot, int64_t position);
   // Hands `token` (row `row` of `logprobs` and `top_logprobs`) to `job` (Job::Emit) and counts
   // it.
   std::optional<FinishReason> EmitSampled(Job& job, TokenId token, float logprob,
@@ -272,6 +288,7 @@ class Engine {
   std::unique_ptr<SessionPersister> persister_;
   // Owned by the engine thread (and by Shutdown once the thread has stopped).
   SessionStore store_;
+  PrefixStore prefix_;
   std::deque<std::unique_ptr<Job>> waiting_;
   std::vector<std::unique_ptr<Job>> active_;
   absl::flat_hash_map<JobId, Job*> jobs_;
@@ -332,9 +349,19 @@ class Engine {
     Gauge& resident_sessions;
     Gauge& hibernated_sessions;
     Gauge& ephemeral_sessions;
+    Counter& prefix_hits;
+    Counter& prefix_miss_no_prefix;
+    Counter& prefix_miss_evicted;
+    Counter& prefix_miss_too_short;
+    Counter& prefix_tokens_saved;
+    Counter& prefix_checkpoints;
+    Counter& prefix_evictions;
+    Gauge& prefix_bytes;
+    Gauge& prefix_entries;
   };
   Instruments m_;
   int64_t hibernations_reported_ = 0;
+  int64_t prefix_evictions_reported_ = 0;
 
   std::thread thread_;
 };

@@ -30,6 +30,7 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
         session.pending.size(), " unprocessed ones (left by a cancelled request) exceed ",
         "max_prompt_tokens (", max_prompt_tokens, ")"));
   }
+  knows_history_ = session.num_tokens == 0;
   feed_ = std::move(session.pending);
   session.pending.clear();
   const size_t prompt_start = feed_.size();
@@ -53,11 +54,25 @@ absl::Span<const TokenId> Job::PeekPrefill(int32_t n) const {
   return absl::MakeConstSpan(feed_).subspan(fed_, n);
 }
 
+void Job::SkipPrefill(int64_t n) {
+  fed_ = n;
+  usage_.cached_prompt_tokens = static_cast<int32_t>(n);
+}
+
+std::vector<TokenId> Job::History(int64_t n) const {
+  std::vector<TokenId> tokens(feed_.begin(),
+                              feed_.begin() + std::min<int64_t>(n, feed_.size()));
+  const int64_t sampled = n - static_cast<int64_t>(tokens.size());
+  tokens.insert(tokens.end(), sampled_tokens_.begin(), sampled_tokens_.begin() + sampled);
+  return tokens;
+}
+
 void Job::DecodeDone() { last_token_.reset(); }
 
 void Job::Sampled(TokenId token) {
   last_token_ = token;
   ++sampled_;
+  if (knows_history_) sampled_tokens_.push_back(token);
 }
 
 std::optional<FinishReason> Job::Emit(TokenId token, float logprob,

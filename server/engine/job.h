@@ -52,6 +52,20 @@ class Job {
   // count as seen on top of what it had.
   absl::Span<const TokenId> new_prompt_tokens() const;
 
+  // Whether the job knows every token its session's state has consumed: the session was empty
+  // when the job started, so the tokens to feed are the whole sequence from position 0 (and the
+  // job can start from, and leave, prefix checkpoints).
+  bool knows_history() const { return knows_history_; }
+  // The tokens to feed, BOS and prompt included; position i of the sequence when
+  // knows_history().
+  absl::Span<const TokenId> feed() const { return feed_; }
+  // The slot already holds the state after the first `n` tokens to feed (a cached prefix):
+  // prefill starts after them and Usage.cached_prompt_tokens says so. Before any prefill.
+  void SkipPrefill(int64_t n);
+  // With knows_history(): the first `n` tokens of the session, the fed prompt then the sampled
+  // tokens (n <= feed().size() + the tokens sampled so far).
+  std::vector<TokenId> History(int64_t n) const;
+
   int64_t prefill_remaining() const { return static_cast<int64_t>(feed_.size()) - fed_; }
   // The next `n` tokens to prefill (n <= prefill_remaining()).
   absl::Span<const TokenId> PeekPrefill(int32_t n) const;
@@ -107,6 +121,9 @@ class Job {
   Session* session_ = nullptr;
   bool active_ = false;
   std::vector<TokenId> feed_;
+  bool knows_history_ = false;
+  // With knows_history_: every token sampled, in order.
+  std::vector<TokenId> sampled_tokens_;
   size_t prompt_start_ = 0;  // feed_[prompt_start_, end): BOS and the prompt
   int64_t fed_ = 0;
   std::optional<TokenId> last_token_;  // sampled, not yet fed

@@ -41,6 +41,10 @@ absl::Status ValidatePrefixStoreOptions(const PrefixStoreOptions& options) {
         "prefix checkpoint interval must be >= 0 tokens (0: turn boundaries only), got ",
         options.checkpoint_interval));
   }
+  if (options.min_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix min tokens must be >= 1, got ", options.min_tokens));
+  }
   return absl::OkStatus();
 }
 
@@ -96,8 +100,10 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   std::vector<uint64_t> keys(tokens.size());
   uint64_t key = Seed(owner);
   for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = extend_(key, tokens[i]);
-  // Usable lengths leave a token to feed: 1 .. size - 1.
-  for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= 1; --length) {
+  // Usable lengths leave a token to feed: min_tokens .. size - 1.
+  const size_t shortest = static_cast<size_t>(options_.min_tokens);
+  for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= shortest;
+       --length) {
     auto it = Find(keys[length - 1], owner, tokens.subspan(0, length));
     if (it == lru_.end()) continue;
     lru_.splice(lru_.begin(), lru_, it);
@@ -107,7 +113,7 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   }
   if (!tokens.empty() && Find(keys.back(), owner, tokens) != lru_.end()) {
     result.miss = PrefixMiss::kTooShort;
-  } else if (tokens.size() < 2) {
+  } else if (tokens.size() <= shortest) {
     result.miss = PrefixMiss::kTooShort;
   } else if (std::any_of(keys.begin(), keys.end(),
                          [this](uint64_t k) { return evicted_.contains(k); })) {
@@ -126,17 +132,18 @@ bool PrefixStore::Touch(absl::string_view owner, absl::Span<const TokenId> token
   return true;
 }
 
-void PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> tokens,
+bool PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> tokens,
                          StateBlob state) {
-  if (!enabled() || tokens.empty() || state.position != static_cast<int64_t>(tokens.size())) {
-    return;
+  if (!enabled() || tokens.size() < static_cast<size_t>(options_.min_tokens) ||
+      state.position != static_cast<int64_t>(tokens.size())) {
+    return false;
   }
   const uint64_t key = KeyOf(owner, tokens);
-  if (by_key_.contains(key)) return;  // held already, or a collision: keep the older one
+  if (by_key_.contains(key)) return false;  // held already, or a collision: keep the older one
   const int64_t bytes = static_cast<int64_t>(state.state.size() * sizeof(float) +
                                              tokens.size() * sizeof(TokenId) + owner.size()) +
                         kEntryOverheadBytes;
-  if (bytes > options_.memory_budget_bytes) return;
+  if (bytes > options_.memory_budget_bytes) return false;
   while (bytes_ + bytes > options_.memory_budget_bytes) Evict();
   lru_.push_front(Entry{.key = key,
                         .owner = std::string(owner),
@@ -146,6 +153,7 @@ void PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> toke
   by_key_[key] = lru_.begin();
   bytes_ += bytes;
   evicted_.erase(key);
+  return true;
 }
 
 void PrefixStore::Evict() {

@@ -50,6 +50,9 @@ struct PrefixStoreOptions {
   // Prompt tokens between two checkpoints taken inside one long prefill (at absolute positions
   // that are multiples of it); 0 takes them at turn boundaries only. Default: 1024.
   int32_t checkpoint_interval = 1024;
+  // Shortest prefix worth a checkpoint: shorter ones are neither stored nor looked up (copying
+  // a state in costs about as much as re-reading a few tokens). Default: 32.
+  int32_t min_tokens = 32;
 };
 
 // Errors are INVALID_ARGUMENT naming the field and its range.
@@ -59,7 +62,7 @@ absl::Status ValidatePrefixStoreOptions(const PrefixStoreOptions& options);
 enum class PrefixMiss {
   kNoPrefix,  // no checkpoint of the owner is a prefix of the tokens
   kEvicted,   // one was, but it has been evicted for the memory budget
-  kTooShort,  // the tokens are too few: only checkpoints that cover all of them match
+  kTooShort,  // fewer than min_tokens + 1 tokens, or only a checkpoint covering all of them
 };
 
 std::string_view ToString(PrefixMiss miss);
@@ -92,16 +95,18 @@ class PrefixStore {
   bool enabled() const { return options_.memory_budget_bytes > 0; }
   const PrefixStoreOptions& options() const { return options_; }
 
-  // The longest checkpoint of `owner` covering a proper prefix of `tokens` (at least one token
-  // is left to feed, whose logits the caller needs), which becomes the most recently used.
+  // The longest checkpoint of `owner` covering a proper prefix of `tokens` of at least
+  // min_tokens (at least one token is left to feed, whose logits the caller needs), which
+  // becomes the most recently used.
   PrefixLookup Lookup(absl::string_view owner, absl::Span<const TokenId> tokens);
   // Whether a checkpoint of `owner` after exactly `tokens` is held; it becomes the most
   // recently used (so a caller can skip reading a state the store already has).
   bool Touch(absl::string_view owner, absl::Span<const TokenId> tokens);
   // Stores `state`, the state after exactly `tokens` (state.position must equal
   // tokens.size() >= 1), evicting the least recently used checkpoints to stay within the
-  // budget. A checkpoint larger than the whole budget, or one already held, is not stored.
-  void Insert(absl::string_view owner, absl::Span<const TokenId> tokens, StateBlob state);
+  // budget. A checkpoint larger than the whole budget, shorter than min_tokens or already held
+  // is not stored. Returns whether it was stored.
+  bool Insert(absl::string_view owner, absl::Span<const TokenId> tokens, StateBlob state);
 
   // Host bytes held by the checkpoints.
   int64_t bytes() const { return bytes_; }

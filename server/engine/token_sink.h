@@ -35,6 +35,9 @@ struct GeneratedToken {
 struct Usage {
   // Tokens fed for this request's prompt, including a prepended BOS.
   int32_t prompt_tokens = 0;
+  // Of prompt_tokens, those the model did not re-read: a cached prefix state covered them
+  // (prefix_store.h).
+  int32_t cached_prompt_tokens = 0;
   int32_t generated_tokens = 0;
   // From Engine::Submit to the first sampled token; zero when none was sampled.
   absl::Duration time_to_first_token;

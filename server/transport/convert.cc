@@ -141,6 +141,7 @@ void ToProto(const Usage& usage, v1::Usage* out) {
   out->set_total_time_us(absl::ToInt64Microseconds(usage.total_time));
   out->set_seed(usage.seed);
   out->set_session_tokens(usage.session_tokens);
+  out->set_cached_prompt_tokens(usage.cached_prompt_tokens);
 }
 
 void ToProto(const SessionInfo& info, v1::Session* out) {

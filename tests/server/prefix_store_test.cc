@@ -32,7 +32,8 @@ std::vector<TokenId> Head(const std::vector<TokenId>& tokens, size_t n) {
 }
 
 PrefixStore MakeStore(int64_t budget, PrefixStore::ExtendKey extend = nullptr) {
-  return PrefixStore({.memory_budget_bytes = budget, .checkpoint_interval = 0}, "model-a", extend);
+  return PrefixStore({.memory_budget_bytes = budget, .checkpoint_interval = 0, .min_tokens = 1},
+                     "model-a", extend);
 }
 
 TEST(PrefixStoreTest, FindsTheLongestStoredPrefixEndingAtAnyToken) {
@@ -67,6 +68,18 @@ TEST(PrefixStoreTest, LeavesAtLeastOneTokenToFeed) {
   store.Insert("", Head(tokens, 7), StateAfter(Head(tokens, 7)));
   EXPECT_EQ(store.Lookup("", tokens).length, 7);
   EXPECT_EQ(store.Lookup("", {1}).miss, PrefixMiss::kTooShort);
+}
+
+TEST(PrefixStoreTest, PrefixesShorterThanMinTokensAreNeitherStoredNorUsed) {
+  PrefixStore store({.memory_budget_bytes = 1 << 20, .checkpoint_interval = 0, .min_tokens = 4},
+                    "model-a");
+  const std::vector<TokenId> tokens = Range(1, 10);
+  store.Insert("", Head(tokens, 3), StateAfter(Head(tokens, 3)));
+  EXPECT_EQ(store.size(), 0);
+  store.Insert("", Head(tokens, 4), StateAfter(Head(tokens, 4)));
+  EXPECT_EQ(store.Lookup("", tokens).length, 4);
+  EXPECT_EQ(store.Lookup("", Head(tokens, 4)).miss, PrefixMiss::kTooShort);
+  EXPECT_EQ(store.Lookup("", Head(tokens, 5)).length, 4);
 }
 
 TEST(PrefixStoreTest, CheckpointsBelongToTheirOwner) {
@@ -161,6 +174,8 @@ TEST(PrefixStoreTest, OptionsAreValidated) {
   EXPECT_NE(budget.message().find("memory budget"), std::string::npos);
   const absl::Status interval = ValidatePrefixStoreOptions({.checkpoint_interval = -5});
   EXPECT_NE(interval.message().find("checkpoint interval"), std::string::npos);
+  const absl::Status min = ValidatePrefixStoreOptions({.min_tokens = 0});
+  EXPECT_NE(min.message().find("min tokens"), std::string::npos);
 }
 
 }  // namespace

@@ -1,0 +1,319 @@
+// Prefix reuse in the engine: a request that resends a known conversation reads only its new
+// tokens and continues exactly as a cold run; checkpoints at turn boundaries and inside long
+// prefills; misses and their reasons; owners never share states.
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine_test_util.h"
+#include "fake_backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/engine/engine.h"
+#include "tests/testing/pipelined_backend.h"
+#include "tests/testing/random_model.h"
+
+namespace linserve {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+constexpr TokenId kBos = 256;
+
+ModelConfig TestConfig() {
+  ModelConfig config = TinyConfig();
+  config.bos_token_id = kBos;
+  return config;
+}
+
+std::vector<TokenId> Range(TokenId from, int n) {
+  std::vector<TokenId> out;
+  for (int i = 0; i < n; ++i) out.push_back((from + i) % 250);
+  return out;
+}
+
+std::vector<TokenId> Concat(std::initializer_list<std::vector<TokenId>> parts) {
+  std::vector<TokenId> out;
+  for (const auto& p : parts) out.insert(out.end(), p.begin(), p.end());
+  return out;
+}
+
+// Prefix options for tests: small minimum, no interval checkpoints unless asked.
+PrefixStoreOptions Prefix(int64_t budget = 64 << 20, int32_t interval = 0) {
+  return {.memory_budget_bytes = budget, .checkpoint_interval = interval, .min_tokens = 4};
+}
+
+// Every test runs over the synchronous FakeBackend and over it made asynchronous.
+class EnginePrefixTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::unique_ptr<Engine> Start(PrefixStoreOptions prefix, FakeBackend** fake_out = nullptr,
+                                MetricsRegistry* metrics = nullptr) {
+    auto fake = std::make_unique<FakeBackend>(model_.config, 8);
+    if (fake_out != nullptr) *fake_out = fake.get();
+    std::unique_ptr<Backend> backend = std::move(fake);
+    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    EngineOptions options;
+    options.prefix = prefix;
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(model_, std::move(backend), options, metrics ? *metrics : metrics_);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return engine.ok() ? *std::move(engine) : nullptr;
+  }
+
+  static GenerateRequest Request(std::vector<TokenId> prompt, int32_t max_new_tokens, uint64_t seed,
+                                 std::string owner = "") {
+    GenerateRequest r;
+    r.request_id = "test";
+    r.owner = std::move(owner);
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new_tokens;
+    r.sampling.seed = seed;
+    r.sampling.temperature = 0.9f;
+    // The penalties make every pick depend on the seen counts, which must come back exactly.
+    r.sampling.repetition_penalty = 1.3f;
+    r.sampling.frequency_penalty = 0.4f;
+    r.sampling.presence_penalty = 0.2f;
+    r.ignore_eos = true;
+    return r;
+  }
+
+  // Prompt tokens the backend was asked to prefill since the last call.
+  static int64_t PrefilledSince(const FakeBackend& fake, size_t& seen_calls) {
+    const std::vector<FakeBackend::Call> calls = fake.calls();
+    int64_t tokens = 0;
+    for (size_t i = seen_calls; i < calls.size(); ++i) {
+      if (calls[i].kind == FakeBackend::Call::kPrefill) tokens += calls[i].size;
+    }
+    seen_calls = calls.size();
+    return tokens;
+  }
+
+  Model model_ = MakeRandomModel(TestConfig(), 3);
+  MetricsRegistry metrics_;
+};
+
+// A 4-turn chat replayed statelessly: each turn resends the whole history.
+struct Chat {
+  std::vector<std::vector<TokenId>> generated;
+  std::vector<Usage> usage;
+};
+
+Chat ReplayChat(Engine& engine, int turns) {
+  Chat chat;
+  std::vector<TokenId> history;
+  for (int turn = 0; turn < turns; ++turn) {
+    history = Concat({history, Range(10 * turn + 1, 9 + turn)});
+    GenerateRequest r;
+    r.request_id = "chat";
+    r.prompt = history;
+    r.max_new_tokens = 7 + turn;
+    r.sampling.seed = 40 + turn;
+    r.sampling.temperature = 0.9f;
+    r.sampling.repetition_penalty = 1.3f;
+    r.sampling.frequency_penalty = 0.4f;
+    r.ignore_eos = true;
+    const Outcome out = RunRequest(engine, r);
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    chat.generated.push_back(out.tokens);
+    chat.usage.push_back(out.result.usage);
+    history = Concat({history, out.tokens});
+  }
+  return chat;
+}
+
+TEST_P(EnginePrefixTest, AResentConversationReadsOnlyItsNewTokensAndContinuesAsAColdRun) {
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<Engine> warm = Start(Prefix(), &fake);
+  MetricsRegistry cold_metrics;
+  std::unique_ptr<Engine> cold = Start(Prefix(/*budget=*/0), nullptr, &cold_metrics);
+  size_t seen = 0;
+  const Chat with = ReplayChat(*warm, 4);
+  const Chat without = ReplayChat(*cold, 4);
+  EXPECT_EQ(with.generated, without.generated);
+
+  EXPECT_EQ(with.usage[0].cached_prompt_tokens, 0);
+  for (int turn = 1; turn < 4; ++turn) {
+    SCOPED_TRACE(turn);
+    const Usage& u = with.usage[turn];
+    // The previous turn's end left the state after its prompt and every generated token but
+    // the last (sent, never fed): only that token and the new user tokens are read.
+    const Usage& before = with.usage[turn - 1];
+    EXPECT_EQ(u.cached_prompt_tokens, before.prompt_tokens + before.generated_tokens - 1);
+    EXPECT_EQ(u.prompt_tokens - u.cached_prompt_tokens, 1 + 9 + turn);
+    EXPECT_EQ(without.usage[turn].cached_prompt_tokens, 0);
+    EXPECT_EQ(u.prompt_tokens, without.usage[turn].prompt_tokens);
+  }
+  // What the backend actually prefilled: the whole first prompt, then the new tokens only.
+  int64_t expected = with.usage[0].prompt_tokens;
+  for (int turn = 1; turn < 4; ++turn) {
+    expected += with.usage[turn].prompt_tokens - with.usage[turn].cached_prompt_tokens;
+  }
+  EXPECT_EQ(PrefilledSince(*fake, seen), expected);
+
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_hits_total 3\n"));
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_misses_total{reason=\"no_prefix\"} 1\n"));
+  int64_t saved = 0;
+  for (const Usage& u : with.usage) saved += u.cached_prompt_tokens;
+  EXPECT_THAT(text, HasSubstr(absl::StrCat("linserve_prefix_tokens_saved_total ", saved, "\n")));
+  EXPECT_THAT(text, Not(HasSubstr("linserve_prefix_bytes 0\n")));
+}
+
+TEST_P(EnginePrefixTest, ARegeneratedPromptReusesTheStateBeforeItsLastToken) {
+  std::unique_ptr<Engine> engine = Start(Prefix());
+  const GenerateRequest first = Request(Range(1, 30), 5, 1);
+  const Outcome a = RunRequest(*engine, first);
+  GenerateRequest again = first;
+  const Outcome b = RunRequest(*engine, again);
+  ASSERT_TRUE(a.status.ok() && b.status.ok());
+  EXPECT_EQ(a.tokens, b.tokens);                       // same seed
+  EXPECT_EQ(b.result.usage.cached_prompt_tokens, 30);  // BOS + 30 tokens, all but the last
+}
+
+TEST_P(EnginePrefixTest, CheckpointsInsideALongPrefillServeADivergingRequest) {
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<Engine> engine = Start(Prefix(64 << 20, /*interval=*/16), &fake);
+  std::unique_ptr<Engine> cold = Start(Prefix(0));
+  size_t seen = 0;
+  // One long prompt, then another that shares its first 50 tokens (BOS + 49) and then differs.
+  const std::vector<TokenId> long_prompt = Range(1, 200);
+  ASSERT_TRUE(RunRequest(*engine, Request(long_prompt, 1, 5)).status.ok());
+  PrefilledSince(*fake, seen);
+  std::vector<TokenId> diverging(long_prompt.begin(), long_prompt.begin() + 49);
+  diverging.push_back(249);
+  diverging.insert(diverging.end(), long_prompt.begin(), long_prompt.begin() + 20);
+  const Outcome out = RunRequest(*engine, Request(diverging, 12, 6));
+  ASSERT_TRUE(out.status.ok());
+  // The newest checkpoint at or below position 50 is at 48.
+  EXPECT_EQ(out.result.usage.cached_prompt_tokens, 48);
+  EXPECT_EQ(PrefilledSince(*fake, seen), out.result.usage.prompt_tokens - 48);
+  EXPECT_EQ(out.tokens, RunRequest(*cold, Request(diverging, 12, 6)).tokens);
+}
+
+TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueTheSession) {
+  std::unique_ptr<Engine> engine = Start(Prefix());
+  std::unique_ptr<Engine> cold = Start(Prefix(0));
+  const std::vector<TokenId> system = Range(100, 40);
+  ASSERT_TRUE(RunRequest(*engine, Request(Concat({system, {7}}), 3, 1)).status.ok());
+
+  std::vector<std::vector<TokenId>> runs;
+  for (Engine* e : {engine.get(), cold.get()}) {
+    absl::StatusOr<SessionInfo> session = CreateSession(*e);
+    ASSERT_TRUE(session.ok());
+    GenerateRequest first = Request(Concat({system, {8, 9}}), 6, 2);
+    first.session_id = session->id;
+    const Outcome o1 = RunRequest(*e, first);
+    GenerateRequest second = Request({10, 11}, 6, 3);
+    second.session_id = session->id;
+    const Outcome o2 = RunRequest(*e, second);
+    ASSERT_TRUE(o1.status.ok() && o2.status.ok());
+    if (e == engine.get()) {
+      EXPECT_EQ(o1.result.usage.cached_prompt_tokens, 41);  // BOS + the system prompt
+      EXPECT_EQ(o2.result.usage.cached_prompt_tokens, 0);   // the session holds its state
+    }
+    runs.push_back(Concat({o1.tokens, o2.tokens}));
+  }
+  EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST_P(EnginePrefixTest, AnotherTenantsIdenticalPromptMisses) {
+  std::unique_ptr<Engine> engine = Start(Prefix());
+  const std::vector<TokenId> prompt = Range(1, 30);
+  ASSERT_TRUE(RunRequest(*engine, Request(prompt, 4, 1, "tenant-a")).status.ok());
+  const Outcome b = RunRequest(*engine, Request(prompt, 4, 1, "tenant-b"));
+  ASSERT_TRUE(b.status.ok());
+  EXPECT_EQ(b.result.usage.cached_prompt_tokens, 0);
+  const Outcome a = RunRequest(*engine, Request(prompt, 4, 1, "tenant-a"));
+  EXPECT_EQ(a.result.usage.cached_prompt_tokens, 30);
+  EXPECT_EQ(a.tokens, b.tokens);
+}
+
+TEST_P(EnginePrefixTest, MissesSayWhy) {
+  // Room for about one checkpoint of the tiny model's state (~1.1 KB of floats) at a time.
+  const int64_t state_bytes = model_.config.StateFloatsPerSlot() * 4;
+  std::unique_ptr<Engine> engine = Start(Prefix(state_bytes + 600));
+  ASSERT_TRUE(RunRequest(*engine, Request({1, 2}, 2, 1)).status.ok());  // too short
+  const std::vector<TokenId> a = Range(1, 30), b = Range(60, 30);
+  ASSERT_TRUE(RunRequest(*engine, Request(a, 1, 1)).status.ok());  // no prefix
+  ASSERT_TRUE(RunRequest(*engine, Request(b, 1, 1)).status.ok());  // no prefix; evicts a's
+  const Outcome again = RunRequest(*engine, Request(a, 1, 1));     // evicted
+  ASSERT_TRUE(again.status.ok());
+  EXPECT_EQ(again.result.usage.cached_prompt_tokens, 0);
+  const std::string text = metrics_.RenderPrometheus();
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_misses_total{reason=\"too_short\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_misses_total{reason=\"no_prefix\"} 2\n"));
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_misses_total{reason=\"evicted\"} 1\n"));
+  EXPECT_THAT(text, HasSubstr("linserve_prefix_hits_total 0\n"));
+  EXPECT_THAT(text, Not(HasSubstr("linserve_prefix_evictions_total 0\n")));
+}
+
+TEST_P(EnginePrefixTest, InvalidOptionsAreRejected) {
+  EngineOptions options;
+  options.prefix.memory_budget_bytes = -1;
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), options, metrics_);
+  ASSERT_FALSE(engine.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(engine.status()));
+  EXPECT_THAT(engine.status().message(), HasSubstr("memory budget"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Loops, EnginePrefixTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? std::string("Pipelined")
+                                             : std::string("Synchronous");
+                         });
+
+// On the CPU backend (the source of truth), a warm start changes where chunks begin, so logits
+// may differ by float rounding only: greedy tokens are equal and logprobs agree within the
+// tolerance of chunked against token-by-token prefill.
+TEST(EnginePrefixCpuTest, AWarmStartMatchesAColdRunOnTheCpuBackend) {
+  const Model model = MakeRandomModel(TestConfig(), 11);
+  MetricsRegistry metrics;
+  auto start = [&](int64_t budget) {
+    EngineOptions options;
+    options.prefix = Prefix(budget, /*interval=*/32);
+    absl::StatusOr<std::unique_ptr<Backend>> backend =
+        CreateCpuBackend(model, {.max_slots = 4, .prefill_chunk_size = 16, .num_threads = 1});
+    EXPECT_TRUE(backend.ok()) << backend.status();
+    absl::StatusOr<std::unique_ptr<Engine>> engine =
+        Engine::Create(model, *std::move(backend), options, metrics);
+    EXPECT_TRUE(engine.ok()) << engine.status();
+    return *std::move(engine);
+  };
+  std::unique_ptr<Engine> warm = start(64 << 20);
+  std::unique_ptr<Engine> cold = start(0);
+  auto greedy = [](std::vector<TokenId> prompt) {
+    GenerateRequest r;
+    r.request_id = "cpu";
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = 16;
+    r.sampling.temperature = 0;
+    r.top_logprobs = 3;
+    r.ignore_eos = true;
+    return r;
+  };
+  const std::vector<TokenId> first = Range(3, 90);
+  const Outcome t1 = RunRequest(*warm, greedy(first));
+  ASSERT_TRUE(t1.status.ok());
+  const std::vector<TokenId> second = Concat({first, t1.tokens, Range(40, 11)});
+  const Outcome hot = RunRequest(*warm, greedy(second));
+  const Outcome ref = RunRequest(*cold, greedy(second));
+  ASSERT_TRUE(hot.status.ok() && ref.status.ok());
+  EXPECT_GT(hot.result.usage.cached_prompt_tokens, 90);
+  EXPECT_EQ(hot.tokens, ref.tokens);
+  ASSERT_EQ(hot.details.size(), ref.details.size());
+  for (size_t i = 0; i < hot.details.size(); ++i) {
+    EXPECT_NEAR(hot.details[i].logprob, ref.details[i].logprob, 1e-4) << i;
+    ASSERT_EQ(hot.details[i].top_logprobs.size(), 3u);
+    for (size_t k = 0; k < 3; ++k) {
+      EXPECT_EQ(hot.details[i].top_logprobs[k].token, ref.details[i].top_logprobs[k].token);
+      EXPECT_NEAR(hot.details[i].top_logprobs[k].logprob, ref.details[i].top_logprobs[k].logprob,
+                  1e-4);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace linserve
