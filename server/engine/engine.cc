@@ -46,6 +46,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
       prefix_(options.prefix, model.fingerprint),
+      boundaries_(options.session_checkpoints),
       decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
       prefill_sample_(DecodeRows(options)),
       m_{
@@ -114,6 +115,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                              "Prefix states evicted for the memory budget"),
           metrics.GetGauge("linserve_prefix_bytes", "Host memory held by cached prefix states"),
           metrics.GetGauge("linserve_prefix_states", "Cached prefix states"),
+          metrics.GetGauge("linserve_session_checkpoint_bytes",
+                           "Host memory held by sessions' turn boundaries (RewindSession)"),
       } {
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
@@ -143,6 +146,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (absl::Status s = ValidateSessionStoreOptions(options.sessions); !s.ok()) return s;
   if (absl::Status s = ValidateRequestLimits(options.requests); !s.ok()) return s;
   if (absl::Status s = ValidatePrefixStoreOptions(options.prefix); !s.ok()) return s;
+  if (absl::Status s = ValidateSessionCheckpointOptions(options.session_checkpoints); !s.ok()) {
+    return s;
+  }
   if (options.max_queue_depth < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));
@@ -364,6 +370,12 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       Checkpoint(*job, *session->slot, *position);
     }
   }
+  if (session != nullptr && !session->ephemeral && session->slot.has_value() &&
+      (status.ok() || absl::IsCancelled(status))) {
+    if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
+      boundaries_.Add(session->id, *std::move(boundary));
+    }
+  }
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
   if (session != nullptr) store_.Release(*session, now);
@@ -418,7 +430,7 @@ void Engine::FailOnBackendError(JobId id, const absl::Status& status) {
                "the model backend failed: ", status.message(),
                named ? "; the session's state is unknown and the session was deleted" : "")),
            FinishReason::kLength);
-  if (named) store_.Erase(session);
+  if (named) EraseSession(session);
 }
 
 void Engine::CancelAll() {
@@ -681,6 +693,7 @@ void Engine::ExpireSessions(absl::Time now) {
   last_expiry_ = now;
   const std::vector<SessionId> expired = store_.ExpireIdle(now);
   for (const SessionId& id : expired) {
+    boundaries_.Erase(id);
     spdlog::info("session {}: expired after {} idle", id.value,
                  absl::FormatDuration(options_.sessions.idle_timeout));
   }
@@ -712,6 +725,7 @@ void Engine::PublishStats() {
   hibernations_reported_ = store_.hibernations();
   m_.prefix_bytes.Set(static_cast<double>(prefix_.bytes()));
   m_.prefix_entries.Set(static_cast<double>(prefix_.size()));
+  m_.session_checkpoint_bytes.Set(static_cast<double>(boundaries_.bytes()));
   m_.prefix_evictions.Increment(static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
   prefix_evictions_reported_ = prefix_.evictions();
 }
@@ -747,6 +761,7 @@ SessionInfo Engine::InfoOf(const Session& session) const {
       .busy = session.busy,
       .create_time = session.create_time,
       .last_use_time = session.last_use_time,
+      .boundaries = boundaries_.Boundaries(session.id),
   };
 }
 
@@ -818,6 +833,77 @@ void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> 
       });
 }
 
+absl::StatusOr<SessionSnapshot> Engine::SessionAt(const Session& session,
+                                                  int64_t num_tokens) const {
+  if (num_tokens < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("num_tokens must be >= 0, got ", num_tokens));
+  }
+  if (num_tokens == session.num_tokens) return store_.Snapshot(session);
+  return boundaries_.At(session.id, num_tokens, model_.config.StateFloatsPerSlot());
+}
+
+void Engine::EraseSession(Session* session) {
+  boundaries_.Erase(session->id);
+  store_.Erase(session);
+}
+
+void Engine::ForkSessionAt(std::string owner, SessionId id, int64_t num_tokens,
+                           Callback<SessionInfo> done) {
+  PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
+          done = std::move(done)](absl::Status admitted) mutable {
+    if (!admitted.ok()) return std::move(done)(admitted);
+    absl::StatusOr<Session*> source = FindIdle(id, owner);
+    if (!source.ok()) return std::move(done)(source.status());
+    absl::StatusOr<SessionSnapshot> at = SessionAt(**source, num_tokens);
+    if (!at.ok()) return std::move(done)(at.status());
+    const absl::Time now = absl::Now();
+    at->create_time = absl::FromUnixMicros(absl::ToUnixMicros(now));
+    absl::StatusOr<Session*> fork = store_.Insert(*std::move(at), now, owner);
+    if (!fork.ok()) return std::move(done)(fork.status());
+    spdlog::info("session {}: forked from {} at {} tokens for {}", (*fork)->id.value, id.value,
+                 num_tokens, TenantForLog(owner));
+    Reply(std::move(done), InfoOf(**fork));
+  });
+}
+
+void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
+                           Callback<SessionInfo> done) {
+  PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
+          done = std::move(done)](absl::Status admitted) mutable {
+    if (!admitted.ok()) return std::move(done)(admitted);
+    absl::StatusOr<Session*> found = FindIdle(id, owner);
+    if (!found.ok()) return std::move(done)(found.status());
+    Session& session = **found;
+    if (num_tokens == session.num_tokens) return Reply(std::move(done), InfoOf(session));
+    absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
+    if (!at.ok()) return std::move(done)(at.status());
+    session.pending = std::move(at->pending);
+    session.token_counts.clear();
+    session.token_counts.insert(at->token_counts.begin(), at->token_counts.end());
+    session.num_tokens = at->num_tokens;
+    if (session.slot.has_value()) {
+      absl::Status status = backend_->WriteSlot(*session.slot, at->state);
+      if (status.ok()) status = backend_->SetSeenCounts(*session.slot, SeenCounts(session));
+      if (!status.ok()) {
+        spdlog::error("session {}: rewind failed in the backend: {}", id.value,
+                      status.ToString());
+        EraseSession(&session);
+        return std::move(done)(absl::InternalError(absl::StrCat(
+            "the model backend failed: ", status.message(),
+            "; the session's state is unknown and the session was deleted")));
+      }
+    } else {
+      session.hibernated = std::move(at->state);
+    }
+    boundaries_.DropAfter(id, num_tokens);
+    store_.Touch(session, absl::Now());
+    spdlog::info("session {}: rewound to {} tokens by {}", id.value, num_tokens,
+                 TenantForLog(owner));
+    Reply(std::move(done), InfoOf(session));
+  });
+}
+
 void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done) {
   PostOp(
       [this, owner = std::move(owner), id = std::move(id),
@@ -825,7 +911,7 @@ void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done)
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session = FindIdle(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
-        store_.Erase(*session);
+        EraseSession(*session);
         spdlog::info("session {}: deleted by {}", id.value, TenantForLog(owner));
         store_.WhenDurable(
             [done = std::move(done)]() mutable { std::move(done)(absl::OkStatus()); });

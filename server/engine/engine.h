@@ -48,6 +48,7 @@
 #include "server/engine/prefix_store.h"
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
+#include "server/engine/session_checkpoints.h"
 #include "server/engine/session_id.h"
 #include "server/engine/file_system.h"
 #include "server/engine/session_persister.h"
@@ -66,6 +67,9 @@ struct EngineOptions {
   RequestLimits requests;
   // Prefix reuse: budget, checkpoint interval. Default: see PrefixStoreOptions.
   PrefixStoreOptions prefix;
+  // Turn boundaries kept for RewindSession and ForkSessionAt. Default: see
+  // SessionCheckpointOptions.
+  SessionCheckpointOptions session_checkpoints;
   // Work waiting for the engine thread: submitted requests not yet running (including those
   // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
   // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.
@@ -90,6 +94,8 @@ struct SessionInfo {
   bool busy = false;
   absl::Time create_time;
   absl::Time last_use_time;
+  // The num_tokens RewindSession and ForkSessionAt can return to, ascending (0 always).
+  std::vector<int64_t> boundaries;
 };
 
 struct SessionPage {
@@ -159,6 +165,16 @@ class Engine {
   void ListSessions(std::string owner, std::optional<SessionId> after, int32_t limit,
                     Callback<SessionPage> done);
   void ForkSession(std::string owner, SessionId id, Callback<SessionInfo> done);
+  // A fork of the session as it stood at `num_tokens`, one of its kept turn boundaries
+  // (SessionInfo::boundaries) or its current length. INVALID_ARGUMENT naming num_tokens and
+  // the kept boundaries otherwise.
+  void ForkSessionAt(std::string owner, SessionId id, int64_t num_tokens,
+                     Callback<SessionInfo> done);
+  // Returns the session exactly to `num_tokens`, one of its kept turn boundaries or its
+  // current length: state, pending tokens and penalty counts as they were then, so it
+  // continues as it would have. Later boundaries are dropped. Errors as ForkSessionAt's.
+  void RewindSession(std::string owner, SessionId id, int64_t num_tokens,
+                     Callback<SessionInfo> done);
   void DeleteSession(std::string owner, SessionId id, StatusCallback done);
   // The session's snapshot (snapshot.h), which names no owner.
   void ExportSession(std::string owner, SessionId id, Callback<std::string> done);
@@ -277,6 +293,10 @@ class Engine {
   void Reply(Callback<T> done, T value);
   // Engine thread (or after it stopped): the session named `id` of `owner`, checked idle.
   absl::StatusOr<Session*> FindIdle(const SessionId& id, absl::string_view owner);
+  // The session as it stood at `num_tokens` (a kept boundary, or now).
+  absl::StatusOr<SessionSnapshot> SessionAt(const Session& session, int64_t num_tokens) const;
+  // Deletes a named session and its boundaries.
+  void EraseSession(Session* session);
 
   const Model& model_;
   const EngineOptions options_;
@@ -289,6 +309,7 @@ class Engine {
   // Owned by the engine thread (and by Shutdown once the thread has stopped).
   SessionStore store_;
   PrefixStore prefix_;
+  SessionCheckpoints boundaries_;
   std::deque<std::unique_ptr<Job>> waiting_;
   std::vector<std::unique_ptr<Job>> active_;
   absl::flat_hash_map<JobId, Job*> jobs_;
@@ -358,6 +379,7 @@ class Engine {
     Counter& prefix_evictions;
     Gauge& prefix_bytes;
     Gauge& prefix_entries;
+    Gauge& session_checkpoint_bytes;
   };
   Instruments m_;
   int64_t hibernations_reported_ = 0;
