@@ -230,6 +230,36 @@ absl::StatusOr<v1::Session> Client::ForkSession(absl::string_view session_id,
   return response;
 }
 
+absl::StatusOr<v1::Session> Client::ForkSessionAt(absl::string_view session_id,
+                                                  int64_t num_tokens,
+                                                  const CallOptions& options) {
+  grpc::ClientContext context;
+  if (!Prepare(context, options)) return CancelledByClient();
+  v1::ForkSessionRequest request;
+  request.set_session_id(std::string(session_id));
+  request.set_num_tokens(num_tokens);
+  v1::Session response;
+  const grpc::Status status = stub_->ForkSession(&context, request, &response);
+  Untrack(context);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
+absl::StatusOr<v1::Session> Client::RewindSession(absl::string_view session_id,
+                                                  int64_t num_tokens,
+                                                  const CallOptions& options) {
+  grpc::ClientContext context;
+  if (!Prepare(context, options)) return CancelledByClient();
+  v1::RewindSessionRequest request;
+  request.set_session_id(std::string(session_id));
+  request.set_num_tokens(num_tokens);
+  v1::Session response;
+  const grpc::Status status = stub_->RewindSession(&context, request, &response);
+  Untrack(context);
+  if (!status.ok()) return FromGrpcStatus(status);
+  return response;
+}
+
 absl::Status Client::DeleteSession(absl::string_view session_id, const CallOptions& options) {
   grpc::ClientContext context;
   if (!Prepare(context, options, /*health=*/false, session_id)) return CancelledByClient();

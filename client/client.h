@@ -137,6 +137,12 @@ class Client {
                                                         const CallOptions& options = {});
   absl::StatusOr<v1::Session> ForkSession(absl::string_view session_id,
                                           const CallOptions& options = {});
+  // A fork of the session as it stood at `num_tokens` (one of its boundaries).
+  absl::StatusOr<v1::Session> ForkSessionAt(absl::string_view session_id, int64_t num_tokens,
+                                            const CallOptions& options = {});
+  // Returns the session exactly to `num_tokens`, one of its boundaries.
+  absl::StatusOr<v1::Session> RewindSession(absl::string_view session_id, int64_t num_tokens,
+                                            const CallOptions& options = {});
   absl::Status DeleteSession(absl::string_view session_id, const CallOptions& options = {});
   // The session's whole snapshot (all chunks concatenated).
   absl::StatusOr<std::string> ExportSession(absl::string_view session_id,

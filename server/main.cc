@@ -126,6 +126,20 @@ ABSL_FLAG(int32_t, max_sessions, 4096,
           "Most named sessions (resident or hibernated) held at once.");
 ABSL_FLAG(absl::Duration, session_idle_timeout, absl::Hours(1),
           "Sessions unused this long are deleted; \"inf\" keeps them forever.");
+ABSL_FLAG(int64_t, prefix_cache_mib, 1024,
+          "Host memory for cached prefix states, MiB: a request without a session_id (or a "
+          "session's first) starts from the longest cached prefix of its tokens and reads only "
+          "the rest. Least recently used states are evicted. 0 turns prefix reuse off.");
+ABSL_FLAG(int32_t, prefix_checkpoint_interval, 1024,
+          "Tokens between two prefix states cached inside one long prompt (besides those at "
+          "the end of every prompt and request); 0: only those.");
+ABSL_FLAG(int32_t, prefix_min_tokens, 32,
+          "Shortest prefix worth caching or reusing, tokens.");
+ABSL_FLAG(int32_t, session_checkpoints, 8,
+          "Turn boundaries each session keeps for RewindSession and ForkSession(num_tokens), "
+          "the newest; 0 keeps none (a session can still be rewound to 0).");
+ABSL_FLAG(int64_t, session_checkpoint_mib, 1024,
+          "Host memory all sessions' turn boundaries may hold, MiB; the oldest go first.");
 ABSL_FLAG(int32_t, max_new_tokens, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int32_t, max_prompt_tokens, 65536, "Most prompt tokens one request may feed.");
 ABSL_FLAG(int64_t, max_prompt_bytes, 0,
@@ -263,6 +277,37 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.requests.max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs);
   o.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   o.state_dir = absl::GetFlag(FLAGS_state_dir);
+  // Up to 2^30 MiB (1 PiB): no overflow in bytes.
+  constexpr int64_t kMaxMib = int64_t{1} << 30;
+  const int64_t prefix_mib = absl::GetFlag(FLAGS_prefix_cache_mib);
+  if (prefix_mib < 0 || prefix_mib > kMaxMib) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--prefix_cache_mib must be in [0, 2^30] (0 turns prefix reuse off), got ", prefix_mib));
+  }
+  o.prefix.memory_budget_bytes = prefix_mib << 20;
+  o.prefix.checkpoint_interval = absl::GetFlag(FLAGS_prefix_checkpoint_interval);
+  if (o.prefix.checkpoint_interval < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_checkpoint_interval must be >= 0 (0: turn boundaries only), got ",
+                     o.prefix.checkpoint_interval));
+  }
+  o.prefix.min_tokens = absl::GetFlag(FLAGS_prefix_min_tokens);
+  if (o.prefix.min_tokens < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_min_tokens must be >= 1, got ", o.prefix.min_tokens));
+  }
+  o.session_checkpoints.per_session = absl::GetFlag(FLAGS_session_checkpoints);
+  if (o.session_checkpoints.per_session < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_checkpoints must be >= 0 (0 keeps none), got ",
+                     o.session_checkpoints.per_session));
+  }
+  const int64_t boundary_mib = absl::GetFlag(FLAGS_session_checkpoint_mib);
+  if (boundary_mib < 0 || boundary_mib > kMaxMib) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--session_checkpoint_mib must be in [0, 2^30], got ", boundary_mib));
+  }
+  o.session_checkpoints.memory_budget_bytes = boundary_mib << 20;
   return o;
 }
 

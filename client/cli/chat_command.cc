@@ -5,6 +5,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -20,6 +21,8 @@ constexpr char kChatHelp[] =
     "Lines are sent as prompts (wrapped in --prefix and --suffix) and the reply streams back.\n"
     "Commands:\n"
     "  /fork          copy the session (O(1)) and continue on the copy; the original stays\n"
+    "  /rewind [N]    undo the last turn exactly, or return to N tokens (a boundary /info\n"
+    "                 lists)\n"
     "  /switch ID     continue on another session\n"
     "  /export FILE   write the session's snapshot to FILE\n"
     "  /import FILE   create a session from a snapshot file and continue on it\n"
@@ -173,6 +176,28 @@ class ChatCommand : public Command {
           << fork->num_tokens() << " tokens); now on " << fork->id() << "\n";
       current_ = fork->id();
       owned_.push_back(current_);
+      return absl::OkStatus();
+    }
+    if (command == "/rewind") {
+      if (words.size() > 2) return UsageError("usage: /rewind [N]");
+      absl::StatusOr<v1::Session> session = client.GetSession(current_);
+      if (!session.ok()) return session.status();
+      int64_t to = -1;
+      if (words.size() == 2) {
+        if (!absl::SimpleAtoi(words[1], &to) || to < 0) {
+          return UsageError(absl::StrCat("/rewind N: a number of tokens >= 0, got \"",
+                                         words[1], "\""));
+        }
+      } else {
+        // The newest boundary before the current length: the start of the last turn.
+        for (int64_t boundary : session->boundaries()) {
+          if (boundary < session->num_tokens()) to = boundary;
+        }
+      }
+      absl::StatusOr<v1::Session> rewound = client.RewindSession(current_, to);
+      if (!rewound.ok()) return rewound.status();
+      err << "chat: rewound " << current_ << " from " << session->num_tokens() << " to "
+          << rewound->num_tokens() << " tokens\n";
       return absl::OkStatus();
     }
     if (command == "/switch") {

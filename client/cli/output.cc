@@ -1,6 +1,7 @@
 #include "client/cli/output.h"
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
@@ -49,7 +50,8 @@ std::string FormatSession(const v1::Session& s) {
   return absl::StrCat("id: ", s.id(), "\ntokens: ", s.num_tokens(),
                       "\nresidency: ", ResidencyName(s), "\nbusy: ", s.busy() ? "yes" : "no",
                       "\ncreated: ", FormatTimestamp(s.create_time()),
-                      "\nlast used: ", FormatTimestamp(s.last_use_time()), "\n");
+                      "\nlast used: ", FormatTimestamp(s.last_use_time()),
+                      "\nboundaries: ", absl::StrJoin(s.boundaries(), " "), "\n");
 }
 
 std::string SessionTableHeader() {

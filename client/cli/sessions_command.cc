@@ -1,6 +1,7 @@
-// linserve-cli sessions: list, create, get, fork, delete, export, import.
+// linserve-cli sessions: list, create, get, fork, rewind, delete, export, import.
 #include <ostream>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/commands.h"
 #include "client/cli/files.h"
@@ -13,16 +14,19 @@ class SessionsCommand : public Command {
  public:
   absl::string_view name() const override { return "sessions"; }
   absl::string_view synopsis() const override {
-    return "sessions list|create|get|fork|delete|export|import [flags] [ARGS...]";
+    return "sessions list|create|get|fork|rewind|delete|export|import [flags] [ARGS...]";
   }
   absl::string_view summary() const override {
-    return "Manage server sessions: list, create, get, fork, delete, export, import.";
+    return "Manage server sessions: list, create, get, fork, rewind, delete, export, import.";
   }
   std::string description() const override {
     return "  sessions list                  every session (all pages), ordered by id\n"
            "  sessions create                a new empty session; prints its id\n"
            "  sessions get ID                one session\n"
-           "  sessions fork ID               a copy of ID's state; prints the new id\n"
+           "  sessions fork ID [N]           a copy of ID's state (as it stood at N tokens, one\n"
+           "                                 of its boundaries); prints the new id\n"
+           "  sessions rewind ID N           return ID exactly to N tokens, one of the\n"
+           "                                 boundaries `sessions get` lists\n"
            "  sessions delete ID...          delete sessions\n"
            "  sessions export ID FILE        write ID's snapshot to FILE (\"-\": stdout)\n"
            "  sessions import FILE           create a session from a snapshot (\"-\": stdin);\n"
@@ -65,8 +69,22 @@ class SessionsCommand : public Command {
       return absl::OkStatus();
     }
     if (action == "fork") {
-      if (absl::Status s = want(1, "fork ID"); !s.ok()) return s;
+      if (rest.size() == 2) {
+        absl::StatusOr<int64_t> at = ParseNumTokens(rest[1]);
+        if (!at.ok()) return at.status();
+        return PrintId(out, client.ForkSessionAt(rest[0], *at));
+      }
+      if (absl::Status s = want(1, "fork ID [N]"); !s.ok()) return s;
       return PrintId(out, client.ForkSession(rest[0]));
+    }
+    if (action == "rewind") {
+      if (absl::Status s = want(2, "rewind ID N"); !s.ok()) return s;
+      absl::StatusOr<int64_t> at = ParseNumTokens(rest[1]);
+      if (!at.ok()) return at.status();
+      absl::StatusOr<v1::Session> session = client.RewindSession(rest[0], *at);
+      if (!session.ok()) return session.status();
+      out << (json_ ? ToJson(*session) + "\n" : FormatSession(*session));
+      return absl::OkStatus();
     }
     if (action == "delete") {
       if (rest.empty()) return UsageError("usage: sessions delete ID...");
@@ -93,6 +111,14 @@ class SessionsCommand : public Command {
   }
 
  private:
+  static absl::StatusOr<int64_t> ParseNumTokens(const std::string& text) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(text, &n) || n < 0) {
+      return UsageError(absl::StrCat("N: a number of tokens >= 0, got \"", text, "\""));
+    }
+    return n;
+  }
+
   // Text: the id alone (for scripts: S=$(linserve-cli sessions create)); JSON: the session.
   absl::Status PrintId(std::ostream& out, const absl::StatusOr<v1::Session>& session) {
     if (!session.ok()) return session.status();

@@ -30,8 +30,14 @@ GenerateOutcome GrpcLoadTarget::Generate(const GenerateCall& call,
   std::unique_ptr<GenerateStream> stream = client_.StartGenerate(
       request,
       [&](const v1::GenerateResponse& response) {
+        for (const v1::GeneratedToken& token : response.tokens()) {
+          outcome.tokens.push_back(token.id());
+        }
         if (response.tokens_size() > 0) on_tokens(response.tokens_size());
-        if (response.has_usage()) outcome.prompt_tokens = response.usage().prompt_tokens();
+        if (response.has_usage()) {
+          outcome.prompt_tokens = response.usage().prompt_tokens();
+          outcome.cached_prompt_tokens = response.usage().cached_prompt_tokens();
+        }
       },
       WithTimeout(call.timeout));
   outcome.status = stream->Wait();

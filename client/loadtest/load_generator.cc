@@ -122,8 +122,13 @@ class LoadRun {
 
   void RunUnit(uint64_t index);
   void RunSession(std::mt19937_64& rng);
-  // One Generate call; false when the bounds stopped it from starting or it failed.
-  bool Request(const std::string& session_id, std::mt19937_64& rng);
+  // A conversation of o_.turns turns without a session, each resending the whole history.
+  void RunResend(std::mt19937_64& rng);
+  // One Generate call; false when the bounds stopped it from starting or it failed. With
+  // `history`, the prompt is the history then the new tokens, and on success the history
+  // becomes that prompt and the reply.
+  bool Request(const std::string& session_id, std::mt19937_64& rng,
+               std::vector<int32_t>* history = nullptr);
   // Times one session RPC and records it; true when it succeeded.
   template <typename Fn>
   bool Operation(const std::string& name, Fn&& fn);
@@ -182,7 +187,8 @@ bool LoadRun::BeginRequest(bool& measured) {
   return true;
 }
 
-bool LoadRun::Request(const std::string& session_id, std::mt19937_64& rng) {
+bool LoadRun::Request(const std::string& session_id, std::mt19937_64& rng,
+                      std::vector<int32_t>* history) {
   // Draw the whole request first so that the workload does not depend on the bounds.
   GenerateCall call;
   call.session_id = session_id;
@@ -200,6 +206,7 @@ bool LoadRun::Request(const std::string& session_id, std::mt19937_64& rng) {
   call.seed = rng();
   call.ignore_eos = o_.ignore_eos;
   call.timeout = o_.request_timeout;
+  if (history != nullptr) call.prompt.insert(call.prompt.begin(), history->begin(), history->end());
 
   GenerateRecord r;
   if (!BeginRequest(r.measured)) return false;
@@ -220,7 +227,12 @@ bool LoadRun::Request(const std::string& session_id, std::mt19937_64& rng) {
   r.end_s = Elapsed();
   r.code = outcome.status.code();
   r.prompt_tokens = outcome.prompt_tokens;
+  r.cached_prompt_tokens = outcome.cached_prompt_tokens;
   const bool ok = outcome.status.ok();
+  if (ok && history != nullptr) {
+    *history = std::move(call.prompt);
+    history->insert(history->end(), outcome.tokens.begin(), outcome.tokens.end());
+  }
   (ok ? requests_done_ : errors_).fetch_add(1, std::memory_order_relaxed);
   absl::MutexLock lock(&mu_);
   requests_.push_back(std::move(r));
@@ -285,9 +297,24 @@ void LoadRun::RunSession(std::mt19937_64& rng) {
   Operation("delete", [&](int64_t&) { return target_.DeleteSession(id, timeout); });
 }
 
+void LoadRun::RunResend(std::mt19937_64& rng) {
+  std::vector<int32_t> history;
+  for (int32_t turn = 0; turn < o_.turns; ++turn) {
+    if (turn > 0) {
+      const int64_t think_ms = o_.think_time_ms.Sample(rng);
+      if (think_ms > 0 && stop_.WaitForNotificationWithTimeout(absl::Milliseconds(think_ms))) {
+        return;
+      }
+    }
+    if (!Request("", rng, &history)) return;
+  }
+}
+
 void LoadRun::RunUnit(uint64_t index) {
   std::mt19937_64 rng(SplitMix64(o_.seed ^ SplitMix64(index)));
-  if (o_.turns == 0) {
+  if (o_.resend) {
+    RunResend(rng);
+  } else if (o_.turns == 0) {
     Request("", rng);
   } else {
     RunSession(rng);
@@ -423,6 +450,14 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
   if ((o.fork || o.export_session) && o.turns == 0) {
     return absl::InvalidArgumentError(
         "--fork and --export need a session workload: set --turns to 1 or more");
+  }
+  if (o.resend && o.turns == 0) {
+    return absl::InvalidArgumentError(
+        "--resend needs conversations: set --turns to 1 or more");
+  }
+  if (o.resend && (o.fork || o.export_session)) {
+    return absl::InvalidArgumentError(
+        "--resend conversations have no session to fork or export: drop --fork and --export");
   }
   if (o.duration <= absl::ZeroDuration() || o.duration > absl::Hours(24)) {
     return OutOfRange("duration", absl::ToDoubleSeconds(o.duration), "(0, 86400] seconds");

@@ -47,6 +47,10 @@ struct LoadOptions {
   bool fork = false;
   // After its turns, export each session (the whole snapshot is read). Default: false.
   bool export_session = false;
+  // With turns >= 1: each unit is a conversation without a session, as stateless
+  // (OpenAI-style) clients hold one: every turn resends the whole history (the earlier prompts
+  // and replies) followed by its new prompt tokens. Default: false.
+  bool resend = false;
 
   // Prompt tokens per request (random ids below vocab_size, never one of excluded_ids) and
   // max_new_tokens per request. Default: 32 and 64.

@@ -44,6 +44,7 @@ LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings
     ++report.total_requests;
     report.total_output_tokens += r.output_tokens;
     report.total_prompt_tokens += r.prompt_tokens;
+    report.total_cached_prompt_tokens += r.cached_prompt_tokens;
     if (r.code != absl::StatusCode::kOk) ++report.total_errors;
     if (r.first_token_s >= 0) {
       // Token arrival times: the first token's, then one gap after another.
@@ -57,6 +58,7 @@ LoadReport BuildReport(std::vector<std::pair<std::string, std::string>> settings
     if (r.code == absl::StatusCode::kOk && in_window(r.end_s)) ++completions_in_window;
     if (!r.measured) continue;
     report.prompt_tokens += r.prompt_tokens;
+    report.cached_prompt_tokens += r.cached_prompt_tokens;
     if (r.code != absl::StatusCode::kOk) {
       ++report.requests_failed;
       ++report.errors[absl::StatusCodeToString(r.code)];
@@ -111,7 +113,8 @@ std::string FormatReport(const LoadReport& r) {
   out += "requests started after the warm-up\n";
   absl::StrAppendFormat(&out, "  %-22s %d ok, %d failed\n", "requests", r.requests_ok,
                         r.requests_failed);
-  absl::StrAppendFormat(&out, "  %-22s %d\n", "prompt tokens", r.prompt_tokens);
+  absl::StrAppendFormat(&out, "  %-22s %d (%d cached)\n", "prompt tokens", r.prompt_tokens,
+                        r.cached_prompt_tokens);
   out += "latency (ms)\n";
   out += FormatLatency("time to first token", r.time_to_first_token_ms);
   out += FormatLatency("inter-token", r.inter_token_latency_ms);
@@ -160,6 +163,7 @@ nlohmann::json ReportToJson(const LoadReport& r) {
       {"requests_per_second", r.requests_per_second},
       {"output_tokens", r.output_tokens},
       {"prompt_tokens", r.prompt_tokens},
+      {"cached_prompt_tokens", r.cached_prompt_tokens},
       {"output_tokens_per_second", r.output_tokens_per_second},
       {"time_to_first_token_ms", LatencyJson(r.time_to_first_token_ms)},
       {"inter_token_latency_ms", LatencyJson(r.inter_token_latency_ms)},
@@ -171,6 +175,7 @@ nlohmann::json ReportToJson(const LoadReport& r) {
        {{"requests", r.total_requests},
         {"output_tokens", r.total_output_tokens},
         {"prompt_tokens", r.total_prompt_tokens},
+        {"cached_prompt_tokens", r.total_cached_prompt_tokens},
         {"errors", r.total_errors}}},
   };
 }

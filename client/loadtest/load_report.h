@@ -27,6 +27,8 @@ struct GenerateRecord {
   // the final Usage (0 when the call failed before it).
   int64_t output_tokens = 0;
   int64_t prompt_tokens = 0;
+  // Of prompt_tokens, those the server did not re-read (a cached prefix).
+  int64_t cached_prompt_tokens = 0;
   // Gaps between consecutive tokens, in seconds: output_tokens - 1 of them. A message
   // carrying k tokens (the server merges tokens for a slow reader) contributes k gaps of (its
   // gap to the previous message) / k; the first message's k - 1 extra tokens count as 0.
@@ -70,6 +72,7 @@ struct LoadReport {
   int64_t requests_ok = 0;
   int64_t requests_failed = 0;
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
   LatencySummary time_to_first_token_ms;
   LatencySummary inter_token_latency_ms;
   LatencySummary end_to_end_ms;
@@ -84,6 +87,7 @@ struct LoadReport {
   int64_t total_requests = 0;
   int64_t total_output_tokens = 0;
   int64_t total_prompt_tokens = 0;
+  int64_t total_cached_prompt_tokens = 0;
   int64_t total_errors = 0;
 };
 

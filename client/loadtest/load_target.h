@@ -34,6 +34,9 @@ struct GenerateOutcome {
   absl::Status status;
   // From the final message's Usage; 0 when the call failed before it.
   int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;
+  // The generated token ids, in order.
+  std::vector<int32_t> tokens;
 };
 
 class LoadTarget {

@@ -58,6 +58,7 @@ struct Flags {
   std::string think_time_ms = "0";
   bool fork = false;
   bool export_session = false;
+  bool resend = false;
   std::string prompt_tokens = "32";
   std::string output_tokens = "64";
   double temperature = 1.0;
@@ -88,6 +89,10 @@ struct Flags {
     f.Add("think-time-ms", &think_time_ms, "DIST", "Pause between a session's turns, ms.");
     f.Add("fork", &fork, "After its turns, fork each session and run one turn on the fork.");
     f.Add("export", &export_session, "After its turns, export each session's snapshot.");
+    f.Add("resend", &resend,
+          "With --turns K: conversations without a session, each turn resending the whole "
+          "history (earlier prompts and replies) plus its --prompt-tokens new tokens, as "
+          "stateless chat clients do.");
     f.Add("prompt-tokens", &prompt_tokens, "DIST", "Prompt length per request, tokens.");
     f.Add("output-tokens", &output_tokens, "DIST", "max_new_tokens per request.");
     f.Add("temperature", &temperature, "T", "Sampling temperature of every request, >= 0.");
@@ -154,6 +159,7 @@ int Main(int argc, char** argv) {
   options.turns = flags.turns;
   options.fork = flags.fork;
   options.export_session = flags.export_session;
+  options.resend = flags.resend;
   options.temperature = static_cast<float>(flags.temperature);
   options.top_k = flags.top_k;
   options.top_p = static_cast<float>(flags.top_p);
@@ -218,6 +224,17 @@ int Main(int argc, char** argv) {
   options.output_tokens = *output;
   options.think_time_ms = *think;
   if (absl::Status s = ValidateLoadOptions(options); !s.ok()) return UsageFail(s.message());
+  // A resent conversation's last prompt holds every turn's prompt and reply but the last reply.
+  if (const int64_t limit = limits.max_prompt_tokens(); options.resend && limit > 0 &&
+      prompt->kind() != Distribution::Kind::kNormal && output->kind() != Distribution::Kind::kNormal) {
+    const int64_t longest = int64_t{flags.turns} * prompt->max() +
+                            int64_t{flags.turns - 1} * output->max() + 1;
+    if (longest > limit) {
+      return UsageFail(absl::StrCat("--resend --turns=", flags.turns, ": the last turn's prompt "
+                                    "reaches ", longest, " tokens, over the server's "
+                                    "max_prompt_tokens of ", limit));
+    }
+  }
 
   std::vector<std::pair<std::string, std::string>> settings = {
       {"target", flags.connection.target},
@@ -227,8 +244,11 @@ int Main(int argc, char** argv) {
       {options.mode == LoadOptions::Mode::kClosed ? "concurrency" : "rate",
        options.mode == LoadOptions::Mode::kClosed ? absl::StrCat(flags.concurrency)
                                                   : absl::StrCat(flags.rate, "/s")},
-      {"workload", flags.turns == 0
-                       ? std::string("single-shot")
+      {"workload", flags.turns == 0 ? std::string("single-shot")
+                   : flags.resend
+                       ? absl::StrCat("conversations of ", flags.turns,
+                                      " turns resending their history, think ",
+                                      think->ToString(), " ms")
                        : absl::StrCat("sessions of ", flags.turns, " turns, think ",
                                       think->ToString(), " ms", flags.fork ? ", fork" : "",
                                       flags.export_session ? ", export" : "")},

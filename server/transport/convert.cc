@@ -152,6 +152,7 @@ void ToProto(const SessionInfo& info, v1::Session* out) {
   out->set_busy(info.busy);
   ToTimestamp(info.create_time, out->mutable_create_time());
   ToTimestamp(info.last_use_time, out->mutable_last_use_time());
+  for (int64_t boundary : info.boundaries) out->add_boundaries(boundary);
 }
 
 void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {

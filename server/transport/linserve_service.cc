@@ -198,10 +198,35 @@ grpc::ServerUnaryReactor* LinServeService::ForkSession(grpc::CallbackServerConte
     FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().ForkSession(
-      tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+  auto done = [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+    if (info.ok()) ToProto(*info, response);
+    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
+  };
+  if (request->has_num_tokens()) {
+    env_.engine().ForkSessionAt(tenant, *id, request->num_tokens(), std::move(done));
+  } else {
+    env_.engine().ForkSession(tenant, *id, std::move(done));
+  }
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* LinServeService::RewindSession(grpc::CallbackServerContext* context,
+                                                         const v1::RewindSessionRequest* request,
+                                                         v1::Session* response) {
+  bool rejected = false;
+  std::string tenant;
+  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "RewindSession", &tenant, &rejected);
+  if (rejected) return reactor;
+  absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
+  if (!id.ok()) {
+    FinishUnary(env_, reactor, "RewindSession", tenant, ToGrpcStatus(id.status()));
+    return reactor;
+  }
+  env_.engine().RewindSession(
+      tenant, *id, request->num_tokens(),
+      [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
         if (info.ok()) ToProto(*info, response);
-        FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
+        FinishUnary(env_, reactor, "RewindSession", tenant, ToGrpcStatus(info.status()));
       });
   return reactor;
 }

@@ -37,6 +37,9 @@ class LinServeService final : public v1::LinServe::CallbackService {
   grpc::ServerUnaryReactor* ForkSession(grpc::CallbackServerContext* context,
                                         const v1::ForkSessionRequest* request,
                                         v1::Session* response) override;
+  grpc::ServerUnaryReactor* RewindSession(grpc::CallbackServerContext* context,
+                                          const v1::RewindSessionRequest* request,
+                                          v1::Session* response) override;
   grpc::ServerUnaryReactor* DeleteSession(grpc::CallbackServerContext* context,
                                           const v1::DeleteSessionRequest* request,
                                           v1::DeleteSessionResponse* response) override;

@@ -97,7 +97,7 @@ TEST_F(CliTest, GenerateStreamsTheSameTextFromEveryKindOfPrompt) {
       Cli({"generate", "--seed=5", "--max-new-tokens=12", "--usage", "hel", "lo"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_FALSE(r.out.empty());
-  EXPECT_THAT(r.err, HasSubstr("finish LENGTH; prompt 6 tokens, generated 12 tokens, session "
+  EXPECT_THAT(r.err, HasSubstr("finish LENGTH; prompt 6 tokens (0 cached), generated 12 tokens, session "
                                "18 tokens;"));
   EXPECT_THAT(r.err, HasSubstr("; seed 5; request "));
   // The same seed gives the same text, however the prompt arrives: words, stdin, "-", ids.
@@ -297,6 +297,34 @@ TEST_F(CliTest, ChatOverStdinWithForkExportAndImport) {
     }
   }
   Ok({"sessions", "delete", id});
+}
+
+TEST_F(CliTest, ChatRewindUndoesATurnExactlyAndSessionsRewindAndForkUseBoundaries) {
+  const std::string id = NewSession();
+  const ProcessResult r = Cli({"chat", "--session=" + id, "--seed=3", "--max-new-tokens=6",
+                               "--format=jsonl"},
+                              "Hello\nabc\n/rewind\nabc\n");
+  ASSERT_EQ(r.exit_code, 0) << Describe(r);
+  const std::vector<Generation> replies = ParseJsonl(r.out);
+  ASSERT_EQ(replies.size(), 3u) << Describe(r);
+  // The second "abc" runs on the session as it stood before the first: the same reply.
+  EXPECT_EQ(replies[2].ids, replies[1].ids);
+  EXPECT_THAT(r.err, HasSubstr(absl::StrCat("chat: rewound ", id, " from 22 to 12 tokens")));
+  EXPECT_THAT(Ok({"sessions", "get", id}), HasSubstr("boundaries: 0 12 22\n"));
+
+  const std::string fork =
+      std::string(absl::StripAsciiWhitespace(Ok({"sessions", "fork", id, "12"})));
+  ASSERT_EQ(fork.size(), 32u);
+  EXPECT_EQ(SessionTokens(fork), 12);
+  EXPECT_EQ(SessionTokens(id), 22);
+  EXPECT_THAT(Ok({"sessions", "rewind", id, "0"}), HasSubstr("tokens: 0\n"));
+  const ProcessResult bad = Cli({"sessions", "rewind", id, "5"});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("num_tokens: 5 is not a kept turn boundary"));
+  EXPECT_THAT(bad.err, HasSubstr("kept: 0"));
+  const ProcessResult usage = Cli({"sessions", "rewind", id, "-3"});
+  EXPECT_EQ(usage.exit_code, 64) << Describe(usage);
+  Ok({"sessions", "delete", id, fork});
 }
 
 TEST_F(CliTest, ChatTextRepliesEndInNewlinesAndFailuresSetTheExitStatus) {

@@ -49,8 +49,13 @@ class FakeTarget : public LoadTarget {
       outcome.status = absl::ResourceExhaustedError("queue full");
     } else {
       if (per_request > absl::ZeroDuration()) absl::SleepFor(per_request);
-      for (int32_t i = 0; i < call.max_new_tokens; ++i) on_tokens(1);
+      for (int32_t i = 0; i < call.max_new_tokens; ++i) {
+        outcome.tokens.push_back(100 + index * 10 + i);  // tells replies apart
+        on_tokens(1);
+      }
       outcome.prompt_tokens = static_cast<int64_t>(call.prompt.size());
+      // As a server with a prefix cache would: all but the newest 4 tokens were cached.
+      outcome.cached_prompt_tokens = std::max<int64_t>(outcome.prompt_tokens - 4, 0);
     }
     --in_flight_;
     return outcome;
@@ -147,6 +152,46 @@ TEST(LoadGeneratorTest, ClosedLoopStopsAtTheRequestBound) {
   // during the drain, outside it.
   EXPECT_LE(report.output_tokens, 250);
   EXPECT_EQ(report.requests_ok, 50);
+}
+
+TEST(LoadGeneratorTest, ResendConversationsSendTheWholeHistoryEveryTurn) {
+  FakeTarget target;
+  LoadOptions o = Base();
+  o.concurrency = 1;
+  o.turns = 3;
+  o.resend = true;
+  o.max_requests = 6;
+  ASSERT_TRUE(ValidateLoadOptions(o).ok());
+  const LoadResult result = RunLoad(target, o);
+  const std::vector<GenerateCall> calls = target.calls();
+  ASSERT_EQ(calls.size(), 6u);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(calls[i].session_id.empty());
+    const size_t turn = i % 3;
+    // Turn k: k earlier prompts of 4 and replies of 5, then 4 new tokens.
+    ASSERT_EQ(calls[i].prompt.size(), 4 + turn * 9);
+    if (turn == 0) continue;
+    const std::vector<int32_t>& before = calls[i - 1].prompt;
+    EXPECT_TRUE(std::equal(before.begin(), before.end(), calls[i].prompt.begin()));
+    for (int32_t k = 0; k < 5; ++k) {
+      EXPECT_EQ(calls[i].prompt[before.size() + k], 100 + static_cast<int32_t>(i - 1) * 10 + k);
+    }
+  }
+  const LoadReport report =
+      BuildReport({}, result.requests, result.operations, result.window_start_s,
+                  result.window_end_s, result.dropped_arrivals);
+  EXPECT_EQ(report.prompt_tokens, 2 * (4 + 13 + 22));
+  EXPECT_EQ(report.cached_prompt_tokens, 2 * (0 + 9 + 18));
+  EXPECT_EQ(ReportToJson(report)["cached_prompt_tokens"], 2 * (0 + 9 + 18));
+  EXPECT_THAT(FormatReport(report), HasSubstr("78 (54 cached)"));
+
+  LoadOptions single = Base();
+  single.resend = true;
+  EXPECT_THAT(ValidateLoadOptions(single).message(), HasSubstr("--turns"));
+  LoadOptions fork = o;
+  fork.fork = true;
+  EXPECT_THAT(ValidateLoadOptions(fork).message(), HasSubstr("--fork"));
 }
 
 TEST(LoadGeneratorTest, RequestsFollowTheDistributionsAndAvoidExcludedIds) {

@@ -28,6 +28,7 @@ std::string Describe(const ProcessResult& r) {
 struct ServerTokens {
   int64_t generated = -1;
   int64_t prompt = -1;
+  int64_t saved = -1;
 };
 
 ServerTokens Scrape(int port) {
@@ -45,6 +46,9 @@ ServerTokens Scrape(int port) {
     if (!absl::SimpleAtod(parts[1], &value)) continue;
     if (parts[0] == "linserve_generated_tokens_total") tokens.generated = static_cast<int64_t>(value);
     if (parts[0] == "linserve_prompt_tokens_total") tokens.prompt = static_cast<int64_t>(value);
+    if (parts[0] == "linserve_prefix_tokens_saved_total") {
+      tokens.saved = static_cast<int64_t>(value);
+    }
   }
   EXPECT_GE(tokens.generated, 0) << response->body;
   EXPECT_GE(tokens.prompt, 0) << response->body;
@@ -109,6 +113,27 @@ TEST_F(LoadtestTest, ClosedLoopCountsEqualTheServersMetrics) {
   EXPECT_THAT(r.out, HasSubstr("time to first token"));
   EXPECT_THAT(r.err, HasSubstr("s] "));
   EXPECT_THAT(r.err, HasSubstr(" tok/s"));
+}
+
+TEST_F(LoadtestTest, ResentConversationsAreServedFromCachedPrefixes) {
+  const ServerTokens before = Scrape(server_->metrics_port());
+  ProcessResult r;
+  const nlohmann::json report =
+      Run({"--concurrency=2", "--turns=3", "--resend", "--requests=6", "--prompt-tokens=40",
+           "--output-tokens=8", "--progress-interval=0"},
+          &r);
+  ASSERT_TRUE(report.is_object()) << Describe(r);
+  const ServerTokens after = Scrape(server_->metrics_port());
+  EXPECT_EQ(report["total"]["errors"], 0);
+  EXPECT_EQ(report["requests_ok"], 6);
+  // Each conversation: BOS + 40, then + 8 + 40, then + 8 + 40 tokens.
+  EXPECT_EQ(report["total"]["prompt_tokens"].get<int64_t>(), 2 * (41 + 89 + 137));
+  // Turns 2 and 3 start from the state the previous turn left (all but its last reply token).
+  EXPECT_EQ(report["total"]["cached_prompt_tokens"].get<int64_t>(), 2 * (48 + 96));
+  EXPECT_EQ(report["total"]["cached_prompt_tokens"].get<int64_t>(), after.saved - before.saved);
+  EXPECT_EQ(report["settings"]["workload"],
+            "conversations of 3 turns resending their history, think 0 ms");
+  EXPECT_THAT(r.out, HasSubstr("(288 cached)"));
 }
 
 TEST_F(LoadtestTest, OpenLoopSessionsWithForkAndExport) {

@@ -54,7 +54,9 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--max_queue_depth=9", "--max_sessions=11", "--session_idle_timeout=inf",
        "--max_new_tokens=123", "--max_prompt_tokens=456", "--max_stop_strings=2",
        "--max_stop_string_bytes=7", "--max_stop_token_ids=3", "--max_top_logprobs=4",
-       "--max_prompt_bytes=5000000", "--log_level=warn"},
+       "--max_prompt_bytes=5000000", "--prefix_cache_mib=3", "--prefix_checkpoint_interval=64",
+       "--prefix_min_tokens=8", "--session_checkpoints=2", "--session_checkpoint_mib=5",
+       "--log_level=warn"},
       dir_.Join("log"), dir_.Join("ports"));
   ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
   EXPECT_EQ(server.metrics_port(), -1);
@@ -102,6 +104,31 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument) << too_long;
   EXPECT_THAT(std::string(too_long.message()), HasSubstr("max_prompt_bytes"));
   ASSERT_TRUE(client->CreateSession().ok());
+  // --session_checkpoints=2: a session keeps its two newest turn boundaries (and 0).
+  const std::string turns = client->CreateSession()->id();
+  for (int i = 0; i < 3; ++i) {
+    v1::GenerateRequest turn;
+    turn.set_session_id(turns);
+    turn.mutable_token_ids()->add_ids(65 + i);
+    turn.set_max_new_tokens(2);
+    ASSERT_TRUE(client->Generate(turn, [](const v1::GenerateResponse&) { return true; }).ok());
+  }
+  EXPECT_EQ(client->GetSession(turns)->boundaries_size(), 3);
+  // --prefix_min_tokens=8: a resent 9-token prompt starts from the state before its last token.
+  v1::GenerateRequest resend;
+  for (int i = 0; i < 8; ++i) resend.mutable_token_ids()->add_ids(70 + i);
+  resend.set_max_new_tokens(1);
+  int32_t cached = -1;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(client
+                    ->Generate(resend,
+                               [&](const v1::GenerateResponse& r) {
+                                 if (r.has_usage()) cached = r.usage().cached_prompt_tokens();
+                                 return true;
+                               })
+                    .ok());
+  }
+  EXPECT_EQ(cached, 8);  // BOS + 7 of the 8 prompt tokens
 
   server.Signal(SIGTERM);
   EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 0) << server.Log();
@@ -122,6 +149,11 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
        "--auth_tokens_file: \"" + dir_.Join("bad_tokens") + "\" line 3: expected"},
       {"--log_level=loud", "--log_level"},
       {"--state_memory_mib=0", "--state_memory_mib"},
+      {"--prefix_cache_mib=-1", "--prefix_cache_mib must be in [0, 2^30]"},
+      {"--prefix_checkpoint_interval=-1", "--prefix_checkpoint_interval must be >= 0"},
+      {"--prefix_min_tokens=0", "--prefix_min_tokens must be >= 1"},
+      {"--session_checkpoints=-2", "--session_checkpoints must be >= 0"},
+      {"--session_checkpoint_mib=-1", "--session_checkpoint_mib must be in [0, 2^30]"},
       {"--max_queue_depth=0", "max_queue_depth"},
       {"--prefill_token_budget=-1", "--prefill_token_budget must be >= 1"},
       {"--prefill_tokens_per_decode_row=-2", "--prefill_tokens_per_decode_row must be >= 0"},
