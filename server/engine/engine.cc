@@ -311,7 +311,6 @@ void Engine::AdmitWaiting() {
       continue;
     }
     if (status.ok()) status = job->Activate(options_.requests.max_prompt_tokens);
-    if (status.ok()) ReusePrefix(*job);
     if (status.ok()) {
       status = backend_->StartSampling(*job->session()->slot, job->request().sampling,
                                        job->request().top_logprobs, job->new_prompt_tokens());
@@ -577,6 +576,14 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   int64_t tokens = 0;
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
+    // Looked up at the job's first chunk rather than at admission, so that requests admitted
+    // together find what the earlier ones (fed in earlier steps) left.
+    if (job->prefill_remaining() == static_cast<int64_t>(job->feed().size())) {
+      if (absl::Status s = ReusePrefix(*job); !s.ok()) {
+        FailOnBackendError(chunk.id, s);
+        continue;
+      }
+    }
     // A chunk ends at the next prefix checkpoint inside it; the rest goes in the next step.
     const int32_t n = static_cast<int32_t>(std::min<int64_t>(chunk.tokens, NextCheckpoint(*job)));
     // The last chunk of a prompt yields the first token.
@@ -617,8 +624,8 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
 }
 
-void Engine::ReusePrefix(Job& job) {
-  if (!prefix_.enabled() || !job.knows_history()) return;
+absl::Status Engine::ReusePrefix(Job& job) {
+  if (!prefix_.enabled() || !job.knows_history()) return absl::OkStatus();
   const PrefixLookup found = prefix_.Lookup(job.request().owner, job.feed());
   if (found.state == nullptr) {
     switch (*found.miss) {
@@ -632,22 +639,22 @@ void Engine::ReusePrefix(Job& job) {
         m_.prefix_miss_too_short.Increment();
         break;
     }
-    return;
+    return absl::OkStatus();
   }
   const SlotId slot = *job.session()->slot;
-  if (absl::Status s = backend_->WriteSlot(slot, *found.state); !s.ok()) {
-    // The slot was empty: empty it again and read the whole prompt.
-    spdlog::error("request {}: loading a cached prefix failed, reading the prompt: {}",
-                  job.request().request_id, s.ToString());
-    if (absl::Status reset = backend_->ResetSlot(slot); !reset.ok()) {
-      spdlog::error("request {}: resetting the slot failed: {}", job.request().request_id,
-                    reset.ToString());
-    }
-    return;
+  if (absl::Status s = backend_->WriteSlot(slot, *found.state); !s.ok()) return s;
+  // Writing a slot clears its sampling state: the job's parameters and its prompt's counts
+  // again, exactly as AdmitWaiting set them on the empty slot.
+  const GenerateRequest& request = job.request();
+  if (absl::Status s = backend_->StartSampling(slot, request.sampling, request.top_logprobs,
+                                               job.new_prompt_tokens());
+      !s.ok()) {
+    return s;
   }
   job.SkipPrefill(found.length);
   m_.prefix_hits.Increment();
   m_.prefix_tokens_saved.Increment(static_cast<double>(found.length));
+  return absl::OkStatus();
 }
 
 bool Engine::IsCheckpoint(const Job& job, int64_t position) const {

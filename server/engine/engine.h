@@ -255,9 +255,10 @@ class Engine {
   // Feeds the step's prompt chunks in one Backend::PrefillBatch call; the prompts that end in
   // it get their first token.
   void RunPrefill(absl::Span<const PrefillChunk> chunks);
-  // Starts a job whose session was empty from the longest cached prefix of its tokens: the
-  // checkpoint is copied into the job's own slot and prefill starts after it.
-  void ReusePrefix(Job& job);
+  // Before a job's first prefill chunk: when its session was empty, starts it from the longest
+  // cached prefix of its tokens (copied into the job's own slot; prefill starts after it).
+  // Errors are the backend's.
+  absl::Status ReusePrefix(Job& job);
   // Prefix checkpoints inside a prompt: every checkpoint_interval-th position and the prompt's
   // last token but one (a resent prompt must feed at least its last token for the first
   // logits), for jobs that know their history. A prefill chunk ends at the next one (the rest

@@ -192,6 +192,42 @@ TEST_P(EnginePrefixTest, CheckpointsInsideALongPrefillServeADivergingRequest) {
   EXPECT_EQ(out.tokens, RunRequest(*cold, Request(diverging, 12, 6)).tokens);
 }
 
+TEST_P(EnginePrefixTest, RequestsArrivingTogetherReuseWhatTheEarlierOnesLeft) {
+  // Four users send the same 200-token system prompt at once, each with its own question.
+  // Prefill is first-come first-served and the lookup happens at a request's first chunk, so
+  // the later ones start from the first one's checkpoint (at 192, a multiple of 32).
+  FakeBackend* fake = nullptr;
+  auto engine_with = [&](int32_t budget) {
+    auto f = std::make_unique<FakeBackend>(model_.config, 8);
+    fake = f.get();
+    std::unique_ptr<Backend> backend = std::move(f);
+    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    EngineOptions options;
+    options.prefix = Prefix(64 << 20, /*interval=*/32);
+    options.scheduler.prefill_token_budget = budget;
+    return *Engine::Create(model_, std::move(backend), options, metrics_);
+  };
+  std::unique_ptr<Engine> engine = engine_with(64);
+  const std::vector<TokenId> system = Range(1, 200);
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int user = 0; user < 4; ++user) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(
+        engine->Submit(Request(Concat({system, Range(210 + user, 5)}), 3, user), sinks.back())
+            .ok());
+  }
+  int64_t prefilled = 0;
+  for (int user = 0; user < 4; ++user) {
+    const Outcome out = sinks[user]->Wait();
+    ASSERT_TRUE(out.status.ok());
+    EXPECT_EQ(out.result.usage.cached_prompt_tokens, user == 0 ? 0 : 192) << user;
+    prefilled += out.result.usage.prompt_tokens - out.result.usage.cached_prompt_tokens;
+  }
+  size_t seen = 0;
+  EXPECT_EQ(PrefilledSince(*fake, seen), prefilled);
+  EXPECT_EQ(prefilled, 206 + 3 * (206 - 192));
+}
+
 TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueTheSession) {
   std::unique_ptr<Engine> engine = Start(Prefix());
   std::unique_ptr<Engine> cold = Start(Prefix(0));
