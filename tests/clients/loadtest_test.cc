@@ -119,21 +119,21 @@ TEST_F(LoadtestTest, ResentConversationsAreServedFromCachedPrefixes) {
   const ServerTokens before = Scrape(server_->metrics_port());
   ProcessResult r;
   const nlohmann::json report =
-      Run({"--concurrency=2", "--turns=3", "--resend", "--requests=6", "--prompt-tokens=40",
+      Run({"--concurrency=1", "--turns=3", "--resend", "--requests=6", "--prompt-tokens=40",
            "--output-tokens=8", "--progress-interval=0"},
           &r);
   ASSERT_TRUE(report.is_object()) << Describe(r);
   const ServerTokens after = Scrape(server_->metrics_port());
   EXPECT_EQ(report["total"]["errors"], 0);
   EXPECT_EQ(report["requests_ok"], 6);
-  // Each conversation: BOS + 40, then + 8 + 40, then + 8 + 40 tokens.
-  EXPECT_EQ(report["total"]["prompt_tokens"].get<int64_t>(), 2 * (41 + 89 + 137));
+  // Two conversations (the test model has no BOS): 40, then + 8 + 40, then + 8 + 40 tokens.
+  EXPECT_EQ(report["total"]["prompt_tokens"].get<int64_t>(), 2 * (40 + 88 + 136));
   // Turns 2 and 3 start from the state the previous turn left (all but its last reply token).
-  EXPECT_EQ(report["total"]["cached_prompt_tokens"].get<int64_t>(), 2 * (48 + 96));
+  EXPECT_EQ(report["total"]["cached_prompt_tokens"].get<int64_t>(), 2 * (47 + 95));
   EXPECT_EQ(report["total"]["cached_prompt_tokens"].get<int64_t>(), after.saved - before.saved);
   EXPECT_EQ(report["settings"]["workload"],
-            "conversations of 3 turns resending their history, think 0 ms");
-  EXPECT_THAT(r.out, HasSubstr("(288 cached)"));
+            "conversations of 3 turns resending their history, think fixed:0 ms");
+  EXPECT_THAT(r.out, HasSubstr("528 (284 cached)"));
 }
 
 TEST_F(LoadtestTest, OpenLoopSessionsWithForkAndExport) {

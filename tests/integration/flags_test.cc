@@ -114,9 +114,10 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
     ASSERT_TRUE(client->Generate(turn, [](const v1::GenerateResponse&) { return true; }).ok());
   }
   EXPECT_EQ(client->GetSession(turns)->boundaries_size(), 3);
-  // --prefix_min_tokens=8: a resent 9-token prompt starts from the state before its last token.
+  // --prefix_min_tokens=8: a resent 9-token prompt (the model has no BOS) starts from the
+  // state before its last token.
   v1::GenerateRequest resend;
-  for (int i = 0; i < 8; ++i) resend.mutable_token_ids()->add_ids(70 + i);
+  for (int i = 0; i < 9; ++i) resend.mutable_token_ids()->add_ids(70 + i);
   resend.set_max_new_tokens(1);
   int32_t cached = -1;
   for (int i = 0; i < 2; ++i) {
@@ -128,7 +129,7 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
                                })
                     .ok());
   }
-  EXPECT_EQ(cached, 8);  // BOS + 7 of the 8 prompt tokens
+  EXPECT_EQ(cached, 8);
 
   server.Signal(SIGTERM);
   EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 0) << server.Log();
