@@ -230,8 +230,7 @@ absl::StatusOr<v1::Session> Client::ForkSession(absl::string_view session_id,
   return response;
 }
 
-absl::StatusOr<v1::Session> Client::ForkSessionAt(absl::string_view session_id,
-                                                  int64_t num_tokens,
+absl::StatusOr<v1::Session> Client::ForkSessionAt(absl::string_view session_id, int64_t num_tokens,
                                                   const CallOptions& options) {
   grpc::ClientContext context;
   if (!Prepare(context, options)) return CancelledByClient();
@@ -245,8 +244,7 @@ absl::StatusOr<v1::Session> Client::ForkSessionAt(absl::string_view session_id,
   return response;
 }
 
-absl::StatusOr<v1::Session> Client::RewindSession(absl::string_view session_id,
-                                                  int64_t num_tokens,
+absl::StatusOr<v1::Session> Client::RewindSession(absl::string_view session_id, int64_t num_tokens,
                                                   const CallOptions& options) {
   grpc::ClientContext context;
   if (!Prepare(context, options)) return CancelledByClient();

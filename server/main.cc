@@ -133,8 +133,7 @@ ABSL_FLAG(int64_t, prefix_cache_mib, 1024,
 ABSL_FLAG(int32_t, prefix_checkpoint_interval, 1024,
           "Tokens between two prefix states cached inside one long prompt (besides those at "
           "the end of every prompt and request); 0: only those.");
-ABSL_FLAG(int32_t, prefix_min_tokens, 32,
-          "Shortest prefix worth caching or reusing, tokens.");
+ABSL_FLAG(int32_t, prefix_min_tokens, 32, "Shortest prefix worth caching or reusing, tokens.");
 ABSL_FLAG(int32_t, session_checkpoints, 8,
           "Turn boundaries each session keeps for RewindSession and ForkSession(num_tokens), "
           "the newest; 0 keeps none (a session can still be rewound to 0).");
@@ -304,8 +303,8 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   const int64_t boundary_mib = absl::GetFlag(FLAGS_session_checkpoint_mib);
   if (boundary_mib < 0 || boundary_mib > kMaxMib) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--session_checkpoint_mib must be in [0, 2^30], got ", boundary_mib));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--session_checkpoint_mib must be in [0, 2^30], got ", boundary_mib));
   }
   o.session_checkpoints.memory_budget_bytes = boundary_mib << 20;
   return o;

@@ -54,9 +54,9 @@ Result Send(Client& client, const std::vector<int32_t>& prompt, int32_t reply_to
   const auto start = std::chrono::steady_clock::now();
   r.status = client.Generate(request, [&](const v1::GenerateResponse& m) {
     if (m.tokens_size() > 0 && r.ttft_ms < 0) {
-      r.ttft_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() -
-                                                            start)
-                      .count();
+      r.ttft_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count();
     }
     for (const v1::GeneratedToken& t : m.tokens()) r.tokens.push_back(t.id());
     if (m.has_usage()) r.usage = m.usage();

@@ -185,8 +185,8 @@ class ChatCommand : public Command {
       int64_t to = -1;
       if (words.size() == 2) {
         if (!absl::SimpleAtoi(words[1], &to) || to < 0) {
-          return UsageError(absl::StrCat("/rewind N: a number of tokens >= 0, got \"",
-                                         words[1], "\""));
+          return UsageError(
+              absl::StrCat("/rewind N: a number of tokens >= 0, got \"", words[1], "\""));
         }
       } else {
         // The newest boundary before the current length: the start of the last turn.

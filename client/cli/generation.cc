@@ -116,9 +116,8 @@ absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
         "finish %s; prompt %d tokens (%d cached), generated %d tokens, session %d tokens; "
         "first token %.1f ms, total %.1f ms; seed %d; request %s\n",
         FinishReasonName(last.finish_reason()), u.prompt_tokens(), u.cached_prompt_tokens(),
-        u.generated_tokens(),
-        u.session_tokens(), u.time_to_first_token_us() / 1e3, u.total_time_us() / 1e3, u.seed(),
-        last.request_id());
+        u.generated_tokens(), u.session_tokens(), u.time_to_first_token_us() / 1e3,
+        u.total_time_us() / 1e3, u.seed(), last.request_id());
   }
   return result;
 }

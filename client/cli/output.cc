@@ -1,8 +1,8 @@
 #include "client/cli/output.h"
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "google/protobuf/util/json_util.h"
 #include "google/protobuf/util/time_util.h"

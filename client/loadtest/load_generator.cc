@@ -452,8 +452,7 @@ absl::Status ValidateLoadOptions(const LoadOptions& o) {
         "--fork and --export need a session workload: set --turns to 1 or more");
   }
   if (o.resend && o.turns == 0) {
-    return absl::InvalidArgumentError(
-        "--resend needs conversations: set --turns to 1 or more");
+    return absl::InvalidArgumentError("--resend needs conversations: set --turns to 1 or more");
   }
   if (o.resend && (o.fork || o.export_session)) {
     return absl::InvalidArgumentError(

@@ -225,14 +225,15 @@ int Main(int argc, char** argv) {
   options.think_time_ms = *think;
   if (absl::Status s = ValidateLoadOptions(options); !s.ok()) return UsageFail(s.message());
   // A resent conversation's last prompt holds every turn's prompt and reply but the last reply.
-  if (const int64_t limit = limits.max_prompt_tokens(); options.resend && limit > 0 &&
-      prompt->kind() != Distribution::Kind::kNormal && output->kind() != Distribution::Kind::kNormal) {
-    const int64_t longest = int64_t{flags.turns} * prompt->max() +
-                            int64_t{flags.turns - 1} * output->max() + 1;
+  if (const int64_t limit = limits.max_prompt_tokens();
+      options.resend && limit > 0 && prompt->kind() != Distribution::Kind::kNormal &&
+      output->kind() != Distribution::Kind::kNormal) {
+    const int64_t longest =
+        int64_t{flags.turns} * prompt->max() + int64_t{flags.turns - 1} * output->max() + 1;
     if (longest > limit) {
-      return UsageFail(absl::StrCat("--resend --turns=", flags.turns, ": the last turn's prompt "
-                                    "reaches ", longest, " tokens, over the server's "
-                                    "max_prompt_tokens of ", limit));
+      return UsageFail(absl::StrCat("--resend --turns=", flags.turns,
+                                    ": the last turn's prompt reaches ", longest,
+                                    " tokens, over the server's max_prompt_tokens of ", limit));
     }
   }
 
@@ -244,21 +245,19 @@ int Main(int argc, char** argv) {
       {options.mode == LoadOptions::Mode::kClosed ? "concurrency" : "rate",
        options.mode == LoadOptions::Mode::kClosed ? absl::StrCat(flags.concurrency)
                                                   : absl::StrCat(flags.rate, "/s")},
-      {"workload", flags.turns == 0 ? std::string("single-shot")
-                   : flags.resend
-                       ? absl::StrCat("conversations of ", flags.turns,
-                                      " turns resending their history, think ",
-                                      think->ToString(), " ms")
-                       : absl::StrCat("sessions of ", flags.turns, " turns, think ",
-                                      think->ToString(), " ms", flags.fork ? ", fork" : "",
-                                      flags.export_session ? ", export" : "")},
+      {"workload",
+       flags.turns == 0 ? std::string("single-shot")
+       : flags.resend
+           ? absl::StrCat("conversations of ", flags.turns,
+                          " turns resending their history, think ", think->ToString(), " ms")
+           : absl::StrCat("sessions of ", flags.turns, " turns, think ", think->ToString(), " ms",
+                          flags.fork ? ", fork" : "", flags.export_session ? ", export" : "")},
       {"prompt tokens", prompt->ToString()},
       {"output tokens", output->ToString()},
-      {"bound", absl::StrCat(absl::FormatDuration(flags.duration),
-                             flags.requests > 0 ? absl::StrCat(" or ", flags.requests,
-                                                               " requests")
-                                                : "",
-                             ", warm-up ", absl::FormatDuration(flags.warmup))},
+      {"bound",
+       absl::StrCat(absl::FormatDuration(flags.duration),
+                    flags.requests > 0 ? absl::StrCat(" or ", flags.requests, " requests") : "",
+                    ", warm-up ", absl::FormatDuration(flags.warmup))},
       {"seed", absl::StrCat(flags.seed)},
   };
   if (options.mode == LoadOptions::Mode::kOpen) {

@@ -90,12 +90,9 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetGauge("linserve_active_requests", "Generations holding a state slot"),
           metrics.GetGauge("linserve_free_slots", "Free state slots"),
           metrics.GetGauge("linserve_slot_capacity", "State slots in the pool"),
-          metrics.GetGauge("linserve_sessions", "Sessions by residency",
-                           {{"state", "resident"}}),
-          metrics.GetGauge("linserve_sessions", "Sessions by residency",
-                           {{"state", "hibernated"}}),
-          metrics.GetGauge("linserve_sessions", "Sessions by residency",
-                           {{"state", "ephemeral"}}),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency", {{"state", "resident"}}),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency", {{"state", "hibernated"}}),
+          metrics.GetGauge("linserve_sessions", "Sessions by residency", {{"state", "ephemeral"}}),
           metrics.GetCounter("linserve_prefix_hits_total",
                              "Requests started from a cached prefix state"),
           metrics.GetCounter("linserve_prefix_misses_total",
@@ -364,8 +361,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   // leaves it unknown.
   if (job->knows_history() && session != nullptr && session->slot.has_value() &&
       (status.ok() || absl::IsCancelled(status))) {
-    if (absl::StatusOr<int64_t> position = backend_->SlotPosition(*session->slot);
-        position.ok()) {
+    if (absl::StatusOr<int64_t> position = backend_->SlotPosition(*session->slot); position.ok()) {
       Checkpoint(*job, *session->slot, *position);
     }
   }
@@ -733,7 +729,8 @@ void Engine::PublishStats() {
   m_.prefix_bytes.Set(static_cast<double>(prefix_.bytes()));
   m_.prefix_entries.Set(static_cast<double>(prefix_.size()));
   m_.session_checkpoint_bytes.Set(static_cast<double>(boundaries_.bytes()));
-  m_.prefix_evictions.Increment(static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
+  m_.prefix_evictions.Increment(
+      static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
   prefix_evictions_reported_ = prefix_.evictions();
 }
 
@@ -843,8 +840,7 @@ void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> 
 absl::StatusOr<SessionSnapshot> Engine::SessionAt(const Session& session,
                                                   int64_t num_tokens) const {
   if (num_tokens < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_tokens must be >= 0, got ", num_tokens));
+    return absl::InvalidArgumentError(absl::StrCat("num_tokens must be >= 0, got ", num_tokens));
   }
   if (num_tokens == session.num_tokens) return store_.Snapshot(session);
   return boundaries_.At(session.id, num_tokens, model_.config.StateFloatsPerSlot());
@@ -893,12 +889,11 @@ void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
       absl::Status status = backend_->WriteSlot(*session.slot, at->state);
       if (status.ok()) status = backend_->SetSeenCounts(*session.slot, SeenCounts(session));
       if (!status.ok()) {
-        spdlog::error("session {}: rewind failed in the backend: {}", id.value,
-                      status.ToString());
+        spdlog::error("session {}: rewind failed in the backend: {}", id.value, status.ToString());
         EraseSession(&session);
-        return std::move(done)(absl::InternalError(absl::StrCat(
-            "the model backend failed: ", status.message(),
-            "; the session's state is unknown and the session was deleted")));
+        return std::move(done)(absl::InternalError(
+            absl::StrCat("the model backend failed: ", status.message(),
+                         "; the session's state is unknown and the session was deleted")));
       }
     } else {
       session.hibernated = std::move(at->state);

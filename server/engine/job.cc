@@ -60,8 +60,7 @@ void Job::SkipPrefill(int64_t n) {
 }
 
 std::vector<TokenId> Job::History(int64_t n) const {
-  std::vector<TokenId> tokens(feed_.begin(),
-                              feed_.begin() + std::min<int64_t>(n, feed_.size()));
+  std::vector<TokenId> tokens(feed_.begin(), feed_.begin() + std::min<int64_t>(n, feed_.size()));
   const int64_t sampled = n - static_cast<int64_t>(tokens.size());
   tokens.insert(tokens.end(), sampled_tokens_.begin(), sampled_tokens_.begin() + sampled);
   return tokens;

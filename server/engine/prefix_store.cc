@@ -102,8 +102,7 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = extend_(key, tokens[i]);
   // Usable lengths leave a token to feed: min_tokens .. size - 1.
   const size_t shortest = static_cast<size_t>(options_.min_tokens);
-  for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= shortest;
-       --length) {
+  for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= shortest; --length) {
     auto it = Find(keys[length - 1], owner, tokens.subspan(0, length));
     if (it == lru_.end()) continue;
     lru_.splice(lru_.begin(), lru_, it);

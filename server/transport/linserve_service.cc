@@ -222,12 +222,12 @@ grpc::ServerUnaryReactor* LinServeService::RewindSession(grpc::CallbackServerCon
     FinishUnary(env_, reactor, "RewindSession", tenant, ToGrpcStatus(id.status()));
     return reactor;
   }
-  env_.engine().RewindSession(
-      tenant, *id, request->num_tokens(),
-      [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
-        if (info.ok()) ToProto(*info, response);
-        FinishUnary(env_, reactor, "RewindSession", tenant, ToGrpcStatus(info.status()));
-      });
+  env_.engine().RewindSession(tenant, *id, request->num_tokens(),
+                              [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+                                if (info.ok()) ToProto(*info, response);
+                                FinishUnary(env_, reactor, "RewindSession", tenant,
+                                            ToGrpcStatus(info.status()));
+                              });
   return reactor;
 }
 

@@ -97,8 +97,9 @@ TEST_F(CliTest, GenerateStreamsTheSameTextFromEveryKindOfPrompt) {
       Cli({"generate", "--seed=5", "--max-new-tokens=12", "--usage", "hel", "lo"});
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_FALSE(r.out.empty());
-  EXPECT_THAT(r.err, HasSubstr("finish LENGTH; prompt 6 tokens (0 cached), generated 12 tokens, session "
-                               "18 tokens;"));
+  EXPECT_THAT(r.err,
+              HasSubstr("finish LENGTH; prompt 6 tokens (0 cached), generated 12 tokens, session "
+                        "18 tokens;"));
   EXPECT_THAT(r.err, HasSubstr("; seed 5; request "));
   // The same seed gives the same text, however the prompt arrives: words, stdin, "-", ids.
   EXPECT_EQ(Ok({"generate", "--seed=5", "--max-new-tokens=12", "hel lo"}), r.out);
@@ -301,9 +302,9 @@ TEST_F(CliTest, ChatOverStdinWithForkExportAndImport) {
 
 TEST_F(CliTest, ChatRewindUndoesATurnExactlyAndSessionsRewindAndForkUseBoundaries) {
   const std::string id = NewSession();
-  const ProcessResult r = Cli({"chat", "--session=" + id, "--seed=3", "--max-new-tokens=6",
-                               "--format=jsonl"},
-                              "Hello\nabc\n/rewind\nabc\n");
+  const ProcessResult r =
+      Cli({"chat", "--session=" + id, "--seed=3", "--max-new-tokens=6", "--format=jsonl"},
+          "Hello\nabc\n/rewind\nabc\n");
   ASSERT_EQ(r.exit_code, 0) << Describe(r);
   const std::vector<Generation> replies = ParseJsonl(r.out);
   ASSERT_EQ(replies.size(), 3u) << Describe(r);

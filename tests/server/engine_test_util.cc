@@ -85,14 +85,14 @@ absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
   return Call<SessionInfo>([&](auto cb) { engine.ForkSession(owner, id, std::move(cb)); });
 }
 
-absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id,
-                                          int64_t num_tokens, const std::string& owner) {
+absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id, int64_t num_tokens,
+                                          const std::string& owner) {
   return Call<SessionInfo>(
       [&](auto cb) { engine.ForkSessionAt(owner, id, num_tokens, std::move(cb)); });
 }
 
-absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id,
-                                          int64_t num_tokens, const std::string& owner) {
+absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id, int64_t num_tokens,
+                                          const std::string& owner) {
   return Call<SessionInfo>(
       [&](auto cb) { engine.RewindSession(owner, id, num_tokens, std::move(cb)); });
 }

@@ -55,10 +55,10 @@ absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
                                        const std::string& owner = "");
 absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
                                         const std::string& owner = "");
-absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id,
-                                          int64_t num_tokens, const std::string& owner = "");
-absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id,
-                                          int64_t num_tokens, const std::string& owner = "");
+absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id, int64_t num_tokens,
+                                          const std::string& owner = "");
+absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id, int64_t num_tokens,
+                                          const std::string& owner = "");
 absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& owner = "");
 absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
                                           const std::string& owner = "");
