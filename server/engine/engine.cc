@@ -365,7 +365,8 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       Checkpoint(*job, *session->slot, *position);
     }
   }
-  if (session != nullptr && !session->ephemeral && session->slot.has_value() &&
+  if (options_.session_checkpoints.per_session > 0 && session != nullptr &&
+      !session->ephemeral && session->slot.has_value() &&
       (status.ok() || absl::IsCancelled(status))) {
     if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
       boundaries_.Add(session->id, *std::move(boundary));

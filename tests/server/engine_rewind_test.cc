@@ -10,6 +10,7 @@
 #include "fake_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/synchronization/notification.h"
 #include "server/engine/engine.h"
 #include "tests/testing/pipelined_backend.h"
 #include "tests/testing/random_model.h"
@@ -157,10 +158,18 @@ TEST_P(EngineRewindTest, ABusySessionIsAborted) {
   GenerateRequest longer = Turn(id, {2}, 2);
   longer.max_new_tokens = 50;
   ASSERT_TRUE(engine->Submit(longer, sink).ok());
-  sink->WaitForTokens(1);
-  const absl::Status busy = RewindSession(*engine, id, 0).status();
-  EXPECT_TRUE(absl::IsAborted(busy)) << busy;
+  sink->WaitForTokens(1);  // prefilled; now held in its first decode
+  // Queued while the request runs (the engine thread may be held at the gate): it is run at the
+  // next step, with 49 tokens still to go.
+  absl::Notification answered;
+  absl::Status busy;
+  engine->RewindSession("", id, 0, [&](absl::StatusOr<SessionInfo> info) {
+    busy = info.status();
+    answered.Notify();
+  });
   fake->Open();
+  answered.WaitForNotification();
+  EXPECT_TRUE(absl::IsAborted(busy)) << busy;
   ASSERT_TRUE(sink->Wait().status.ok());
   EXPECT_TRUE(RewindSession(*engine, id, 0).ok());
 }
