@@ -1,4 +1,5 @@
-// Prefix states and exact rewind through the real linserve binary and gRPC (bundled model, CPU):
+// Prefix states and exact rewind through the real linserve binary and gRPC (a random model with
+// the byte tokenizer, so that it runs under the sanitizers too; CPU):
 // a stateless chat that resends its history reads only its new tokens and gets the tokens of a
 // server without the cache; RewindSession and ForkSession(num_tokens) return a session exactly
 // to a turn boundary; their errors reach the client with their codes.
@@ -10,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server_process.h"
+#include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 
 namespace linserve {
@@ -20,15 +22,18 @@ using ::testing::HasSubstr;
 
 class PrefixTest : public ::testing::Test {
  protected:
+  void SetUp() override {
+    const ModelConfig config = TinyConfig();
+    ASSERT_TRUE(WriteModelDirectory(model_dir_, config, MakeRandomWeights(config, 4)).ok());
+  }
+
   std::unique_ptr<ServerProcess> Start(const std::string& name,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> flags = {"--device=cpu",
-                                      "--host=127.0.0.1",
-                                      "--port=0",
-                                      "--metrics_port=-1",
-                                      "--threads=1",
-                                      "--log_level=warn",
-                                      "--port_file=" + dir_.Join(name + ".ports")};
+    std::vector<std::string> flags = {
+        "--model=" + model_dir_, "--device=cpu",
+        "--host=127.0.0.1",      "--port=0",
+        "--metrics_port=-1",     "--threads=1",
+        "--log_level=warn",      "--port_file=" + dir_.Join(name + ".ports")};
     flags.insert(flags.end(), extra.begin(), extra.end());
     auto server = std::make_unique<ServerProcess>(flags, dir_.Join(name + ".log"),
                                                   dir_.Join(name + ".ports"));
@@ -37,6 +42,7 @@ class PrefixTest : public ::testing::Test {
   }
 
   ScopedTempDir dir_;
+  const std::string model_dir_ = dir_.Join("model");
 };
 
 struct Reply {
