@@ -670,6 +670,8 @@ TEST_P(EngineTest, PromptsOfAStepShareOneBatchedPrefillAndAnIdleEngineFeedsLarge
   EngineOptions options;
   options.scheduler.prefill_token_budget = 64;
   options.scheduler.idle_prefill_token_budget = 256;
+  // Chunks as planned: no prefix checkpoint ends one early.
+  options.prefix.memory_budget_bytes = 0;
   Harness h = Start(options);
   auto decoding = std::make_shared<RecordingSink>();
   h.backend->CloseGate();
