@@ -669,10 +669,12 @@ int64_t Engine::NextCheckpoint(const Job& job) const {
   if (!prefix_.enabled() || !job.knows_history()) return remaining;
   const int64_t end = static_cast<int64_t>(job.feed().size());
   const int64_t start = end - remaining;
+  // Only positions a checkpoint is stored at (IsCheckpoint) end a chunk early.
+  const int64_t first = std::max<int64_t>(start + 1, prefix_.options().min_tokens);
   int64_t stop = end;
-  if (end - 1 > start) stop = end - 1;
+  if (end - 1 >= first) stop = end - 1;
   if (const int64_t every = prefix_.options().checkpoint_interval; every > 0) {
-    stop = std::min(stop, (start / every + 1) * every);
+    stop = std::min(stop, (first + every - 1) / every * every);
   }
   return std::max<int64_t>(stop - start, 1);
 }
