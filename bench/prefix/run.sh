@@ -30,7 +30,7 @@ start_server() {  # NAME FLAGS...
   shift
   rm -f "$tmp/ports"
   "$build/server/linserve" --model="$model" --device=cpu --host=127.0.0.1 --port=0 \
-    --metrics_port=0 --port_file="$tmp/ports" --threads="$threads" --log_level=warn "$@" \
+    --metrics_port=0 --http_port=-1 --port_file="$tmp/ports" --threads="$threads" --log_level=warn "$@" \
     >"$tmp/$name.log" 2>&1 &
   server_pid=$!
   for _ in $(seq 600); do [[ -s $tmp/ports ]] && break; sleep 0.1; done

@@ -29,11 +29,15 @@ class PrefixTest : public ::testing::Test {
 
   std::unique_ptr<ServerProcess> Start(const std::string& name,
                                        const std::vector<std::string>& extra) {
-    std::vector<std::string> flags = {
-        "--model=" + model_dir_, "--device=cpu",
-        "--host=127.0.0.1",      "--port=0",
-        "--metrics_port=-1",     "--threads=1",
-        "--log_level=warn",      "--port_file=" + dir_.Join(name + ".ports")};
+    std::vector<std::string> flags = {"--model=" + model_dir_,
+                                      "--device=cpu",
+                                      "--host=127.0.0.1",
+                                      "--port=0",
+                                      "--metrics_port=-1",
+                                      "--http_port=-1",
+                                      "--threads=1",
+                                      "--log_level=warn",
+                                      "--port_file=" + dir_.Join(name + ".ports")};
     flags.insert(flags.end(), extra.begin(), extra.end());
     auto server = std::make_unique<ServerProcess>(flags, dir_.Join(name + ".log"),
                                                   dir_.Join(name + ".ports"));
