@@ -375,16 +375,9 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
   if (session != nullptr) store_.Release(*session, now);
-  // Published before the client hears of the end, so that what it sees next is current.
-  PublishStats();
-  // A client that heard its request end finds the session as it left it, even after a crash.
   absl::AnyInvocable<void() &&> report = job->Report(status, reason, now);
-  if (named) {
-    store_.WhenDurable(std::move(report));
-  } else {
-    std::move(report)();
-  }
-
+  // Counted and published before the client hears of the end, so that what it sees next is
+  // current.
   const Usage& usage = job->usage();
   if (status.ok()) {
     switch (reason) {
@@ -412,6 +405,13 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
     spdlog::info("request {} session {}: ended with {} after {} tokens, total_ms={:.1f}",
                  job->request().request_id, session_name, status.ToString(),
                  usage.generated_tokens, absl::ToDoubleMilliseconds(usage.total_time));
+  }
+  PublishStats();
+  // A client that heard its request end finds the session as it left it, even after a crash.
+  if (named) {
+    store_.WhenDurable(std::move(report));
+  } else {
+    std::move(report)();
   }
 }
 
