@@ -25,7 +25,8 @@ jobs=$(nproc)
 # over gRPC, which needs RTLD_DEEPBIND, which the sanitizers refuse
 # (tests/sanitizers/dlopen_deepbind.cc); the second also measures RSS, which ASan's quarantine
 # changes. The openai_ tests (the HTTP API through Node's openai client and curl) run the linserve
-# binary on the bundled SentencePiece model for the same reason; the cpu stage runs them.
+# binary on the bundled SentencePiece model for the same reason; the cpu stage runs them
+# (integration_openai_test runs the same front end in-process on a byte-tokenizer model, here too).
 readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test)$'
 # Threads sharing memory of ours: the kernels' thread pool and the CPU backend on it; the engine
 # thread against its callers, session store and scheduler (fake backend); the load generator. Not

@@ -337,6 +337,10 @@ void OpenAiServer::Impl::OnReadable(evutil_socket_t fd, short, void* arg) {
 
 void OpenAiServer::Impl::Closed(Exchange& exchange) {
   Unwatch(exchange);
+  // When libevent finds the connection failed (a write to a client that left), it detaches the
+  // unfinished request from it before freeing it: the request is then ours to free. A request
+  // still on the connection (we freed the connection ourselves) is freed with it.
+  if (evhttp_request_get_connection(exchange.req) == nullptr) evhttp_request_free(exchange.req);
   exchange.req = nullptr;
   Count(exchange.endpoint, 499);
   if (exchange.job.has_value()) engine_.Cancel(*exchange.job);

@@ -1,0 +1,295 @@
+// The OpenAI-compatible HTTP front end in-process, on a random byte-tokenizer model, so that the
+// sanitizer stages run its event loop, its exchanges between the engine thread and the loop, and
+// its disconnect handling (the openai_* tests drive the real binary with Node's client, which the
+// sanitizers cannot: it serves the SentencePiece model). Wire format, SSE framing, errors, auth,
+// sessions, disconnects and many concurrent streams. Not in the TSan stage: with clients and
+// server in one process, TSan's file-descriptor tracking reports a socket a client closed and the
+// server's uninstrumented libevent reused as a race.
+#include <atomic>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "httplib.h"
+#include "model/backend.h"
+#include "nlohmann/json.hpp"
+#include "server/engine/engine.h"
+#include "server/engine/metrics.h"
+#include "server/transport/auth.h"
+#include "server/transport/chat_template.h"
+#include "server/transport/openai_server.h"
+#include "tests/testing/random_model.h"
+
+namespace linserve {
+namespace {
+
+using ::testing::HasSubstr;
+using Json = nlohmann::json;
+
+constexpr char kTemplate[] = R"({"message": "{name}: {content}\n", "generation_prompt": "{name}:",
+  "names": {"system": "", "user": "A", "assistant": "B"}})";
+
+// Engine, CPU backend and the HTTP API on 127.0.0.1 port 0.
+class Api {
+ public:
+  Api(const Model& model, int32_t max_slots, std::vector<TenantToken> tokens = {})
+      : auth_(tokens, /*certificate_principals=*/false) {
+    BackendOptions backend;
+    backend.num_threads = 1;
+    backend.max_slots = max_slots;
+    engine_ = *Engine::Create(model, *CreateCpuBackend(model, backend), EngineOptions{}, metrics_);
+    absl::StatusOr<std::unique_ptr<OpenAiServer>> server =
+        OpenAiServer::Start(*engine_, auth_, metrics_,
+                            {.host = "127.0.0.1",
+                             .port = 0,
+                             .model_id = "tiny",
+                             .chat_template = *ChatTemplate::Parse(kTemplate, "test template")});
+    EXPECT_TRUE(server.ok()) << server.status();
+    server_ = *std::move(server);
+  }
+  ~Api() {
+    EXPECT_TRUE(engine_->Shutdown(absl::Seconds(10)).ok());
+    server_->Stop();
+  }
+
+  httplib::Client Client() const {
+    httplib::Client client("127.0.0.1", server_->port());
+    client.set_read_timeout(30, 0);
+    return client;
+  }
+  httplib::Result Post(const std::string& path, const Json& body,
+                       const httplib::Headers& headers = {}) const {
+    return Client().Post(path, headers, body.dump(), "application/json");
+  }
+  std::string Metrics() const { return metrics_.RenderPrometheus(); }
+  // Waits up to 10 s for the metrics to contain `line`.
+  bool MetricsReach(const std::string& line) const {
+    for (int i = 0; i < 1000; ++i) {
+      if (absl::StrContains(Metrics(), line)) return true;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  MetricsRegistry metrics_;
+  Authenticator auth_;
+  std::unique_ptr<Engine> engine_;
+  std::unique_ptr<OpenAiServer> server_;
+};
+
+Json Completion(int max_tokens, bool stream) {
+  return {{"model", "tiny"},    {"prompt", "to be or not"}, {"max_tokens", max_tokens}, {"seed", 7},
+          {"temperature", 0.8}, {"ignore_eos", true},       {"stream", stream}};
+}
+
+// The events of a server-sent event stream, checked for framing: every event is one
+// "data: ..." line followed by a blank line, and the last is [DONE].
+std::vector<std::string> Events(const std::string& body) {
+  std::vector<std::string> events;
+  EXPECT_TRUE(absl::EndsWith(body, "\n\n")) << body;
+  for (absl::string_view event : absl::StrSplit(body, "\n\n", absl::SkipEmpty())) {
+    EXPECT_TRUE(absl::StartsWith(event, "data: ")) << event;
+    EXPECT_FALSE(absl::StrContains(event, "\n")) << event;
+    events.emplace_back(event.substr(6));
+  }
+  EXPECT_FALSE(events.empty());
+  if (!events.empty()) {
+    EXPECT_EQ(events.back(), "[DONE]");
+  }
+  return events;
+}
+
+class OpenAiTest : public ::testing::Test {
+ protected:
+  Model model_ = MakeRandomModel(TinyConfig(), 5);
+};
+
+TEST_F(OpenAiTest, StreamedCompletionIsTheWholeOneInServerSentEvents) {
+  Api api(model_, 4);
+  httplib::Result whole = api.Post("/v1/completions", Completion(12, false));
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const Json reply = Json::parse(whole->body);
+  EXPECT_EQ(reply["object"], "text_completion");
+  EXPECT_EQ(reply["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(reply["usage"]["completion_tokens"], 12);
+
+  Json request = Completion(12, true);
+  request["stream_options"] = {{"include_usage", true}};
+  httplib::Result streamed = api.Post("/v1/completions", request);
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  EXPECT_THAT(streamed->get_header_value("Content-Type"), HasSubstr("text/event-stream"));
+  const std::vector<std::string> events = Events(streamed->body);
+  ASSERT_GE(events.size(), 3u);
+  std::string text;
+  for (size_t i = 0; i + 2 < events.size(); ++i) {
+    const Json chunk = Json::parse(events[i]);
+    text += chunk["choices"][0]["text"].get<std::string>();
+    EXPECT_TRUE(chunk["usage"].is_null());
+  }
+  EXPECT_EQ(Json::parse(events[events.size() - 3])["choices"][0]["finish_reason"], "length");
+  const Json usage = Json::parse(events[events.size() - 2]);
+  EXPECT_TRUE(usage["choices"].empty());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(text, reply["choices"][0]["text"].get<std::string>());
+}
+
+TEST_F(OpenAiTest, ChatAndModelsAndSessions) {
+  Api api(model_, 4);
+  httplib::Result models = api.Client().Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "tiny");
+
+  httplib::Result created = api.Post("/v1/sessions", Json::object());
+  ASSERT_TRUE(created);
+  ASSERT_EQ(created->status, 200) << created->body;
+  const std::string id = Json::parse(created->body)["id"];
+  const Json chat = {{"model", "tiny"},  {"max_tokens", 5},
+                     {"seed", 1},        {"ignore_eos", true},
+                     {"session_id", id}, {"messages", {{{"role", "user"}, {"content", "hello"}}}}};
+  int64_t fed = 0;
+  for (int turn = 0; turn < 2; ++turn) {
+    httplib::Result reply = api.Post("/v1/chat/completions", chat);
+    ASSERT_TRUE(reply);
+    ASSERT_EQ(reply->status, 200) << reply->body;
+    const Json answer = Json::parse(reply->body);
+    EXPECT_EQ(answer["choices"][0]["message"]["role"], "assistant");
+    EXPECT_EQ(answer["usage"]["completion_tokens"], 5);
+    fed += answer["usage"]["total_tokens"].get<int64_t>();
+  }
+  httplib::Result session = api.Client().Get("/v1/sessions/" + id);
+  ASSERT_TRUE(session);
+  ASSERT_EQ(session->status, 200) << session->body;
+  // The session holds both turns: each one's "A: hello\nB:" and its 5 tokens.
+  EXPECT_EQ(Json::parse(session->body)["num_tokens"], fed);
+  EXPECT_GE(fed, 2 * (11 + 5));
+  EXPECT_EQ(api.Client().Delete("/v1/sessions/" + id)->status, 200);
+  EXPECT_EQ(api.Client().Get("/v1/sessions/" + id)->status, 404);
+}
+
+TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
+  Api api(model_, 4);
+  struct Case {
+    std::string body;
+    int status;
+    std::string param;
+  };
+  std::vector<Case> cases = {
+      {"{not json", 400, ""},
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 0}}.dump(), 400, "max_tokens"},
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"n", 2}}.dump(), 400, "n"},
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"temperature", -1}}.dump(), 400, "temperature"},
+      {Json{{"model", "other"}, {"prompt", "x"}}.dump(), 404, "model"},
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", "nope"}}.dump(), 400, "session_id"},
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", std::string(32, 'a')}}.dump(), 404,
+       ""},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.body);
+    httplib::Result reply = api.Client().Post("/v1/completions", c.body, "application/json");
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, c.status);
+    const Json error = Json::parse(reply->body)["error"];
+    EXPECT_FALSE(error["message"].get<std::string>().empty());
+    EXPECT_TRUE(error.contains("type"));
+    if (!c.param.empty()) {
+      EXPECT_EQ(error["param"], c.param);
+    }
+  }
+  EXPECT_EQ(api.Client().Get("/v1/nope")->status, 404);
+  EXPECT_EQ(api.Client().Get("/v1/completions")->status, 405);
+}
+
+TEST_F(OpenAiTest, BearerTokensAreRequiredWhenConfigured) {
+  Api api(model_, 4, {{.tenant = "alice", .token = "secret-a"}});
+  httplib::Result without = api.Post("/v1/completions", Completion(2, false));
+  ASSERT_TRUE(without);
+  EXPECT_EQ(without->status, 401);
+  EXPECT_EQ(Json::parse(without->body)["error"]["code"], "invalid_api_key");
+  EXPECT_EQ(api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer wrong"}})
+                ->status,
+            401);
+  EXPECT_EQ(
+      api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
+          ->status,
+      200);
+}
+
+TEST_F(OpenAiTest, ClientThatDisconnectsMidStreamFreesTheOnlySlot) {
+  // A model slow enough (about a millisecond a token) that the stream is still running when its
+  // client goes away.
+  ModelConfig config = TinyConfig();
+  config.d_model = 256;
+  config.n_heads = 8;
+  config.head_dim = 32;
+  config.feature_dim = 32;
+  config.d_ff = 1024;
+  config.n_layers = 4;
+  const Model model = MakeRandomModel(config, 5);
+  Api api(model, 1);
+  std::atomic<int> chunks = 0;
+  httplib::Request stream;
+  stream.method = "POST";
+  stream.path = "/v1/completions";
+  stream.set_header("Content-Type", "application/json");
+  stream.body = Completion(4096, true).dump();
+  stream.content_receiver = [&chunks](const char*, size_t, uint64_t, uint64_t) {
+    return ++chunks < 3;
+  };
+  httplib::Result aborted = api.Client().send(stream);
+  EXPECT_FALSE(aborted);  // the receiver stopped reading and closed the connection
+  EXPECT_GE(chunks.load(), 3);
+  // The engine has one slot: this completes only once the abandoned stream's job is cancelled.
+  httplib::Result next = api.Post("/v1/completions", Completion(4, false));
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200) << next->body;
+  EXPECT_TRUE(api.MetricsReach("linserve_generations_total{outcome=\"cancelled\"} 1\n"))
+      << api.Metrics();
+  EXPECT_TRUE(
+      api.MetricsReach("linserve_http_requests_total{endpoint=\"completions\",code=\"499\"} 1\n"))
+      << api.Metrics();
+}
+
+TEST_F(OpenAiTest, ManyConcurrentStreamsEachGetEveryToken) {
+  Api api(model_, 8);
+  constexpr int kStreams = 64;
+  constexpr int kTokens = 16;
+  std::vector<std::string> bodies(kStreams);
+  std::vector<int> statuses(kStreams, 0);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kStreams; ++i) {
+      clients.emplace_back([&api, &bodies, &statuses, i] {
+        Json request = Completion(kTokens, true);
+        request["stream_options"] = {{"include_usage", true}};
+        request["seed"] = i;
+        httplib::Result reply = api.Post("/v1/completions", request);
+        if (!reply) return;
+        statuses[i] = reply->status;
+        bodies[i] = reply->body;
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  for (int i = 0; i < kStreams; ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_EQ(statuses[i], 200) << bodies[i];
+    const std::vector<std::string> events = Events(bodies[i]);
+    ASSERT_GE(events.size(), 2u);
+    EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], kTokens);
+  }
+  EXPECT_TRUE(
+      api.MetricsReach(absl::StrCat("linserve_generated_tokens_total ", kStreams * kTokens, "\n")));
+}
+
+}  // namespace
+}  // namespace linserve
