@@ -459,8 +459,19 @@ void Engine::Run() {
 void Engine::Step() {
   DecodeStep* ready = in_flight_ != nullptr ? CollectDecode() : nullptr;
   views_.clear();
+  prefill_leaders_.clear();
+  if (prefix_.enabled()) {
+    for (const auto& job : active_) {
+      const int64_t remaining = job->prefill_remaining();
+      if (job->knows_history() && remaining > 0 &&
+          remaining < static_cast<int64_t>(job->feed().size())) {
+        prefill_leaders_.push_back(job.get());
+      }
+    }
+  }
   for (const auto& job : active_) {
     if (job->prefill_remaining() == 0 && job->sampled_all()) continue;  // ends at its emit
+    if (WaitsForPrefix(*job)) continue;
     views_.push_back({job->id(), job->prefill_remaining(), job->last_token_step()});
   }
   PlanStep(views_, options_.scheduler, plan_);
@@ -677,6 +688,38 @@ int64_t Engine::NextCheckpoint(const Job& job) const {
     stop = std::min(stop, (first + every - 1) / every * every);
   }
   return std::max<int64_t>(stop - start, 1);
+}
+
+bool Engine::WaitsForPrefix(const Job& job) {
+  const int64_t size = static_cast<int64_t>(job.feed().size());
+  if (!prefix_.enabled() || !job.knows_history() || job.prefill_remaining() != size ||
+      size == 0) {
+    return false;
+  }
+  for (const Job* leader : prefill_leaders_) {
+    if (leader->request().owner != job.request().owner) continue;
+    const absl::Span<const TokenId> mine = job.feed();
+    const absl::Span<const TokenId> theirs = leader->feed();
+    const size_t common = static_cast<size_t>(
+        std::mismatch(mine.begin(), mine.begin() + std::min(mine.size(), theirs.size()),
+                      theirs.begin())
+            .first -
+        mine.begin());
+    // A checkpoint this job can start from leaves it at least its last token to feed.
+    const int64_t wanted = LastCheckpointAtOrBefore(
+        *leader, std::min<int64_t>(static_cast<int64_t>(common), size - 1));
+    const int64_t fed = static_cast<int64_t>(theirs.size()) - leader->prefill_remaining();
+    if (wanted >= prefix_.options().min_tokens && fed < wanted) return true;
+  }
+  prefill_leaders_.push_back(&job);
+  return false;
+}
+
+int64_t Engine::LastCheckpointAtOrBefore(const Job& leader, int64_t limit) const {
+  const int64_t last = static_cast<int64_t>(leader.feed().size()) - 1;
+  if (limit >= last) return last;
+  const int64_t every = prefix_.options().checkpoint_interval;
+  return every > 0 ? limit / every * every : 0;
 }
 
 void Engine::Checkpoint(Job& job, SlotId slot, int64_t position) {

@@ -266,6 +266,18 @@ class Engine {
   bool IsCheckpoint(const Job& job, int64_t position) const;
   // Tokens the job may feed before its next checkpoint (at least 1).
   int64_t NextCheckpoint(const Job& job) const;
+  // Prompts that share a prefix arrive together (a system prompt, a resent conversation): the
+  // first one feeds it and the others wait for its checkpoint rather than feeding it too. A job
+  // that has fed nothing waits while a prefill leader (a job of the same owner feeding its
+  // prompt, collected in prefill_leaders_ in admission order) will store a checkpoint of at
+  // least min_tokens inside the prefix they share and has not reached it yet; a job that does
+  // not wait becomes a leader. A waiting job is not offered to the scheduler, so the step's
+  // budget goes to the others. Nothing waits on a waiting job, and a leader only moves on (or
+  // ends, cancelled or failed, and stops being one), so every job is offered again.
+  bool WaitsForPrefix(const Job& job);
+  // The last position at most `limit` at which `leader` stores a checkpoint (IsCheckpoint), or
+  // a position below min_tokens when there is none.
+  int64_t LastCheckpointAtOrBefore(const Job& leader, int64_t limit) const;
   // Stores the state of the job's slot, which has consumed its first `position` tokens, unless
   // the store holds that checkpoint already.
   void Checkpoint(Job& job, SlotId slot, int64_t position);
@@ -329,6 +341,7 @@ class Engine {
   std::vector<Job*> prefill_jobs_;
   // Per-step scratch, sized once: no allocation in a step.
   std::vector<JobView> views_;
+  std::vector<const Job*> prefill_leaders_;
   StepPlan plan_;
   std::vector<std::pair<JobId, FinishReason>> finished_;
 

@@ -56,6 +56,7 @@ class EnginePrefixTest : public ::testing::TestWithParam<bool> {
     if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
     EngineOptions options;
     options.prefix = prefix;
+    options.scheduler = scheduler_;
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(model_, std::move(backend), options, metrics ? *metrics : metrics_);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -90,8 +91,31 @@ class EnginePrefixTest : public ::testing::TestWithParam<bool> {
     return tokens;
   }
 
+  // Starts a request that keeps decoding (so Decode calls reach the backend's gate) and waits
+  // for its first token. Cancel it with engine.Cancel.
+  static JobId StartStream(Engine& engine, std::shared_ptr<RecordingSink>& sink) {
+    sink = std::make_shared<RecordingSink>();
+    absl::StatusOr<JobId> id = engine.Submit(Request(Range(240, 3), 4000, 99), sink);
+    EXPECT_TRUE(id.ok()) << id.status();
+    sink->WaitForTokens(1);
+    return *id;
+  }
+  static void StopAtGate(FakeBackend& fake) {
+    fake.CloseGate();
+    while (!fake.WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
+  }
+  // The tokens each request generates alone on an engine without prefix states.
+  std::vector<std::vector<TokenId>> ColdRuns(const std::vector<GenerateRequest>& requests) {
+    MetricsRegistry metrics;
+    std::unique_ptr<Engine> cold = Start(Prefix(0), nullptr, &metrics);
+    std::vector<std::vector<TokenId>> tokens;
+    for (const GenerateRequest& r : requests) tokens.push_back(RunRequest(*cold, r).tokens);
+    return tokens;
+  }
+
   Model model_ = MakeRandomModel(TestConfig(), 3);
   MetricsRegistry metrics_;
+  SchedulerLimits scheduler_;
 };
 
 // A 4-turn chat replayed statelessly: each turn resends the whole history.
@@ -215,6 +239,92 @@ TEST_P(EnginePrefixTest, ConcurrentRequestsReuseTheCheckpointsOfALongPrefill) {
     EXPECT_EQ(out.result.usage.cached_prompt_tokens, 192);
   }
   ASSERT_TRUE(first->Wait().status.ok());
+}
+
+TEST_P(EnginePrefixTest, PromptsAdmittedTogetherFeedTheirSharedPrefixOnce) {
+  // Four users send the same 200-token system prompt with their own question in the same
+  // step, with a budget that could feed all four at once: the first feeds the prompt, the
+  // others wait for its checkpoint at 192 (BOS + 200 shared tokens, a multiple of 32).
+  scheduler_.prefill_token_budget = 2048;
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<Engine> engine = Start(Prefix(64 << 20, /*interval=*/32), &fake);
+  std::shared_ptr<RecordingSink> stream;
+  const JobId stream_id = StartStream(*engine, stream);
+  StopAtGate(*fake);
+  const std::vector<TokenId> system = Range(1, 200);
+  std::vector<GenerateRequest> requests;
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  for (int user = 0; user < 4; ++user) {
+    requests.push_back(Request(Concat({system, Range(210 + user, 5)}), 3, user));
+    sinks.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(engine->Submit(requests.back(), sinks.back()).ok());
+  }
+  size_t seen = 0;
+  PrefilledSince(*fake, seen);
+  fake->Open();
+  std::vector<Outcome> outcomes;
+  for (auto& sink : sinks) outcomes.push_back(sink->Wait());
+  const int64_t prefilled = PrefilledSince(*fake, seen);
+  engine->Cancel(stream_id);
+  stream->Wait();
+
+  const std::vector<std::vector<TokenId>> cold = ColdRuns(requests);
+  int64_t expected = 0;
+  for (int user = 0; user < 4; ++user) {
+    SCOPED_TRACE(user);
+    ASSERT_TRUE(outcomes[user].status.ok()) << outcomes[user].status;
+    const Usage& usage = outcomes[user].result.usage;
+    EXPECT_EQ(usage.cached_prompt_tokens, user == 0 ? 0 : 192);
+    expected += usage.prompt_tokens - usage.cached_prompt_tokens;
+    EXPECT_EQ(outcomes[user].tokens, cold[user]);
+  }
+  EXPECT_EQ(prefilled, expected);
+}
+
+TEST_P(EnginePrefixTest, APromptWaitingForACancelledPrefillFeedsItself) {
+  // The second prompt waits for the first one's checkpoints; the first is cancelled halfway
+  // through its prompt, and the second then feeds the rest itself, as a cold run would.
+  scheduler_.prefill_token_budget = 2048;
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<Engine> engine = Start(Prefix(64 << 20, /*interval=*/32), &fake);
+  std::shared_ptr<RecordingSink> stream;
+  const JobId stream_id = StartStream(*engine, stream);
+  StopAtGate(*fake);
+  const std::vector<TokenId> document = Range(1, 2000);
+  const std::vector<GenerateRequest> requests = {Request(Concat({document, Range(7, 3)}), 3, 1),
+                                                 Request(Concat({document, Range(9, 3)}), 3, 2)};
+  auto leader = std::make_shared<RecordingSink>();
+  auto waiter = std::make_shared<RecordingSink>();
+  absl::StatusOr<JobId> leader_id = engine->Submit(requests[0], leader);
+  ASSERT_TRUE(leader_id.ok());
+  ASSERT_TRUE(engine->Submit(requests[1], waiter).ok());
+  // One step at a time until the leader has fed part of its prompt (chunks end every 32
+  // tokens), then cancel it while the engine waits at the gate.
+  size_t seen = 0;
+  PrefilledSince(*fake, seen);
+  int64_t fed = 0;
+  while (fed < 320) {
+    fake->Open();
+    while (fake->WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
+    StopAtGate(*fake);
+    fed += PrefilledSince(*fake, seen);
+  }
+  engine->Cancel(*leader_id);
+  fake->Open();
+  const Outcome cancelled = leader->Wait();
+  EXPECT_TRUE(absl::IsCancelled(cancelled.status) ||
+              cancelled.result.reason == FinishReason::kCancelled)
+      << cancelled.status;
+  const Outcome out = waiter->Wait();
+  ASSERT_TRUE(out.status.ok()) << out.status;
+  EXPECT_EQ(out.tokens, ColdRuns(requests)[1]);
+  // It started from the last checkpoint the leader stored (BOS + 2000 shared tokens: 2000 at
+  // most).
+  EXPECT_GE(out.result.usage.cached_prompt_tokens, 320);
+  EXPECT_LE(out.result.usage.cached_prompt_tokens, 2000);
+  EXPECT_EQ(out.result.usage.cached_prompt_tokens % 32, 0);
+  engine->Cancel(stream_id);
+  stream->Wait();
 }
 
 TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueTheSession) {
