@@ -100,6 +100,53 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
   return records;
 }
 
+std::vector<SessionRecordHeader> SessionPersister::LoadIndex(absl::Time now) {
+  std::vector<SessionRecordHeader> headers;
+  absl::StatusOr<std::vector<std::string>> names = fs_.ListDirectory(options_.dir);
+  if (!names.ok()) {
+    spdlog::error("state_dir {}: cannot list it: {}", options_.dir, names.status().ToString());
+    return headers;
+  }
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, kExtension)) continue;
+    const std::string path = absl::StrCat(options_.dir, "/", name);
+    absl::StatusOr<SessionId> id =
+        ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
+    absl::StatusOr<std::string> bytes =
+        id.ok() ? fs_.ReadFilePrefix(path, kMaxSessionRecordHeaderBytes)
+                : absl::StatusOr<std::string>(id.status());
+    absl::StatusOr<SessionRecordHeader> header =
+        bytes.ok() ? DecodeSessionRecordHeader(*bytes, *id, model_fingerprint_, now)
+                   : absl::StatusOr<SessionRecordHeader>(bytes.status());
+    if (!header.ok()) {
+      spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
+                   header.status().ToString());
+      continue;
+    }
+    headers.push_back(*std::move(header));
+  }
+  return headers;
+}
+
+absl::StatusOr<SessionRecord> SessionPersister::Read(const SessionId& id, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    // The newest change first: queued_ holds what came after the batch being written.
+    for (const auto* changes : {&queued_, &writing_}) {
+      auto it = changes->find(id);
+      if (it == changes->end()) continue;
+      if (!it->second.has_value()) {
+        return absl::NotFoundError(absl::StrCat("session ", id.value, ": removal queued"));
+      }
+      return *it->second;
+    }
+  }
+  // Neither queued nor being written: the file is the last record written, whole.
+  absl::StatusOr<std::string> bytes = fs_.ReadFile(PathOf(id));
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
+}
+
 void SessionPersister::Put(SessionRecord record) {
   absl::MutexLock lock(&mu_);
   const SessionId id = record.id;
@@ -143,23 +190,24 @@ bool SessionPersister::WakeLocked() const { return stop_ || fresh_ || !waiters_.
 
 void SessionPersister::Run() {
   for (bool last = false; !last;) {
-    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> batch;
     std::vector<Done> waiters;
+    const absl::flat_hash_map<SessionId, std::optional<SessionRecord>>* batch = nullptr;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(this, &SessionPersister::WakeLocked),
                            options_.retry_interval);
       last = stop_;
-      batch.swap(queued_);
+      writing_.swap(queued_);
+      batch = &writing_;
       waiters.swap(waiters_);
       fresh_ = false;
     }
+    // The batch is read here without the lock: only Read shares it, and only reads it.
     const absl::Time started = absl::Now();
     absl::Status first_error;
-    int64_t done = 0;
-    std::vector<SessionId> renamed;
-    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> failed;
-    for (auto& [id, record] : batch) {
+    std::vector<SessionId> done;
+    std::vector<SessionId> failed;
+    for (const auto& [id, record] : *batch) {
       const std::string path = PathOf(id);
       absl::Status status;
       if (record.has_value()) {
@@ -172,30 +220,30 @@ void SessionPersister::Run() {
         if (absl::IsNotFound(status)) status = absl::OkStatus();
       }
       if (status.ok()) {
-        ++done;
-        renamed.push_back(id);
+        done.push_back(id);
         continue;
       }
       spdlog::error("state_dir: session {} not {}: {}", id.value,
                     record.has_value() ? "written" : "removed", status.ToString());
       if (first_error.ok()) first_error = status;
-      failed.emplace(id, std::move(record));
+      failed.push_back(id);
     }
-    if (!batch.empty()) {
+    if (!batch->empty()) {
       if (absl::Status s = fs_.SyncDirectory(options_.dir); !s.ok()) {
         spdlog::error("state_dir {}: {}", options_.dir, s.ToString());
         if (first_error.ok()) first_error = s;
         // The renames may not survive a crash: write those records again.
-        for (const SessionId& id : renamed) failed.emplace(id, std::move(batch[id]));
-        done = 0;
+        failed.insert(failed.end(), done.begin(), done.end());
+        done.clear();
       }
     }
     {
       absl::MutexLock lock(&mu_);
-      writes_ += done;
+      writes_ += static_cast<int64_t>(done.size());
       write_errors_ += static_cast<int64_t>(failed.size());
       // A newer change queued meanwhile wins over a failed older one.
-      for (auto& [id, record] : failed) queued_.try_emplace(id, std::move(record));
+      for (const SessionId& id : failed) queued_.try_emplace(id, std::move(writing_[id]));
+      writing_.clear();
     }
     for (Done& waiter : waiters) std::move(waiter)(first_error);
     if (last) {

@@ -72,6 +72,16 @@ class SessionPersister {
   // model are logged and left in place. Nothing is removed.
   std::vector<SessionRecord> Load(absl::Time now);
 
+  // The header of every record in the directory (session_record.h), as of `now`, read from the
+  // first bytes of each file: what an index needs, without reading the states. Files whose
+  // header is not this model's are logged and left in place. Nothing is removed.
+  std::vector<SessionRecordHeader> LoadIndex(absl::Time now);
+  // The current record of session `id`: the one queued for writing if any (so what was handed
+  // over is read back before it reaches the disk), else its file, decoded and checked whole.
+  // NOT_FOUND when its removal is queued or there is no file; the decoding errors of
+  // DecodeSessionRecord; the file system's errors naming the path.
+  absl::StatusOr<SessionRecord> Read(const SessionId& id, absl::Time now);
+
   // Queues a write of `record`, replacing a queued write or removal of the same session.
   void Put(SessionRecord record);
   // Queues the removal of a session's file, replacing a queued write of it.
@@ -106,6 +116,9 @@ class SessionPersister {
   mutable absl::Mutex mu_;
   // Per session: the record to write, or nullopt for a removal.
   absl::flat_hash_map<SessionId, std::optional<SessionRecord>> queued_ ABSL_GUARDED_BY(mu_);
+  // The batch the writer thread is writing: changed only by it, under mu_; read by it without
+  // the lock and by Read under it.
+  absl::flat_hash_map<SessionId, std::optional<SessionRecord>> writing_ ABSL_GUARDED_BY(mu_);
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
   // Something was queued since the last batch (as opposed to retries only).
   bool fresh_ ABSL_GUARDED_BY(mu_) = false;
