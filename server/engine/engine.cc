@@ -25,13 +25,6 @@ size_t DecodeRows(const EngineOptions& options) {
   return static_cast<size_t>(std::max(options.scheduler.max_batch_size, 1));
 }
 
-std::vector<TokenCount> SeenCounts(const Session& session) {
-  std::vector<TokenCount> counts;
-  counts.reserve(session.token_counts.size());
-  for (const auto& [token, count] : session.token_counts) counts.push_back({token, count});
-  return counts;
-}
-
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
@@ -268,7 +261,7 @@ void Engine::AdmitWaiting() {
     } else {
       status = store_.MakeResident(*job->session(), now);
     }
-    if (absl::IsResourceExhausted(status)) {
+    if (absl::IsResourceExhausted(status) && store_.SlotWaitHelps()) {
       still_waiting.push_back(std::move(job));  // every slot is busy; retry next step
       continue;
     }
@@ -509,7 +502,9 @@ void Engine::DropDecodeRows(Job& job) {
       continue;
     }
     // The backend orders this after the step in flight, whose pick it undoes.
-    if (absl::Status s = backend_->SetSeenCounts(*session->slot, SeenCounts(*session)); !s.ok()) {
+    if (absl::Status s =
+            backend_->SetSeenCounts(*session->slot, session->history.SeenCounts());
+        !s.ok()) {
       spdlog::error("session {}: restoring the penalty counts failed: {}", session->id.value,
                     s.ToString());
     }
@@ -600,17 +595,6 @@ void Engine::Reply(Callback<T> done, T value) {
   });
 }
 
-SessionInfo Engine::InfoOf(const Session& session) const {
-  return SessionInfo{
-      .id = session.id,
-      .num_tokens = session.num_tokens,
-      .resident = session.slot.has_value(),
-      .busy = session.busy,
-      .create_time = session.create_time,
-      .last_use_time = session.last_use_time,
-  };
-}
-
 absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id, absl::string_view owner) {
   absl::StatusOr<Session*> session = store_.Find(id, owner);
   if (!session.ok()) return session;
@@ -629,7 +613,7 @@ void Engine::CreateSession(std::string owner, Callback<SessionInfo> done) {
         absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner);
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: created for {}", (*session)->id.value, TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**session));
+        Reply(std::move(done), SessionStore::InfoOf(**session));
       });
 }
 
@@ -638,9 +622,7 @@ void Engine::GetSession(std::string owner, SessionId id, Callback<SessionInfo> d
       [this, owner = std::move(owner), id = std::move(id),
        done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Find(id, owner);
-        if (!session.ok()) return std::move(done)(session.status());
-        std::move(done)(InfoOf(**session));
+        std::move(done)(store_.Info(id, owner));
       });
 }
 
@@ -651,9 +633,7 @@ void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int
        done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         SessionPage page;
-        for (const Session* session : store_.List(after, limit, owner)) {
-          page.sessions.push_back(InfoOf(*session));
-        }
+        page.sessions = store_.List(after, limit, owner);
         if (!page.sessions.empty() && store_.HasAfter(page.sessions.back().id, owner)) {
           page.next_after = page.sessions.back().id;
         }
@@ -673,7 +653,7 @@ void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> 
         if (!fork.ok()) return std::move(done)(fork.status());
         spdlog::info("session {}: forked from {} for {}", (*fork)->id.value, id.value,
                      TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**fork));
+        Reply(std::move(done), SessionStore::InfoOf(**fork));
       });
 }
 
@@ -719,8 +699,8 @@ void Engine::ImportSession(std::string owner, absl::string_view bytes,
             store_.Insert(std::move(snapshot), absl::Now(), owner);
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
-                     (*session)->num_tokens, TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**session));
+                     (*session)->history.num_tokens(), TenantForLog(owner));
+        Reply(std::move(done), SessionStore::InfoOf(**session));
       });
 }
 

@@ -77,16 +77,6 @@ struct EngineOptions {
   FileSystem* file_system = nullptr;
 };
 
-// A session as clients see it.
-struct SessionInfo {
-  SessionId id;
-  int64_t num_tokens = 0;
-  bool resident = false;
-  bool busy = false;
-  absl::Time create_time;
-  absl::Time last_use_time;
-};
-
 struct SessionPage {
   std::vector<SessionInfo> sessions;
   // Pass as `after` to get the next page; nullopt on the last page.
@@ -246,7 +236,6 @@ class Engine {
   void CancelAll();
   void ExpireSessions(absl::Time now);
   void PublishStats();
-  SessionInfo InfoOf(const Session& session) const;
   // Calls `done` with `value` once the session changes made so far are durable.
   template <typename T>
   void Reply(Callback<T> done, T value);
