@@ -7,9 +7,10 @@
 #    32 with 10-turn sessions, alternating (without, with, without, ...) for several rounds;
 #    medians and the ratio. Target: with >= 95% of without.
 # 2. Restore at start: linserve-sessions-bench writes a state_dir of N idle sessions (sparse
-#    zero-state records of full size: a restore reads only each file's header), a server starts
-#    on it, and its log's "restored N sessions in X ms" and its resident memory (VmRSS) once
-#    serving are recorded next to the same server started on an empty state_dir.
+#    zero-state records of full size: a restore reads only each file's header), a server with
+#    one state slot (so that the warm start reads one session whole, and the slot pool adds
+#    nothing) starts on it, and its log's "restored N sessions in X ms" and its resident memory
+#    (VmRSS) once serving are recorded next to the same server started on an empty state_dir.
 # 3. Swap latency per tier (linserve-sessions-bench --mode=tiers: one state slot, the CPU
 #    backend, the state_dir on the disk).
 # Environment (defaults in brackets): LINSERVE_BENCH_MODEL [the bundled model],
@@ -74,7 +75,7 @@ stop_server "$durable_pid"
 
 # 2. Restore at start, and memory with that many idle sessions.
 mkdir -p "$work/empty"
-start_server empty --state_dir="$work/empty" --max_sessions=2000000
+start_server empty --state_dir="$work/empty" --max_sessions=2000000 --max_slots=1
 sleep 1
 echo "{\"sessions\": 0, \"rss_kib\": $(rss_kib "$pid")}" >"$work/restore_0.json"
 stop_server "$pid"
@@ -83,7 +84,7 @@ for n in "${sizes[@]}"; do
   "$build/bench/sessions/linserve-sessions-bench" --model="$model" --mode=make_state_dir \
     --sessions="$n" --dir="$work/restore_$n" >"$work/make_$n.json"
   start_server "restore_$n" --state_dir="$work/restore_$n" --max_sessions=2000000 \
-    --log_level=info
+    --max_slots=1 --log_level=info
   sleep 1
   ms=$(sed -n "s/.*restored $n sessions in \([0-9.]*\) ms.*/\1/p" "$work/restore_$n.log")
   echo "{\"sessions\": $n, \"restore_ms\": ${ms:-null}, \"rss_kib\": $(rss_kib "$pid")," \
@@ -133,7 +134,8 @@ print()
 print("### Restore at start, and resident memory with that many idle sessions")
 print()
 base = json.load(open(f"{work}/restore_0.json"))
-print(f"Same server on an empty state_dir: VmRSS {base['rss_kib'] / 1024:.0f} MiB.")
+print(f"Servers with one state slot; the same server on an empty state_dir: VmRSS "
+      f"{base['rss_kib'] / 1024:.0f} MiB.")
 print()
 print("| sessions | record bytes | restore ms | VmRSS MiB | over the empty server, bytes per session |")
 print("|---:|---:|---:|---:|---:|")

@@ -147,7 +147,10 @@ std::vector<double> Swaps(const Model& model, const std::string& dir, int64_t ho
     if (absl::Status st = store.MakeResident(**s, now); !st.ok()) Die(st);
     const auto end = std::chrono::steady_clock::now();
     us.push_back(std::chrono::duration<double, std::micro>(end - start).count());
-    store.Release(**s, now);  // unchanged: the write behind rewrites the same record
+    store.Release(**s, now);
+    // The write behind of the release is on disk before the next swap, so that a read from
+    // the disk tier reads the file, not the record still queued for writing.
+    if (absl::Status st = (*persister)->Flush(); !st.ok()) Die(st);
   }
   if (absl::Status s = (*persister)->Flush(); !s.ok()) Die(s);
   return us;
