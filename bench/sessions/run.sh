@@ -69,7 +69,6 @@ for r in $(seq "$rounds"); do
       --seed="$r" --progress-interval=0 --json="$work/load_${side}_$r.json" >/dev/null
   done
 done
-writes=$(ls "$work/durable" | wc -l)
 stop_server "$memory_pid"
 stop_server "$durable_pid"
 
@@ -97,13 +96,13 @@ done
 # 3. Swap latency per tier.
 echo "tiers" >&2
 "$build/bench/sessions/linserve-sessions-bench" --model="$model" --mode=tiers \
-  --dir="$work/tiers" >"$work/tiers.json"
+  --dir="$work/tiers" | tail -n 1 >"$work/tiers.json"
 
 "$python" - "$work" "$model" "$rounds" "$seconds" "$load_before" \
-  "$(cut -d' ' -f1-3 /proc/loadavg)" "$writes" "${sizes[@]}" <<'PY'
+  "$(cut -d' ' -f1-3 /proc/loadavg)" "${sizes[@]}" <<'PY'
 import json, statistics, subprocess, sys
-work, model, rounds, seconds, load_before, load_after, writes = sys.argv[1:8]
-sizes = sys.argv[8:]
+work, model, rounds, seconds, load_before, load_after = sys.argv[1:7]
+sizes = sys.argv[7:]
 rounds = int(rounds)
 cpu = subprocess.run(["sh", "-c", "grep -m1 'model name' /proc/cpuinfo | cut -d: -f2"],
                      capture_output=True, text=True).stdout.strip()
@@ -129,7 +128,7 @@ for side in ("memory", "durable"):
 ratios = [d / m for d, m in zip(tps["durable"], tps["memory"])]
 print()
 print(f"With / without, per round: {', '.join(f'{100 * r:.1f}%' for r in ratios)}; "
-      f"median **{100 * statistics.median(ratios):.1f}%**. Session files written: {writes}.")
+      f"median **{100 * statistics.median(ratios):.1f}%**.")
 print()
 print("### Restore at start, and resident memory with that many idle sessions")
 print()
