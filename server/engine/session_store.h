@@ -207,7 +207,7 @@ class SessionStore {
  private:
   // A named session as the index holds it. While the session is loaded (in a slot or in host
   // memory) `session` holds it and is authoritative; on disk only, the other fields describe it
-  // (about 80 bytes a session with the btree's share).
+  // (bench/results/sessions.md: 129 bytes of memory a session at a million).
   struct IndexEntry {
     std::unique_ptr<Session> session;
     uint32_t owner = 0;  // in owners_, kept while loaded too
