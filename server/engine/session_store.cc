@@ -129,7 +129,7 @@ absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) 
         "session {}: its record could not be read back from state_dir (the session "
         "is dropped from the index, its file left in place): {}",
         id.value, record.status().ToString());
-    EraseEntry(it);
+    index_.erase(it);  // not EraseEntry: the file stays for inspection
     if (absl::IsNotFound(record.status())) return NotFound(id);
     return absl::DataLossError(
         absl::StrCat("session ", id.value,

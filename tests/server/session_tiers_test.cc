@@ -300,6 +300,7 @@ TEST(SessionTiersTest, ARecordThatCannotBeReadBackIsDataLossAndLeavesTheIndex) {
   EXPECT_EQ(status.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(std::string(status.message()), HasSubstr("checksum"));
   EXPECT_EQ(second.store.named_sessions(), 0);
+  ASSERT_TRUE(second.persister->Flush().ok());
   EXPECT_TRUE(std::filesystem::exists(path));  // left for the operator
 }
 
