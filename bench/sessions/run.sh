@@ -42,11 +42,16 @@ start_server() {
   shift
   rm -f "$work/$name.ports"
   "$build/server/linserve" --model="$model" --device=cpu --host=127.0.0.1 --port=0 \
-    --metrics_port=-1 --port_file="$work/$name.ports" --threads=1 --max_batch_size=32 "$@" \
+    --metrics_port=-1 --http_port=-1 --port_file="$work/$name.ports" --threads=1 \
+    --max_batch_size=32 "$@" \
     >"$work/$name.log" 2>&1 &
   pid=$!
   pids+=("$pid")
-  for _ in $(seq 6000); do [[ -s $work/$name.ports ]] && break; sleep 0.1; done
+  for _ in $(seq 6000); do
+    [[ -s $work/$name.ports ]] && break
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
   port=$(sed -n 's/^grpc_port=//p' "$work/$name.ports" 2>/dev/null || true)
   [[ -n $port ]] || { cat "$work/$name.log" >&2; echo "run.sh: $name did not start" >&2; exit 1; }
 }
