@@ -5,8 +5,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
+#include <limits>
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
@@ -35,6 +37,10 @@ class FdCloser {
 }  // namespace
 
 absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
+  return ReadFilePrefix(path, std::numeric_limits<size_t>::max());
+}
+
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return OsError(errno, path, "open");
   FdCloser closer(fd);
@@ -44,7 +50,7 @@ absl::StatusOr<std::string> ReadFileToString(const std::string& path) {
     return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
   }
   std::string contents;
-  contents.resize(static_cast<size_t>(st.st_size));
+  contents.resize(std::min(static_cast<size_t>(st.st_size), max_bytes));
   size_t done = 0;
   while (done < contents.size()) {
     const ssize_t n = ::read(fd, contents.data() + done, contents.size() - done);

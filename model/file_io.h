@@ -5,6 +5,7 @@
 #ifndef LINSERVE_MODEL_FILE_IO_H_
 #define LINSERVE_MODEL_FILE_IO_H_
 
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -17,6 +18,8 @@ namespace linserve {
 // The contents of the regular file at `path`. NOT_FOUND when it does not exist,
 // FAILED_PRECONDITION when it is not a regular file, other OS errors mapped from errno.
 absl::StatusOr<std::string> ReadFileToString(const std::string& path);
+// The same for at most the first `max_bytes` of the file.
+absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes);
 
 // Writes `contents` to a temporary file next to `path` ("PATH.tmp.PID"), fsyncs it, renames it
 // over `path` and fsyncs the directory, so readers see either the old file or the whole new one,

@@ -29,11 +29,13 @@ jobs=$(nproc)
 # (integration_openai_test runs the same front end in-process on a byte-tokenizer model, here too).
 readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test)$'
 # Threads sharing memory of ours: the kernels' thread pool and the CPU backend on it; the engine
-# thread against its callers, session store and scheduler (fake backend); the load generator. Not
+# thread against its callers, session store and scheduler (fake backend); the persister's writer
+# thread against the store reading records back; the load generator. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
 # cannot see in Debian's uninstrumented build (tests/sanitizers/README.md).
 tsan_tests=(cpu_kernels_test cpu_backend_test engine_test engine_prefix_test session_store_test
-            engine_rewind_test scheduler_test loadtest_generator_test)
+            engine_rewind_test scheduler_test session_persister_test session_tiers_test
+            loadtest_generator_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 

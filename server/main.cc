@@ -123,7 +123,13 @@ ABSL_FLAG(int32_t, max_queue_depth, 256,
           "Requests and session operations that may wait for the engine; more are refused at "
           "once with RESOURCE_EXHAUSTED.");
 ABSL_FLAG(int32_t, max_sessions, 4096,
-          "Most named sessions (resident or hibernated) held at once.");
+          "Most named sessions (in a slot, in host memory or on disk) held at once.");
+ABSL_FLAG(int64_t, host_state_memory_mib, 4096,
+          "Host memory for sessions not in a state slot, MiB (0 to 16777216). With --state_dir "
+          "the least recently used idle sessions beyond it leave memory for the disk (a small "
+          "index entry stays; the session is read back on its next use). Without one it is a "
+          "hard limit: a hibernation, create, fork or import that does not fit fails with "
+          "RESOURCE_EXHAUSTED.");
 ABSL_FLAG(absl::Duration, session_idle_timeout, absl::Hours(1),
           "Sessions unused this long are deleted; \"inf\" keeps them forever.");
 ABSL_FLAG(int64_t, prefix_cache_mib, 1024,
@@ -259,6 +265,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   if (absl::Status s = CheckSchedulerFlags(); !s.ok()) return s;
   o.sessions.max_sessions = absl::GetFlag(FLAGS_max_sessions);
   o.sessions.idle_timeout = absl::GetFlag(FLAGS_session_idle_timeout);
+  o.sessions.host_state_memory_mib = absl::GetFlag(FLAGS_host_state_memory_mib);
   o.requests.max_new_tokens = absl::GetFlag(FLAGS_max_new_tokens);
   o.requests.max_prompt_tokens = absl::GetFlag(FLAGS_max_prompt_tokens);
   o.requests.max_prompt_bytes = absl::GetFlag(FLAGS_max_prompt_bytes);

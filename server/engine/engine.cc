@@ -26,13 +26,6 @@ size_t DecodeRows(const EngineOptions& options) {
   return static_cast<size_t>(std::max(options.scheduler.max_batch_size, 1));
 }
 
-std::vector<TokenCount> SeenCounts(const Session& session) {
-  std::vector<TokenCount> counts;
-  counts.reserve(session.token_counts.size());
-  for (const auto& [token, count] : session.token_counts) counts.push_back({token, count});
-  return counts;
-}
-
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
@@ -303,7 +296,7 @@ void Engine::AdmitWaiting() {
     } else {
       status = store_.MakeResident(*job->session(), now);
     }
-    if (absl::IsResourceExhausted(status)) {
+    if (absl::IsResourceExhausted(status) && store_.SlotWaitHelps()) {
       still_waiting.push_back(std::move(job));  // every slot is busy; retry next step
       continue;
     }
@@ -570,7 +563,9 @@ void Engine::DropDecodeRows(Job& job) {
       continue;
     }
     // The backend orders this after the step in flight, whose pick it undoes.
-    if (absl::Status s = backend_->SetSeenCounts(*session->slot, SeenCounts(*session)); !s.ok()) {
+    if (absl::Status s =
+            backend_->SetSeenCounts(*session->slot, session->history.SeenCounts());
+        !s.ok()) {
       spdlog::error("session {}: restoring the penalty counts failed: {}", session->id.value,
                     s.ToString());
     }
@@ -804,17 +799,10 @@ void Engine::Reply(Callback<T> done, T value) {
 }
 
 SessionInfo Engine::InfoOf(const Session& session) const {
-  return SessionInfo{
-      .id = session.id,
-      .num_tokens = session.num_tokens,
-      .resident = session.slot.has_value(),
-      .busy = session.busy,
-      .create_time = session.create_time,
-      .last_use_time = session.last_use_time,
-      .boundaries = boundaries_.Boundaries(session.id),
-  };
+  SessionInfo info = SessionStore::InfoOf(session);
+  info.boundaries = boundaries_.Boundaries(session.id);
+  return info;
 }
-
 absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id, absl::string_view owner) {
   absl::StatusOr<Session*> session = store_.Find(id, owner);
   if (!session.ok()) return session;
@@ -844,9 +832,9 @@ void Engine::GetSession(std::string owner, SessionId id, Callback<SessionInfo> d
       [this, owner = std::move(owner), id = std::move(id),
        done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
-        absl::StatusOr<Session*> session = store_.Find(id, owner);
-        if (!session.ok()) return std::move(done)(session.status());
-        std::move(done)(InfoOf(**session));
+        absl::StatusOr<SessionInfo> info = store_.Info(id, owner);
+        if (info.ok()) info->boundaries = boundaries_.Boundaries(id);
+        std::move(done)(std::move(info));
       });
 }
 
@@ -857,9 +845,8 @@ void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int
        done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         SessionPage page;
-        for (const Session* session : store_.List(after, limit, owner)) {
-          page.sessions.push_back(InfoOf(*session));
-        }
+        page.sessions = store_.List(after, limit, owner);
+        for (SessionInfo& info : page.sessions) info.boundaries = boundaries_.Boundaries(info.id);
         if (!page.sessions.empty() && store_.HasAfter(page.sessions.back().id, owner)) {
           page.next_after = page.sessions.back().id;
         }
@@ -888,7 +875,7 @@ absl::StatusOr<SessionSnapshot> Engine::SessionAt(const Session& session,
   if (num_tokens < 0) {
     return absl::InvalidArgumentError(absl::StrCat("num_tokens must be >= 0, got ", num_tokens));
   }
-  if (num_tokens == session.num_tokens) return store_.Snapshot(session);
+  if (num_tokens == session.history.num_tokens()) return store_.Snapshot(session);
   return boundaries_.At(session.id, num_tokens, model_.config.StateFloatsPerSlot());
 }
 
@@ -924,16 +911,17 @@ void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
     absl::StatusOr<Session*> found = FindIdle(id, owner);
     if (!found.ok()) return std::move(done)(found.status());
     Session& session = **found;
-    if (num_tokens == session.num_tokens) return Reply(std::move(done), InfoOf(session));
+    if (num_tokens == session.history.num_tokens()) {
+      return Reply(std::move(done), InfoOf(session));
+    }
     absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
     if (!at.ok()) return std::move(done)(at.status());
-    session.pending = std::move(at->pending);
-    session.token_counts.clear();
-    session.token_counts.insert(at->token_counts.begin(), at->token_counts.end());
-    session.num_tokens = at->num_tokens;
+    session.history = SessionHistory(at->num_tokens, std::move(at->pending), at->token_counts);
     if (session.slot.has_value()) {
       absl::Status status = backend_->WriteSlot(*session.slot, at->state);
-      if (status.ok()) status = backend_->SetSeenCounts(*session.slot, SeenCounts(session));
+      if (status.ok()) {
+        status = backend_->SetSeenCounts(*session.slot, session.history.SeenCounts());
+      }
       if (!status.ok()) {
         spdlog::error("session {}: rewind failed in the backend: {}", id.value, status.ToString());
         EraseSession(&session);
@@ -994,7 +982,7 @@ void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<
             store_.Insert(std::move(snapshot), absl::Now(), owner, std::move(id));
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
-                     (*session)->num_tokens, TenantForLog(owner));
+                     (*session)->history.num_tokens(), TenantForLog(owner));
         Reply(std::move(done), InfoOf(**session));
       });
 }

@@ -86,18 +86,6 @@ struct EngineOptions {
   FileSystem* file_system = nullptr;
 };
 
-// A session as clients see it.
-struct SessionInfo {
-  SessionId id;
-  int64_t num_tokens = 0;
-  bool resident = false;
-  bool busy = false;
-  absl::Time create_time;
-  absl::Time last_use_time;
-  // The num_tokens RewindSession and ForkSessionAt can return to, ascending (0 always).
-  std::vector<int64_t> boundaries;
-};
-
 struct SessionPage {
   std::vector<SessionInfo> sessions;
   // Pass as `after` to get the next page; nullopt on the last page.
@@ -300,6 +288,7 @@ class Engine {
   void CancelAll();
   void ExpireSessions(absl::Time now);
   void PublishStats();
+  // What the store shows of the session, with its kept boundaries.
   SessionInfo InfoOf(const Session& session) const;
   // Calls `done` with `value` once the session changes made so far are durable.
   template <typename T>

@@ -23,6 +23,9 @@ class PosixFileSystem final : public FileSystem {
   absl::StatusOr<std::string> ReadFile(const std::string& path) override {
     return ReadFileToString(path);
   }
+  absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) override {
+    return linserve::ReadFilePrefix(path, max_bytes);
+  }
   absl::Status WriteFileDurably(const std::string& path, std::string_view contents) override {
     return linserve::WriteFileDurably(path, contents, 0600);
   }

@@ -7,6 +7,7 @@
 #define LINSERVE_SERVER_ENGINE_FILE_SYSTEM_H_
 
 #include <cstdint>
+#include <cstddef>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -33,6 +34,8 @@ class FileSystem {
   // Entry names of `dir`, unordered.
   virtual absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) = 0;
   virtual absl::StatusOr<std::string> ReadFile(const std::string& path) = 0;
+  // The first `max_bytes` of `path` (all of it when shorter).
+  virtual absl::StatusOr<std::string> ReadFilePrefix(const std::string& path, size_t max_bytes) = 0;
   // Creates or truncates `path`, writes `contents`, fsyncs; on failure nothing is left at `path`.
   virtual absl::Status WriteFileDurably(const std::string& path, std::string_view contents) = 0;
   // Atomically replaces `to` with `from`.

@@ -20,27 +20,24 @@ Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, con
 }
 
 absl::Status Job::Activate(int32_t max_prompt_tokens) {
-  Session& session = *session_;
-  const bool add_bos = session.num_tokens == 0 && model_.config.bos_token_id >= 0;
-  const int64_t total =
-      static_cast<int64_t>(session.pending.size()) + (add_bos ? 1 : 0) + request_.prompt.size();
+  SessionHistory& history = session_->history;
+  const bool add_bos = history.num_tokens() == 0 && model_.config.bos_token_id >= 0;
+  const int64_t total = static_cast<int64_t>(history.pending().size()) + (add_bos ? 1 : 0) +
+                        request_.prompt.size();
   if (total > max_prompt_tokens) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prompt: ", request_.prompt.size(), " tokens plus the session's ",
-        session.pending.size(), " unprocessed ones (left by a cancelled request) exceed ",
+        history.pending().size(), " unprocessed ones (left by a cancelled request) exceed ",
         "max_prompt_tokens (", max_prompt_tokens, ")"));
   }
-  knows_history_ = session.num_tokens == 0;
-  feed_ = std::move(session.pending);
-  session.pending.clear();
-  const size_t prompt_start = feed_.size();
-  prompt_start_ = prompt_start;
+  knows_history_ = history.num_tokens() == 0;
+  feed_ = history.TakePending();
+  prompt_start_ = feed_.size();
   if (add_bos) feed_.push_back(model_.config.bos_token_id);
   feed_.insert(feed_.end(), request_.prompt.begin(), request_.prompt.end());
-  for (size_t i = prompt_start; i < feed_.size(); ++i) ++session.token_counts[feed_[i]];
-  session.num_tokens += static_cast<int64_t>(feed_.size() - prompt_start);
-  usage_.prompt_tokens = static_cast<int32_t>(feed_.size() - prompt_start);
-  usage_.session_tokens = session.num_tokens;
+  history.Append(new_prompt_tokens());
+  usage_.prompt_tokens = static_cast<int32_t>(feed_.size() - prompt_start_);
+  usage_.session_tokens = history.num_tokens();
 
   active_ = true;
   return absl::OkStatus();
@@ -78,10 +75,9 @@ std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
                                       absl::Span<const TokenLogprob> top_logprobs,
                                       absl::Time now) {
   ++generated_;
-  ++session_->token_counts[token];
-  ++session_->num_tokens;
+  session_->history.Append({token});
   usage_.generated_tokens = generated_;
-  usage_.session_tokens = session_->num_tokens;
+  usage_.session_tokens = session_->history.num_tokens();
 
   inter_token_.reset();
   if (!first_token_time_.has_value()) {
@@ -121,8 +117,8 @@ void Job::SettleSession() {
   // session, to be fed first next time.
   std::vector<TokenId> unfed(feed_.begin() + fed_, feed_.end());
   if (last_token_.has_value()) unfed.push_back(*last_token_);
-  session_->pending = std::move(unfed);
-  usage_.session_tokens = session_->num_tokens;
+  session_->history.SetPending(std::move(unfed));
+  usage_.session_tokens = session_->history.num_tokens();
 }
 
 absl::AnyInvocable<void() &&> Job::Report(const absl::Status& status, FinishReason reason,

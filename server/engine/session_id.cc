@@ -24,6 +24,26 @@ absl::StatusOr<SessionId> NewSessionId() {
   return SessionId{*std::move(hex)};
 }
 
+namespace {
+
+uint64_t PackHalf(absl::string_view hex) {
+  uint64_t out = 0;
+  for (char c : hex) out = (out << 4) | static_cast<uint64_t>(c <= '9' ? c - '0' : c - 'a' + 10);
+  return out;
+}
+
+}  // namespace
+
+PackedSessionId Pack(const SessionId& id) {
+  const absl::string_view hex = id.value;
+  return {.high = PackHalf(hex.substr(0, 16)), .low = PackHalf(hex.substr(16, 16))};
+}
+
+SessionId Unpack(const PackedSessionId& id) {
+  return SessionId{absl::StrCat(absl::Hex(id.high, absl::kZeroPad16),
+                                absl::Hex(id.low, absl::kZeroPad16))};
+}
+
 absl::StatusOr<SessionId> ParseSessionId(absl::string_view text, absl::string_view field) {
   bool valid = text.size() == SessionId::kHexDigits;
   for (char c : text) {

@@ -54,8 +54,8 @@ absl::StatusOr<std::unique_ptr<SessionPersister>> SessionPersister::Open(
     return Unusable(dir, s);
   }
   if (absl::Status s = fs.SyncDirectory(dir); !s.ok()) return Unusable(dir, s);
-  std::unique_ptr<SessionPersister> persister(new SessionPersister(
-      options, fs, config, std::move(model_fingerprint), max_pending_tokens));
+  std::unique_ptr<SessionPersister> persister(
+      new SessionPersister(options, fs, config, std::move(model_fingerprint), max_pending_tokens));
   persister->thread_ = std::thread([p = persister.get()] { p->Run(); });
   return persister;
 }
@@ -118,17 +118,64 @@ std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
   return records;
 }
 
-absl::StatusOr<SessionRecord> SessionPersister::LoadOne(const SessionId& id, absl::Time now) {
+bool SessionPersister::ChangedElsewhere(const SessionId& id) {
+  FileVersion known;
   {
     absl::MutexLock lock(&mu_);
-    auto queued = queued_.find(id);
-    auto in_flight = in_flight_.find(id);
-    if ((queued != queued_.end() && !queued->second.has_value()) ||
-        (in_flight != in_flight_.end() && in_flight->second)) {
-      return absl::NotFoundError(absl::StrCat("session ", id.value, " is being removed"));
+    if (queued_.contains(id) || writing_.contains(id)) return false;
+    auto it = versions_.find(id);
+    if (it == versions_.end()) return false;
+    known = it->second;
+  }
+  absl::StatusOr<FileVersion> now = fs_.StatFile(PathOf(id));
+  if (!now.ok()) return absl::IsNotFound(now.status());
+  return !(*now == known);
+}
+
+std::vector<SessionRecordHeader> SessionPersister::LoadIndex(absl::Time now) {
+  std::vector<SessionRecordHeader> headers;
+  absl::StatusOr<std::vector<std::string>> names = fs_.ListDirectory(options_.dir);
+  if (!names.ok()) {
+    spdlog::error("state_dir {}: cannot list it: {}", options_.dir, names.status().ToString());
+    return headers;
+  }
+  for (const std::string& name : *names) {
+    if (!absl::EndsWith(name, kExtension)) continue;
+    const std::string path = absl::StrCat(options_.dir, "/", name);
+    absl::StatusOr<SessionId> id =
+        ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
+    absl::StatusOr<std::string> bytes = id.ok()
+                                            ? fs_.ReadFilePrefix(path, kMaxSessionRecordHeaderBytes)
+                                            : absl::StatusOr<std::string>(id.status());
+    absl::StatusOr<SessionRecordHeader> header =
+        bytes.ok() ? DecodeSessionRecordHeader(*bytes, *id, model_fingerprint_, now)
+                   : absl::StatusOr<SessionRecordHeader>(bytes.status());
+    if (!header.ok()) {
+      spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
+                   header.status().ToString());
+      continue;
+    }
+    headers.push_back(*std::move(header));
+  }
+  return headers;
+}
+
+absl::StatusOr<SessionRecord> SessionPersister::Read(const SessionId& id, absl::Time now) {
+  {
+    absl::MutexLock lock(&mu_);
+    // The newest change first: queued_ holds what came after the batch being written.
+    for (const auto* changes : {&queued_, &writing_}) {
+      auto it = changes->find(id);
+      if (it == changes->end()) continue;
+      if (!it->second.has_value()) {
+        return absl::NotFoundError(absl::StrCat("session ", id.value, ": removal queued"));
+      }
+      return *it->second;
     }
   }
-  // The version is taken before the read: a file replaced in between is read again next time.
+  // Neither queued nor being written (both happen on the caller's thread): the file is the last
+  // record written, whole. Its version is taken before the read, so that a file another server
+  // replaces in between is read again next time (ChangedElsewhere).
   const std::string path = PathOf(id);
   absl::StatusOr<FileVersion> version = fs_.StatFile(path);
   if (!version.ok()) return version.status();
@@ -138,20 +185,6 @@ absl::StatusOr<SessionRecord> SessionPersister::LoadOne(const SessionId& id, abs
     versions_.insert_or_assign(id, *version);
   }
   return record;
-}
-
-bool SessionPersister::ChangedElsewhere(const SessionId& id) {
-  FileVersion known;
-  {
-    absl::MutexLock lock(&mu_);
-    if (queued_.contains(id) || in_flight_.contains(id)) return false;
-    auto it = versions_.find(id);
-    if (it == versions_.end()) return false;
-    known = it->second;
-  }
-  absl::StatusOr<FileVersion> now = fs_.StatFile(PathOf(id));
-  if (!now.ok()) return absl::IsNotFound(now.status());
-  return !(*now == known);
 }
 
 void SessionPersister::Put(SessionRecord record) {
@@ -197,25 +230,26 @@ bool SessionPersister::WakeLocked() const { return stop_ || fresh_ || !waiters_.
 
 void SessionPersister::Run() {
   for (bool last = false; !last;) {
-    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> batch;
     std::vector<Done> waiters;
+    const absl::flat_hash_map<SessionId, std::optional<SessionRecord>>* batch = nullptr;
     {
       absl::MutexLock lock(&mu_);
       mu_.AwaitWithTimeout(absl::Condition(this, &SessionPersister::WakeLocked),
                            options_.retry_interval);
       last = stop_;
-      batch.swap(queued_);
+      writing_.swap(queued_);
+      batch = &writing_;
       waiters.swap(waiters_);
       fresh_ = false;
-      for (const auto& [id, record] : batch) in_flight_.emplace(id, !record.has_value());
     }
+    // The batch is read here without the lock: only Read shares it, and only reads it.
     const absl::Time started = absl::Now();
     absl::Status first_error;
-    int64_t done = 0;
-    std::vector<SessionId> renamed;
+    std::vector<SessionId> done;
+    std::vector<SessionId> failed;
+    // The version each file was left at (nullopt: removed), for ChangedElsewhere.
     std::vector<std::pair<SessionId, std::optional<FileVersion>>> versions;
-    absl::flat_hash_map<SessionId, std::optional<SessionRecord>> failed;
-    for (auto& [id, record] : batch) {
+    for (const auto& [id, record] : *batch) {
       const std::string path = PathOf(id);
       absl::Status status;
       if (record.has_value()) {
@@ -228,8 +262,7 @@ void SessionPersister::Run() {
         if (absl::IsNotFound(status)) status = absl::OkStatus();
       }
       if (status.ok()) {
-        ++done;
-        renamed.push_back(id);
+        done.push_back(id);
         std::optional<FileVersion> version;
         if (record.has_value()) {
           absl::StatusOr<FileVersion> written = fs_.StatFile(path);
@@ -241,22 +274,21 @@ void SessionPersister::Run() {
       spdlog::error("state_dir: session {} not {}: {}", id.value,
                     record.has_value() ? "written" : "removed", status.ToString());
       if (first_error.ok()) first_error = status;
-      failed.emplace(id, std::move(record));
+      failed.push_back(id);
     }
-    if (!batch.empty()) {
+    if (!batch->empty()) {
       if (absl::Status s = fs_.SyncDirectory(options_.dir); !s.ok()) {
         spdlog::error("state_dir {}: {}", options_.dir, s.ToString());
         if (first_error.ok()) first_error = s;
         // The renames may not survive a crash: write those records again.
-        for (const SessionId& id : renamed) failed.emplace(id, std::move(batch[id]));
-        done = 0;
+        failed.insert(failed.end(), done.begin(), done.end());
+        done.clear();
       }
     }
     {
       absl::MutexLock lock(&mu_);
-      writes_ += done;
+      writes_ += static_cast<int64_t>(done.size());
       write_errors_ += static_cast<int64_t>(failed.size());
-      in_flight_.clear();
       for (auto& [id, version] : versions) {
         if (version.has_value()) {
           versions_.insert_or_assign(id, *version);
@@ -265,7 +297,8 @@ void SessionPersister::Run() {
         }
       }
       // A newer change queued meanwhile wins over a failed older one.
-      for (auto& [id, record] : failed) queued_.try_emplace(id, std::move(record));
+      for (const SessionId& id : failed) queued_.try_emplace(id, std::move(writing_[id]));
+      writing_.clear();
     }
     for (Done& waiter : waiters) std::move(waiter)(first_error);
     if (last) {

@@ -71,15 +71,21 @@ class SessionPersister {
   // Every record in the directory, as of `now`. Files that are not intact records for this
   // model are logged and left in place. Nothing is removed.
   std::vector<SessionRecord> Load(absl::Time now);
-  // The record of one session, as of `now`, read from its file: how a replica sharing the
-  // directory with others takes over a session it does not hold. NOT_FOUND when there is no
-  // file, or when a removal of it is queued (a deleted session is not read back); the decoding
-  // error when the file is not an intact record for this model.
-  absl::StatusOr<SessionRecord> LoadOne(const SessionId& id, absl::Time now);
   // Whether the session's file is no longer the version this persister last wrote or read
   // (another replica sharing the directory changed or removed it since). False while a write
   // or removal of it is queued or under way here, and for a session never written or read.
   bool ChangedElsewhere(const SessionId& id);
+
+  // The header of every record in the directory (session_record.h), as of `now`, read from the
+  // first bytes of each file: what an index needs, without reading the states. Files whose
+  // header is not this model's are logged and left in place. Nothing is removed.
+  std::vector<SessionRecordHeader> LoadIndex(absl::Time now);
+  // The current record of session `id`: the one queued for writing if any (so what was handed
+  // over is read back before it reaches the disk), else its file, decoded and checked whole:
+  // how a server sharing the directory with others takes over a session it does not hold.
+  // NOT_FOUND when its removal is queued or there is no file; the decoding errors of
+  // DecodeSessionRecord; the file system's errors naming the path.
+  absl::StatusOr<SessionRecord> Read(const SessionId& id, absl::Time now);
 
   // Queues a write of `record`, replacing a queued write or removal of the same session.
   void Put(SessionRecord record);
@@ -117,10 +123,10 @@ class SessionPersister {
   mutable absl::Mutex mu_;
   // Per session: the record to write, or nullopt for a removal.
   absl::flat_hash_map<SessionId, std::optional<SessionRecord>> queued_ ABSL_GUARDED_BY(mu_);
+  // The batch the writer thread is writing: changed only by it, under mu_; read by it without
+  // the lock and by Read under it.
+  absl::flat_hash_map<SessionId, std::optional<SessionRecord>> writing_ ABSL_GUARDED_BY(mu_);
   std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
-  // The batch the writer is working on (taken from queued_, not yet on disk): true for a
-  // removal.
-  absl::flat_hash_map<SessionId, bool> in_flight_ ABSL_GUARDED_BY(mu_);
   // The version of each file as this persister last wrote or read it.
   absl::flat_hash_map<SessionId, FileVersion> versions_ ABSL_GUARDED_BY(mu_);
   // Something was queued since the last batch (as opposed to retries only).

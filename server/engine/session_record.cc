@@ -101,4 +101,44 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
   return record;
 }
 
+absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view prefix,
+                                                              SessionId id,
+                                                              absl::string_view model_fingerprint,
+                                                              absl::Time now) {
+  if (prefix.substr(0, kMagic.size()) != kMagic) return Corrupt("bad magic");
+  absl::string_view in = prefix.substr(kMagic.size());
+  uint32_t version = 0;
+  if (!Get(in, version)) return Corrupt("truncated");
+  if (version != kSessionRecordVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session record version ", version, " is not supported (this server reads ",
+        kSessionRecordVersion, ")"));
+  }
+  int64_t last_use_micros = 0;
+  uint32_t owner_bytes = 0;
+  uint64_t snapshot_bytes = 0;
+  if (!Get(in, last_use_micros) || !Get(in, owner_bytes)) return Corrupt("truncated");
+  if (owner_bytes > kMaxOwnerBytes || owner_bytes > in.size()) {
+    return Corrupt(absl::StrCat("owner: ", owner_bytes, " bytes"));
+  }
+  SessionRecordHeader header;
+  header.id = std::move(id);
+  header.owner = std::string(in.substr(0, owner_bytes));
+  in.remove_prefix(owner_bytes);
+  if (!Get(in, snapshot_bytes)) return Corrupt("truncated");
+  absl::StatusOr<SnapshotHeader> snapshot = DecodeSnapshotHeader(in, model_fingerprint, now);
+  if (!snapshot.ok()) return snapshot.status();
+  if (last_use_micros < absl::ToUnixMicros(snapshot->create_time)) {
+    return Corrupt(absl::StrCat("last_use_time: ", last_use_micros, " precedes create_time"));
+  }
+  header.last_use_time = absl::FromUnixMicros(last_use_micros);
+  if (header.last_use_time > now + kMaxSnapshotClockSkew) {
+    return Corrupt(absl::StrCat("last_use_time: ", absl::FormatTime(header.last_use_time),
+                                " lies in the future"));
+  }
+  header.create_time = snapshot->create_time;
+  header.num_tokens = snapshot->num_tokens;
+  return header;
+}
+
 }  // namespace linserve

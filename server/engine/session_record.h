@@ -48,6 +48,25 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
                                                   absl::string_view model_fingerprint,
                                                   int64_t max_pending_tokens, absl::Time now);
 
+// What an index of the records needs, read from a record's first kMaxSessionRecordHeaderBytes.
+struct SessionRecordHeader {
+  SessionId id;
+  std::string owner;
+  absl::Time last_use_time = absl::UnixEpoch();
+  absl::Time create_time = absl::UnixEpoch();
+  int64_t num_tokens = 0;
+};
+inline constexpr size_t kMaxSessionRecordHeaderBytes =
+    8 + 4 + 8 + 4 + kMaxOwnerBytes + 8 + kMaxSnapshotHeaderBytes;
+
+// Parses the header of a record from its first bytes (the whole record is fine too), with the
+// checks DecodeSessionRecord makes on those fields; the checksum, which needs the whole record,
+// is checked when the record is decoded for use.
+absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view prefix,
+                                                              SessionId id,
+                                                              absl::string_view model_fingerprint,
+                                                              absl::Time now);
+
 }  // namespace linserve
 
 #endif  // LINSERVE_SERVER_ENGINE_SESSION_RECORD_H_

@@ -14,6 +14,11 @@ namespace {
 // shows a client exactly the times it saw before.
 absl::Time ToMicros(absl::Time t) { return absl::FromUnixMicros(absl::ToUnixMicros(t)); }
 
+absl::Status NotFound(const SessionId& id) {
+  return absl::NotFoundError(
+      absl::StrCat("session ", id.value, " does not exist (never created, deleted or expired)"));
+}
+
 }  // namespace
 
 absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
@@ -22,80 +27,309 @@ absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
         absl::StrCat("max_sessions must be >= 1, got ", options.max_sessions));
   }
   if (options.idle_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "session idle timeout must be > 0, got ", absl::FormatDuration(options.idle_timeout)));
+    return absl::InvalidArgumentError(absl::StrCat("session idle timeout must be > 0, got ",
+                                                   absl::FormatDuration(options.idle_timeout)));
+  }
+  if (options.host_state_memory_mib < 0 || options.host_state_memory_mib > kMaxHostStateMemoryMib) {
+    return absl::InvalidArgumentError(absl::StrCat("host_state_memory_mib must be in [0, ",
+                                                   kMaxHostStateMemoryMib, "], got ",
+                                                   options.host_state_memory_mib));
   }
   return absl::OkStatus();
 }
 
 SessionStore::SessionStore(Backend& backend, const SessionStoreOptions& options,
                            SessionPersister* persister)
-    : backend_(backend), options_(options), persister_(persister) {}
+    : backend_(backend),
+      options_(options),
+      persister_(persister),
+      host_budget_bytes_(options.host_state_memory_mib << 20) {}
 
 SessionStore::~SessionStore() {
   for (Session* session : resident_) backend_.FreeSlot(*session->slot);
 }
 
-absl::StatusOr<Session*> SessionStore::NewSession(std::optional<SessionId> id, bool ephemeral,
-                                                  absl::Time now) {
-  if (!ephemeral && named_ >= options_.max_sessions) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the server holds max_sessions (", options_.max_sessions,
-        ") sessions; delete some or let idle ones expire"));
+// ---- Host memory ---------------------------------------------------------------------------
+
+int64_t SessionStore::HostCost(const Session& session, bool with_state) const {
+  const int64_t state_bytes =
+      with_state ? static_cast<int64_t>(backend_.config().StateFloatsPerSlot() * sizeof(float)) : 0;
+  return kSessionHostOverheadBytes + state_bytes +
+         static_cast<int64_t>(session.history.pending().size() * sizeof(TokenId) +
+                              session.history.distinct_tokens() * 16 + session.owner.size());
+}
+
+bool SessionStore::HostHasRoom(int64_t bytes) const {
+  return persister_ != nullptr || host_bytes_ + bytes <= host_budget_bytes_;
+}
+
+absl::Status SessionStore::HostFull(absl::string_view what) const {
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "host_state_memory_mib (", options_.host_state_memory_mib, " MiB) is full with ",
+      host_lru_.size(), " idle sessions, and without a state_dir there is no disk tier: ", what,
+      " does not fit; delete sessions, raise --host_state_memory_mib or set --state_dir"));
+}
+
+void SessionStore::AddToHost(Session& session) {
+  session.host_bytes = HostCost(session, session.hibernated.has_value());
+  host_bytes_ += session.host_bytes;
+  session.host_lru = host_lru_.insert(host_lru_.end(), &session);
+}
+
+void SessionStore::RemoveFromHost(Session& session) {
+  host_bytes_ -= session.host_bytes;
+  session.host_bytes = 0;
+  host_lru_.erase(session.host_lru);
+}
+
+void SessionStore::TouchInHost(Session& session) {
+  if (session.ephemeral || session.slot.has_value()) return;
+  host_lru_.splice(host_lru_.end(), host_lru_, session.host_lru);
+}
+
+void SessionStore::EnforceHostBudget(const Session* keep) {
+  if (persister_ == nullptr) return;
+  auto it = host_lru_.begin();
+  while (host_bytes_ > host_budget_bytes_ && it != host_lru_.end()) {
+    Session* victim = *it++;
+    if (victim == keep || victim->busy) continue;
+    Unload(index_.find(Pack(victim->id))->second);
   }
+}
+
+void SessionStore::Unload(IndexEntry& entry) {
+  Session& session = *entry.session;
+  // Its record is with the persister already: every change was handed over when it happened.
+  entry.owner = InternOwner(session.owner);
+  entry.num_tokens = session.history.num_tokens();
+  entry.create_micros = absl::ToUnixMicros(session.create_time);
+  entry.last_use_micros = absl::ToUnixMicros(session.last_use_time);
+  RemoveFromHost(session);
+  entry.session.reset();
+  ++evictions_to_disk_;
+}
+
+std::unique_ptr<Session> SessionStore::FromSnapshot(SessionId id, std::string owner,
+                                                    SessionSnapshot snapshot) const {
+  auto session = std::make_unique<Session>();
+  session->id = std::move(id);
+  session->owner = std::move(owner);
+  session->hibernated = std::move(snapshot.state);
+  session->history =
+      SessionHistory(snapshot.num_tokens, std::move(snapshot.pending), snapshot.token_counts);
+  session->create_time = snapshot.create_time;
+  return session;
+}
+
+absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) {
+  const SessionId id = Unpack(it->first);
+  absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
+  if (!record.ok()) {
+    spdlog::error(
+        "session {}: its record could not be read back from state_dir (the session "
+        "is dropped from the index, its file left in place): {}",
+        id.value, record.status().ToString());
+    index_.erase(it);  // not EraseEntry: the file stays for inspection
+    if (absl::IsNotFound(record.status())) return NotFound(id);
+    return absl::DataLossError(
+        absl::StrCat("session ", id.value,
+                     ": its record in state_dir could not be read: ", record.status().message()));
+  }
+  IndexEntry& entry = it->second;
+  entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
+  entry.session->last_use_time = record->last_use_time;
+  AddToHost(*entry.session);
+  ++loads_from_disk_;
+  EnforceHostBudget(entry.session.get());
+  return entry.session.get();
+}
+
+absl::StatusOr<Session*> SessionStore::Adopt(const SessionId& id, absl::string_view owner,
+                                             absl::Time now) {
+  if (persister_ == nullptr) return NotFound(id);
+  absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
+  if (!record.ok()) {
+    if (!absl::IsNotFound(record.status())) {
+      spdlog::warn("session {}: a file in state_dir, not usable: {}", id.value,
+                   record.status().ToString());
+    }
+    return NotFound(id);
+  }
+  if (record->owner != owner || now - record->last_use_time >= options_.idle_timeout) {
+    return NotFound(id);
+  }
+  if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+  IndexEntry& entry = index_[Pack(id)];
+  entry.owner = InternOwner(owner);
+  entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
+  entry.session->last_use_time = record->last_use_time;
+  AddToHost(*entry.session);
+  ++loads_from_disk_;
+  spdlog::info("session {}: loaded from state_dir on first use", id.value);
+  EnforceHostBudget(entry.session.get());
+  return entry.session.get();
+}
+
+absl::Status SessionStore::CheckIdFree(const SessionId& id, absl::Time now) {
+  if (persister_ == nullptr || index_.contains(Pack(id))) return absl::OkStatus();
+  absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
+  if (record.ok() && now - record->last_use_time < options_.idle_timeout) {
+    return absl::AlreadyExistsError(absl::StrCat("session ", id.value, " already exists"));
+  }
+  return absl::OkStatus();
+}
+
+// ---- Owners --------------------------------------------------------------------------------
+
+uint32_t SessionStore::InternOwner(absl::string_view owner) {
+  auto [it, inserted] =
+      owner_numbers_.try_emplace(std::string(owner), static_cast<uint32_t>(owners_.size()));
+  if (inserted) owners_.emplace_back(owner);
+  return it->second;
+}
+
+std::optional<uint32_t> SessionStore::FindOwner(absl::string_view owner) const {
+  auto it = owner_numbers_.find(owner);
+  if (it == owner_numbers_.end()) return std::nullopt;
+  return it->second;
+}
+
+// ---- Sessions ------------------------------------------------------------------------------
+
+absl::Status SessionStore::CheckCapacity() const {
+  if (named_sessions() >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the server holds max_sessions (", options_.max_sessions,
+                     ") sessions; delete some or let idle ones expire"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, absl::Time now,
+                                                std::string owner) {
+  if (absl::Status s = CheckCapacity(); !s.ok()) return s;
   if (!id.has_value()) {
     absl::StatusOr<SessionId> fresh = NewSessionId();
     if (!fresh.ok()) return fresh.status();
     id = *std::move(fresh);
   }
-  auto session = std::make_unique<Session>();
-  session->id = *id;
-  session->ephemeral = ephemeral;
-  session->create_time = ToMicros(now);
-  session->last_use_time = ToMicros(now);
-  auto [it, inserted] = sessions_.emplace(*id, std::move(session));
+  auto [it, inserted] = index_.try_emplace(Pack(*id));
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("session ", id->value, " already exists"));
   }
-  (ephemeral ? ephemeral_ : named_) += 1;
-  return it->second.get();
+  it->second.owner = InternOwner(owner);
+  auto session = std::make_unique<Session>();
+  session->id = *std::move(id);
+  session->owner = std::move(owner);
+  session->create_time = ToMicros(now);
+  session->last_use_time = ToMicros(now);
+  it->second.session = std::move(session);
+  return it->second.session.get();
 }
 
 absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner,
                                               std::optional<SessionId> id) {
-  if (id.has_value()) LoadOnFirstUse(*id, now);
-  absl::StatusOr<Session*> session = NewSession(std::move(id), /*ephemeral=*/false, now);
+  if (!HostHasRoom(kSessionHostOverheadBytes + static_cast<int64_t>(owner.size()))) {
+    return HostFull("a new session");
+  }
+  if (id.has_value()) {
+    if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
+  }
+  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, std::move(owner));
   if (!session.ok()) return session;
-  (*session)->owner = std::move(owner);
+  AddToHost(**session);
   Persist(**session);
+  EnforceHostBudget(*session);
   return session;
 }
 
 absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
   absl::StatusOr<SlotId> slot = AcquireSlot(nullptr);
   if (!slot.ok()) return slot.status();
-  absl::StatusOr<Session*> session = NewSession(std::nullopt, /*ephemeral=*/true, now);
-  if (!session.ok()) {
+  absl::StatusOr<SessionId> id = NewSessionId();
+  if (!id.ok()) {
     backend_.FreeSlot(*slot);
-    return session.status();
+    return id.status();
   }
-  (*session)->slot = *slot;
-  (*session)->busy = true;
-  resident_.insert(*session);
+  auto owned = std::make_unique<Session>();
+  Session* session = owned.get();
+  session->id = *std::move(id);
+  session->ephemeral = true;
+  session->create_time = ToMicros(now);
+  session->last_use_time = ToMicros(now);
+  session->slot = *slot;
+  session->busy = true;
+  ephemeral_.emplace(session, std::move(owned));
+  resident_.insert(session);
   return session;
 }
 
 absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
-  SyncWithStateDir(id, absl::Now());
-  auto it = sessions_.find(id);
-  if (it == sessions_.end() || it->second->ephemeral || it->second->owner != owner) {
-    return absl::NotFoundError(absl::StrCat("session ", id.value,
-                                            " does not exist (never created, deleted or expired)"));
+  const absl::Time now = absl::Now();
+  auto it = index_.find(Pack(id));
+  if (it == index_.end()) return Adopt(id, owner, now);
+  IndexEntry& entry = it->second;
+  if (owners_[entry.owner] != owner) return NotFound(id);
+  if (entry.session == nullptr) return Load(it, now);
+  Session& held = *entry.session;
+  if (held.busy || persister_ == nullptr || !persister_->ChangedElsewhere(id)) return &held;
+  // Another server sharing the directory served the session since this one last wrote or read
+  // it: its file wins (and a session it deleted is gone here too).
+  spdlog::info("session {}: changed in state_dir by another replica; this copy dropped", id.value);
+  if (held.slot.has_value()) {
+    ReleaseSlot(held);
+  } else {
+    RemoveFromHost(held);
   }
-  return it->second.get();
+  entry.session.reset();
+  return Load(it, now);
 }
 
-absl::StatusOr<SlotId> SessionStore::AcquireSlot(const Session* for_session) {
+absl::StatusOr<SessionInfo> SessionStore::Info(const SessionId& id, absl::string_view owner) {
+  auto it = index_.find(Pack(id));
+  // Not held, or another server sharing the directory changed it: what Find reads.
+  if (it == index_.end() || (persister_ != nullptr && persister_->ChangedElsewhere(id))) {
+    absl::StatusOr<Session*> session = Find(id, owner);
+    if (!session.ok()) return session.status();
+    return InfoOf(**session);
+  }
+  const IndexEntry& entry = it->second;
+  if (owners_[entry.owner] != owner) return NotFound(id);
+  return InfoOf(*it);
+}
+
+SessionInfo SessionStore::InfoOf(const Session& session) {
+  return SessionInfo{
+      .id = session.id,
+      .num_tokens = session.history.num_tokens(),
+      .resident = session.slot.has_value(),
+      .busy = session.busy,
+      .create_time = session.create_time,
+      .last_use_time = session.last_use_time,
+  };
+}
+
+SessionInfo SessionStore::InfoOf(const Index::value_type& entry) const {
+  if (entry.second.session != nullptr) return InfoOf(*entry.second.session);
+  return SessionInfo{
+      .id = Unpack(entry.first),
+      .num_tokens = entry.second.num_tokens,
+      .create_time = absl::FromUnixMicros(entry.second.create_micros),
+      .last_use_time = absl::FromUnixMicros(entry.second.last_use_micros),
+  };
+}
+
+bool SessionStore::SlotWaitHelps() const {
+  // An ephemeral request frees its slot when it ends; a named one leaves its session idle in
+  // the slot, to be hibernated, which needs room in host memory or a disk tier.
+  for (const Session* session : resident_) {
+    if (!session->busy) continue;
+    if (session->ephemeral || HostHasRoom(HostCost(*session, /*with_state=*/true))) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<SlotId> SessionStore::AcquireSlot(Session* for_session) {
   if (backend_.free_slots() == 0) {
     Session* victim = nullptr;
     for (Session* candidate : resident_) {
@@ -110,9 +344,14 @@ absl::StatusOr<SlotId> SessionStore::AcquireSlot(const Session* for_session) {
           absl::StrCat("all ", backend_.slot_capacity(),
                        " state slots belong to sessions with requests in flight"));
     }
+    if (!HostHasRoom(HostCost(*victim, /*with_state=*/true))) {
+      return HostFull("hibernating an idle session to free a state slot");
+    }
     if (absl::Status status = Hibernate(*victim); !status.ok()) return status;
   }
-  return backend_.AllocateSlot();
+  absl::StatusOr<SlotId> slot = backend_.AllocateSlot();
+  EnforceHostBudget(for_session);
+  return slot;
 }
 
 absl::Status SessionStore::Hibernate(Session& session) {
@@ -120,6 +359,7 @@ absl::Status SessionStore::Hibernate(Session& session) {
   if (absl::Status status = backend_.ReadSlot(*session.slot, blob); !status.ok()) return status;
   session.hibernated = std::move(blob);
   ReleaseSlot(session);
+  AddToHost(session);
   ++hibernations_;
   return absl::OkStatus();
 }
@@ -138,36 +378,37 @@ absl::Status SessionStore::MakeResident(Session& session, absl::Time now) {
 }
 
 absl::Status SessionStore::LoadIntoSlot(Session& session) {
+  // Out of host memory first, so that making room there never evicts it.
+  RemoveFromHost(session);
   absl::StatusOr<SlotId> slot = AcquireSlot(&session);
-  if (!slot.ok()) return slot.status();
-  if (session.hibernated.has_value()) {
+  absl::Status status = slot.status();
+  if (status.ok() && session.hibernated.has_value()) {
     // The slot's penalty counts come back with the state, in O(distinct tokens).
-    std::vector<TokenCount> counts;
-    counts.reserve(session.token_counts.size());
-    for (const auto& [token, count] : session.token_counts) counts.push_back({token, count});
-    absl::Status status = backend_.WriteSlot(*slot, *session.hibernated);
-    if (status.ok()) status = backend_.SetSeenCounts(*slot, counts);
-    if (!status.ok()) {
-      backend_.FreeSlot(*slot);
-      return status;
-    }
-    session.hibernated.reset();
+    status = backend_.WriteSlot(*slot, *session.hibernated);
+    if (status.ok()) status = backend_.SetSeenCounts(*slot, session.history.SeenCounts());
+    if (!status.ok()) backend_.FreeSlot(*slot);
   }
+  if (!status.ok()) {
+    AddToHost(session);
+    return status;
+  }
+  session.hibernated.reset();
   session.slot = *slot;
   resident_.insert(&session);
   return absl::OkStatus();
 }
 
 absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time now) {
-  absl::StatusOr<Session*> fork = NewSession(std::nullopt, /*ephemeral=*/false, now);
+  const bool slot_copy = source.slot.has_value() && backend_.free_slots() > 0;
+  if (!slot_copy && !HostHasRoom(HostCost(source, /*with_state=*/true))) {
+    return HostFull("the fork");
+  }
+  absl::StatusOr<Session*> fork = NewNamed(std::nullopt, now, source.owner);
   if (!fork.ok()) return fork.status();
   Session& copy = **fork;
-  copy.owner = source.owner;
-  copy.pending = source.pending;
-  copy.token_counts = source.token_counts;
-  copy.num_tokens = source.num_tokens;
+  copy.history = source.history;
   absl::Status status;
-  if (source.slot.has_value() && backend_.free_slots() > 0) {
+  if (slot_copy) {
     absl::StatusOr<SlotId> slot = backend_.AllocateSlot();
     status = slot.status();
     if (status.ok()) {
@@ -186,20 +427,35 @@ absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time no
   } else {
     copy.hibernated = source.hibernated;
   }
+  if (!copy.slot.has_value()) AddToHost(copy);
   if (!status.ok()) {
     Erase(&copy);
     return status;
   }
   Persist(copy);
+  EnforceHostBudget(&copy);
   return &copy;
 }
 
 void SessionStore::Erase(Session* session) {
-  if (persister_ != nullptr && !session->ephemeral) persister_->Remove(session->id);
-  ReleaseSlot(*session);
-  (session->ephemeral ? ephemeral_ : named_) -= 1;
-  const SessionId id = session->id;  // the key must outlive the node being erased
-  sessions_.erase(id);
+  if (session->ephemeral) {
+    ReleaseSlot(*session);
+    ephemeral_.erase(session);
+    return;
+  }
+  EraseEntry(index_.find(Pack(session->id)));
+}
+
+SessionStore::Index::iterator SessionStore::EraseEntry(Index::iterator it) {
+  if (persister_ != nullptr) persister_->Remove(Unpack(it->first));
+  if (Session* session = it->second.session.get(); session != nullptr) {
+    if (session->slot.has_value()) {
+      ReleaseSlot(*session);
+    } else {
+      RemoveFromHost(*session);
+    }
+  }
+  return index_.erase(it);
 }
 
 absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) const {
@@ -214,36 +470,46 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
     snapshot.state.position = 0;
     snapshot.state.state.assign(backend_.config().StateFloatsPerSlot(), 0.0f);
   }
-  snapshot.pending = session.pending;
-  snapshot.token_counts.assign(session.token_counts.begin(), session.token_counts.end());
-  std::sort(snapshot.token_counts.begin(), snapshot.token_counts.end());
-  snapshot.num_tokens = session.num_tokens;
+  if (snapshot.state.position != session.history.position()) {
+    return absl::InternalError(absl::StrCat(
+        "session ", session.id.value, ": its state is at position ", snapshot.state.position,
+        " but its history says ", session.history.num_tokens(), " tokens with ",
+        session.history.pending().size(), " pending"));
+  }
+  snapshot.pending = session.history.pending();
+  snapshot.token_counts = session.history.SortedCounts();
+  snapshot.num_tokens = session.history.num_tokens();
   snapshot.create_time = session.create_time;
   return snapshot;
 }
 
 absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Time now,
                                               std::string owner, std::optional<SessionId> id) {
-  if (id.has_value()) LoadOnFirstUse(*id, now);
-  absl::StatusOr<Session*> session = NewSession(std::move(id), /*ephemeral=*/false, now);
+  if (id.has_value()) {
+    if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
+  }
+  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, owner);
   if (!session.ok()) return session.status();
   Session& s = **session;
-  s.owner = std::move(owner);
-  s.hibernated = std::move(snapshot.state);
-  s.pending = std::move(snapshot.pending);
-  s.token_counts.insert(snapshot.token_counts.begin(), snapshot.token_counts.end());
-  s.num_tokens = snapshot.num_tokens;
-  s.create_time = snapshot.create_time;
-  Persist(s);
-  return &s;
+  IndexEntry& entry = index_.find(Pack(s.id))->second;
+  entry.session = FromSnapshot(s.id, std::move(owner), std::move(snapshot));
+  entry.session->last_use_time = ToMicros(now);
+  Session& inserted = *entry.session;
+  if (!HostHasRoom(HostCost(inserted, /*with_state=*/true))) {
+    index_.erase(Pack(inserted.id));
+    return HostFull("the imported session");
+  }
+  AddToHost(inserted);
+  Persist(inserted);
+  EnforceHostBudget(&inserted);
+  return &inserted;
 }
 
 void SessionStore::Persist(const Session& session) {
   if (persister_ == nullptr || session.ephemeral) return;
   absl::StatusOr<SessionSnapshot> snapshot = Snapshot(session);
   if (!snapshot.ok()) {
-    spdlog::error("session {}: not persisted: {}", session.id.value,
-                  snapshot.status().ToString());
+    spdlog::error("session {}: not persisted: {}", session.id.value, snapshot.status().ToString());
     return;
   }
   persister_->Put(SessionRecord{.id = session.id,
@@ -258,13 +524,15 @@ void SessionStore::Release(Session& session, absl::Time now) {
   session.last_use_time = ToMicros(now);
   if (session.ephemeral) {
     Erase(&session);
-  } else {
-    Persist(session);
+    return;
   }
+  TouchInHost(session);
+  Persist(session);
 }
 
 void SessionStore::Touch(Session& session, absl::Time now) {
   session.last_use_time = ToMicros(now);
+  TouchInHost(session);
   Persist(session);
 }
 
@@ -276,129 +544,86 @@ void SessionStore::WhenDurable(absl::AnyInvocable<void() &&> done) {
 int64_t SessionStore::Restore(absl::Time now) {
   if (persister_ == nullptr) return 0;
   int64_t restored = 0;
-  for (SessionRecord& record : persister_->Load(now)) {
-    if (now - record.last_use_time >= options_.idle_timeout) {
-      spdlog::info("session {}: expired while the server was down (last used {})",
-                   record.id.value, absl::FormatTime(record.last_use_time));
-      persister_->Remove(record.id);
+  for (SessionRecordHeader& header : persister_->LoadIndex(now)) {
+    if (now - header.last_use_time >= options_.idle_timeout) {
+      spdlog::info("session {}: expired while the server was down (last used {})", header.id.value,
+                   absl::FormatTime(header.last_use_time));
+      persister_->Remove(header.id);
       continue;
     }
-    const SessionId id = record.id;
-    absl::StatusOr<Session*> session = AddRecord(std::move(record), now);
-    if (!session.ok()) {
-      spdlog::warn("state_dir: not restoring session {} (left in place): {}", id.value,
-                   session.status().ToString());
+    if (absl::Status s = CheckCapacity(); !s.ok()) {
+      spdlog::warn("state_dir: not restoring session {} (left in place): {}", header.id.value,
+                   s.ToString());
       continue;
     }
+    auto [it, inserted] = index_.try_emplace(Pack(header.id));
+    if (!inserted) continue;
+    it->second.owner = InternOwner(header.owner);
+    it->second.num_tokens = header.num_tokens;
+    it->second.create_micros = absl::ToUnixMicros(header.create_time);
+    it->second.last_use_micros = absl::ToUnixMicros(header.last_use_time);
     ++restored;
   }
   // Warm start: the most recently used sessions take the free slots, as they held them before.
-  std::vector<Session*> by_last_use;
-  for (const auto& [id, session] : sessions_) {
-    if (!session->slot.has_value() && !session->ephemeral) by_last_use.push_back(session.get());
-  }
-  std::sort(by_last_use.begin(), by_last_use.end(), [](const Session* a, const Session* b) {
-    return a->last_use_time > b->last_use_time;
-  });
-  for (Session* session : by_last_use) {
-    if (backend_.free_slots() == 0) break;
-    if (absl::Status s = LoadIntoSlot(*session); !s.ok()) {
-      spdlog::warn("session {}: restored but left hibernated: {}", session->id.value,
+  std::vector<std::pair<int64_t, PackedSessionId>> recent;
+  recent.reserve(index_.size());
+  for (const auto& [key, entry] : index_) recent.emplace_back(entry.last_use_micros, key);
+  const size_t warm = std::min(recent.size(), static_cast<size_t>(backend_.free_slots()));
+  std::partial_sort(recent.begin(), recent.begin() + static_cast<ptrdiff_t>(warm), recent.end(),
+                    std::greater<>());
+  for (size_t i = 0; i < warm; ++i) {
+    auto it = index_.find(recent[i].second);
+    if (it == index_.end() || it->second.session != nullptr) continue;
+    absl::StatusOr<Session*> session = Load(it, now);
+    if (!session.ok()) continue;  // logged, and dropped from the index
+    if (absl::Status s = LoadIntoSlot(**session); !s.ok()) {
+      spdlog::warn("session {}: restored but left in host memory: {}", (*session)->id.value,
                    s.ToString());
     }
   }
   return restored;
 }
 
-absl::StatusOr<Session*> SessionStore::AddRecord(SessionRecord record, absl::Time now) {
-  absl::StatusOr<Session*> session = NewSession(record.id, /*ephemeral=*/false, now);
-  if (!session.ok()) return session;
-  Session& s = **session;
-  s.owner = std::move(record.owner);
-  s.hibernated = std::move(record.snapshot.state);
-  s.pending = std::move(record.snapshot.pending);
-  s.token_counts.insert(record.snapshot.token_counts.begin(), record.snapshot.token_counts.end());
-  s.num_tokens = record.snapshot.num_tokens;
-  s.create_time = record.snapshot.create_time;
-  s.last_use_time = record.last_use_time;
-  return session;
-}
-
-void SessionStore::LoadOnFirstUse(const SessionId& id, absl::Time now) {
-  if (persister_ == nullptr || sessions_.contains(id)) return;
-  absl::StatusOr<SessionRecord> record = persister_->LoadOne(id, now);
-  if (!record.ok()) {
-    if (!absl::IsNotFound(record.status())) {
-      spdlog::warn("state_dir: session {} not loaded: {}", id.value, record.status().ToString());
-    }
-    return;
-  }
-  if (now - record->last_use_time >= options_.idle_timeout) return;
-  absl::StatusOr<Session*> session = AddRecord(*std::move(record), now);
-  if (!session.ok()) {
-    spdlog::warn("state_dir: session {} not loaded: {}", id.value, session.status().ToString());
-    return;
-  }
-  spdlog::info("session {}: loaded from state_dir on first use", id.value);
-}
-
-void SessionStore::SyncWithStateDir(const SessionId& id, absl::Time now) {
-  if (persister_ == nullptr) return;
-  auto it = sessions_.find(id);
-  if (it == sessions_.end()) return LoadOnFirstUse(id, now);
-  Session& held = *it->second;
-  if (held.ephemeral || held.busy || !persister_->ChangedElsewhere(id)) return;
-  // Another replica served the session since this one last wrote or read it: its file wins.
-  ReleaseSlot(held);
-  named_ -= 1;
-  sessions_.erase(it);
-  spdlog::info("session {}: changed in state_dir by another replica; this copy dropped", id.value);
-  LoadOnFirstUse(id, now);
-}
-
 std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
-  std::vector<Session*> expired;
-  for (const auto& [id, session] : sessions_) {
-    if (!session->ephemeral && !session->busy &&
-        now - session->last_use_time >= options_.idle_timeout) {
-      expired.push_back(session.get());
-    }
-  }
+  const int64_t cutoff = absl::ToUnixMicros(now - options_.idle_timeout);
   std::vector<SessionId> ids;
-  for (Session* session : expired) {
-    ids.push_back(session->id);
-    Erase(session);
+  for (auto it = index_.begin(); it != index_.end();) {
+    const Session* session = it->second.session.get();
+    const int64_t last_use = session != nullptr ? absl::ToUnixMicros(session->last_use_time)
+                                                : it->second.last_use_micros;
+    if ((session != nullptr && session->busy) || last_use > cutoff) {
+      ++it;
+      continue;
+    }
+    ids.push_back(Unpack(it->first));
+    it = EraseEntry(it);
   }
   return ids;
 }
 
-std::vector<const Session*> SessionStore::List(const std::optional<SessionId>& after,
-                                               int32_t limit, absl::string_view owner) const {
-  std::vector<const Session*> out;
-  auto it = after.has_value() ? sessions_.upper_bound(*after) : sessions_.begin();
-  for (; it != sessions_.end() && out.size() < static_cast<size_t>(limit); ++it) {
-    if (!it->second->ephemeral && it->second->owner == owner) out.push_back(it->second.get());
+std::vector<SessionInfo> SessionStore::List(const std::optional<SessionId>& after, int32_t limit,
+                                            absl::string_view owner) const {
+  std::vector<SessionInfo> out;
+  const std::optional<uint32_t> number = FindOwner(owner);
+  if (!number.has_value()) return out;
+  auto it = after.has_value() ? index_.upper_bound(Pack(*after)) : index_.begin();
+  for (; it != index_.end() && out.size() < static_cast<size_t>(limit); ++it) {
+    if (it->second.owner == *number) out.push_back(InfoOf(*it));
   }
   return out;
 }
 
 bool SessionStore::HasAfter(const SessionId& after, absl::string_view owner) const {
-  for (auto it = sessions_.upper_bound(after); it != sessions_.end(); ++it) {
-    if (!it->second->ephemeral && it->second->owner == owner) return true;
+  const std::optional<uint32_t> number = FindOwner(owner);
+  if (!number.has_value()) return false;
+  for (auto it = index_.upper_bound(Pack(after)); it != index_.end(); ++it) {
+    if (it->second.owner == *number) return true;
   }
   return false;
 }
 
-std::vector<const Session*> SessionStore::All() const {
-  std::vector<const Session*> out;
-  for (const auto& [id, session] : sessions_) {
-    if (!session->ephemeral) out.push_back(session.get());
-  }
-  return out;
-}
-
 int32_t SessionStore::resident_named_sessions() const {
-  return static_cast<int32_t>(resident_.size()) - ephemeral_;
+  return static_cast<int32_t>(resident_.size() - ephemeral_.size());
 }
 
 }  // namespace linserve

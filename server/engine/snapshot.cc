@@ -110,6 +110,48 @@ absl::Status CheckStateValues(const std::vector<float>& state, const ModelConfig
   return absl::OkStatus();
 }
 
+// The fields after the version and before the state (see the layout in snapshot.h).
+absl::StatusOr<SnapshotHeader> ReadHeader(Reader& r, absl::string_view model_fingerprint,
+                                          absl::Time now) {
+  uint32_t fingerprint_size = 0;
+  if (!r.Get(fingerprint_size) || fingerprint_size > kMaxFingerprintBytes) {
+    return Corrupt("bad model fingerprint length");
+  }
+  std::string fingerprint(fingerprint_size, '\0');
+  if (!r.GetArray(fingerprint.data(), fingerprint_size, 1)) return Corrupt("truncated");
+  if (fingerprint != model_fingerprint) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session snapshot: made by model ", Abbreviated(fingerprint),
+                     "... but this server runs model ", Abbreviated(model_fingerprint),
+                     "...; a session only continues on the model that produced it"));
+  }
+  SnapshotHeader header;
+  int64_t create_micros = 0;
+  if (!r.Get(create_micros) || !r.Get(header.num_tokens) || !r.Get(header.position)) {
+    return Corrupt("truncated");
+  }
+  if (create_micros < 0) {
+    return Corrupt(absl::StrCat("create_time: ", create_micros,
+                                " µs since the Unix epoch is before the epoch"));
+  }
+  header.create_time = absl::FromUnixMicros(create_micros);
+  if (header.create_time > now + kMaxSnapshotClockSkew) {
+    return Corrupt(absl::StrCat("create_time: ", absl::FormatTime(header.create_time),
+                                " is in the future (now ", absl::FormatTime(now),
+                                "; allowed clock skew ",
+                                absl::FormatDuration(kMaxSnapshotClockSkew), ")"));
+  }
+  if (header.num_tokens < 0 || header.num_tokens > kMaxSnapshotTokens) {
+    return Corrupt(absl::StrCat("num_tokens: ", header.num_tokens, " is outside [0, ",
+                                kMaxSnapshotTokens, "]"));
+  }
+  if (header.position < 0 || header.position > header.num_tokens) {
+    return Corrupt(absl::StrCat("position: ", header.position,
+                                " is outside [0, num_tokens = ", header.num_tokens, "]"));
+  }
+  return header;
+}
+
 }  // namespace
 
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view model_fingerprint) {
@@ -132,6 +174,23 @@ std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view mo
   }
   w.out().append(Sha256(w.out()));
   return std::move(w.out());
+}
+
+absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(absl::string_view prefix,
+                                                    absl::string_view model_fingerprint,
+                                                    absl::Time now) {
+  if (prefix.size() < kMagic.size() + 4 || prefix.substr(0, kMagic.size()) != kMagic) {
+    return Corrupt("not a linserve session snapshot (bad magic)");
+  }
+  uint32_t version = 0;
+  std::memcpy(&version, prefix.data() + kMagic.size(), sizeof(version));
+  if (version != kSnapshotVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session snapshot: format version ", version,
+                     " is not supported (this server reads version ", kSnapshotVersion, ")"));
+  }
+  Reader r(prefix.substr(kMagic.size() + 4));
+  return ReadHeader(r, model_fingerprint, now);
 }
 
 int64_t MaxSnapshotBytes(const ModelConfig& config, absl::string_view model_fingerprint,
@@ -169,45 +228,14 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
   // every field is range-checked before anything is sized or computed from it.
 
   Reader r(body.substr(kMagic.size() + 4));
-  uint32_t fingerprint_size = 0;
-  if (!r.Get(fingerprint_size) || fingerprint_size > kMaxFingerprintBytes) {
-    return Corrupt("bad model fingerprint length");
-  }
-  std::string fingerprint(fingerprint_size, '\0');
-  if (!r.GetArray(fingerprint.data(), fingerprint_size, 1)) return Corrupt("truncated");
-  if (fingerprint != model_fingerprint) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session snapshot: made by model ", Abbreviated(fingerprint),
-                     "... but this server runs model ", Abbreviated(model_fingerprint),
-                     "...; a session only continues on the model that produced it"));
-  }
-
   SessionSnapshot snapshot;
-  int64_t create_micros = 0;
+  absl::StatusOr<SnapshotHeader> header = ReadHeader(r, model_fingerprint, now);
+  if (!header.ok()) return header.status();
+  snapshot.create_time = header->create_time;
+  snapshot.num_tokens = header->num_tokens;
+  snapshot.state.position = header->position;
   uint64_t state_floats = 0;
-  if (!r.Get(create_micros) || !r.Get(snapshot.num_tokens) || !r.Get(snapshot.state.position) ||
-      !r.Get(state_floats)) {
-    return Corrupt("truncated");
-  }
-  if (create_micros < 0) {
-    return Corrupt(absl::StrCat("create_time: ", create_micros,
-                                " µs since the Unix epoch is before the epoch"));
-  }
-  snapshot.create_time = absl::FromUnixMicros(create_micros);
-  if (snapshot.create_time > now + kMaxSnapshotClockSkew) {
-    return Corrupt(absl::StrCat("create_time: ", absl::FormatTime(snapshot.create_time),
-                                " is in the future (now ", absl::FormatTime(now),
-                                "; allowed clock skew ",
-                                absl::FormatDuration(kMaxSnapshotClockSkew), ")"));
-  }
-  if (snapshot.num_tokens < 0 || snapshot.num_tokens > kMaxSnapshotTokens) {
-    return Corrupt(absl::StrCat("num_tokens: ", snapshot.num_tokens, " is outside [0, ",
-                                kMaxSnapshotTokens, "]"));
-  }
-  if (snapshot.state.position < 0 || snapshot.state.position > snapshot.num_tokens) {
-    return Corrupt(absl::StrCat("position: ", snapshot.state.position,
-                                " is outside [0, num_tokens = ", snapshot.num_tokens, "]"));
-  }
+  if (!r.Get(state_floats)) return Corrupt("truncated");
   if (config.position == PositionEmbedding::kLearned &&
       snapshot.state.position > config.max_position) {
     return Corrupt(absl::StrCat("position: ", snapshot.state.position,

@@ -80,6 +80,22 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
                                                absl::string_view model_fingerprint,
                                                int64_t max_pending_tokens);
 
+// The fields of a snapshot before its state.
+struct SnapshotHeader {
+  absl::Time create_time = absl::UnixEpoch();
+  int64_t num_tokens = 0;
+  int64_t position = 0;
+};
+// The most bytes DecodeSnapshotHeader needs from the start of a snapshot.
+inline constexpr size_t kMaxSnapshotHeaderBytes = 8 + 4 + 4 + 256 + 3 * 8;
+
+// Reads and range-checks the header from the first bytes of a snapshot, for a server that
+// indexes snapshots and decodes each one whole (with its checksum) only when it is used. The
+// same errors as DecodeSnapshot for the fields it reads; the checksum is not checked.
+absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(absl::string_view prefix,
+                                                    absl::string_view model_fingerprint,
+                                                    absl::Time now);
+
 // The largest snapshot DecodeSnapshot can accept for this model: a bound for receivers that
 // accumulate a streamed snapshot.
 int64_t MaxSnapshotBytes(const ModelConfig& config, absl::string_view model_fingerprint,

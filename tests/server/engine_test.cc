@@ -517,6 +517,42 @@ TEST_P(EngineTest, ReplicasSharingStateDirHandASessionBackAndForthExactly) {
   EXPECT_EQ(GetSession(*a.engine, id, "tenant").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A session on disk serves every operation as before: with one slot and no host memory, each
+// session that leaves the slot goes to disk and is read back from its file on its next use.
+TEST_P(EngineTest, SessionsOnDiskServeEveryOperationAsBefore) {
+  ScopedTempDir dir;
+  EngineOptions options;
+  options.state_dir = dir.Join("state");
+  options.sessions.host_state_memory_mib = 0;
+  Harness h = Start(options, /*slots=*/1);
+  const std::vector<TokenId> p1 = {2, 7, 1}, p2 = {8, 2};
+  const SessionId a = CreateSession(*h.engine)->id;
+  const SessionId b = CreateSession(*h.engine)->id;
+  const Outcome first = RunRequest(*h.engine, Request(p1, 10, 3, a));
+  ASSERT_TRUE(first.status.ok());
+  ASSERT_TRUE(RunRequest(*h.engine, Request(p2, 10, 5, b)).status.ok());  // a leaves the slot
+  absl::StatusOr<SessionInfo> info = GetSession(*h.engine, a);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 1 + 3 + 10);
+  EXPECT_FALSE(info->resident);
+  const std::vector<SessionInfo> listed = ListSessions(*h.engine, std::nullopt, 10)->sessions;
+  EXPECT_EQ(listed.size(), 2u);
+  absl::StatusOr<std::string> exported = ExportSession(*h.engine, a);
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  absl::StatusOr<SessionInfo> fork = ForkSession(*h.engine, a);
+  ASSERT_TRUE(fork.ok()) << fork.status();
+  absl::StatusOr<SessionInfo> imported = ImportSession(*h.engine, *exported);
+  ASSERT_TRUE(imported.ok()) << imported.status();
+
+  const Outcome whole = RunRequest(*h.engine, Request(Concat({p1, first.tokens, p2}), 10, 4));
+  ASSERT_TRUE(whole.status.ok());
+  for (const SessionId& id : {a, fork->id, imported->id}) {
+    const Outcome continued = RunRequest(*h.engine, Request(p2, 10, 4, id));
+    ASSERT_TRUE(continued.status.ok()) << continued.status;
+    EXPECT_EQ(continued.tokens, whole.tokens);
+  }
+}
+
 // What the disk holds the moment a client hears a change is done is what a crash leaves: a copy
 // of state_dir taken then, opened by a second engine, has every answered change.
 TEST_P(EngineTest, EveryAnsweredChangeIsOnDiskBeforeTheClientHearsOfIt) {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "faulty_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/testing/random_model.h"
@@ -24,63 +25,6 @@ using ::testing::HasSubstr;
 
 constexpr absl::string_view kFingerprint = "persister-test";
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
-
-// The POSIX file system, failing with ENOSPC (or `error`) from the `fail_at`-th mutating call
-// on (-1: never) until Heal().
-class FaultyFileSystem : public FileSystem {
- public:
-  void FailFrom(int64_t call, absl::Status error) {
-    fail_at_ = call;
-    error_ = std::move(error);
-  }
-  void Heal() { fail_at_ = -1; }
-  int64_t mutating_calls() const { return calls_; }
-
-  absl::Status CreateDirectories(const std::string& dir) override {
-    if (absl::Status s = Maybe(); !s.ok()) return s;
-    return DefaultFileSystem().CreateDirectories(dir);
-  }
-  absl::StatusOr<std::vector<std::string>> ListDirectory(const std::string& dir) override {
-    return DefaultFileSystem().ListDirectory(dir);
-  }
-  absl::StatusOr<std::string> ReadFile(const std::string& path) override {
-    return DefaultFileSystem().ReadFile(path);
-  }
-  absl::Status WriteFileDurably(const std::string& path, std::string_view contents) override {
-    if (absl::Status s = Maybe(); !s.ok()) {
-      // What a full disk does: part of the data reaches the file, then the write fails.
-      DefaultFileSystem().WriteFileDurably(path, contents.substr(0, contents.size() / 2))
-          .IgnoreError();
-      return s;
-    }
-    return DefaultFileSystem().WriteFileDurably(path, contents);
-  }
-  absl::Status RenameFile(const std::string& from, const std::string& to) override {
-    if (absl::Status s = Maybe(); !s.ok()) return s;
-    return DefaultFileSystem().RenameFile(from, to);
-  }
-  absl::Status RemoveFile(const std::string& path) override {
-    if (absl::Status s = Maybe(); !s.ok()) return s;
-    return DefaultFileSystem().RemoveFile(path);
-  }
-  absl::Status SyncDirectory(const std::string& dir) override {
-    if (absl::Status s = Maybe(); !s.ok()) return s;
-    return DefaultFileSystem().SyncDirectory(dir);
-  }
-  absl::StatusOr<FileVersion> StatFile(const std::string& path) override {
-    return DefaultFileSystem().StatFile(path);
-  }
-
- private:
-  absl::Status Maybe() {
-    const int64_t call = calls_++;
-    if (fail_at_ >= 0 && call >= fail_at_) return error_;
-    return absl::OkStatus();
-  }
-  std::atomic<int64_t> calls_{0};
-  std::atomic<int64_t> fail_at_{-1};
-  absl::Status error_ = absl::ResourceExhaustedError("No space left on device");
-};
 
 SessionRecord Record(const SessionId& id, int64_t tokens, const std::string& owner = "") {
   const ModelConfig config = TinyConfig();
@@ -145,12 +89,12 @@ TEST(SessionPersisterTest, ReplicasSharingADirectorySeeEachOthersChanges) {
   ScopedTempDir dir;
   auto a = Open(dir.Join("state"));
   auto b = Open(dir.Join("state"));
-  EXPECT_EQ(b->LoadOne(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(b->Read(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
   EXPECT_FALSE(a->ChangedElsewhere(Id('a')));  // never written or read here
   a->Put(Record(Id('a'), 3));
   ASSERT_TRUE(a->Flush().ok());
   EXPECT_FALSE(a->ChangedElsewhere(Id('a')));
-  absl::StatusOr<SessionRecord> read = b->LoadOne(Id('a'), kT0);
+  absl::StatusOr<SessionRecord> read = b->Read(Id('a'), kT0);
   ASSERT_TRUE(read.ok()) << read.status();
   EXPECT_EQ(read->snapshot.num_tokens, 3);
   EXPECT_FALSE(b->ChangedElsewhere(Id('a')));
@@ -159,13 +103,13 @@ TEST(SessionPersisterTest, ReplicasSharingADirectorySeeEachOthersChanges) {
   ASSERT_TRUE(b->Flush().ok());
   EXPECT_TRUE(a->ChangedElsewhere(Id('a')));
   EXPECT_FALSE(b->ChangedElsewhere(Id('a')));
-  EXPECT_EQ(a->LoadOne(Id('a'), kT0)->snapshot.num_tokens, 5);
+  EXPECT_EQ(a->Read(Id('a'), kT0)->snapshot.num_tokens, 5);
   EXPECT_FALSE(a->ChangedElsewhere(Id('a')));
 
   b->Remove(Id('a'));
   ASSERT_TRUE(b->Flush().ok());
   EXPECT_TRUE(a->ChangedElsewhere(Id('a')));
-  EXPECT_EQ(a->LoadOne(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(a->Read(Id('a'), kT0).status().code(), absl::StatusCode::kNotFound);
 }
 
 TEST(SessionPersisterTest, OpenRemovesLeftoverTemporaryFilesAndKeepsRecords) {

@@ -7,6 +7,7 @@
 #include "fake_backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "absl/strings/str_cat.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -24,8 +25,7 @@ class SessionStoreTest : public ::testing::Test {
   void Feed(Session& s, std::vector<TokenId> tokens, absl::Time now) {
     ASSERT_TRUE(store_.MakeResident(s, now).ok());
     ASSERT_TRUE(backend_.Prefill(*s.slot, tokens, {}).ok());
-    s.num_tokens += static_cast<int64_t>(tokens.size());
-    for (TokenId t : tokens) ++s.token_counts[t];
+    s.history.Append(tokens);
   }
   StateBlob Read(const Session& s) {
     absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(s);
@@ -125,9 +125,8 @@ TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheTimeout) {
 TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
   Session* a = *store_.Create(kT0);
   Feed(*a, {7, 8, 9}, kT0);
-  a->pending = {10};
-  a->num_tokens += 1;
-  ++a->token_counts[10];
+  a->history.Append({10});  // sent, not yet fed
+  a->history.SetPending({10});
   absl::StatusOr<Session*> b = store_.Fork(*a, kT0);  // a slot is free: slot to slot
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE((*b)->slot.has_value());
@@ -136,9 +135,7 @@ TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
   EXPECT_FALSE((*c)->slot.has_value());
   for (Session* fork : {*b, *c}) {
     EXPECT_NE(fork->id, a->id);
-    EXPECT_EQ(fork->pending, a->pending);
-    EXPECT_EQ(fork->num_tokens, a->num_tokens);
-    EXPECT_EQ(fork->token_counts, a->token_counts);
+    EXPECT_EQ(fork->history, a->history);
     EXPECT_EQ(Read(*fork).state, Read(*a).state);
   }
 }
@@ -146,9 +143,8 @@ TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
 TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
   Session* a = *store_.Create(kT0);
   Feed(*a, {3, 3, 4}, kT0);
-  a->pending = {5};
-  a->num_tokens += 1;
-  ++a->token_counts[5];
+  a->history.Append({5});  // sent, not yet fed
+  a->history.SetPending({5});
   absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(*a);
   ASSERT_TRUE(snapshot.ok());
   EXPECT_EQ(snapshot->token_counts,
@@ -157,7 +153,7 @@ TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
   ASSERT_TRUE(b.ok());
   EXPECT_FALSE((*b)->slot.has_value());
   EXPECT_EQ(Read(**b).state, Read(*a).state);
-  EXPECT_EQ((*b)->num_tokens, 4);
+  EXPECT_EQ((*b)->history.num_tokens(), 4);
   EXPECT_NE((*b)->id, a->id);
 
   // An empty session's snapshot is the zero state.
@@ -174,10 +170,10 @@ TEST_F(SessionStoreTest, ListsByIdInPages) {
   std::vector<SessionId> listed;
   std::optional<SessionId> after;
   while (true) {
-    const std::vector<const Session*> page = store_.List(after, 3);
-    for (const Session* s : page) listed.push_back(s->id);
-    if (page.empty() || !store_.HasAfter(page.back()->id)) break;
-    after = page.back()->id;
+    const std::vector<SessionInfo> page = store_.List(after, 3);
+    for (const SessionInfo& s : page) listed.push_back(s.id);
+    if (page.empty() || !store_.HasAfter(page.back().id)) break;
+    after = page.back().id;
   }
   EXPECT_EQ(listed, std::vector<SessionId>(ids.begin(), ids.end()));
 }
@@ -192,6 +188,69 @@ TEST(SessionStoreOptionsTest, Validates) {
   no_timeout.idle_timeout = absl::ZeroDuration();
   EXPECT_THAT(std::string(ValidateSessionStoreOptions(no_timeout).message()),
               HasSubstr("idle timeout"));
+  for (int64_t mib : {int64_t{-1}, kMaxHostStateMemoryMib + 1}) {
+    SessionStoreOptions budget;
+    budget.host_state_memory_mib = mib;
+    const absl::Status status = ValidateSessionStoreOptions(budget);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(
+        std::string(status.message()),
+        HasSubstr(absl::StrCat("host_state_memory_mib must be in [0, 16777216], got ", mib)));
+  }
+  SessionStoreOptions no_host_memory;
+  no_host_memory.host_state_memory_mib = 0;
+  EXPECT_TRUE(ValidateSessionStoreOptions(no_host_memory).ok());
+}
+
+// A snapshot is the state and a history that agree: a history that says otherwise (a bug in
+// whoever changed it) is refused, never exported or persisted.
+TEST_F(SessionStoreTest, SnapshotRefusesAHistoryThatDisagreesWithTheState) {
+  Session* a = *store_.Create(kT0);
+  Feed(*a, {3, 4}, kT0);
+  a->history.Append({5});  // counted but neither fed nor pending
+  const absl::Status status = store_.Snapshot(*a).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInternal);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("state is at position 2"));
+}
+
+// Without a state_dir the host tier is the last one: its budget is a hard limit, and what
+// does not fit is refused with the flag named, never dropped.
+TEST(SessionStoreHostBudgetTest, WithoutADiskTierRefusesWhatDoesNotFitNamingTheFlag) {
+  const ModelConfig config = TinyConfig();
+  FakeBackend backend(config, 1);
+  const int64_t budget = int64_t{1} << 20;
+  // What a hibernated session of one token costs in host memory.
+  const int64_t per_session = kSessionHostOverheadBytes +
+                              static_cast<int64_t>(config.StateFloatsPerSlot() * sizeof(float)) +
+                              16;
+  SessionStore store(backend, {.max_sessions = 100000, .host_state_memory_mib = 1});
+  // Fill host memory: each new session takes the slot and hibernates the previous one.
+  int32_t created = 0;
+  while (store.host_bytes() + per_session <= budget) {
+    absl::StatusOr<Session*> s = store.Create(kT0);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(store.MakeResident(**s, kT0 + absl::Seconds(++created)).ok());
+    ASSERT_TRUE(backend.Prefill(*(*s)->slot, {1}, {}).ok());
+    (*s)->history.Append({1});
+  }
+  EXPECT_EQ(store.hibernations(), created - 1);
+
+  // The slot's idle session cannot be hibernated: a request that needs the slot is refused,
+  // and waiting would not help.
+  const absl::Status hibernation = store.CreateEphemeral(kT0).status();
+  EXPECT_EQ(hibernation.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(hibernation.message()),
+              HasSubstr("host_state_memory_mib (1 MiB) is full"));
+  EXPECT_FALSE(store.SlotWaitHelps());
+
+  // New sessions are refused once not even an empty one fits.
+  absl::Status creation;
+  for (int i = 0; i < 100 && creation.ok(); ++i) creation = store.Create(kT0).status();
+  EXPECT_EQ(creation.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(creation.message()), HasSubstr("--host_state_memory_mib"));
+  EXPECT_LE(store.host_bytes(), budget);
+  EXPECT_EQ(store.disk_sessions(), 0);  // nothing was dropped
+  EXPECT_GE(store.named_sessions(), created);
 }
 
 }  // namespace
