@@ -107,6 +107,17 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetGauge("linserve_prefix_states", "Cached prefix states"),
           metrics.GetGauge("linserve_session_checkpoint_bytes",
                            "Host memory held by sessions' turn boundaries (RewindSession)"),
+          metrics.GetCounter("linserve_session_evictions_to_disk_total",
+                             "Idle sessions moved from host memory to disk "
+                             "(--host_state_memory_mib), their files already written"),
+          metrics.GetCounter("linserve_session_loads_from_disk_total",
+                             "Sessions read back from state_dir: used after an eviction, or "
+                             "written by another server sharing the directory"),
+          metrics.GetGauge("linserve_session_host_memory_bytes",
+                           "Host memory charged for sessions out of their slots "
+                           "(--host_state_memory_mib)"),
+          metrics.GetGauge("linserve_sessions_on_disk",
+                           "Hibernated sessions held only on disk (an index entry in memory)"),
       } {
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
@@ -770,6 +781,14 @@ void Engine::PublishStats() {
   m_.prefix_bytes.Set(static_cast<double>(prefix_.bytes()));
   m_.prefix_entries.Set(static_cast<double>(prefix_.size()));
   m_.session_checkpoint_bytes.Set(static_cast<double>(boundaries_.bytes()));
+  m_.evictions_to_disk.Increment(
+      static_cast<double>(store_.evictions_to_disk() - evictions_to_disk_reported_));
+  evictions_to_disk_reported_ = store_.evictions_to_disk();
+  m_.loads_from_disk.Increment(
+      static_cast<double>(store_.loads_from_disk() - loads_from_disk_reported_));
+  loads_from_disk_reported_ = store_.loads_from_disk();
+  m_.session_host_bytes.Set(static_cast<double>(store_.host_bytes()));
+  m_.disk_sessions.Set(store_.disk_sessions());
   m_.prefix_evictions.Increment(
       static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
   prefix_evictions_reported_ = prefix_.evictions();

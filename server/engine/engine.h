@@ -383,10 +383,16 @@ class Engine {
     Gauge& prefix_bytes;
     Gauge& prefix_entries;
     Gauge& session_checkpoint_bytes;
+    Counter& evictions_to_disk;
+    Counter& loads_from_disk;
+    Gauge& session_host_bytes;
+    Gauge& disk_sessions;
   };
   Instruments m_;
   int64_t hibernations_reported_ = 0;
   int64_t prefix_evictions_reported_ = 0;
+  int64_t evictions_to_disk_reported_ = 0;
+  int64_t loads_from_disk_reported_ = 0;
 
   std::thread thread_;
 };

@@ -551,6 +551,15 @@ TEST_P(EngineTest, SessionsOnDiskServeEveryOperationAsBefore) {
     ASSERT_TRUE(continued.status.ok()) << continued.status;
     EXPECT_EQ(continued.tokens, whole.tokens);
   }
+  // Every use of a session on disk read its file back; every session leaving the slot went to
+  // disk (no host memory).
+  const std::string metrics = metrics_.RenderPrometheus();
+  for (const std::string name :
+       {"linserve_session_evictions_to_disk_total", "linserve_session_loads_from_disk_total"}) {
+    EXPECT_THAT(metrics, HasSubstr("\n" + name + " "));
+    EXPECT_THAT(metrics, Not(HasSubstr("\n" + name + " 0\n")));
+  }
+  EXPECT_THAT(metrics, HasSubstr("linserve_session_host_memory_bytes 0\n"));
 }
 
 // What the disk holds the moment a client hears a change is done is what a crash leaves: a copy
