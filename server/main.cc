@@ -140,6 +140,13 @@ ABSL_FLAG(int32_t, prefix_checkpoint_interval, 1024,
           "Tokens between two prefix states cached inside one long prompt (besides those at "
           "the end of every prompt and request); 0: only those.");
 ABSL_FLAG(int32_t, prefix_min_tokens, 32, "Shortest prefix worth caching or reusing, tokens.");
+ABSL_FLAG(std::string, prefix_disk_dir, "",
+          "Directory for prefix states evicted from --prefix_cache_mib: they are written there "
+          "and read back when a request needs one. This server's alone, cleared at start (a "
+          "cache, not state). Empty: evicted states are forgotten.");
+ABSL_FLAG(int64_t, prefix_disk_mib, 4096,
+          "Disk the prefix states in --prefix_disk_dir may take, MiB (least recently written "
+          "dropped first).");
 ABSL_FLAG(int32_t, session_checkpoints, 8,
           "Turn boundaries each session keeps for RewindSession and ForkSession(num_tokens), "
           "the newest; 0 keeps none (a session can still be rewound to 0).");
@@ -302,6 +309,13 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
     return absl::InvalidArgumentError(
         absl::StrCat("--prefix_min_tokens must be >= 1, got ", o.prefix.min_tokens));
   }
+  o.prefix.disk_dir = absl::GetFlag(FLAGS_prefix_disk_dir);
+  const int64_t prefix_disk_mib = absl::GetFlag(FLAGS_prefix_disk_mib);
+  if (prefix_disk_mib < 1 || prefix_disk_mib > kMaxMib) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--prefix_disk_mib must be in [1, 2^30], got ", prefix_disk_mib));
+  }
+  o.prefix.disk_budget_bytes = prefix_disk_mib << 20;
   o.session_checkpoints.per_session = absl::GetFlag(FLAGS_session_checkpoints);
   if (o.session_checkpoints.per_session < 0) {
     return absl::InvalidArgumentError(

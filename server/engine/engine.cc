@@ -29,7 +29,8 @@ size_t DecodeRows(const EngineOptions& options) {
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
-               std::unique_ptr<SessionPersister> persister, const EngineOptions& options,
+               std::unique_ptr<SessionPersister> persister,
+               std::unique_ptr<PrefixDisk> prefix_disk, const EngineOptions& options,
                MetricsRegistry& metrics)
     : model_(model),
       options_(options),
@@ -38,7 +39,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       slot_capacity_(backend_->slot_capacity()),
       persister_(std::move(persister)),
       store_(*backend_, options.sessions, persister_.get()),
-      prefix_(options.prefix, model.fingerprint),
+      prefix_disk_(std::move(prefix_disk)),
+      prefix_(options.prefix, model.fingerprint, /*extend=*/nullptr, prefix_disk_.get()),
       boundaries_(options.session_checkpoints),
       decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
       prefill_sample_(DecodeRows(options)),
@@ -118,6 +120,11 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                            "(--host_state_memory_mib)"),
           metrics.GetGauge("linserve_sessions_on_disk",
                            "Hibernated sessions held only on disk (an index entry in memory)"),
+          metrics.GetGauge("linserve_prefix_disk_bytes",
+                           "Bytes of prefix states on the disk tier (--prefix_disk_dir)"),
+          metrics.GetGauge("linserve_prefix_disk_states", "Prefix states on the disk tier"),
+          metrics.GetCounter("linserve_prefix_disk_reads_total",
+                             "Prefix states read back from the disk tier by a lookup"),
       } {
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
@@ -169,8 +176,17 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     if (!opened.ok()) return opened.status();
     persister = *std::move(opened);
   }
-  std::unique_ptr<Engine> engine(
-      new Engine(model, std::move(backend), std::move(persister), options, metrics));
+  std::unique_ptr<PrefixDisk> prefix_disk;
+  if (options.prefix.memory_budget_bytes > 0 && !options.prefix.disk_dir.empty()) {
+    absl::StatusOr<std::unique_ptr<PrefixDisk>> opened =
+        PrefixDisk::Open({.dir = options.prefix.disk_dir,
+                          .budget_bytes = options.prefix.disk_budget_bytes,
+                          .file_system = options.file_system});
+    if (!opened.ok()) return opened.status();
+    prefix_disk = *std::move(opened);
+  }
+  std::unique_ptr<Engine> engine(new Engine(model, std::move(backend), std::move(persister),
+                                            std::move(prefix_disk), options, metrics));
   if (engine->persister_ != nullptr) {
     const absl::Time start = absl::Now();
     const int64_t restored = engine->store_.Restore(start);
@@ -789,6 +805,13 @@ void Engine::PublishStats() {
   loads_from_disk_reported_ = store_.loads_from_disk();
   m_.session_host_bytes.Set(static_cast<double>(store_.host_bytes()));
   m_.disk_sessions.Set(store_.disk_sessions());
+  if (prefix_disk_ != nullptr) {
+    m_.prefix_disk_bytes.Set(static_cast<double>(prefix_disk_->bytes()));
+    m_.prefix_disk_states.Set(static_cast<double>(prefix_disk_->size()));
+    m_.prefix_disk_reads.Increment(
+        static_cast<double>(prefix_disk_->reads() - prefix_disk_reads_reported_));
+    prefix_disk_reads_reported_ = prefix_disk_->reads();
+  }
   m_.prefix_evictions.Increment(
       static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
   prefix_evictions_reported_ = prefix_.evictions();

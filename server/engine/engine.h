@@ -191,8 +191,8 @@ class Engine {
 
  private:
   Engine(const Model& model, std::unique_ptr<Backend> backend,
-         std::unique_ptr<SessionPersister> persister, const EngineOptions& options,
-         MetricsRegistry& metrics);
+         std::unique_ptr<SessionPersister> persister, std::unique_ptr<PrefixDisk> prefix_disk,
+         const EngineOptions& options, MetricsRegistry& metrics);
 
   // An inbox entry: called with OK on the engine thread, or with the reason it was not run
   // (queue full, shutting down) on whichever thread found that out.
@@ -310,6 +310,8 @@ class Engine {
   std::unique_ptr<SessionPersister> persister_;
   // Owned by the engine thread (and by Shutdown once the thread has stopped).
   SessionStore store_;
+  // nullptr without a prefix disk directory. Declared before prefix_, which uses it.
+  std::unique_ptr<PrefixDisk> prefix_disk_;
   PrefixStore prefix_;
   SessionCheckpoints boundaries_;
   std::deque<std::unique_ptr<Job>> waiting_;
@@ -387,12 +389,16 @@ class Engine {
     Counter& loads_from_disk;
     Gauge& session_host_bytes;
     Gauge& disk_sessions;
+    Gauge& prefix_disk_bytes;
+    Gauge& prefix_disk_states;
+    Counter& prefix_disk_reads;
   };
   Instruments m_;
   int64_t hibernations_reported_ = 0;
   int64_t prefix_evictions_reported_ = 0;
   int64_t evictions_to_disk_reported_ = 0;
   int64_t loads_from_disk_reported_ = 0;
+  int64_t prefix_disk_reads_reported_ = 0;
 
   std::thread thread_;
 };

@@ -45,6 +45,11 @@ absl::Status ValidatePrefixStoreOptions(const PrefixStoreOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("prefix min tokens must be >= 1, got ", options.min_tokens));
   }
+  if (!options.disk_dir.empty() && options.disk_budget_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix disk budget must be >= 1 byte with a disk directory, got ",
+                     options.disk_budget_bytes));
+  }
   return absl::OkStatus();
 }
 
@@ -61,8 +66,8 @@ std::string_view ToString(PrefixMiss miss) {
 }
 
 PrefixStore::PrefixStore(const PrefixStoreOptions& options, absl::string_view model_fingerprint,
-                         ExtendKey extend)
-    : options_(options), extend_(extend != nullptr ? extend : &StrongExtend) {
+                         ExtendKey extend, PrefixDisk* disk)
+    : options_(options), extend_(extend != nullptr ? extend : &StrongExtend), disk_(disk) {
   std::random_device random;
   const uint64_t salt = (uint64_t{random()} << 32) ^ random();
   seed_ = Mix(salt ^ absl::HashOf(model_fingerprint));
@@ -103,7 +108,12 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   // Usable lengths leave a token to feed: min_tokens .. size - 1.
   const size_t shortest = static_cast<size_t>(options_.min_tokens);
   for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= shortest; --length) {
-    auto it = Find(keys[length - 1], owner, tokens.subspan(0, length));
+    const absl::Span<const TokenId> prefix = tokens.subspan(0, length);
+    auto it = Find(keys[length - 1], owner, prefix);
+    if (it == lru_.end() && disk_ != nullptr && disk_->Holds(keys[length - 1], owner, length)) {
+      std::optional<StateBlob> state = disk_->Take(keys[length - 1], owner, prefix);
+      if (state.has_value() && Insert(owner, prefix, *std::move(state))) it = lru_.begin();
+    }
     if (it == lru_.end()) continue;
     lru_.splice(lru_.begin(), lru_, it);
     result.length = static_cast<int64_t>(length);
@@ -159,15 +169,23 @@ void PrefixStore::Evict() {
   const Entry& victim = lru_.back();
   by_key_.erase(victim.key);
   bytes_ -= victim.bytes;
-  if (evicted_.insert(victim.key).second) {
-    evicted_order_.push_back(victim.key);
-    if (evicted_order_.size() > kEvictedKeysRemembered) {
-      evicted_.erase(evicted_order_.front());
-      evicted_order_.pop_front();
-    }
+  std::vector<uint64_t> dropped;
+  if (disk_ == nullptr ||
+      !disk_->Put(victim.key, victim.owner, victim.tokens, victim.state, dropped)) {
+    RememberEvicted(victim.key);
   }
+  for (uint64_t key : dropped) RememberEvicted(key);
   lru_.pop_back();
   ++evictions_;
+}
+
+void PrefixStore::RememberEvicted(uint64_t key) {
+  if (!evicted_.insert(key).second) return;
+  evicted_order_.push_back(key);
+  if (evicted_order_.size() > kEvictedKeysRemembered) {
+    evicted_.erase(evicted_order_.front());
+    evicted_order_.pop_front();
+  }
 }
 
 }  // namespace linserve

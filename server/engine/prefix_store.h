@@ -18,8 +18,10 @@
 //
 // Checkpoints are read-only and copied out (Backend::WriteSlot into the request's own slot), so
 // nothing a request does changes one. Memory is bounded by a byte budget; the least recently
-// used checkpoints are evicted first. The keys of the last kEvictedKeysRemembered evicted
-// checkpoints are kept, so that a miss can say it was caused by an eviction.
+// used checkpoints are evicted first: to the disk tier when there is one (prefix_disk.h: a
+// lookup that finds a checkpoint there reads it back into memory), else forgotten. The keys of
+// the last kEvictedKeysRemembered checkpoints forgotten (or dropped by the disk tier for its
+// budget) are kept, so that a miss can say it was caused by an eviction.
 //
 // No threads and no locking: the engine thread owns the store.
 #ifndef LINSERVE_SERVER_ENGINE_PREFIX_STORE_H_
@@ -40,6 +42,7 @@
 #include "absl/types/span.h"
 #include "model/backend.h"
 #include "model/types.h"
+#include "server/engine/prefix_disk.h"
 
 namespace linserve {
 
@@ -53,6 +56,11 @@ struct PrefixStoreOptions {
   // Shortest prefix worth a checkpoint: shorter ones are neither stored nor looked up (copying
   // a state in costs about as much as re-reading a few tokens). Default: 32.
   int32_t min_tokens = 32;
+  // The disk tier's directory (prefix_disk.h: this server's alone, cleared at start); "" keeps
+  // checkpoints in memory only. Default: "".
+  std::string disk_dir = "";
+  // Bytes the disk tier's files may take. Default: 4 GiB.
+  int64_t disk_budget_bytes = int64_t{4} << 30;
 };
 
 // Errors are INVALID_ARGUMENT naming the field and its range.
@@ -86,9 +94,10 @@ class PrefixStore {
   using ExtendKey = uint64_t (*)(uint64_t key, TokenId token);
 
   // `options` must be valid (ValidatePrefixStoreOptions); `model_fingerprint` names the model
-  // whose states the store holds. `extend` nullptr: a strong 64-bit mix.
+  // whose states the store holds. `extend` nullptr: a strong 64-bit mix. `disk` (nullptr: none)
+  // is the disk tier, which must outlive the store.
   PrefixStore(const PrefixStoreOptions& options, absl::string_view model_fingerprint,
-              ExtendKey extend = nullptr);
+              ExtendKey extend = nullptr, PrefixDisk* disk = nullptr);
   PrefixStore(const PrefixStore&) = delete;
   PrefixStore& operator=(const PrefixStore&) = delete;
 
@@ -97,7 +106,7 @@ class PrefixStore {
 
   // The longest checkpoint of `owner` covering a proper prefix of `tokens` of at least
   // min_tokens (at least one token is left to feed, whose logits the caller needs), which
-  // becomes the most recently used.
+  // becomes the most recently used; one on the disk tier is read back into memory first.
   PrefixLookup Lookup(absl::string_view owner, absl::Span<const TokenId> tokens);
   // Whether a checkpoint of `owner` after exactly `tokens` is held; it becomes the most
   // recently used (so a caller can skip reading a state the store already has).
@@ -129,9 +138,12 @@ class PrefixStore {
   // The entry under `key` when it holds exactly (owner, tokens); lru_.end() otherwise.
   EntryList::iterator Find(uint64_t key, absl::string_view owner, absl::Span<const TokenId> tokens);
   void Evict();
+  // A key whose checkpoint is gone, for the miss reasons.
+  void RememberEvicted(uint64_t key);
 
   const PrefixStoreOptions options_;
   const ExtendKey extend_;
+  PrefixDisk* const disk_;
   uint64_t seed_ = 0;
   // Most recently used first.
   EntryList lru_;

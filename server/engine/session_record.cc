@@ -5,19 +5,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "openssl/sha.h"
+#include "server/engine/sha256.h"
 
 namespace linserve {
 namespace {
 
 constexpr absl::string_view kMagic("LSVSREC\x1a", 8);
-constexpr size_t kDigestBytes = SHA256_DIGEST_LENGTH;
-
-std::string Sha256(absl::string_view bytes) {
-  unsigned char digest[kDigestBytes];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), kDigestBytes);
-}
 
 template <typename T>
 void Put(std::string& out, T value) {
@@ -44,7 +37,7 @@ std::string EncodeSessionRecord(const SessionRecord& record, absl::string_view m
   const std::string snapshot = EncodeSnapshot(record.snapshot, model_fingerprint);
   std::string out;
   out.reserve(kMagic.size() + 4 + 8 + 4 + record.owner.size() + 8 + snapshot.size() +
-              kDigestBytes);
+              kSha256Bytes);
   out.append(kMagic.data(), kMagic.size());
   Put<uint32_t>(out, kSessionRecordVersion);
   Put<int64_t>(out, absl::ToUnixMicros(record.last_use_time));
@@ -60,8 +53,8 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
                                                   const ModelConfig& config,
                                                   absl::string_view model_fingerprint,
                                                   int64_t max_pending_tokens, absl::Time now) {
-  if (bytes.size() < kMagic.size() + 4 + kDigestBytes) return Corrupt("truncated");
-  const absl::string_view body = bytes.substr(0, bytes.size() - kDigestBytes);
+  if (bytes.size() < kMagic.size() + 4 + kSha256Bytes) return Corrupt("truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - kSha256Bytes);
   if (body.substr(0, kMagic.size()) != kMagic) return Corrupt("bad magic");
   if (Sha256(body) != bytes.substr(body.size())) return Corrupt("checksum mismatch");
   absl::string_view in = body.substr(kMagic.size());

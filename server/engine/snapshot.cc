@@ -10,7 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "openssl/sha.h"
+#include "server/engine/sha256.h"
 
 namespace linserve {
 namespace {
@@ -19,7 +19,6 @@ static_assert(std::endian::native == std::endian::little,
               "snapshots are little-endian and written with memcpy");
 
 constexpr absl::string_view kMagic("LSVSNAP\x1a", 8);
-constexpr size_t kDigestBytes = SHA256_DIGEST_LENGTH;
 constexpr uint32_t kMaxFingerprintBytes = 256;
 
 class Writer {
@@ -68,12 +67,6 @@ class Reader {
 
 absl::Status Corrupt(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat("session snapshot: ", what));
-}
-
-std::string Sha256(absl::string_view bytes) {
-  unsigned char digest[kDigestBytes];
-  SHA256(reinterpret_cast<const unsigned char*>(bytes.data()), bytes.size(), digest);
-  return std::string(reinterpret_cast<const char*>(digest), kDigestBytes);
 }
 
 absl::string_view Abbreviated(absl::string_view fingerprint) { return fingerprint.substr(0, 16); }
@@ -197,7 +190,7 @@ int64_t MaxSnapshotBytes(const ModelConfig& config, absl::string_view model_fing
                          int64_t max_pending_tokens) {
   return static_cast<int64_t>(kMagic.size()) + 4 + 4 + model_fingerprint.size() + 8 * 3 + 8 +
          config.StateFloatsPerSlot() * 4 + 4 + max_pending_tokens * 4 + 4 +
-         int64_t{config.vocab_size} * 12 + kDigestBytes;
+         int64_t{config.vocab_size} * 12 + kSha256Bytes;
 }
 
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
@@ -219,8 +212,8 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
         absl::StrCat("session snapshot: format version ", version,
                      " is not supported (this server reads version ", kSnapshotVersion, ")"));
   }
-  if (bytes.size() < kMagic.size() + 4 + kDigestBytes) return Corrupt("truncated");
-  const absl::string_view body = bytes.substr(0, bytes.size() - kDigestBytes);
+  if (bytes.size() < kMagic.size() + 4 + kSha256Bytes) return Corrupt("truncated");
+  const absl::string_view body = bytes.substr(0, bytes.size() - kSha256Bytes);
   if (Sha256(body) != bytes.substr(body.size())) {
     return Corrupt("SHA-256 checksum mismatch (the bytes were corrupted or truncated)");
   }

@@ -2,6 +2,7 @@
 // the server at start with exit status 1 and a message naming the flag.
 #include <signal.h>
 
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -55,11 +56,13 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--max_new_tokens=123", "--max_prompt_tokens=456", "--max_stop_strings=2",
        "--max_stop_string_bytes=7", "--max_stop_token_ids=3", "--max_top_logprobs=4",
        "--max_prompt_bytes=5000000", "--prefix_cache_mib=3", "--prefix_checkpoint_interval=64",
-       "--prefix_min_tokens=8", "--session_checkpoints=2", "--session_checkpoint_mib=5",
+       "--prefix_min_tokens=8", "--prefix_disk_dir=" + dir_.Join("prefix"),
+       "--prefix_disk_mib=7", "--session_checkpoints=2", "--session_checkpoint_mib=5",
        "--log_level=warn"},
       dir_.Join("log"), dir_.Join("ports"));
   ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
   EXPECT_EQ(server.metrics_port(), -1);
+  EXPECT_TRUE(std::filesystem::is_directory(dir_.Join("prefix")));
 
   ClientOptions options;
   options.tls = true;
@@ -153,6 +156,9 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--prefix_cache_mib=-1", "--prefix_cache_mib must be in [0, 2^30]"},
       {"--prefix_checkpoint_interval=-1", "--prefix_checkpoint_interval must be >= 0"},
       {"--prefix_min_tokens=0", "--prefix_min_tokens must be >= 1"},
+      {"--prefix_disk_mib=0", "--prefix_disk_mib must be in [1, 2^30]"},
+      {"--prefix_disk_dir=" + dir_.Join("empty_token/prefix"),
+       "prefix disk directory " + dir_.Join("empty_token/prefix") + " is unusable"},
       {"--session_checkpoints=-2", "--session_checkpoints must be >= 0"},
       {"--session_checkpoint_mib=-1", "--session_checkpoint_mib must be in [0, 2^30]"},
       {"--max_queue_depth=0", "max_queue_depth"},

@@ -13,6 +13,7 @@
 #include "server/engine/engine.h"
 #include "tests/testing/pipelined_backend.h"
 #include "tests/testing/random_model.h"
+#include "tests/testing/scoped_temp_dir.h"
 
 namespace linserve {
 namespace {
@@ -325,6 +326,33 @@ TEST_P(EnginePrefixTest, APromptWaitingForACancelledPrefillFeedsItself) {
   EXPECT_EQ(out.result.usage.cached_prompt_tokens % 32, 0);
   engine->Cancel(stream_id);
   stream->Wait();
+}
+
+TEST_P(EnginePrefixTest, CheckpointsEvictedToTheDiskTierServeAResendExactly) {
+  // Memory for about one checkpoint: a second conversation's checkpoints push the first one's
+  // to disk, and its resend starts from the state read back from there.
+  ScopedTempDir dir;
+  PrefixStoreOptions prefix = Prefix();
+  prefix.memory_budget_bytes =
+      static_cast<int64_t>(model_.config.StateFloatsPerSlot() * sizeof(float)) + 200 * 4 + 256;
+  prefix.disk_dir = dir.Join("prefix");
+  FakeBackend* fake = nullptr;
+  MetricsRegistry metrics;
+  std::unique_ptr<Engine> engine = Start(prefix, &fake, &metrics);
+  const GenerateRequest first = Request(Range(1, 40), 6, 1);
+  const Outcome a = RunRequest(*engine, first);
+  ASSERT_TRUE(RunRequest(*engine, Request(Range(100, 40), 6, 2)).status.ok());
+  const GenerateRequest resend = Request(Concat({first.prompt, a.tokens, Range(60, 5)}), 6, 3);
+  size_t seen = 0;
+  PrefilledSince(*fake, seen);
+  const Outcome warm = RunRequest(*engine, resend);
+  ASSERT_TRUE(warm.status.ok()) << warm.status;
+  // BOS, the prompt and all but the last generated token were cached at the first request's end.
+  EXPECT_EQ(warm.result.usage.cached_prompt_tokens, 1 + 40 + 5);
+  EXPECT_EQ(PrefilledSince(*fake, seen),
+            warm.result.usage.prompt_tokens - warm.result.usage.cached_prompt_tokens);
+  EXPECT_EQ(warm.tokens, ColdRuns({resend})[0]);
+  EXPECT_THAT(metrics.RenderPrometheus(), HasSubstr("linserve_prefix_disk_reads_total 1\n"));
 }
 
 TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueTheSession) {

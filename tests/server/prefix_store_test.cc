@@ -6,30 +6,10 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "prefix_test_util.h"
 
 namespace linserve {
 namespace {
-
-constexpr int64_t kFloats = 1000;  // 4000 bytes of state per checkpoint
-
-// The state after `tokens`, tagged so a test can tell checkpoints apart.
-StateBlob StateAfter(const std::vector<TokenId>& tokens) {
-  StateBlob blob;
-  blob.position = static_cast<int64_t>(tokens.size());
-  blob.state.assign(kFloats, 0.0f);
-  for (size_t i = 0; i < tokens.size(); ++i) blob.state[i % kFloats] += tokens[i] + 0.5f * i;
-  return blob;
-}
-
-std::vector<TokenId> Range(TokenId from, int n) {
-  std::vector<TokenId> out;
-  for (int i = 0; i < n; ++i) out.push_back(from + i);
-  return out;
-}
-
-std::vector<TokenId> Head(const std::vector<TokenId>& tokens, size_t n) {
-  return {tokens.begin(), tokens.begin() + n};
-}
 
 PrefixStore MakeStore(int64_t budget, PrefixStore::ExtendKey extend = nullptr) {
   return PrefixStore({.memory_budget_bytes = budget, .checkpoint_interval = 0, .min_tokens = 1},
