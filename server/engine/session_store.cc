@@ -587,7 +587,12 @@ int64_t SessionStore::Restore(absl::Time now) {
 std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
   const int64_t cutoff = absl::ToUnixMicros(now - options_.idle_timeout);
   std::vector<SessionId> ids;
-  for (auto it = index_.begin(); it != index_.end();) {
+  const size_t budget = index_.size() <= kExpiryScanAll
+                            ? index_.size()
+                            : std::max(kExpiryScanAll, index_.size() / kExpirySweepCalls);
+  auto it = expiry_cursor_.has_value() ? index_.lower_bound(*expiry_cursor_) : index_.begin();
+  for (size_t scanned = 0; scanned < budget; ++scanned) {
+    if (it == index_.end()) it = index_.begin();  // wraps around: the budget is at most the size
     const Session* session = it->second.session.get();
     const int64_t last_use = session != nullptr ? absl::ToUnixMicros(session->last_use_time)
                                                 : it->second.last_use_micros;
@@ -598,6 +603,8 @@ std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
     ids.push_back(Unpack(it->first));
     it = EraseEntry(it);
   }
+  expiry_cursor_.reset();
+  if (it != index_.end()) expiry_cursor_ = it->first;
   return ids;
 }
 

@@ -192,8 +192,13 @@ class SessionStore {
                                   std::optional<SessionId> id = std::nullopt);
 
   // Deletes idle named sessions whose last use is idle_timeout or more before `now`; returns
-  // their ids.
+  // their ids. Each call checks the next part of the index, by id, wrapping around: all of it
+  // when it holds at most kExpiryScanAll sessions, else 1/kExpirySweepCalls of it, so that a
+  // call costs a bounded slice of the engine thread (a whole scan of a million index entries
+  // takes about 10 ms) and a session expires at most kExpirySweepCalls calls late.
   std::vector<SessionId> ExpireIdle(absl::Time now);
+  static constexpr size_t kExpiryScanAll = 4096;
+  static constexpr size_t kExpirySweepCalls = 60;
 
   // Up to `limit` named sessions of `owner` with ids greater than `after` (all when nullopt),
   // by id; sessions on disk are described from the index.
@@ -289,6 +294,8 @@ class SessionStore {
   int64_t hibernations_ = 0;
   int64_t evictions_to_disk_ = 0;
   int64_t loads_from_disk_ = 0;
+  // Where the next ExpireIdle goes on (nullopt: the beginning).
+  std::optional<PackedSessionId> expiry_cursor_;
 };
 
 }  // namespace linserve

@@ -122,6 +122,28 @@ TEST_F(SessionStoreTest, ExpiresOnlyIdleSessionsPastTheTimeout) {
   EXPECT_EQ(backend_.free_slots(), 2);  // the expired session's slot came back
 }
 
+// Each expiry call checks a bounded slice of a large index, so the engine thread never stalls
+// on it; every session past the timeout still goes within kExpirySweepCalls calls.
+TEST(SessionStoreExpiryTest, ALargeIndexIsSweptInSlicesAndEverySessionExpires) {
+  FakeBackend backend(TinyConfig(), 2);
+  SessionStore store(backend, {.max_sessions = 1 << 20, .idle_timeout = absl::Minutes(10)});
+  const size_t sessions = SessionStore::kExpiryScanAll * SessionStore::kExpirySweepCalls / 20;
+  for (size_t i = 0; i < sessions; ++i) ASSERT_TRUE(store.Create(kT0).ok());
+  const absl::Time later = kT0 + absl::Minutes(10);
+  size_t expired = 0;
+  int calls = 0;
+  while (expired < sessions && calls < static_cast<int>(SessionStore::kExpirySweepCalls)) {
+    const size_t now_expired = store.ExpireIdle(later).size();
+    EXPECT_LE(now_expired, std::max(SessionStore::kExpiryScanAll, sessions / 60));
+    expired += now_expired;
+    ++calls;
+  }
+  EXPECT_EQ(expired, sessions);
+  EXPECT_EQ(store.named_sessions(), 0);
+  EXPECT_EQ(calls, 3);  // 4096 + 4096 + the 4096 left
+  EXPECT_TRUE(store.ExpireIdle(later).empty());
+}
+
 TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
   Session* a = *store_.Create(kT0);
   Feed(*a, {7, 8, 9}, kT0);
