@@ -305,9 +305,7 @@ TEST_P(EnginePrefixTest, APromptWaitingForACancelledPrefillFeedsItself) {
   PrefilledSince(*fake, seen);
   int64_t fed = 0;
   while (fed < 320) {
-    fake->Open();
-    while (fake->WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
-    StopAtGate(*fake);
+    fake->Step();
     fed += PrefilledSince(*fake, seen);
   }
   engine->Cancel(*leader_id);

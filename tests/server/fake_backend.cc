@@ -144,7 +144,11 @@ absl::Status FakeBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<
     absl::MutexLock lock(&mu_);
     waiting_at_gate_ = true;
     mu_.Await(absl::Condition(
-        +[](bool* closed) { return !*closed; }, &gate_closed_));
+        +[](FakeBackend* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+          return !self->gate_closed_ || self->passes_ > 0;
+        },
+        this));
+    if (gate_closed_) --passes_;
     waiting_at_gate_ = false;
     if (fail_) return absl::InternalError("fake backend: injected Decode failure");
     calls_.push_back({Call::kDecode, static_cast<int32_t>(batch.size())});
@@ -232,6 +236,18 @@ void FakeBackend::CloseGate() {
 void FakeBackend::Open() {
   absl::MutexLock lock(&mu_);
   gate_closed_ = false;
+  passes_ = 0;
+}
+
+void FakeBackend::Step() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&waiting_at_gate_));
+  ++passes_;
+  mu_.Await(absl::Condition(
+      +[](FakeBackend* self) ABSL_EXCLUSIVE_LOCKS_REQUIRED(self->mu_) {
+        return self->passes_ == 0 && self->waiting_at_gate_;
+      },
+      this));
 }
 
 bool FakeBackend::WaitingAtGate() const {

@@ -66,6 +66,10 @@ class FakeBackend : public Backend {
   void Open();
   // Whether a Decode call is currently blocked at the closed gate.
   bool WaitingAtGate() const;
+  // With the gate closed and a Decode call waiting at it: lets exactly that call through and
+  // returns once the engine's next Decode call waits at the gate (one engine step, however
+  // the threads are scheduled).
+  void Step();
   std::vector<Call> calls() const;
 
  private:
@@ -89,6 +93,7 @@ class FakeBackend : public Backend {
   bool fail_ ABSL_GUARDED_BY(mu_) = false;
   bool gate_closed_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_at_gate_ ABSL_GUARDED_BY(mu_) = false;
+  int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;  // Decode calls Step() lets through the closed gate
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
 };
 
