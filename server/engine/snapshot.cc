@@ -245,6 +245,18 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
     return Corrupt("truncated state");
   }
   if (absl::Status s = CheckStateValues(snapshot.state.state, config); !s.ok()) return s;
+  // A state at position 0 has consumed nothing: it is the initial one. A session whose state
+  // is at position 0 starts from, and leaves, shared prefix states (Job::knows_history), so a
+  // crafted state there would poison other requests' results.
+  if (snapshot.state.position == 0) {
+    for (size_t i = 0; i < snapshot.state.state.size(); ++i) {
+      if (snapshot.state.state[i] != 0.0f) {
+        return Corrupt(absl::StrCat("state[", i, "]: ", snapshot.state.state[i],
+                                    " at position 0, where the state must be the initial one "
+                                    "(all zeros)"));
+      }
+    }
+  }
 
   uint32_t pending_size = 0;
   if (!r.Get(pending_size)) return Corrupt("truncated");

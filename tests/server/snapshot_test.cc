@@ -206,6 +206,27 @@ TEST_F(SnapshotRangeTest, StateNormaliserNegative) {
                  "negative");
 }
 
+// A session at position 0 starts from and leaves shared prefix states: an empty session's
+// snapshot with its state edited (the checksum recomputed) must not import.
+TEST_F(SnapshotRangeTest, StateNotInitialAtPositionZero) {
+  SessionSnapshot s = Example();
+  s.state.position = 0;
+  s.state.state.assign(s.state.state.size(), 0.0f);
+  s.pending = {};
+  s.token_counts = {};
+  s.num_tokens = 0;
+  ASSERT_TRUE(Decode(EncodeSnapshot(s, kFingerprint)).ok());
+  s.state.state.assign(s.state.state.size(), 0.7f);
+  ExpectRejected(s, "state[0]", "at position 0, where the state must be the initial one");
+  // With pending tokens (a request cancelled before it fed any) the same holds.
+  s.state.state.assign(s.state.state.size(), 0.0f);
+  s.state.state[9] = 1.0f;
+  s.pending = {42};
+  s.token_counts = {{42, 1}};
+  s.num_tokens = 1;
+  ExpectRejected(s, "state[9]", "at position 0");
+}
+
 TEST_F(SnapshotRangeTest, StateFloatCount) {
   SessionSnapshot s = Example();
   s.state.state.pop_back();
