@@ -34,8 +34,8 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
 # cannot see in Debian's uninstrumented build (tests/sanitizers/README.md).
 tsan_tests=(cpu_kernels_test cpu_backend_test engine_test engine_prefix_test session_store_test
-            engine_rewind_test scheduler_test session_persister_test session_tiers_test
-            loadtest_generator_test)
+            engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
+            session_tiers_test loadtest_generator_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 
