@@ -507,7 +507,7 @@ int Run(const sigset_t& signals) {
     GrpcServer* g = grpc->get();
     absl::StatusOr<std::unique_ptr<HttpServer>> started = HttpServer::Start(
         {.host = absl::GetFlag(FLAGS_host), .port = metrics_port}, metrics,
-        [e, g] { return g->serving() && !e->draining(); });
+        [e, g] { return g->serving() && !e->draining() && e->writes_healthy(); });
     if (!started.ok()) {
       spdlog::error("--metrics_port: {}", started.status().ToString());
       return 1;

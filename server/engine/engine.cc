@@ -19,6 +19,9 @@ constexpr absl::Duration kExpiryInterval = absl::Seconds(1);
 // How long an idle engine thread sleeps before checking for expired sessions.
 constexpr absl::Duration kIdleWait = absl::Milliseconds(500);
 
+// The engine whose thread this is (nullptr on any other thread).
+thread_local const Engine* current_engine = nullptr;
+
 std::vector<double> LatencyBuckets() { return ExponentialBuckets(0.0005, 2, 18); }  // 0.5 ms..65 s
 std::vector<double> SizeBuckets() { return ExponentialBuckets(1, 2, 14); }          // 1..8192
 
@@ -126,6 +129,8 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetCounter("linserve_prefix_disk_reads_total",
                              "Prefix states read back from the disk tier by a lookup"),
       } {
+  // A session another server replaced has another history: its turn boundaries are not its.
+  store_.set_on_replaced([this](const SessionId& id) { boundaries_.Erase(id); });
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
   plan_.decode.reserve(rows);
@@ -171,7 +176,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     absl::StatusOr<std::unique_ptr<SessionPersister>> opened = SessionPersister::Open(
         {.dir = options.state_dir,
          .batch_interval = options.state_write_interval,
-         .file_system = options.file_system},
+         .file_system = options.file_system,
+         .write_errors = &metrics.GetCounter(
+             "linserve_state_write_errors_total",
+             "Session files that could not be written to or removed from state_dir (each "
+             "failure counted; the requests whose change it was fail)")},
         model.config, model.fingerprint, options.requests.max_prompt_tokens);
     if (!opened.ok()) return opened.status();
     persister = *std::move(opened);
@@ -190,6 +199,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (engine->persister_ != nullptr) {
     const absl::Time start = absl::Now();
     const int64_t restored = engine->store_.Restore(start);
+    engine->store_.SettleLocks();
     spdlog::info("state_dir {}: restored {} sessions in {:.1f} ms", options.state_dir, restored,
                  absl::ToDoubleMilliseconds(absl::Now() - start));
   }
@@ -245,7 +255,10 @@ bool Engine::RunInbox() {
     ops.swap(inbox_);
     queued_ops_ = 0;
   }
-  for (Op& op : ops) std::move(op)(absl::OkStatus());
+  for (Op& op : ops) {
+    std::move(op)(absl::OkStatus());
+    store_.SettleLocks();  // at once: a client that heard back may go to another replica next
+  }
   return !stop_requested_;
 }
 
@@ -395,7 +408,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
   if (session != nullptr) store_.Release(*session, now);
-  absl::AnyInvocable<void() &&> report = job->Report(status, reason, now);
+  absl::AnyInvocable<void(absl::Status) &&> report = job->Report(status, reason, now);
   // Counted and published before the client hears of the end, so that what it sees next is
   // current.
   const Usage& usage = job->usage();
@@ -427,11 +440,13 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
                  usage.generated_tokens, absl::ToDoubleMilliseconds(usage.total_time));
   }
   PublishStats();
-  // A client that heard its request end finds the session as it left it, even after a crash.
+  // A client that heard its request end finds the session as it left it, even after a crash;
+  // one whose session's change could not be written hears that instead.
   if (named) {
-    store_.WhenDurable(std::move(report));
+    store_.WhenDurable({session->id}, std::move(report));
   } else {
-    std::move(report)();
+    store_.SettleLocks();  // a lookup's lock goes back before the client hears of it
+    std::move(report)(absl::OkStatus());
   }
 }
 
@@ -461,10 +476,12 @@ void Engine::CancelAll() {
 // ---- The loop ------------------------------------------------------------------------------
 
 void Engine::Run() {
+  current_engine = this;
   while (RunInbox()) {
     ExpireSessions(absl::Now());
     AdmitWaiting();
     if (!active_.empty() || in_flight_ != nullptr) Step();
+    store_.SettleLocks();
     PublishStats();
     if (active_.empty() && in_flight_ == nullptr) {
       absl::MutexLock lock(&mu_);
@@ -473,6 +490,7 @@ void Engine::Run() {
   }
   // Every job has ended (CancelAll); a step still in flight only has dropped rows.
   if (in_flight_ != nullptr) CollectDecode();
+  store_.SettleLocks();
   PublishStats();
 }
 
@@ -833,9 +851,21 @@ int64_t Engine::max_snapshot_bytes() const {
 
 // ---- Sessions ------------------------------------------------------------------------------
 
+template <typename Done>
+Done Engine::SettleFirst(Done done) {
+  return [this, done = std::move(done)](auto result) mutable {
+    // Replied on the engine thread (not through WhenDurable, which settles itself): the
+    // operation's session locks go back before the client hears of it.
+    if (current_engine == this) store_.SettleLocks();
+    std::move(done)(std::move(result));
+  };
+}
+
 template <typename T>
-void Engine::Reply(Callback<T> done, T value) {
-  store_.WhenDurable([done = std::move(done), value = std::move(value)]() mutable {
+void Engine::Reply(std::vector<SessionId> changed, Callback<T> done, T value) {
+  store_.WhenDurable(std::move(changed), [done = std::move(done), value = std::move(value)](
+                                             absl::Status written) mutable {
+    if (!written.ok()) return std::move(done)(std::move(written));
     std::move(done)(std::move(value));
   });
 }
@@ -858,6 +888,7 @@ absl::StatusOr<Session*> Engine::FindIdle(const SessionId& id, absl::string_view
 
 void Engine::CreateSession(std::string owner, Callback<SessionInfo> done,
                            std::optional<SessionId> id) {
+  done = SettleFirst(std::move(done));
   PostOp(
       [this, owner = std::move(owner), done = std::move(done),
        id = std::move(id)](absl::Status admitted) mutable {
@@ -865,7 +896,7 @@ void Engine::CreateSession(std::string owner, Callback<SessionInfo> done,
         absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner, std::move(id));
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: created for {}", (*session)->id.value, TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**session));
+        Reply({(*session)->id}, std::move(done), InfoOf(**session));
       });
 }
 
@@ -897,6 +928,7 @@ void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int
 }
 
 void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> done) {
+  done = SettleFirst(std::move(done));
   PostOp(
       [this, owner = std::move(owner), id = std::move(id),
        done = std::move(done)](absl::Status admitted) mutable {
@@ -908,7 +940,7 @@ void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> 
         if (!fork.ok()) return std::move(done)(fork.status());
         spdlog::info("session {}: forked from {} for {}", (*fork)->id.value, id.value,
                      TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**fork));
+        Reply({(*fork)->id}, std::move(done), InfoOf(**fork));
       });
 }
 
@@ -928,6 +960,7 @@ void Engine::EraseSession(Session* session) {
 
 void Engine::ForkSessionAt(std::string owner, SessionId id, int64_t num_tokens,
                            Callback<SessionInfo> done) {
+  done = SettleFirst(std::move(done));
   PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
           done = std::move(done)](absl::Status admitted) mutable {
     if (!admitted.ok()) return std::move(done)(admitted);
@@ -941,12 +974,13 @@ void Engine::ForkSessionAt(std::string owner, SessionId id, int64_t num_tokens,
     if (!fork.ok()) return std::move(done)(fork.status());
     spdlog::info("session {}: forked from {} at {} tokens for {}", (*fork)->id.value, id.value,
                  num_tokens, TenantForLog(owner));
-    Reply(std::move(done), InfoOf(**fork));
+    Reply({(*fork)->id}, std::move(done), InfoOf(**fork));
   });
 }
 
 void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
                            Callback<SessionInfo> done) {
+  done = SettleFirst(std::move(done));
   PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
           done = std::move(done)](absl::Status admitted) mutable {
     if (!admitted.ok()) return std::move(done)(admitted);
@@ -954,7 +988,7 @@ void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
     if (!found.ok()) return std::move(done)(found.status());
     Session& session = **found;
     if (num_tokens == session.history.num_tokens()) {
-      return Reply(std::move(done), InfoOf(session));
+      return Reply({id}, std::move(done), InfoOf(session));
     }
     absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
     if (!at.ok()) return std::move(done)(at.status());
@@ -978,11 +1012,12 @@ void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
     store_.Touch(session, absl::Now());
     spdlog::info("session {}: rewound to {} tokens by {}", id.value, num_tokens,
                  TenantForLog(owner));
-    Reply(std::move(done), InfoOf(session));
+    Reply({id}, std::move(done), InfoOf(session));
   });
 }
 
 void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done) {
+  done = SettleFirst(std::move(done));
   PostOp(
       [this, owner = std::move(owner), id = std::move(id),
        done = std::move(done)](absl::Status admitted) mutable {
@@ -991,12 +1026,12 @@ void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done)
         if (!session.ok()) return std::move(done)(session.status());
         EraseSession(*session);
         spdlog::info("session {}: deleted by {}", id.value, TenantForLog(owner));
-        store_.WhenDurable(
-            [done = std::move(done)]() mutable { std::move(done)(absl::OkStatus()); });
+        store_.WhenDurable({id}, std::move(done));
       });
 }
 
 void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string> done) {
+  done = SettleFirst(std::move(done));
   PostOp(
       [this, owner = std::move(owner), id = std::move(id),
        done = std::move(done)](absl::Status admitted) mutable {
@@ -1005,13 +1040,15 @@ void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string
         if (!session.ok()) return std::move(done)(session.status());
         absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(**session);
         if (!snapshot.ok()) return std::move(done)(snapshot.status());
+        // The touch is not the export's change: a failed write of it does not fail the export.
         store_.Touch(**session, absl::Now());
-        Reply(std::move(done), EncodeSnapshot(*snapshot, model_.fingerprint));
+        Reply({}, std::move(done), EncodeSnapshot(*snapshot, model_.fingerprint));
       });
 }
 
 void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<SessionInfo> done,
                            std::optional<SessionId> id) {
+  done = SettleFirst(std::move(done));
   absl::StatusOr<SessionSnapshot> snapshot =
       DecodeSnapshot(bytes, model_.config, model_.fingerprint,
                      options_.requests.max_prompt_tokens);
@@ -1025,7 +1062,7 @@ void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
                      (*session)->history.num_tokens(), TenantForLog(owner));
-        Reply(std::move(done), InfoOf(**session));
+        Reply({(*session)->id}, std::move(done), InfoOf(**session));
       });
 }
 

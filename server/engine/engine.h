@@ -175,6 +175,8 @@ class Engine {
   // Thread-safe.
   EngineStats stats() const;
   bool draining() const;
+  // False while a write to state_dir is failing (/readyz reports not ready meanwhile).
+  bool writes_healthy() const { return store_.writes_healthy(); }
   const Model& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
   DeviceKind device() const { return device_; }
@@ -290,9 +292,14 @@ class Engine {
   void PublishStats();
   // What the store shows of the session, with its kept boundaries.
   SessionInfo InfoOf(const Session& session) const;
-  // Calls `done` with `value` once the session changes made so far are durable.
+  // `done` that first gives back the session locks the operation took when it is called on the
+  // engine thread (a reply that does not wait for a write).
+  template <typename Done>
+  Done SettleFirst(Done done);
+  // Calls `done` with `value` once the session changes made so far are written, or with the
+  // write's error when the latest change of one of the `changed` sessions could not be.
   template <typename T>
-  void Reply(Callback<T> done, T value);
+  void Reply(std::vector<SessionId> changed, Callback<T> done, T value);
   // Engine thread (or after it stopped): the session named `id` of `owner`, checked idle.
   absl::StatusOr<Session*> FindIdle(const SessionId& id, absl::string_view owner);
   // The session as it stood at `num_tokens` (a kept boundary, or now).

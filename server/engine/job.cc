@@ -121,8 +121,9 @@ void Job::SettleSession() {
   usage_.session_tokens = session_->history.num_tokens();
 }
 
-absl::AnyInvocable<void() &&> Job::Report(const absl::Status& status, FinishReason reason,
-                                          absl::Time now) {
+absl::AnyInvocable<void(absl::Status written) &&> Job::Report(const absl::Status& status,
+                                                              FinishReason reason,
+                                                              absl::Time now) {
   usage_.total_time = now - submit_time_;
   GenerationResult result;
   result.reason = reason;
@@ -135,8 +136,8 @@ absl::AnyInvocable<void() &&> Job::Report(const absl::Status& status, FinishReas
       result.text += stop_matcher_.Flush();
     }
   }
-  return [sink = sink_, status, result = std::move(result)]() mutable {
-    sink->OnFinish(status, result);
+  return [sink = sink_, status, result = std::move(result)](absl::Status written) mutable {
+    sink->OnFinish(status.ok() ? written : status, result);
   };
 }
 

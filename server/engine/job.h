@@ -105,10 +105,11 @@ class Job {
   // prompt, the last sampled token) become the session's pending tokens.
   void SettleSession();
   // What the sink must hear last: a call of its OnFinish, to be made once the session's change
-  // is durable (it owns what it needs and may outlive the job). With an OK status `reason`
-  // says why the job ended and the held-back text is released.
-  absl::AnyInvocable<void() &&> Report(const absl::Status& status, FinishReason reason,
-                                       absl::Time now);
+  // has been written, with the write's outcome (it owns what it needs and may outlive the job).
+  // With an OK status `reason` says why the job ended and the held-back text is released; a
+  // failed write turns an OK status into the write's error.
+  absl::AnyInvocable<void(absl::Status written) &&> Report(const absl::Status& status,
+                                                           FinishReason reason, absl::Time now);
   const Usage& usage() const { return usage_; }
 
  private:

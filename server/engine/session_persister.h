@@ -5,13 +5,22 @@
 // an import, a create, an export's touch) and a removal when one is deleted or expires; that
 // costs it a move, nothing more. A writer thread of its own takes everything queued at most
 // once per `batch_interval` (a session changed several times within it is written once),
-// encodes each record, writes "ID.session.tmp" and fsyncs it, renames it over "ID.session",
-// removes the files of deleted sessions, then fsyncs the directory once for the whole batch.
-// So a file is always either the previous whole record or the new whole record, and after a
-// crash (SIGKILL, power loss) every change that WhenDurable reported is on disk.
+// encodes each record, writes a temporary file named for this server and this write
+// ("ID.session.SERVER-N.tmp") and fsyncs it, renames it over "ID.session", removes the files of
+// deleted sessions, then fsyncs the directory once for the whole batch. So a file is always
+// either the previous whole record or the new whole record, and after a crash (SIGKILL, power
+// loss) every change that WhenDurable reported as written is on disk.
 //
-// A failed write (a full disk, an I/O error) is logged, counted, and retried with the next
-// batch or after `retry_interval`; the session stays served from memory meanwhile.
+// Servers may share the directory: a change is queued only while this server holds the
+// session's lock (session_locks.h), and a queued change keeps a use of that lock until it is
+// written, so only the lock's holder ever renames or removes a session's file. The writer checks
+// the lock before each rename and removal (a change whose lock is gone is dropped, not written).
+// At start, a temporary file is removed only when its session's lock can be taken (no server is
+// writing it), and a probe file only when it is an hour old.
+//
+// A failed write (a full disk, an I/O error) is logged, counted (write_errors), reported to the
+// WhenDurable callers waiting for that session, and retried with the next batch or after
+// `retry_interval`, keeping the session's lock; healthy() is false until no write is failing.
 //
 // Thread-safe. Callbacks run on the writer thread and must not block.
 #ifndef LINSERVE_SERVER_ENGINE_SESSION_PERSISTER_H_
@@ -33,7 +42,9 @@
 #include "absl/time/time.h"
 #include "model/config.h"
 #include "server/engine/file_system.h"
+#include "server/engine/metrics.h"
 #include "server/engine/session_id.h"
+#include "server/engine/session_locks.h"
 #include "server/engine/session_record.h"
 
 namespace linserve {
@@ -50,6 +61,9 @@ struct SessionPersisterOptions {
   // The file system; nullptr means DefaultFileSystem(). Must outlive the persister.
   // Default: nullptr.
   FileSystem* file_system = nullptr;
+  // Counts the writes and removals that failed (a metric); nullptr: not counted there.
+  // Default: nullptr.
+  Counter* write_errors = nullptr;
 };
 
 class SessionPersister {
@@ -71,6 +85,9 @@ class SessionPersister {
   // Every record in the directory, as of `now`. Files that are not intact records for this
   // model are logged and left in place. Nothing is removed.
   std::vector<SessionRecord> Load(absl::Time now);
+  // The locks of the sessions this server may change.
+  SessionLocks& locks() { return locks_; }
+
   // Whether the session's file is no longer the version this persister last wrote or read
   // (another replica sharing the directory changed or removed it since). False while a write
   // or removal of it is queued or under way here, and for a session never written or read.
@@ -86,15 +103,25 @@ class SessionPersister {
   // NOT_FOUND when its removal is queued or there is no file; the decoding errors of
   // DecodeSessionRecord; the file system's errors naming the path.
   absl::StatusOr<SessionRecord> Read(const SessionId& id, absl::Time now);
+  // The header of session `id`'s current record (the queued one if any, else its file's first
+  // bytes): what expiry needs to see that another server used the session since. NOT_FOUND as
+  // Read.
+  absl::StatusOr<SessionRecordHeader> ReadHeader(const SessionId& id, absl::Time now);
 
-  // Queues a write of `record`, replacing a queued write or removal of the same session.
+  // Queues a write of `record`, replacing a queued write or removal of the same session. The
+  // caller holds the session's lock; the queued change keeps a use of it until it is written.
   void Put(SessionRecord record);
-  // Queues the removal of a session's file, replacing a queued write of it.
+  // Queues the removal of a session's file, replacing a queued write of it. The caller holds
+  // the session's lock, as for Put.
   void Remove(const SessionId& id);
   // Runs `done` once every Put and Remove queued before this call has been attempted: with OK
   // when all of that batch reached the disk, else with the first error (the failed ones stay
   // queued for a retry).
   void WhenDurable(Done done);
+  // Runs `done` once every Put and Remove queued before this call has been attempted: with OK
+  // when the latest change of each of `ids` is on disk, else with the error of one that is not
+  // (a failed write, retried later, or a change dropped because its lock was lost).
+  void WhenDurable(std::vector<SessionId> ids, Done done);
   // Blocks until everything queued now, failed writes included, has been attempted once;
   // returns what WhenDurable would pass.
   absl::Status Flush();
@@ -103,12 +130,23 @@ class SessionPersister {
   // Files written and removed, and operations that failed, since Open.
   int64_t writes() const;
   int64_t write_errors() const;
+  // False while the latest write of some session failed (a full or failing disk).
+  bool healthy() const;
 
  private:
   SessionPersister(const SessionPersisterOptions& options, FileSystem& fs,
                    const ModelConfig& config, std::string model_fingerprint,
-                   int64_t max_pending_tokens);
+                   int64_t max_pending_tokens, std::string server_tag);
+  struct Waiter {
+    std::optional<std::vector<SessionId>> ids;  // nullopt: the whole batch
+    Done done;
+  };
   bool WakeLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Queues `change` of `id`: a queued change holds a use of the session's lock.
+  void Queue(const SessionId& id, std::optional<SessionRecord> change)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Writes or removes one session's file; the writer thread's part of a batch.
+  absl::Status Apply(const SessionId& id, const std::optional<SessionRecord>& change);
   void Run();
   std::string PathOf(const SessionId& id) const;
   absl::StatusOr<SessionRecord> Decode(const std::string& path, const SessionId& id,
@@ -119,6 +157,12 @@ class SessionPersister {
   const ModelConfig config_;
   const std::string model_fingerprint_;
   const int64_t max_pending_tokens_;
+  // Names this server's temporary files, with a counter of writes.
+  const std::string server_tag_;
+  int64_t temp_files_ = 0;  // writer thread only
+  // This server's temporary files whose removal failed, removed before the next batch.
+  std::vector<std::string> stale_temps_;  // writer thread only
+  SessionLocks locks_;
 
   mutable absl::Mutex mu_;
   // Per session: the record to write, or nullopt for a removal.
@@ -126,7 +170,9 @@ class SessionPersister {
   // The batch the writer thread is writing: changed only by it, under mu_; read by it without
   // the lock and by Read under it.
   absl::flat_hash_map<SessionId, std::optional<SessionRecord>> writing_ ABSL_GUARDED_BY(mu_);
-  std::vector<Done> waiters_ ABSL_GUARDED_BY(mu_);
+  std::vector<Waiter> waiters_ ABSL_GUARDED_BY(mu_);
+  // The sessions whose latest change could not be written, and why (retried).
+  absl::flat_hash_map<SessionId, absl::Status> failing_ ABSL_GUARDED_BY(mu_);
   // The version of each file as this persister last wrote or read it.
   absl::flat_hash_map<SessionId, FileVersion> versions_ ABSL_GUARDED_BY(mu_);
   // Something was queued since the last batch (as opposed to retries only).

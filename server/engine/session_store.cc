@@ -123,6 +123,7 @@ std::unique_ptr<Session> SessionStore::FromSnapshot(SessionId id, std::string ow
 
 absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) {
   const SessionId id = Unpack(it->first);
+  const bool replaced = persister_->ChangedElsewhere(id);
   absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
   if (!record.ok()) {
     spdlog::error(
@@ -136,6 +137,14 @@ absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) 
                      ": its record in state_dir could not be read: ", record.status().message()));
   }
   IndexEntry& entry = it->second;
+  if (replaced) on_replaced_(id);
+  // Another server may have replaced the session by one of another owner (a delete, then an
+  // import under the same id): that is not this owner's session any more.
+  if (record->owner != owners_[entry.owner]) {
+    spdlog::info("session {}: now another owner's in state_dir; dropped here", id.value);
+    Forget(it);
+    return NotFound(id);
+  }
   entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
   entry.session->last_use_time = record->last_use_time;
   AddToHost(*entry.session);
@@ -159,6 +168,7 @@ absl::StatusOr<Session*> SessionStore::Adopt(const SessionId& id, absl::string_v
     return NotFound(id);
   }
   if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+  on_replaced_(id);  // what this server kept of an earlier history of the id is stale
   IndexEntry& entry = index_[Pack(id)];
   entry.owner = InternOwner(owner);
   entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
@@ -208,10 +218,16 @@ absl::Status SessionStore::CheckCapacity() const {
 absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, absl::Time now,
                                                 std::string owner) {
   if (absl::Status s = CheckCapacity(); !s.ok()) return s;
-  if (!id.has_value()) {
+  const bool proposed = id.has_value();
+  if (!proposed) {
     absl::StatusOr<SessionId> fresh = NewSessionId();
     if (!fresh.ok()) return fresh.status();
     id = *std::move(fresh);
+  }
+  if (absl::Status s = HoldLock(*id); !s.ok()) return s;
+  // Under the lock, a proposed id another server's session has is seen for sure.
+  if (proposed) {
+    if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
   }
   auto [it, inserted] = index_.try_emplace(Pack(*id));
   if (!inserted) {
@@ -231,9 +247,6 @@ absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner,
                                               std::optional<SessionId> id) {
   if (!HostHasRoom(kSessionHostOverheadBytes + static_cast<int64_t>(owner.size()))) {
     return HostFull("a new session");
-  }
-  if (id.has_value()) {
-    if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
   }
   absl::StatusOr<Session*> session = NewNamed(std::move(id), now, std::move(owner));
   if (!session.ok()) return session;
@@ -266,6 +279,8 @@ absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
 
 absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
   const absl::Time now = absl::Now();
+  // Before anything is checked: another server cannot change the session while it is held.
+  if (absl::Status s = HoldLock(id); !s.ok()) return s;
   auto it = index_.find(Pack(id));
   if (it == index_.end()) return Adopt(id, owner, now);
   IndexEntry& entry = it->second;
@@ -285,17 +300,58 @@ absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_vi
   return Load(it, now);
 }
 
+absl::Status SessionStore::HoldLock(const SessionId& id) {
+  if (persister_ == nullptr) return absl::OkStatus();
+  if (absl::Status s = persister_->locks().Acquire(id); !s.ok()) return s;
+  op_locks_.push_back(id);
+  return absl::OkStatus();
+}
+
+void SessionStore::SettleLocks() {
+  for (const SessionId& id : op_locks_) {
+    auto it = index_.find(Pack(id));
+    const Session* session = it != index_.end() ? it->second.session.get() : nullptr;
+    // A request keeps one use until it ends.
+    if (session != nullptr && session->busy && busy_locks_.insert(id).second) continue;
+    persister_->locks().Release(id);
+  }
+  op_locks_.clear();
+}
+
+SessionStore::Index::iterator SessionStore::Forget(Index::iterator it) {
+  const SessionId id = Unpack(it->first);
+  if (Session* session = it->second.session.get(); session != nullptr) {
+    if (session->slot.has_value()) {
+      ReleaseSlot(*session);
+    } else {
+      RemoveFromHost(*session);
+    }
+  }
+  it = index_.erase(it);
+  on_replaced_(id);
+  return it;
+}
+
 absl::StatusOr<SessionInfo> SessionStore::Info(const SessionId& id, absl::string_view owner) {
   auto it = index_.find(Pack(id));
-  // Not held, or another server sharing the directory changed it: what Find reads.
-  if (it == index_.end() || (persister_ != nullptr && persister_->ChangedElsewhere(id))) {
-    absl::StatusOr<Session*> session = Find(id, owner);
-    if (!session.ok()) return session.status();
-    return InfoOf(**session);
+  if (it != index_.end() && (persister_ == nullptr || !persister_->ChangedElsewhere(id))) {
+    if (owners_[it->second.owner] != owner) return NotFound(id);
+    return InfoOf(*it);
   }
-  const IndexEntry& entry = it->second;
-  if (owners_[entry.owner] != owner) return NotFound(id);
-  return InfoOf(*it);
+  if (persister_ == nullptr) return NotFound(id);
+  // Not held here, or another server sharing the directory changed it since: its file's header
+  // says what the session is now (read without its lock: nothing here changes).
+  on_replaced_(id);
+  const absl::Time now = absl::Now();
+  absl::StatusOr<SessionRecordHeader> header = persister_->ReadHeader(id, now);
+  if (!header.ok() || header->owner != owner ||
+      now - header->last_use_time >= options_.idle_timeout) {
+    return NotFound(id);
+  }
+  return SessionInfo{.id = id,
+                     .num_tokens = header->num_tokens,
+                     .create_time = header->create_time,
+                     .last_use_time = header->last_use_time};
 }
 
 SessionInfo SessionStore::InfoOf(const Session& session) {
@@ -485,9 +541,6 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
 
 absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Time now,
                                               std::string owner, std::optional<SessionId> id) {
-  if (id.has_value()) {
-    if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
-  }
   absl::StatusOr<Session*> session = NewNamed(std::move(id), now, owner);
   if (!session.ok()) return session.status();
   Session& s = **session;
@@ -528,6 +581,7 @@ void SessionStore::Release(Session& session, absl::Time now) {
   }
   TouchInHost(session);
   Persist(session);
+  if (busy_locks_.erase(session.id) > 0) persister_->locks().Release(session.id);
 }
 
 void SessionStore::Touch(Session& session, absl::Time now) {
@@ -536,9 +590,22 @@ void SessionStore::Touch(Session& session, absl::Time now) {
   Persist(session);
 }
 
-void SessionStore::WhenDurable(absl::AnyInvocable<void() &&> done) {
-  if (persister_ == nullptr) return std::move(done)();
-  persister_->WhenDurable([done = std::move(done)](absl::Status) mutable { std::move(done)(); });
+void SessionStore::WhenDurable(std::vector<SessionId> ids,
+                               absl::AnyInvocable<void(absl::Status) &&> done) {
+  if (persister_ == nullptr) return std::move(done)(absl::OkStatus());
+  // The operation's changes are queued, each holding its session's lock until written: its
+  // own uses go back now, so that the lock is free when `done` tells the client.
+  SettleLocks();
+  persister_->WhenDurable(
+      std::move(ids), [done = std::move(done), dir = persister_->dir()](absl::Status s) mutable {
+        if (s.ok()) return std::move(done)(absl::OkStatus());
+        const std::string message =
+            absl::StrCat("the change could not be written to state_dir ", dir, ": ", s.message(),
+                         " (this server keeps it in memory and retries the write; it is lost if "
+                         "the server stops first)");
+        std::move(done)(absl::IsResourceExhausted(s) ? absl::ResourceExhaustedError(message)
+                                                     : absl::UnavailableError(message));
+      });
 }
 
 int64_t SessionStore::Restore(absl::Time now) {
@@ -546,6 +613,8 @@ int64_t SessionStore::Restore(absl::Time now) {
   int64_t restored = 0;
   for (SessionRecordHeader& header : persister_->LoadIndex(now)) {
     if (now - header.last_use_time >= options_.idle_timeout) {
+      // Under its lock: another server may be serving it right now.
+      if (!HoldLock(header.id).ok()) continue;
       spdlog::info("session {}: expired while the server was down (last used {})", header.id.value,
                    absl::FormatTime(header.last_use_time));
       persister_->Remove(header.id);
@@ -600,7 +669,27 @@ std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
       ++it;
       continue;
     }
-    ids.push_back(Unpack(it->first));
+    // With a shared directory, idle here is not idle everywhere: under the session's lock (held
+    // elsewhere: in use there), its file says when it was last used by anyone.
+    const SessionId id = Unpack(it->first);
+    if (persister_ != nullptr) {
+      if (!HoldLock(id).ok()) {
+        ++it;
+        continue;
+      }
+      absl::StatusOr<SessionRecordHeader> header = persister_->ReadHeader(id, now);
+      if (absl::IsNotFound(header.status())) {  // another server deleted it
+        it = Forget(it);
+        continue;
+      }
+      if (header.ok() && absl::ToUnixMicros(header->last_use_time) > cutoff) {
+        it->second.last_use_micros = absl::ToUnixMicros(header->last_use_time);
+        if (session != nullptr) it->second.session->last_use_time = header->last_use_time;
+        ++it;
+        continue;
+      }
+    }
+    ids.push_back(id);
     it = EraseEntry(it);
   }
   expiry_cursor_.reset();

@@ -31,6 +31,15 @@
 // session that comes back is never served from a stale copy; and a proposed id that a session
 // in the directory has is refused. See Find.
 //
+// Servers sharing the directory each change a session only while holding its lock
+// (session_locks.h): every call that finds, creates or expires a named session takes the lock
+// first (UNAVAILABLE when another server holds it), so a copy checked after that is current.
+// The caller gives those uses back with SettleLocks once its operation has handed its changes to
+// the persister (each queued change keeps its own use until written); a busy session's use is
+// kept until its request ends (Release). Expiry re-reads a session's file before deleting it:
+// one another server used since is not idle. A loaded copy replaced by another server's version,
+// or of another owner, is dropped; the callback set by set_on_replaced hears of it.
+//
 // A Session* stays valid while its session is busy, and otherwise until the next call that
 // may move sessions between tiers (any non-const call).
 //
@@ -149,7 +158,9 @@ class SessionStore {
   // RESOURCE_EXHAUSTED at max_sessions for a session adopted from the directory. A loaded idle
   // session whose file another server changed or removed since is read again (or NOT_FOUND).
   absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
-  // What Find's session would show a client, without reading a session on disk back.
+  // What Find's session would show a client, without reading a session on disk back and
+  // without its lock: a session the store does not hold, or that another server changed since,
+  // is described from its file's header.
   absl::StatusOr<SessionInfo> Info(const SessionId& id, absl::string_view owner = "");
   static SessionInfo InfoOf(const Session& session);
 
@@ -174,9 +185,21 @@ class SessionStore {
   void Release(Session& session, absl::Time now);
   // `session` was used at `now` without a request (an export).
   void Touch(Session& session, absl::Time now);
-  // Runs `done` once every change made so far is on disk (at once without a persister).
-  // `done` may run on the persister's thread; it must not block.
-  void WhenDurable(absl::AnyInvocable<void() &&> done);
+  // Runs `done` once every change made so far has been attempted (at once without a
+  // persister): OK when the latest change of each of `ids` is on disk, else UNAVAILABLE (or
+  // RESOURCE_EXHAUSTED for a full disk) naming the session, state_dir and the OS error. `done`
+  // may run on the persister's thread; it must not block.
+  void WhenDurable(std::vector<SessionId> ids, absl::AnyInvocable<void(absl::Status) &&> done);
+  // Gives back the uses of session locks taken since the last call, except one per busy
+  // session (given back by Release). Call after each operation on the engine thread.
+  void SettleLocks();
+  // Whether no write to the state directory is failing (true without a persister).
+  bool writes_healthy() const { return persister_ == nullptr || persister_->healthy(); }
+  // Called with the id of a session whose loaded copy was replaced by another server's
+  // version, or dropped; turn boundaries and other per-history data of it are stale.
+  void set_on_replaced(absl::AnyInvocable<void(const SessionId&)> on_replaced) {
+    on_replaced_ = std::move(on_replaced);
+  }
   // Indexes the sessions the persister holds (reading each file's header only), keeping every
   // field as persisted. Those idle for idle_timeout or more at `now` are not added and their
   // files are removed. The most recently used ones are loaded into the free slots (as the LRU
@@ -236,6 +259,11 @@ class SessionStore {
   using Index = absl::btree_map<PackedSessionId, IndexEntry>;
 
   absl::StatusOr<Session*> NewNamed(std::optional<SessionId> id, absl::Time now, std::string owner);
+  // With a persister: takes a use of `id`'s lock for the current operation (SettleLocks).
+  absl::Status HoldLock(const SessionId& id);
+  // Drops the index entry of a session another server removed or replaced, without touching
+  // its file. Returns the entry after it.
+  Index::iterator Forget(Index::iterator it);
   absl::Status CheckCapacity() const;
   // ALREADY_EXISTS when a session the store does not hold has `id` in the persister's directory
   // (another server's, not expired): a proposed id must be new everywhere.
@@ -296,6 +324,10 @@ class SessionStore {
   int64_t loads_from_disk_ = 0;
   // Where the next ExpireIdle goes on (nullopt: the beginning).
   std::optional<PackedSessionId> expiry_cursor_;
+  // Lock uses taken by the current operation, and the sessions whose request holds one.
+  std::vector<SessionId> op_locks_;
+  absl::flat_hash_set<SessionId> busy_locks_;
+  absl::AnyInvocable<void(const SessionId&)> on_replaced_ = [](const SessionId&) {};
 };
 
 }  // namespace linserve

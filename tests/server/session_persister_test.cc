@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
 #include "faulty_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -160,8 +161,12 @@ TEST(SessionPersisterTest, FullDiskAtEveryWriteNeverTearsOrLosesARecord) {
         EXPECT_TRUE(r.snapshot.num_tokens == 1 || r.snapshot.num_tokens == 2);
         EXPECT_EQ(r.snapshot.state.state[0], static_cast<float>(r.snapshot.num_tokens));
       }
+      // Besides records: temporary files, and the lock files of the sessions whose writes
+      // are failing (their locks stay held for the retry).
       for (const std::string& name : Files(state)) {
-        EXPECT_TRUE(absl::EndsWith(name, ".session") || absl::EndsWith(name, ".tmp")) << name;
+        EXPECT_TRUE(absl::EndsWith(name, ".session") || absl::EndsWith(name, ".tmp") ||
+                    absl::EndsWith(name, ".lock"))
+            << name;
       }
     }
     fs.Heal();
@@ -195,6 +200,103 @@ TEST(SessionPersisterTest, AnUnusableDirectoryFailsOpenNamingIt) {
                 .status()
                 .code(),
             absl::StatusCode::kFailedPrecondition);
+}
+
+
+// Another server sharing the directory is writing session b (it holds b's lock); a crash left a
+// temporary file of a's. Start-up removes a's, never b's, and leaves a young probe file alone.
+TEST(SessionPersisterTest, StartRemovesOnlyTemporaryFilesNoServerIsWriting) {
+  ScopedTempDir dir;
+  const std::string state = dir.Join("state");
+  std::filesystem::create_directories(state);
+  SessionLocks other(state);
+  ASSERT_TRUE(other.Acquire(Id('b')).ok());
+  const std::string a_temp = Id('a').value + ".session.0badc0de-3.tmp";
+  const std::string b_temp = Id('b').value + ".session.0badc0de-4.tmp";
+  const std::string probe = ".linserve-probe-0badc0de";
+  for (const std::string& name : {a_temp, b_temp, probe}) {
+    std::ofstream(state + "/" + name) << "partial";
+  }
+  auto p = Open(state);
+  std::vector<std::string> files = Files(state);
+  EXPECT_THAT(files, ::testing::Contains(b_temp));
+  EXPECT_THAT(files, ::testing::Contains(probe));
+  EXPECT_THAT(files, ::testing::Not(::testing::Contains(a_temp)));
+  other.Release(Id('b'));
+  p.reset();
+  p = Open(state);
+  EXPECT_THAT(Files(state), ::testing::Not(::testing::Contains(b_temp)));
+}
+
+// A queued change holds its session's lock until it is written: meanwhile another server
+// cannot take the session; afterwards it can, and no lock file is left behind.
+TEST(SessionPersisterTest, AQueuedChangeHoldsItsSessionsLockUntilWritten) {
+  ScopedTempDir dir;
+  const std::string state = dir.Join("state");
+  FaultyFileSystem fs;
+  auto p = Open(state, &fs);
+  SessionLocks other(state);
+  fs.FailFrom(fs.mutating_calls(), absl::ResourceExhaustedError("No space left on device"));
+  p->Put(Record(Id('a'), 3));
+  EXPECT_FALSE(p->Flush().ok());
+  EXPECT_EQ(other.Acquire(Id('a')).code(), absl::StatusCode::kUnavailable);
+  fs.Heal();
+  ASSERT_TRUE(p->Flush().ok());
+  ASSERT_TRUE(other.Acquire(Id('a')).ok());
+  other.Release(Id('a'));
+  EXPECT_EQ(Files(state), std::vector<std::string>{Id('a').value + ".session"});
+  // A change of a session another server holds is not queued: the caller hears why.
+  ASSERT_TRUE(other.Acquire(Id('b')).ok());
+  p->Put(Record(Id('b'), 1));
+  absl::Notification done;
+  absl::Status status;
+  p->WhenDurable({Id('b')}, [&](absl::Status s) {
+    status = std::move(s);
+    done.Notify();
+  });
+  done.WaitForNotification();
+  EXPECT_EQ(status.code(), absl::StatusCode::kUnavailable) << status;
+  EXPECT_FALSE(std::filesystem::exists(state + "/" + Id('b').value + ".session"));
+}
+
+// WhenDurable for some sessions hears about those sessions' writes, not other sessions';
+// healthy() is false while any write fails and true again once it is retried successfully.
+TEST(SessionPersisterTest, WhenDurableReportsTheNamedSessionsOwnWrites) {
+  ScopedTempDir dir;
+  FaultyFileSystem fs;
+  SessionPersisterOptions options{.dir = dir.Join("state"), .file_system = &fs};
+  options.retry_interval = absl::Milliseconds(20);
+  absl::StatusOr<std::unique_ptr<SessionPersister>> opened =
+      SessionPersister::Open(options, TinyConfig(), std::string(kFingerprint), 1000);
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  SessionPersister& p = **opened;
+  auto durable = [&](std::vector<SessionId> ids) {
+    absl::Notification done;
+    absl::Status status;
+    p.WhenDurable(std::move(ids), [&](absl::Status s) {
+      status = std::move(s);
+      done.Notify();
+    });
+    done.WaitForNotification();
+    return status;
+  };
+  p.Put(Record(Id('a'), 3));
+  ASSERT_TRUE(durable({Id('a')}).ok());
+  EXPECT_TRUE(p.healthy());
+  fs.FailFrom(fs.mutating_calls(), absl::ResourceExhaustedError("No space left on device"));
+  p.Put(Record(Id('b'), 1));
+  const absl::Status b = durable({Id('b')});
+  EXPECT_EQ(b.code(), absl::StatusCode::kResourceExhausted) << b;
+  EXPECT_FALSE(p.healthy());
+  EXPECT_TRUE(durable({Id('a')}).ok()) << "a's latest change is on disk";
+  EXPECT_FALSE(durable({Id('a'), Id('b')}).ok());
+  EXPECT_GE(p.write_errors(), 1);
+  fs.Heal();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!p.healthy() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  EXPECT_TRUE(p.healthy());
+  EXPECT_TRUE(durable({Id('b')}).ok());
+  EXPECT_TRUE(std::filesystem::exists(dir.Join("state/" + Id('b').value + ".session")));
 }
 
 }  // namespace
