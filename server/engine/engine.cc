@@ -389,7 +389,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       !session->ephemeral && session->slot.has_value() &&
       (status.ok() || absl::IsCancelled(status))) {
     if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
-      boundaries_.Add(session->id, *std::move(boundary));
+      boundaries_.Add(session->owner, session->id, *std::move(boundary));
     }
   }
   jobs_.erase(job->id());
