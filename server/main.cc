@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -152,6 +153,27 @@ ABSL_FLAG(int32_t, session_checkpoints, 8,
           "the newest; 0 keeps none (a session can still be rewound to 0).");
 ABSL_FLAG(int64_t, session_checkpoint_mib, 1024,
           "Host memory all sessions' turn boundaries may hold, MiB; the oldest go first.");
+// Default: 0 (a fair share among the tenants FairShareTenants counts), as for the other three.
+ABSL_FLAG(int32_t, tenant_max_sessions, 0,
+          "Named sessions one tenant may hold at once, in [0, --max_sessions]; beyond it its "
+          "CreateSession, ForkSession and ImportSession fail with RESOURCE_EXHAUSTED naming this "
+          "flag. 0 = a fair share: --max_sessions / the number of tenants the token files name "
+          "(at least 1), or --max_sessions alone when they name at most one.");
+// Default: 0 (a fair share).
+ABSL_FLAG(int32_t, tenant_max_queued, 0,
+          "Requests and session operations of one tenant that may wait for the engine, in [0, "
+          "--max_queue_depth]; more are refused at once with RESOURCE_EXHAUSTED naming this "
+          "flag. 0 = a fair share of --max_queue_depth, as for --tenant_max_sessions.");
+// Default: 0 (a fair share).
+ABSL_FLAG(int64_t, tenant_prefix_cache_mib, 0,
+          "Host memory one tenant's cached prefix states may hold, MiB, in [0, "
+          "--prefix_cache_mib]; a tenant beyond it evicts its own least recently used states "
+          "first. 0 = a fair share of --prefix_cache_mib, as for --tenant_max_sessions.");
+// Default: 0 (a fair share).
+ABSL_FLAG(int64_t, tenant_session_checkpoint_mib, 0,
+          "Host memory the turn boundaries of one tenant's sessions may hold, MiB, in [0, "
+          "--session_checkpoint_mib]; a tenant beyond it loses its own oldest first. 0 = a fair "
+          "share of --session_checkpoint_mib, as for --tenant_max_sessions.");
 ABSL_FLAG(int32_t, max_new_tokens, 4096, "Largest max_new_tokens a request may ask for.");
 ABSL_FLAG(int32_t, max_prompt_tokens, 65536, "Most prompt tokens one request may feed.");
 ABSL_FLAG(int64_t, max_prompt_bytes, 0,
@@ -224,6 +246,50 @@ class PortFileGuard {
   }
   const std::string path_;
 };
+
+// The tenants the token files name: each distinct tenant of --auth_tokens_file, plus the default
+// tenant when --auth_token_file is set. Tenants named by a client certificate alone are not
+// known in advance and not counted.
+int32_t FairShareTenants(const GrpcServerOptions& options) {
+  absl::flat_hash_set<std::string> tenants;
+  for (const TenantToken& t : options.tenant_tokens) tenants.insert(t.tenant);
+  if (!options.auth_token.empty()) tenants.insert("");
+  return static_cast<int32_t>(tenants.size());
+}
+
+// The tenant quota flags, each in [0, its global limit] (0: a fair share, set later).
+absl::Status ApplyTenantQuotaFlags(EngineOptions& o) {
+  const int32_t sessions = absl::GetFlag(FLAGS_tenant_max_sessions);
+  if (sessions < 0 || sessions > o.sessions.max_sessions) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--tenant_max_sessions must be in [0, --max_sessions = ", o.sessions.max_sessions,
+        "] (0: a fair share), got ", sessions));
+  }
+  o.sessions.tenant_max_sessions = sessions;
+  const int32_t queued = absl::GetFlag(FLAGS_tenant_max_queued);
+  if (queued < 0 || queued > o.max_queue_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenant_max_queued must be in [0, --max_queue_depth = ", o.max_queue_depth,
+                     "] (0: a fair share), got ", queued));
+  }
+  o.tenant_max_queued = queued;
+  const int64_t prefix_mib = absl::GetFlag(FLAGS_tenant_prefix_cache_mib);
+  if (prefix_mib < 0 || prefix_mib > (o.prefix.memory_budget_bytes >> 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenant_prefix_cache_mib must be in [0, --prefix_cache_mib = ",
+                     o.prefix.memory_budget_bytes >> 20, "] (0: a fair share), got ", prefix_mib));
+  }
+  o.prefix.tenant_budget_bytes = prefix_mib << 20;
+  const int64_t boundary_mib = absl::GetFlag(FLAGS_tenant_session_checkpoint_mib);
+  if (boundary_mib < 0 || boundary_mib > (o.session_checkpoints.memory_budget_bytes >> 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--tenant_session_checkpoint_mib must be in [0, --session_checkpoint_mib = ",
+                     o.session_checkpoints.memory_budget_bytes >> 20, "] (0: a fair share), got ",
+                     boundary_mib));
+  }
+  o.session_checkpoints.tenant_budget_bytes = boundary_mib << 20;
+  return absl::OkStatus();
+}
 
 // The prefill flags' ranges, checked before the model loads.
 absl::Status CheckSchedulerFlags() {
@@ -328,6 +394,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
         absl::StrCat("--session_checkpoint_mib must be in [0, 2^30], got ", boundary_mib));
   }
   o.session_checkpoints.memory_budget_bytes = boundary_mib << 20;
+  if (absl::Status s = ApplyTenantQuotaFlags(o); !s.ok()) return s;
   return o;
 }
 
@@ -420,6 +487,14 @@ int Run(const sigset_t& signals) {
     }
     grpc_options.tenant_tokens = *std::move(tokens);
   }
+  const int32_t tenants = FairShareTenants(grpc_options);
+  ApplyFairTenantShares(tenants, *engine_options);
+  spdlog::info(
+      "tenant quotas ({} tenants named by token files; 0 = the global limit alone): "
+      "sessions {}, queued {}, prefix cache {} bytes, session checkpoints {} bytes",
+      tenants, engine_options->sessions.tenant_max_sessions, engine_options->tenant_max_queued,
+      engine_options->prefix.tenant_budget_bytes,
+      engine_options->session_checkpoints.tenant_budget_bytes);
 
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(absl::GetFlag(FLAGS_model));

@@ -31,6 +31,20 @@ size_t DecodeRows(const EngineOptions& options) {
 
 }  // namespace
 
+void ApplyFairTenantShares(int32_t tenants, EngineOptions& options) {
+  if (tenants <= 1) return;
+  const auto share = [tenants](auto limit) -> decltype(limit) {
+    return limit == 0 ? 0 : std::max<decltype(limit)>(1, limit / tenants);
+  };
+  int32_t& sessions = options.sessions.tenant_max_sessions;
+  if (sessions == 0) sessions = share(options.sessions.max_sessions);
+  if (options.tenant_max_queued == 0) options.tenant_max_queued = share(options.max_queue_depth);
+  int64_t& prefix = options.prefix.tenant_budget_bytes;
+  if (prefix == 0) prefix = share(options.prefix.memory_budget_bytes);
+  int64_t& boundaries = options.session_checkpoints.tenant_budget_bytes;
+  if (boundaries == 0) boundaries = share(options.session_checkpoints.memory_budget_bytes);
+}
+
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                std::unique_ptr<SessionPersister> persister,
                std::unique_ptr<PrefixDisk> prefix_disk, const EngineOptions& options,
@@ -128,6 +142,12 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
           metrics.GetGauge("linserve_prefix_disk_states", "Prefix states on the disk tier"),
           metrics.GetCounter("linserve_prefix_disk_reads_total",
                              "Prefix states read back from the disk tier by a lookup"),
+          metrics.GetCounter("linserve_tenant_quota_rejections_total",
+                             "Calls refused because their tenant reached its quota, by quota",
+                             {{"quota", "tenant_max_sessions"}}),
+          metrics.GetCounter("linserve_tenant_quota_rejections_total",
+                             "Calls refused because their tenant reached its quota, by quota",
+                             {{"quota", "tenant_max_queued"}}),
       } {
   // A session another server replaced has another history: its turn boundaries are not its.
   store_.set_on_replaced([this](const SessionId& id) { boundaries_.Erase(id); });
@@ -165,6 +185,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
   if (options.max_queue_depth < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));
+  }
+  if (options.tenant_max_queued < 0 || options.tenant_max_queued > options.max_queue_depth) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant_max_queued must be in [0, max_queue_depth = ", options.max_queue_depth,
+                     "] (0: max_queue_depth alone), got ", options.tenant_max_queued));
   }
   if (backend == nullptr) return absl::InvalidArgumentError("engine needs a backend");
   if (backend->config().vocab_size != model.config.vocab_size ||
@@ -216,19 +241,29 @@ Engine::~Engine() {
 
 // ---- Inbox ---------------------------------------------------------------------------------
 
-absl::Status Engine::Post(Op op, bool is_request) {
+absl::Status Engine::Post(Op op, bool is_request, const std::string& owner) {
   absl::Status rejected;
   {
     absl::MutexLock lock(&mu_);
+    auto mine = queued_by_owner_.find(owner);
     if (draining_) {
       rejected = absl::UnavailableError("the server is shutting down and accepts no new work");
+    } else if (options_.tenant_max_queued > 0 && mine != queued_by_owner_.end() &&
+               mine->second >= options_.tenant_max_queued) {
+      rejected = absl::ResourceExhaustedError(absl::StrCat(
+          "this tenant's queue quota is full: tenant_max_queued (", options_.tenant_max_queued,
+          ") of its requests and operations are already waiting; retry later"));
+      m_.tenant_max_queued_rejections.Increment();
     } else if (queued_requests_ + queued_ops_ >= options_.max_queue_depth) {
       rejected = absl::ResourceExhaustedError(absl::StrCat(
           "the engine queue is full: max_queue_depth (", options_.max_queue_depth,
           ") requests and operations are already waiting; retry later"));
     } else {
-      inbox_.push_back(std::move(op));
+      inbox_.push_back(
+          Queued{.op = std::move(op),
+                 .op_owner = is_request ? std::nullopt : std::optional<std::string>(owner)});
       (is_request ? queued_requests_ : queued_ops_) += 1;
+      ++queued_by_owner_[owner];
       return absl::OkStatus();
     }
   }
@@ -236,10 +271,15 @@ absl::Status Engine::Post(Op op, bool is_request) {
   return rejected;
 }
 
+void Engine::UnqueueLocked(const std::string& owner) {
+  auto mine = queued_by_owner_.find(owner);
+  if (--mine->second == 0) queued_by_owner_.erase(mine);
+}
+
 void Engine::PostAlways(Op op) {
   absl::MutexLock lock(&mu_);
   if (shut_down_) return;
-  inbox_.push_back(std::move(op));
+  inbox_.push_back(Queued{.op = std::move(op), .op_owner = std::nullopt});
 }
 
 bool Engine::HasInboxLocked() const { return !inbox_.empty(); }
@@ -249,14 +289,17 @@ bool Engine::IdleLocked() const {
 }
 
 bool Engine::RunInbox() {
-  std::deque<Op> ops;
+  std::deque<Queued> ops;
   {
     absl::MutexLock lock(&mu_);
     ops.swap(inbox_);
     queued_ops_ = 0;
+    for (const Queued& queued : ops) {
+      if (queued.op_owner.has_value()) UnqueueLocked(*queued.op_owner);
+    }
   }
-  for (Op& op : ops) {
-    std::move(op)(absl::OkStatus());
+  for (Queued& queued : ops) {
+    std::move(queued.op)(absl::OkStatus());
     store_.SettleLocks();  // at once: a client that heard back may go to another replica next
   }
   return !stop_requested_;
@@ -274,12 +317,13 @@ absl::StatusOr<JobId> Engine::Submit(GenerateRequest request, std::shared_ptr<To
     absl::MutexLock lock(&mu_);
     id = JobId{next_job_id_++};
   }
+  const std::string owner = request.owner;
   auto job = std::make_unique<Job>(id, std::move(request), std::move(sink), model_, absl::Now());
   absl::Status posted = Post(
       [this, job = std::move(job)](absl::Status admitted) mutable {
         if (admitted.ok()) Accept(std::move(job));
       },
-      /*is_request=*/true);
+      /*is_request=*/true, owner);
   if (!posted.ok()) return posted;
   return id;
 }
@@ -352,6 +396,7 @@ void Engine::AdmitWaiting() {
     {
       absl::MutexLock lock(&mu_);
       --queued_requests_;
+      UnqueueLocked(job->request().owner);
       ++active_requests_;
     }
     m_.prompt_tokens.Increment(job->usage().prompt_tokens);
@@ -383,7 +428,12 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   const absl::Time now = absl::Now();
   {
     absl::MutexLock lock(&mu_);
-    --(job->active() ? active_requests_ : queued_requests_);
+    if (job->active()) {
+      --active_requests_;
+    } else {
+      --queued_requests_;
+      UnqueueLocked(job->request().owner);
+    }
   }
   Session* session = job->session();
   const std::string session_name =
@@ -402,7 +452,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       !session->ephemeral && session->slot.has_value() &&
       (status.ok() || absl::IsCancelled(status))) {
     if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
-      boundaries_.Add(session->id, *std::move(boundary));
+      boundaries_.Add(session->owner, session->id, *std::move(boundary));
     }
   }
   jobs_.erase(job->id());
@@ -833,6 +883,9 @@ void Engine::PublishStats() {
   m_.prefix_evictions.Increment(
       static_cast<double>(prefix_.evictions() - prefix_evictions_reported_));
   prefix_evictions_reported_ = prefix_.evictions();
+  m_.tenant_max_sessions_rejections.Increment(
+      static_cast<double>(store_.tenant_quota_rejections() - tenant_session_rejections_reported_));
+  tenant_session_rejections_reported_ = store_.tenant_quota_rejections();
 }
 
 EngineStats Engine::stats() const {
@@ -890,31 +943,31 @@ void Engine::CreateSession(std::string owner, Callback<SessionInfo> done,
                            std::optional<SessionId> id) {
   done = SettleFirst(std::move(done));
   PostOp(
-      [this, owner = std::move(owner), done = std::move(done),
-       id = std::move(id)](absl::Status admitted) mutable {
+      [this, owner, done = std::move(done), id = std::move(id)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session = store_.Create(absl::Now(), owner, std::move(id));
         if (!session.ok()) return std::move(done)(session.status());
         spdlog::info("session {}: created for {}", (*session)->id.value, TenantForLog(owner));
         Reply({(*session)->id}, std::move(done), InfoOf(**session));
-      });
+      },
+      owner);
 }
 
 void Engine::GetSession(std::string owner, SessionId id, Callback<SessionInfo> done) {
   PostOp(
-      [this, owner = std::move(owner), id = std::move(id),
-       done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<SessionInfo> info = store_.Info(id, owner);
         if (info.ok()) info->boundaries = boundaries_.Boundaries(id);
         std::move(done)(std::move(info));
-      });
+      },
+      owner);
 }
 
 void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int32_t limit,
                           Callback<SessionPage> done) {
   PostOp(
-      [this, owner = std::move(owner), after = std::move(after), limit,
+      [this, owner, after = std::move(after), limit,
        done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         SessionPage page;
@@ -924,14 +977,14 @@ void Engine::ListSessions(std::string owner, std::optional<SessionId> after, int
           page.next_after = page.sessions.back().id;
         }
         std::move(done)(std::move(page));
-      });
+      },
+      owner);
 }
 
 void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> done) {
   done = SettleFirst(std::move(done));
   PostOp(
-      [this, owner = std::move(owner), id = std::move(id),
-       done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         // The source is the forker's, so the fork (which keeps the source's owner) is too.
         absl::StatusOr<Session*> source = FindIdle(id, owner);
@@ -941,7 +994,8 @@ void Engine::ForkSession(std::string owner, SessionId id, Callback<SessionInfo> 
         spdlog::info("session {}: forked from {} for {}", (*fork)->id.value, id.value,
                      TenantForLog(owner));
         Reply({(*fork)->id}, std::move(done), InfoOf(**fork));
-      });
+      },
+      owner);
 }
 
 absl::StatusOr<SessionSnapshot> Engine::SessionAt(const Session& session,
@@ -961,80 +1015,84 @@ void Engine::EraseSession(Session* session) {
 void Engine::ForkSessionAt(std::string owner, SessionId id, int64_t num_tokens,
                            Callback<SessionInfo> done) {
   done = SettleFirst(std::move(done));
-  PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
-          done = std::move(done)](absl::Status admitted) mutable {
-    if (!admitted.ok()) return std::move(done)(admitted);
-    absl::StatusOr<Session*> source = FindIdle(id, owner);
-    if (!source.ok()) return std::move(done)(source.status());
-    absl::StatusOr<SessionSnapshot> at = SessionAt(**source, num_tokens);
-    if (!at.ok()) return std::move(done)(at.status());
-    const absl::Time now = absl::Now();
-    at->create_time = absl::FromUnixMicros(absl::ToUnixMicros(now));
-    absl::StatusOr<Session*> fork = store_.Insert(*std::move(at), now, owner);
-    if (!fork.ok()) return std::move(done)(fork.status());
-    spdlog::info("session {}: forked from {} at {} tokens for {}", (*fork)->id.value, id.value,
-                 num_tokens, TenantForLog(owner));
-    Reply({(*fork)->id}, std::move(done), InfoOf(**fork));
-  });
+  PostOp(
+      [this, owner, id = std::move(id), num_tokens,
+       done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> source = FindIdle(id, owner);
+        if (!source.ok()) return std::move(done)(source.status());
+        absl::StatusOr<SessionSnapshot> at = SessionAt(**source, num_tokens);
+        if (!at.ok()) return std::move(done)(at.status());
+        const absl::Time now = absl::Now();
+        at->create_time = absl::FromUnixMicros(absl::ToUnixMicros(now));
+        absl::StatusOr<Session*> fork = store_.Insert(*std::move(at), now, owner);
+        if (!fork.ok()) return std::move(done)(fork.status());
+        spdlog::info("session {}: forked from {} at {} tokens for {}", (*fork)->id.value, id.value,
+                     num_tokens, TenantForLog(owner));
+        Reply({(*fork)->id}, std::move(done), InfoOf(**fork));
+      },
+      owner);
 }
 
 void Engine::RewindSession(std::string owner, SessionId id, int64_t num_tokens,
                            Callback<SessionInfo> done) {
   done = SettleFirst(std::move(done));
-  PostOp([this, owner = std::move(owner), id = std::move(id), num_tokens,
-          done = std::move(done)](absl::Status admitted) mutable {
-    if (!admitted.ok()) return std::move(done)(admitted);
-    absl::StatusOr<Session*> found = FindIdle(id, owner);
-    if (!found.ok()) return std::move(done)(found.status());
-    Session& session = **found;
-    if (num_tokens == session.history.num_tokens()) {
-      return Reply({id}, std::move(done), InfoOf(session));
-    }
-    absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
-    if (!at.ok()) return std::move(done)(at.status());
-    session.history = SessionHistory(at->num_tokens, std::move(at->pending), at->token_counts);
-    if (session.slot.has_value()) {
-      absl::Status status = backend_->WriteSlot(*session.slot, at->state);
-      if (status.ok()) {
-        status = backend_->SetSeenCounts(*session.slot, session.history.SeenCounts());
-      }
-      if (!status.ok()) {
-        spdlog::error("session {}: rewind failed in the backend: {}", id.value, status.ToString());
-        EraseSession(&session);
-        return std::move(done)(absl::InternalError(
-            absl::StrCat("the model backend failed: ", status.message(),
-                         "; the session's state is unknown and the session was deleted")));
-      }
-    } else {
-      session.hibernated = std::move(at->state);
-    }
-    boundaries_.DropAfter(id, num_tokens);
-    store_.Touch(session, absl::Now());
-    spdlog::info("session {}: rewound to {} tokens by {}", id.value, num_tokens,
-                 TenantForLog(owner));
-    Reply({id}, std::move(done), InfoOf(session));
-  });
+  PostOp(
+      [this, owner, id = std::move(id), num_tokens,
+       done = std::move(done)](absl::Status admitted) mutable {
+        if (!admitted.ok()) return std::move(done)(admitted);
+        absl::StatusOr<Session*> found = FindIdle(id, owner);
+        if (!found.ok()) return std::move(done)(found.status());
+        Session& session = **found;
+        if (num_tokens == session.history.num_tokens()) {
+          return Reply({id}, std::move(done), InfoOf(session));
+        }
+        absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
+        if (!at.ok()) return std::move(done)(at.status());
+        session.history = SessionHistory(at->num_tokens, std::move(at->pending), at->token_counts);
+        if (session.slot.has_value()) {
+          absl::Status status = backend_->WriteSlot(*session.slot, at->state);
+          if (status.ok()) {
+            status = backend_->SetSeenCounts(*session.slot, session.history.SeenCounts());
+          }
+          if (!status.ok()) {
+            spdlog::error("session {}: rewind failed in the backend: {}", id.value,
+                          status.ToString());
+            EraseSession(&session);
+            return std::move(done)(absl::InternalError(
+                absl::StrCat("the model backend failed: ", status.message(),
+                             "; the session's state is unknown and the session was deleted")));
+          }
+        } else {
+          session.hibernated = std::move(at->state);
+        }
+        boundaries_.DropAfter(id, num_tokens);
+        store_.Touch(session, absl::Now());
+        spdlog::info("session {}: rewound to {} tokens by {}", id.value, num_tokens,
+                     TenantForLog(owner));
+        Reply({id}, std::move(done), InfoOf(session));
+      },
+      owner);
 }
 
 void Engine::DeleteSession(std::string owner, SessionId id, StatusCallback done) {
   done = SettleFirst(std::move(done));
   PostOp(
-      [this, owner = std::move(owner), id = std::move(id),
-       done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session = FindIdle(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
         EraseSession(*session);
         spdlog::info("session {}: deleted by {}", id.value, TenantForLog(owner));
         store_.WhenDurable({id}, std::move(done));
-      });
+      },
+      owner);
 }
 
 void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string> done) {
   done = SettleFirst(std::move(done));
   PostOp(
-      [this, owner = std::move(owner), id = std::move(id),
-       done = std::move(done)](absl::Status admitted) mutable {
+      [this, owner, id = std::move(id), done = std::move(done)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session = FindIdle(id, owner);
         if (!session.ok()) return std::move(done)(session.status());
@@ -1043,7 +1101,8 @@ void Engine::ExportSession(std::string owner, SessionId id, Callback<std::string
         // The touch is not the export's change: a failed write of it does not fail the export.
         store_.Touch(**session, absl::Now());
         Reply({}, std::move(done), EncodeSnapshot(*snapshot, model_.fingerprint));
-      });
+      },
+      owner);
 }
 
 void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<SessionInfo> done,
@@ -1054,7 +1113,7 @@ void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<
                      options_.requests.max_prompt_tokens);
   if (!snapshot.ok()) return std::move(done)(snapshot.status());
   PostOp(
-      [this, owner = std::move(owner), snapshot = *std::move(snapshot), done = std::move(done),
+      [this, owner, snapshot = *std::move(snapshot), done = std::move(done),
        id = std::move(id)](absl::Status admitted) mutable {
         if (!admitted.ok()) return std::move(done)(admitted);
         absl::StatusOr<Session*> session =
@@ -1063,7 +1122,8 @@ void Engine::ImportSession(std::string owner, absl::string_view bytes, Callback<
         spdlog::info("session {}: imported ({} tokens) for {}", (*session)->id.value,
                      (*session)->history.num_tokens(), TenantForLog(owner));
         Reply({(*session)->id}, std::move(done), InfoOf(**session));
-      });
+      },
+      owner);
 }
 
 // ---- Shutdown and persistence --------------------------------------------------------------
@@ -1088,14 +1148,14 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
   // Without a thread, Create failed before the engine held any session: nothing to persist.
   const bool started = thread_.joinable();
   if (started) thread_.join();
-  std::deque<Op> leftover;
+  std::deque<Queued> leftover;
   {
     absl::MutexLock lock(&mu_);
     shut_down_ = true;
     leftover.swap(inbox_);
   }
-  for (Op& op : leftover) {
-    std::move(op)(absl::UnavailableError("the server is shutting down"));
+  for (Queued& queued : leftover) {
+    std::move(queued.op)(absl::UnavailableError("the server is shutting down"));
   }
   if (persister_ == nullptr || !started) return absl::OkStatus();
   absl::Status flushed = persister_->Flush();

@@ -74,6 +74,12 @@ struct EngineOptions {
   // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
   // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.
   int32_t max_queue_depth = 256;
+  // The share of max_queue_depth one owner (tenant) may fill: its requests not yet running plus
+  // its session operations not yet run. Beyond it that owner's Submit and session operations
+  // fail at once with RESOURCE_EXHAUSTED naming tenant_max_queued; other owners' are not
+  // affected. 0: no quota of its own (max_queue_depth alone applies). In [0, max_queue_depth].
+  // Default: 0.
+  int32_t tenant_max_queued = 0;
   // Where sessions persist (session_persister.h): every change of a named session is written
   // behind, and its client hears that a request, create, fork, import, export or delete is
   // done only once the change is on disk; Create restores them. "" keeps sessions in memory
@@ -85,6 +91,14 @@ struct EngineOptions {
   // engine. Default: nullptr.
   FileSystem* file_system = nullptr;
 };
+
+// Fills each tenant quota left at 0 in `options` (sessions.tenant_max_sessions,
+// tenant_max_queued, prefix.tenant_budget_bytes, session_checkpoints.tenant_budget_bytes) with
+// a fair share of its global limit among `tenants` known tenants: the limit divided by
+// `tenants`, rounded down, at least 1 (0 for a limit of 0), so that the shares add up to at most
+// the limit and no tenant can take another's share. With at most one tenant they stay 0: the
+// global limits alone, as without tenants.
+void ApplyFairTenantShares(int32_t tenants, EngineOptions& options);
 
 struct SessionPage {
   std::vector<SessionInfo> sessions;
@@ -129,7 +143,8 @@ class Engine {
   Engine& operator=(const Engine&) = delete;
 
   // Thread-safe. Validates `request` (INVALID_ARGUMENT naming the field and limit) and queues
-  // it; RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE once shutting down. On success
+  // it; RESOURCE_EXHAUSTED when the queue is full or request.owner has tenant_max_queued
+  // waiting, UNAVAILABLE once shutting down. On success
   // the sink will hear OnFinish exactly once (NOT_FOUND for an unknown session, ABORTED when
   // the session is busy, ...).
   absl::StatusOr<JobId> Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink);
@@ -138,7 +153,8 @@ class Engine {
   void Cancel(JobId job);
 
   // Session operations, thread-safe; errors: NOT_FOUND, ABORTED (a request is running on the
-  // session), RESOURCE_EXHAUSTED (max_sessions, queue full), UNAVAILABLE (shutting down).
+  // session), RESOURCE_EXHAUSTED (max_sessions, tenant_max_sessions, queue full,
+  // tenant_max_queued), UNAVAILABLE (shutting down).
   //
   // Each acts on behalf of `owner`, the tenant the transport authenticated ("" without
   // authentication): a session of another owner answers NOT_FOUND with the very message of an
@@ -200,11 +216,15 @@ class Engine {
   // (queue full, shutting down) on whichever thread found that out.
   using Op = absl::AnyInvocable<void(absl::Status) &&>;
 
-  // Queues `op` unless the queue is full or the engine is draining; then calls it with that
-  // error at once and returns the error.
-  absl::Status Post(Op op, bool is_request);
+  // Queues `op` of `owner` unless the queue is full, the owner has tenant_max_queued waiting or
+  // the engine is draining; then calls it with that error at once and returns the error.
+  absl::Status Post(Op op, bool is_request, const std::string& owner);
   // Post for session operations, whose ops report a rejection themselves.
-  void PostOp(Op op) { Post(std::move(op), /*is_request=*/false).IgnoreError(); }
+  void PostOp(Op op, const std::string& owner) {
+    Post(std::move(op), /*is_request=*/false, owner).IgnoreError();
+  }
+  // One of the owner's queued requests or operations has left the queue.
+  void UnqueueLocked(const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Queues `op` whatever the queue depth (cancellations and shutdown steps).
   void PostAlways(Op op);
   bool HasInboxLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -344,11 +364,19 @@ class Engine {
   std::vector<std::pair<JobId, FinishReason>> finished_;
 
   mutable absl::Mutex mu_;
-  std::deque<Op> inbox_ ABSL_GUARDED_BY(mu_);
+  struct Queued {
+    Op op;
+    // The owner of a session operation, whose queued work ends when it runs; nullopt for a
+    // request (queued until it gets a slot or ends) and for PostAlways's entries.
+    std::optional<std::string> op_owner;
+  };
+  std::deque<Queued> inbox_ ABSL_GUARDED_BY(mu_);
   // Submitted requests not yet active (in the inbox or waiting for a slot).
   int32_t queued_requests_ ABSL_GUARDED_BY(mu_) = 0;
   // Session operations in the inbox.
   int32_t queued_ops_ ABSL_GUARDED_BY(mu_) = 0;
+  // Each owner's share of queued_requests_ + queued_ops_; owners with none have no entry.
+  absl::flat_hash_map<std::string, int32_t> queued_by_owner_ ABSL_GUARDED_BY(mu_);
   // Requests holding a slot (active_.size(), kept where Shutdown can wait on it).
   int32_t active_requests_ ABSL_GUARDED_BY(mu_) = 0;
   bool draining_ ABSL_GUARDED_BY(mu_) = false;
@@ -399,6 +427,8 @@ class Engine {
     Gauge& prefix_disk_bytes;
     Gauge& prefix_disk_states;
     Counter& prefix_disk_reads;
+    Counter& tenant_max_sessions_rejections;
+    Counter& tenant_max_queued_rejections;
   };
   Instruments m_;
   int64_t hibernations_reported_ = 0;
@@ -406,6 +436,7 @@ class Engine {
   int64_t evictions_to_disk_reported_ = 0;
   int64_t loads_from_disk_reported_ = 0;
   int64_t prefix_disk_reads_reported_ = 0;
+  int64_t tenant_session_rejections_reported_ = 0;
 
   std::thread thread_;
 };

@@ -36,6 +36,13 @@ absl::Status ValidatePrefixStoreOptions(const PrefixStoreOptions& options) {
         absl::StrCat("prefix cache memory budget must be >= 0 bytes (0 disables it), got ",
                      options.memory_budget_bytes));
   }
+  if (options.tenant_budget_bytes < 0 ||
+      options.tenant_budget_bytes > options.memory_budget_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefix cache tenant budget must be in [0, the memory budget = ",
+                     options.memory_budget_bytes, "] bytes (0: the memory budget alone), got ",
+                     options.tenant_budget_bytes));
+  }
   if (options.checkpoint_interval < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
         "prefix checkpoint interval must be >= 0 tokens (0: turn boundaries only), got ",
@@ -115,7 +122,7 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
       if (state.has_value() && Insert(owner, prefix, *std::move(state))) it = lru_.begin();
     }
     if (it == lru_.end()) continue;
-    lru_.splice(lru_.begin(), lru_, it);
+    Promote(it);
     result.length = static_cast<int64_t>(length);
     result.state = &it->state;
     return result;
@@ -137,8 +144,19 @@ bool PrefixStore::Touch(absl::string_view owner, absl::Span<const TokenId> token
   if (!enabled()) return false;
   auto it = Find(KeyOf(owner, tokens), owner, tokens);
   if (it == lru_.end()) return false;
-  lru_.splice(lru_.begin(), lru_, it);
+  Promote(it);
   return true;
+}
+
+void PrefixStore::Promote(EntryList::iterator it) {
+  lru_.splice(lru_.begin(), lru_, it);
+  std::list<uint64_t>& mine = it->share->lru;
+  mine.splice(mine.begin(), mine, it->in_share);
+}
+
+int64_t PrefixStore::bytes(absl::string_view owner) const {
+  auto share = owners_.find(owner);
+  return share == owners_.end() ? 0 : share->second.bytes;
 }
 
 bool PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> tokens,
@@ -152,30 +170,46 @@ bool PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> toke
   const int64_t bytes = static_cast<int64_t>(state.state.size() * sizeof(float) +
                                              tokens.size() * sizeof(TokenId) + owner.size()) +
                         kEntryOverheadBytes;
-  if (bytes > options_.memory_budget_bytes) return false;
-  while (bytes_ + bytes > options_.memory_budget_bytes) Evict();
+  const int64_t owner_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
+                                                                : options_.memory_budget_bytes;
+  if (bytes > owner_budget) return false;
+  // The owner's own oldest go first; an eviction that empties a share removes it.
+  for (auto share = owners_.find(owner);
+       share != owners_.end() && share->second.bytes + bytes > owner_budget;
+       share = owners_.find(owner)) {
+    Evict(by_key_.at(share->second.lru.back()));
+  }
+  while (bytes_ + bytes > options_.memory_budget_bytes) Evict(std::prev(lru_.end()));
+  OwnerShare& share = owners_[owner];
+  share.lru.push_front(key);
+  share.bytes += bytes;
   lru_.push_front(Entry{.key = key,
                         .owner = std::string(owner),
                         .tokens = std::vector<TokenId>(tokens.begin(), tokens.end()),
                         .state = std::move(state),
-                        .bytes = bytes});
+                        .bytes = bytes,
+                        .share = &share,
+                        .in_share = share.lru.begin()});
   by_key_[key] = lru_.begin();
   bytes_ += bytes;
   evicted_.erase(key);
   return true;
 }
 
-void PrefixStore::Evict() {
-  const Entry& victim = lru_.back();
-  by_key_.erase(victim.key);
-  bytes_ -= victim.bytes;
+void PrefixStore::Evict(EntryList::iterator victim) {
+  by_key_.erase(victim->key);
+  bytes_ -= victim->bytes;
+  OwnerShare& share = *victim->share;
+  share.bytes -= victim->bytes;
+  share.lru.erase(victim->in_share);
+  if (share.lru.empty()) owners_.erase(victim->owner);
   std::vector<uint64_t> dropped;
   if (disk_ == nullptr ||
-      !disk_->Put(victim.key, victim.owner, victim.tokens, victim.state, dropped)) {
-    RememberEvicted(victim.key);
+      !disk_->Put(victim->key, victim->owner, victim->tokens, victim->state, dropped)) {
+    RememberEvicted(victim->key);
   }
   for (uint64_t key : dropped) RememberEvicted(key);
-  lru_.pop_back();
+  lru_.erase(victim);
   ++evictions_;
 }
 

@@ -17,11 +17,14 @@
 // since a hit (its speed, Usage.cached_prompt_tokens) would reveal that someone sent it.
 //
 // Checkpoints are read-only and copied out (Backend::WriteSlot into the request's own slot), so
-// nothing a request does changes one. Memory is bounded by a byte budget; the least recently
-// used checkpoints are evicted first: to the disk tier when there is one (prefix_disk.h: a
-// lookup that finds a checkpoint there reads it back into memory), else forgotten. The keys of
-// the last kEvictedKeysRemembered checkpoints forgotten (or dropped by the disk tier for its
-// budget) are kept, so that a miss can say it was caused by an eviction.
+// nothing a request does changes one. Memory is bounded by a byte budget, and each owner's
+// checkpoints by tenant_budget_bytes: an owner over its own budget evicts its own least
+// recently used checkpoints first, so that one tenant's prompts cannot push out another's while
+// the owners' budgets add up to at most the whole. Beyond the whole budget the least recently
+// used checkpoints of any owner are evicted first: to the disk tier when there is one
+// (prefix_disk.h: a lookup that finds a checkpoint there reads it back into memory), else
+// forgotten. The keys of the last kEvictedKeysRemembered checkpoints forgotten (or dropped by the
+// disk tier for its budget) are kept, so that a miss can say it was caused by an eviction.
 //
 // No threads and no locking: the engine thread owns the store.
 #ifndef LINSERVE_SERVER_ENGINE_PREFIX_STORE_H_
@@ -37,6 +40,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/container/node_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -50,6 +54,10 @@ struct PrefixStoreOptions {
   // Host memory the checkpoints may hold (states, their tokens and bookkeeping); 0 disables
   // prefix reuse and checkpoints. Default: 1 GiB.
   int64_t memory_budget_bytes = int64_t{1} << 30;
+  // Host memory one owner's (tenant's) checkpoints may hold, within memory_budget_bytes. 0: no
+  // budget of its own (memory_budget_bytes alone applies). In [0, memory_budget_bytes].
+  // Default: 0.
+  int64_t tenant_budget_bytes = 0;
   // Prompt tokens between two checkpoints taken inside one long prefill (at absolute positions
   // that are multiples of it); 0 takes them at turn boundaries only. Default: 1024.
   int32_t checkpoint_interval = 1024;
@@ -112,23 +120,33 @@ class PrefixStore {
   // recently used (so a caller can skip reading a state the store already has).
   bool Touch(absl::string_view owner, absl::Span<const TokenId> tokens);
   // Stores `state`, the state after exactly `tokens` (state.position must equal
-  // tokens.size() >= 1), evicting the least recently used checkpoints to stay within the
-  // budget. A checkpoint larger than the whole budget, shorter than min_tokens or already held
-  // is not stored. Returns whether it was stored.
+  // tokens.size() >= 1), evicting the owner's least recently used checkpoints to stay within
+  // its tenant_budget_bytes, then anyone's to stay within the whole budget. A checkpoint larger
+  // than the owner's budget, shorter than min_tokens or already held is not stored. Returns
+  // whether it was stored.
   bool Insert(absl::string_view owner, absl::Span<const TokenId> tokens, StateBlob state);
 
-  // Host bytes held by the checkpoints.
+  // Host bytes held by the checkpoints, all of them or `owner`'s.
   int64_t bytes() const { return bytes_; }
+  int64_t bytes(absl::string_view owner) const;
   int64_t size() const { return static_cast<int64_t>(lru_.size()); }
   int64_t evictions() const { return evictions_; }
 
  private:
+  // One owner's checkpoints: their bytes and keys, most recently used first.
+  struct OwnerShare {
+    int64_t bytes = 0;
+    std::list<uint64_t> lru;
+  };
   struct Entry {
     uint64_t key = 0;
     std::string owner;
     std::vector<TokenId> tokens;
     StateBlob state;
     int64_t bytes = 0;
+    // Its owner's share (stable: owners_ is a node map) and its place in the share's order.
+    OwnerShare* share = nullptr;
+    std::list<uint64_t>::iterator in_share;
   };
   using EntryList = std::list<Entry>;
 
@@ -137,7 +155,10 @@ class PrefixStore {
   uint64_t KeyOf(absl::string_view owner, absl::Span<const TokenId> tokens) const;
   // The entry under `key` when it holds exactly (owner, tokens); lru_.end() otherwise.
   EntryList::iterator Find(uint64_t key, absl::string_view owner, absl::Span<const TokenId> tokens);
-  void Evict();
+  // Marks the entry as just used.
+  void Promote(EntryList::iterator it);
+  // Drops the entry from memory (to the disk tier when there is one).
+  void Evict(EntryList::iterator victim);
   // A key whose checkpoint is gone, for the miss reasons.
   void RememberEvicted(uint64_t key);
 
@@ -148,6 +169,8 @@ class PrefixStore {
   // Most recently used first.
   EntryList lru_;
   absl::flat_hash_map<uint64_t, EntryList::iterator> by_key_;
+  // Owners holding checkpoints.
+  absl::node_hash_map<std::string, OwnerShare> owners_;
   std::deque<uint64_t> evicted_order_;
   absl::flat_hash_set<uint64_t> evicted_;
   int64_t bytes_ = 0;

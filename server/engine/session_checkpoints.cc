@@ -27,16 +27,26 @@ absl::Status ValidateSessionCheckpointOptions(const SessionCheckpointOptions& op
     return absl::InvalidArgumentError(absl::StrCat(
         "session checkpoint memory budget must be >= 0 bytes, got ", options.memory_budget_bytes));
   }
+  if (options.tenant_budget_bytes < 0 ||
+      options.tenant_budget_bytes > options.memory_budget_bytes) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session checkpoint tenant budget must be in [0, the memory budget = ",
+                     options.memory_budget_bytes, "] bytes (0: the memory budget alone), got ",
+                     options.tenant_budget_bytes));
+  }
   return absl::OkStatus();
 }
 
 SessionCheckpoints::SessionCheckpoints(const SessionCheckpointOptions& options)
     : options_(options) {}
 
-void SessionCheckpoints::Add(const SessionId& id, SessionSnapshot boundary) {
+void SessionCheckpoints::Add(absl::string_view owner, const SessionId& id,
+                             SessionSnapshot boundary) {
   if (options_.per_session == 0 || boundary.num_tokens == 0) return;
   const int64_t bytes = BytesOf(boundary);
-  if (bytes > options_.memory_budget_bytes) return;
+  const int64_t owner_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
+                                                                : options_.memory_budget_bytes;
+  if (bytes > owner_budget) return;
   std::vector<BoundaryList::iterator>& mine = by_session_[id];
   for (size_t i = 0; i < mine.size(); ++i) {
     if (mine[i]->snapshot.num_tokens == boundary.num_tokens) {
@@ -45,10 +55,19 @@ void SessionCheckpoints::Add(const SessionId& id, SessionSnapshot boundary) {
     }
   }
   std::vector<BoundaryList::iterator>& kept = by_session_[id];
-  all_.push_back(Boundary{.id = id, .snapshot = std::move(boundary), .bytes = bytes});
+  all_.push_back(Boundary{.id = id,
+                          .owner = std::string(owner),
+                          .snapshot = std::move(boundary),
+                          .bytes = bytes,
+                          .sequence = next_sequence_++});
   kept.push_back(std::prev(all_.end()));
+  OwnerShare& share = owners_[owner];
+  share.oldest_first.emplace(all_.back().sequence, std::prev(all_.end()));
+  share.bytes += bytes;
   bytes_ += bytes;
   while (kept.size() > static_cast<size_t>(options_.per_session)) Remove(kept.front());
+  // The owner's share holds the new boundary, which fits its budget: it is never emptied here.
+  while (share.bytes > owner_budget) Remove(share.oldest_first.begin()->second);
   while (bytes_ > options_.memory_budget_bytes) Remove(all_.begin());
 }
 
@@ -57,8 +76,17 @@ void SessionCheckpoints::Remove(BoundaryList::iterator it) {
   std::vector<BoundaryList::iterator>& mine = session->second;
   mine.erase(std::find(mine.begin(), mine.end(), it));
   if (mine.empty()) by_session_.erase(session);
+  auto share = owners_.find(it->owner);
+  share->second.oldest_first.erase(it->sequence);
+  share->second.bytes -= it->bytes;
+  if (share->second.oldest_first.empty()) owners_.erase(share);
   bytes_ -= it->bytes;
   all_.erase(it);
+}
+
+int64_t SessionCheckpoints::bytes(absl::string_view owner) const {
+  auto share = owners_.find(owner);
+  return share == owners_.end() ? 0 : share->second.bytes;
 }
 
 absl::StatusOr<SessionSnapshot> SessionCheckpoints::At(const SessionId& id, int64_t num_tokens,

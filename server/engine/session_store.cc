@@ -26,6 +26,11 @@ absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_sessions must be >= 1, got ", options.max_sessions));
   }
+  if (options.tenant_max_sessions < 0 || options.tenant_max_sessions > options.max_sessions) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tenant_max_sessions must be in [0, max_sessions = ", options.max_sessions,
+                     "] (0: max_sessions alone), got ", options.tenant_max_sessions));
+  }
   if (options.idle_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat("session idle timeout must be > 0, got ",
                                                    absl::FormatDuration(options.idle_timeout)));
@@ -130,7 +135,7 @@ absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) 
         "session {}: its record could not be read back from state_dir (the session "
         "is dropped from the index, its file left in place): {}",
         id.value, record.status().ToString());
-    index_.erase(it);  // not EraseEntry: the file stays for inspection
+    RemoveEntry(it);  // not EraseEntry: the file stays for inspection
     if (absl::IsNotFound(record.status())) return NotFound(id);
     return absl::DataLossError(
         absl::StrCat("session ", id.value,
@@ -167,10 +172,9 @@ absl::StatusOr<Session*> SessionStore::Adopt(const SessionId& id, absl::string_v
   if (record->owner != owner || now - record->last_use_time >= options_.idle_timeout) {
     return NotFound(id);
   }
-  if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+  if (absl::Status s = CheckCapacity(owner); !s.ok()) return s;
   on_replaced_(id);  // what this server kept of an earlier history of the id is stale
-  IndexEntry& entry = index_[Pack(id)];
-  entry.owner = InternOwner(owner);
+  IndexEntry& entry = AddEntry(Pack(id), owner).first->second;
   entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
   entry.session->last_use_time = record->last_use_time;
   AddToHost(*entry.session);
@@ -204,9 +208,39 @@ std::optional<uint32_t> SessionStore::FindOwner(absl::string_view owner) const {
   return it->second;
 }
 
+std::pair<SessionStore::Index::iterator, bool> SessionStore::AddEntry(const PackedSessionId& key,
+                                                                      absl::string_view owner) {
+  auto [it, inserted] = index_.try_emplace(key);
+  if (inserted) {
+    it->second.owner = InternOwner(owner);
+    by_owner_[it->second.owner].insert(key);
+  }
+  return {it, inserted};
+}
+
+SessionStore::Index::iterator SessionStore::RemoveEntry(Index::iterator it) {
+  auto mine = by_owner_.find(it->second.owner);
+  mine->second.erase(it->first);
+  if (mine->second.empty()) by_owner_.erase(mine);
+  return index_.erase(it);
+}
+
+int32_t SessionStore::named_sessions(absl::string_view owner) const {
+  const std::optional<uint32_t> number = FindOwner(owner);
+  if (!number.has_value()) return 0;
+  auto mine = by_owner_.find(*number);
+  return mine == by_owner_.end() ? 0 : static_cast<int32_t>(mine->second.size());
+}
+
 // ---- Sessions ------------------------------------------------------------------------------
 
-absl::Status SessionStore::CheckCapacity() const {
+absl::Status SessionStore::CheckCapacity(absl::string_view owner) {
+  if (options_.tenant_max_sessions > 0 && named_sessions(owner) >= options_.tenant_max_sessions) {
+    ++tenant_quota_rejections_;
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this tenant holds tenant_max_sessions (", options_.tenant_max_sessions,
+                     ") sessions, its quota; delete some or let idle ones expire"));
+  }
   if (named_sessions() >= options_.max_sessions) {
     return absl::ResourceExhaustedError(
         absl::StrCat("the server holds max_sessions (", options_.max_sessions,
@@ -217,7 +251,7 @@ absl::Status SessionStore::CheckCapacity() const {
 
 absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, absl::Time now,
                                                 std::string owner) {
-  if (absl::Status s = CheckCapacity(); !s.ok()) return s;
+  if (absl::Status s = CheckCapacity(owner); !s.ok()) return s;
   const bool proposed = id.has_value();
   if (!proposed) {
     absl::StatusOr<SessionId> fresh = NewSessionId();
@@ -229,11 +263,10 @@ absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, abs
   if (proposed) {
     if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
   }
-  auto [it, inserted] = index_.try_emplace(Pack(*id));
+  auto [it, inserted] = AddEntry(Pack(*id), owner);
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("session ", id->value, " already exists"));
   }
-  it->second.owner = InternOwner(owner);
   auto session = std::make_unique<Session>();
   session->id = *std::move(id);
   session->owner = std::move(owner);
@@ -327,7 +360,7 @@ SessionStore::Index::iterator SessionStore::Forget(Index::iterator it) {
       RemoveFromHost(*session);
     }
   }
-  it = index_.erase(it);
+  it = RemoveEntry(it);
   on_replaced_(id);
   return it;
 }
@@ -511,7 +544,7 @@ SessionStore::Index::iterator SessionStore::EraseEntry(Index::iterator it) {
       RemoveFromHost(*session);
     }
   }
-  return index_.erase(it);
+  return RemoveEntry(it);
 }
 
 absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) const {
@@ -549,7 +582,7 @@ absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Ti
   entry.session->last_use_time = ToMicros(now);
   Session& inserted = *entry.session;
   if (!HostHasRoom(HostCost(inserted, /*with_state=*/true))) {
-    index_.erase(Pack(inserted.id));
+    RemoveEntry(index_.find(Pack(inserted.id)));
     return HostFull("the imported session");
   }
   AddToHost(inserted);
@@ -620,14 +653,13 @@ int64_t SessionStore::Restore(absl::Time now) {
       persister_->Remove(header.id);
       continue;
     }
-    if (absl::Status s = CheckCapacity(); !s.ok()) {
+    if (index_.contains(Pack(header.id))) continue;
+    if (absl::Status s = CheckCapacity(header.owner); !s.ok()) {
       spdlog::warn("state_dir: not restoring session {} (left in place): {}", header.id.value,
                    s.ToString());
       continue;
     }
-    auto [it, inserted] = index_.try_emplace(Pack(header.id));
-    if (!inserted) continue;
-    it->second.owner = InternOwner(header.owner);
+    auto it = AddEntry(Pack(header.id), header.owner).first;
     it->second.num_tokens = header.num_tokens;
     it->second.create_micros = absl::ToUnixMicros(header.create_time);
     it->second.last_use_micros = absl::ToUnixMicros(header.last_use_time);
@@ -702,9 +734,12 @@ std::vector<SessionInfo> SessionStore::List(const std::optional<SessionId>& afte
   std::vector<SessionInfo> out;
   const std::optional<uint32_t> number = FindOwner(owner);
   if (!number.has_value()) return out;
-  auto it = after.has_value() ? index_.upper_bound(Pack(*after)) : index_.begin();
-  for (; it != index_.end() && out.size() < static_cast<size_t>(limit); ++it) {
-    if (it->second.owner == *number) out.push_back(InfoOf(*it));
+  auto mine = by_owner_.find(*number);
+  if (mine == by_owner_.end()) return out;
+  const absl::btree_set<PackedSessionId>& ids = mine->second;
+  auto it = after.has_value() ? ids.upper_bound(Pack(*after)) : ids.begin();
+  for (; it != ids.end() && out.size() < static_cast<size_t>(limit); ++it) {
+    out.push_back(InfoOf(*index_.find(*it)));
   }
   return out;
 }
@@ -712,10 +747,8 @@ std::vector<SessionInfo> SessionStore::List(const std::optional<SessionId>& afte
 bool SessionStore::HasAfter(const SessionId& after, absl::string_view owner) const {
   const std::optional<uint32_t> number = FindOwner(owner);
   if (!number.has_value()) return false;
-  for (auto it = index_.upper_bound(Pack(after)); it != index_.end(); ++it) {
-    if (it->second.owner == *number) return true;
-  }
-  return false;
+  auto mine = by_owner_.find(*number);
+  return mine != by_owner_.end() && mine->second.upper_bound(Pack(after)) != mine->second.end();
 }
 
 int32_t SessionStore::resident_named_sessions() const {

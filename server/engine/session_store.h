@@ -19,7 +19,8 @@
 //
 // A new session starts without a slot (its state is all zeros) and so does a restored or
 // imported one. Sessions unused for idle_timeout are deleted; at most max_sessions named
-// sessions exist at once.
+// sessions exist at once, and at most tenant_max_sessions of one owner. Each owner's session
+// ids are indexed apart, so listing an owner's sessions costs what that owner's sessions cost.
 //
 // With a SessionPersister (--state_dir) every change of a named session is handed to it as it
 // happens (create, fork, insert, the end of each request, an export's touch, erase, expiry),
@@ -52,9 +53,11 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/functional/any_invocable.h"
@@ -75,6 +78,10 @@ struct SessionStoreOptions {
   // importing beyond it fails with RESOURCE_EXHAUSTED. Ephemeral sessions do not count. Default:
   // 4096.
   int32_t max_sessions = 4096;
+  // Named sessions one owner (tenant) may hold at once, within max_sessions; creating, forking,
+  // importing or adopting beyond it fails with RESOURCE_EXHAUSTED naming tenant_max_sessions.
+  // 0: no quota of its own (max_sessions alone applies). In [0, max_sessions]. Default: 0.
+  int32_t tenant_max_sessions = 0;
   // A named session unused for this long is deleted; absl::InfiniteDuration() = never.
   // Default: 1 hour.
   absl::Duration idle_timeout = absl::Hours(1);
@@ -143,7 +150,8 @@ class SessionStore {
 
   // A new empty named session of `owner`, under `id` (ALREADY_EXISTS when a session, held or in
   // the persister's directory, has it) or a fresh random id. RESOURCE_EXHAUSTED at
-  // max_sessions, or without a persister when host memory has no room.
+  // max_sessions or the owner's tenant_max_sessions, or without a persister when host memory
+  // has no room.
   absl::StatusOr<Session*> Create(absl::Time now, std::string owner = "",
                                   std::optional<SessionId> id = std::nullopt);
   // A new empty ephemeral session, resident at once (busy, since a request owns it).
@@ -155,8 +163,9 @@ class SessionStore {
   // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another owner
   // (the same message: existence is not revealed); DATA_LOSS when its record cannot be read
   // back (the session is then dropped from the index, its file left in place);
-  // RESOURCE_EXHAUSTED at max_sessions for a session adopted from the directory. A loaded idle
-  // session whose file another server changed or removed since is read again (or NOT_FOUND).
+  // RESOURCE_EXHAUSTED at max_sessions or tenant_max_sessions for a session adopted from the
+  // directory. A loaded idle session whose file another server changed or removed since is read
+  // again (or NOT_FOUND).
   absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
   // What Find's session would show a client, without reading a session on disk back and
   // without its lock: a session the store does not hold, or that another server changed since,
@@ -202,15 +211,17 @@ class SessionStore {
   }
   // Indexes the sessions the persister holds (reading each file's header only), keeping every
   // field as persisted. Those idle for idle_timeout or more at `now` are not added and their
-  // files are removed. The most recently used ones are loaded into the free slots (as the LRU
-  // would have kept them), the rest stay on disk until used. Returns the number restored.
+  // files are removed; those beyond max_sessions or their owner's tenant_max_sessions are not
+  // added and their files left in place. The most recently used ones are loaded into the free
+  // slots (as the LRU would have kept them), the rest stay on disk until used. Returns the
+  // number restored.
   int64_t Restore(absl::Time now);
 
   // The session's state and continuation data.
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
   // A new named, hibernated session of `owner` from an imported snapshot, under `id` (as
-  // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions, or without a persister when
-  // host memory has no room.
+  // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions or the owner's
+  // tenant_max_sessions, or without a persister when host memory has no room.
   absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now, std::string owner = "",
                                   std::optional<SessionId> id = std::nullopt);
 
@@ -224,13 +235,18 @@ class SessionStore {
   static constexpr size_t kExpirySweepCalls = 60;
 
   // Up to `limit` named sessions of `owner` with ids greater than `after` (all when nullopt),
-  // by id; sessions on disk are described from the index.
+  // by id; sessions on disk are described from the index. O(limit log n), whatever the other
+  // owners hold.
   std::vector<SessionInfo> List(const std::optional<SessionId>& after, int32_t limit,
                                 absl::string_view owner = "") const;
   // Whether a named session of `owner` with an id greater than `after` exists.
   bool HasAfter(const SessionId& after, absl::string_view owner = "") const;
 
   int32_t named_sessions() const { return static_cast<int32_t>(index_.size()); }
+  // Named sessions of `owner`.
+  int32_t named_sessions(absl::string_view owner) const;
+  // Creates, forks, imports, adoptions and restores refused for tenant_max_sessions.
+  int64_t tenant_quota_rejections() const { return tenant_quota_rejections_; }
   // Named sessions holding a slot / not holding one (in host memory or on disk).
   int32_t resident_named_sessions() const;
   int32_t hibernated_sessions() const { return named_sessions() - resident_named_sessions(); }
@@ -264,7 +280,14 @@ class SessionStore {
   // Drops the index entry of a session another server removed or replaced, without touching
   // its file. Returns the entry after it.
   Index::iterator Forget(Index::iterator it);
-  absl::Status CheckCapacity() const;
+  // RESOURCE_EXHAUSTED naming max_sessions or tenant_max_sessions when `owner` may not have
+  // another session (counting a tenant_max_sessions refusal).
+  absl::Status CheckCapacity(absl::string_view owner);
+  // Adds an index entry for `key` of `owner` (found, not added, when `key` is taken); every
+  // entry is added here and removed by RemoveEntry, which keep by_owner_ in step.
+  std::pair<Index::iterator, bool> AddEntry(const PackedSessionId& key, absl::string_view owner);
+  // Removes the entry from the index (nothing else); returns the entry after it.
+  Index::iterator RemoveEntry(Index::iterator it);
   // ALREADY_EXISTS when a session the store does not hold has `id` in the persister's directory
   // (another server's, not expired): a proposed id must be new everywhere.
   absl::Status CheckIdFree(const SessionId& id, absl::Time now);
@@ -319,6 +342,9 @@ class SessionStore {
   // Owner names, interned: an index entry holds a number.
   std::vector<std::string> owners_;
   absl::flat_hash_map<std::string, uint32_t> owner_numbers_;
+  // Each owner's named session ids (by owner number); owners without sessions have no entry.
+  absl::flat_hash_map<uint32_t, absl::btree_set<PackedSessionId>> by_owner_;
+  int64_t tenant_quota_rejections_ = 0;
   int64_t hibernations_ = 0;
   int64_t evictions_to_disk_ = 0;
   int64_t loads_from_disk_ = 0;

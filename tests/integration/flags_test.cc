@@ -58,7 +58,8 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--max_prompt_bytes=5000000", "--prefix_cache_mib=3", "--prefix_checkpoint_interval=64",
        "--prefix_min_tokens=8", "--prefix_disk_dir=" + dir_.Join("prefix"),
        "--prefix_disk_mib=7", "--session_checkpoints=2", "--session_checkpoint_mib=5",
-       "--log_level=warn"},
+       "--tenant_max_sessions=3", "--tenant_max_queued=4", "--tenant_prefix_cache_mib=2",
+       "--tenant_session_checkpoint_mib=4", "--log_level=warn"},
       dir_.Join("log"), dir_.Join("ports"));
   ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
   EXPECT_EQ(server.metrics_port(), -1);
@@ -117,6 +118,11 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
     ASSERT_TRUE(client->Generate(turn, [](const v1::GenerateResponse&) { return true; }).ok());
   }
   EXPECT_EQ(client->GetSession(turns)->boundaries_size(), 3);
+  // --tenant_max_sessions=3: this tenant's third session is its last.
+  ASSERT_TRUE(client->CreateSession().ok());
+  const absl::Status over_quota = client->CreateSession().status();
+  EXPECT_EQ(over_quota.code(), absl::StatusCode::kResourceExhausted) << over_quota;
+  EXPECT_THAT(std::string(over_quota.message()), HasSubstr("tenant_max_sessions (3)"));
   // --prefix_min_tokens=8: a resent 9-token prompt (the model has no BOS) starts from the
   // state before its last token.
   v1::GenerateRequest resend;
@@ -138,6 +144,32 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 0) << server.Log();
   const std::string log = server.Log();
   EXPECT_THAT(log, Not(HasSubstr("[info]")));  // --log_level=warn
+}
+
+// Tenant quotas left at 0 are a fair share: --max_sessions=4 between the two tenants of the
+// tokens file is 2 sessions each.
+TEST_F(FlagsTest, UnsetTenantQuotasAreAFairShareAmongTheTenantsOfTheTokenFiles) {
+  { std::ofstream(dir_.Join("tokens")) << "alice alice-token\nbob bob-token\nbob bob-2\n"; }
+  ServerProcess server({"--model=" + model_dir_, "--host=127.0.0.1", "--port=0",
+                        "--metrics_port=-1", "--http_port=-1", "--port_file=" + dir_.Join("ports"),
+                        "--auth_tokens_file=" + dir_.Join("tokens"), "--threads=1",
+                        "--max_sessions=4"},
+                       dir_.Join("log"), dir_.Join("ports"));
+  ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
+  ClientOptions options;
+  options.timeout = absl::Seconds(10);
+  options.auth_token = "bob-token";
+  std::unique_ptr<Client> bob = server.Connect(options);
+  options.auth_token = "alice-token";
+  std::unique_ptr<Client> alice = server.Connect(options);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(bob->CreateSession().ok());
+  const absl::Status refused = bob->CreateSession().status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("tenant_max_sessions (2)"));
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(alice->CreateSession().ok());
+  server.Signal(SIGTERM);
+  EXPECT_EQ(server.WaitForExit(absl::Seconds(30)), 0) << server.Log();
+  EXPECT_THAT(server.Log(), HasSubstr("tenant quotas (2 tenants named by token files"));
 }
 
 TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
@@ -168,6 +200,14 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--idle_prefill_token_budget=16", "--idle_prefill_token_budget (16) must be >= "
                                          "--prefill_token_budget (32)"},
       {"--max_sessions=0", "max_sessions"},
+      {"--tenant_max_sessions=4097",
+       "--tenant_max_sessions must be in [0, --max_sessions = 4096] (0: a fair share), got 4097"},
+      {"--tenant_max_queued=-1",
+       "--tenant_max_queued must be in [0, --max_queue_depth = 256] (0: a fair share), got -1"},
+      {"--tenant_prefix_cache_mib=1025",
+       "--tenant_prefix_cache_mib must be in [0, --prefix_cache_mib = 1024]"},
+      {"--tenant_session_checkpoint_mib=-1",
+       "--tenant_session_checkpoint_mib must be in [0, --session_checkpoint_mib = 1024]"},
       {"--max_top_logprobs=0", "max_top_logprobs"},
       {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},
       {"--metrics_port=70000", "--metrics_port"},

@@ -148,6 +148,41 @@ TEST_F(OwnershipTest, TenantsOfATokensFileReachOnlyTheirOwnSessionsThroughEveryR
             absl::StatusCode::kUnauthenticated);
 }
 
+// Quotas over gRPC: bob at his tenant_max_sessions is refused with RESOURCE_EXHAUSTED naming
+// the quota, for creates, forks and imports alike; alice's sessions and her own quota are
+// untouched.
+TEST_F(OwnershipTest, ATenantAtItsSessionQuotaLeavesTheOtherTenantsSessionsUntouched) {
+  TestServerOptions options = Options();
+  options.grpc.tenant_tokens = {{"alice", "token-of-alice"}, {"bob", "token-of-bob"}};
+  options.client.auth_token = "token-of-alice";
+  options.engine.sessions.max_sessions = 4;
+  options.engine.sessions.tenant_max_sessions = 2;
+  TestServer server(model_, options);
+  Client& alice = server.client();
+  ClientOptions bob_options;
+  bob_options.auth_token = "token-of-bob";
+  std::unique_ptr<Client> bob = server.NewClient(bob_options);
+
+  const std::string a = alice.CreateSession()->id();
+  ASSERT_TRUE(RunGenerate(alice, TokensRequest({9, 9, 8}, 6, 1, a)).status.ok());
+  const std::string b = bob->CreateSession()->id();
+  ASSERT_TRUE(bob->CreateSession().ok());
+  absl::StatusOr<std::string> snapshot = bob->ExportSession(b);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  for (const absl::Status& refused :
+       {bob->CreateSession().status(), bob->ForkSession(b).status(),
+        bob->ImportSession(*snapshot).status()}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted) << refused;
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("tenant_max_sessions (2)"));
+  }
+  const std::string a_fork = alice.ForkSession(a)->id();
+  EXPECT_THAT(ListedIds(alice), ::testing::UnorderedElementsAre(a, a_fork));
+  EXPECT_TRUE(RunGenerate(alice, TokensRequest({5}, 3, 2, a)).status.ok());
+  // Deleting one of bob's makes room for bob again.
+  ASSERT_TRUE(bob->DeleteSession(b).ok());
+  EXPECT_TRUE(bob->ImportSession(*snapshot).ok());
+}
+
 TEST_F(OwnershipTest, TheSingleTokenOfAuthTokenFileIsADefaultTenantBesideNamedOnes) {
   TestServerOptions options = Options();
   options.grpc.auth_token = "the-old-token";

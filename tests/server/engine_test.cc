@@ -875,6 +875,115 @@ TEST_P(EngineTest, OwnersAreRestoredWithTheirSessions) {
   EXPECT_TRUE(ListSessions(*h.engine, std::nullopt, 10, "bob")->sessions.empty());
 }
 
+// Quotas: tenant B exhausting its own quotas (sessions, queue, prefix cache, turn boundaries)
+// leaves tenant A's sessions, queue and prefix hits untouched. Without the quotas B's use
+// would evict A's prefix state and boundaries (the global budgets hold fewer than B stores) and
+// could fill the queue.
+TEST_P(EngineTest, ATenantExhaustingItsQuotasLeavesAnotherTenantUntouched) {
+  const int64_t state_bytes = model_.config.StateFloatsPerSlot() * int64_t{sizeof(float)};
+  EngineOptions options;
+  options.sessions.max_sessions = 4;
+  options.sessions.tenant_max_sessions = 2;
+  options.max_queue_depth = 8;
+  options.tenant_max_queued = 2;
+  // Every prefix state and boundary here costs less than a unit, and at least state_bytes.
+  const int64_t unit = state_bytes + 1024;
+  options.prefix = {.memory_budget_bytes = 8 * unit,
+                    .tenant_budget_bytes = 4 * unit,
+                    .checkpoint_interval = 0,
+                    .min_tokens = 4};
+  options.session_checkpoints = {
+      .per_session = 8, .memory_budget_bytes = 6 * unit, .tenant_budget_bytes = 3 * unit};
+  Harness h = Start(options);
+  auto as = [](std::string owner, GenerateRequest r) {
+    r.owner = std::move(owner);
+    return r;
+  };
+
+  // A: a session with a turn boundary, and a cached prefix.
+  const SessionId a = CreateSession(*h.engine, "alice")->id;
+  ASSERT_TRUE(RunRequest(*h.engine, as("alice", Request({5, 6, 7}, 3, 1, a))).status.ok());
+  const std::vector<int64_t> a_boundaries = GetSession(*h.engine, a, "alice")->boundaries;
+  ASSERT_EQ(a_boundaries.size(), 2u);
+  std::vector<TokenId> a_prompt;
+  for (TokenId t = 10; t < 40; ++t) a_prompt.push_back(t);
+  ASSERT_TRUE(RunRequest(*h.engine, as("alice", Request(a_prompt, 3, 1))).status.ok());
+
+  // B: two sessions, then refused; many turns and many distinct prompts.
+  std::vector<SessionId> b_sessions;
+  for (int i = 0; i < 2; ++i) b_sessions.push_back(CreateSession(*h.engine, "bob")->id);
+  for (const absl::Status& refused : {CreateSession(*h.engine, "bob").status(),
+                                      ForkSession(*h.engine, b_sessions[0], "bob").status()}) {
+    EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(refused.message()), HasSubstr("tenant_max_sessions (2)"));
+  }
+  for (int turn = 0; turn < 10; ++turn) {
+    for (const SessionId& id : b_sessions) {
+      ASSERT_TRUE(
+          RunRequest(*h.engine, as("bob", Request({static_cast<TokenId>(turn + 1)}, 3, 1, id)))
+              .status.ok());
+    }
+    std::vector<TokenId> prompt;
+    for (TokenId t = 0; t < 30; ++t) prompt.push_back(static_cast<TokenId>(100 + turn * 7 + t));
+    ASSERT_TRUE(RunRequest(*h.engine, as("bob", Request(prompt, 3, 1))).status.ok());
+  }
+
+  // A's sessions: its quota is its own; its boundary is kept and its prefix still hits.
+  const SessionId a2 = CreateSession(*h.engine, "alice")->id;
+  absl::StatusOr<SessionPage> page = ListSessions(*h.engine, std::nullopt, 10, "alice");
+  ASSERT_TRUE(page.ok());
+  EXPECT_EQ(page->sessions.size(), 2u);
+  EXPECT_EQ(GetSession(*h.engine, a, "alice")->boundaries, a_boundaries);
+  const Outcome hit = RunRequest(*h.engine, as("alice", Request(a_prompt, 3, 1)));
+  ASSERT_TRUE(hit.status.ok());
+  EXPECT_EQ(hit.result.usage.cached_prompt_tokens, 30);  // BOS + 30 tokens, all but the last
+
+  // The queue: with the engine held in a step, B's third waiting request is refused; A's are
+  // not.
+  h.backend->CloseGate();
+  auto running = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(h.engine->Submit(as("bob", Request({1}, 3, 0)), running).ok());
+  running->WaitForTokens(1);  // the engine thread is now held in Decode
+  std::vector<std::shared_ptr<RecordingSink>> queued;
+  for (const char* owner : {"bob", "bob", "alice", "alice"}) {
+    queued.push_back(std::make_shared<RecordingSink>());
+    ASSERT_TRUE(h.engine->Submit(as(owner, Request({2}, 3, 0)), queued.back()).ok()) << owner;
+  }
+  const absl::StatusOr<JobId> rejected =
+      h.engine->Submit(as("bob", Request({2}, 3, 0)), std::make_shared<RecordingSink>());
+  EXPECT_EQ(rejected.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(rejected.status().message()), HasSubstr("tenant_max_queued (2)"));
+  EXPECT_EQ(GetSession(*h.engine, b_sessions[0], "bob").status().code(),
+            absl::StatusCode::kResourceExhausted);
+  h.backend->Open();
+  EXPECT_TRUE(running->Wait().status.ok());
+  for (auto& sink : queued) EXPECT_TRUE(sink->Wait().status.ok());
+  EXPECT_TRUE(RunRequest(*h.engine, as("bob", Request({2}, 3, 0))).status.ok());
+  EXPECT_TRUE(GetSession(*h.engine, a2, "alice").ok());
+}
+
+TEST(FairTenantSharesTest, DivideEachGlobalLimitAmongTheTenantsAndKeepExplicitQuotas) {
+  EngineOptions options;
+  options.sessions.max_sessions = 4096;
+  options.max_queue_depth = 256;
+  options.prefix.memory_budget_bytes = int64_t{1} << 30;
+  options.session_checkpoints.memory_budget_bytes = 0;
+  options.tenant_max_queued = 100;
+  EngineOptions one = options;
+  ApplyFairTenantShares(1, one);
+  EXPECT_EQ(one.sessions.tenant_max_sessions, 0);  // one tenant: the global limits alone
+  EXPECT_EQ(one.prefix.tenant_budget_bytes, 0);
+  ApplyFairTenantShares(3, options);
+  EXPECT_EQ(options.sessions.tenant_max_sessions, 1365);
+  EXPECT_EQ(options.tenant_max_queued, 100);  // set explicitly
+  EXPECT_EQ(options.prefix.tenant_budget_bytes, (int64_t{1} << 30) / 3);
+  EXPECT_EQ(options.session_checkpoints.tenant_budget_bytes, 0);  // a budget of 0 stays off
+  EngineOptions many;
+  many.max_queue_depth = 4;
+  ApplyFairTenantShares(10, many);
+  EXPECT_EQ(many.tenant_max_queued, 1);  // at least 1
+}
+
 TEST_P(EngineTest, CreateValidatesOptions) {
   EngineOptions options;
   options.max_queue_depth = 0;
@@ -882,6 +991,13 @@ TEST_P(EngineTest, CreateValidatesOptions) {
       model_, std::make_unique<FakeBackend>(model_.config, 2), options, metrics_);
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(engine.status().message()), HasSubstr("max_queue_depth"));
+  EngineOptions queue_quota;
+  queue_quota.tenant_max_queued = 257;
+  engine = Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), queue_quota,
+                          metrics_);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(engine.status().message()),
+              HasSubstr("tenant_max_queued must be in [0, max_queue_depth = 256]"));
 
   ScopedTempDir dir;
   { std::ofstream(dir.Join("file")) << "x"; }

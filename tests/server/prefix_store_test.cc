@@ -147,6 +147,45 @@ TEST(PrefixStoreTest, ACollidingKeyNeverReturnsAnotherPrefixsState) {
   EXPECT_EQ(hit.state->state, StateAfter(stored).state);
 }
 
+// Tenant B inserting far beyond its budget evicts only its own least recently used
+// checkpoints: tenant A's older ones stay and still hit.
+TEST(PrefixStoreTest, ATenantOverItsBudgetEvictsItsOwnOldestFirst) {
+  // Each checkpoint is 4000 state bytes plus tokens and bookkeeping (under 4400): the whole
+  // budget holds six, a tenant's two.
+  PrefixStore store({.memory_budget_bytes = 6 * 4400,
+                     .tenant_budget_bytes = 2 * 4400,
+                     .checkpoint_interval = 0,
+                     .min_tokens = 1},
+                    "model-a");
+  const std::vector<TokenId> a1 = Range(100, 10), a2 = Range(200, 10);
+  store.Insert("alice", Head(a1, 9), StateAfter(Head(a1, 9)));
+  store.Insert("alice", Head(a2, 9), StateAfter(Head(a2, 9)));
+  std::vector<std::vector<TokenId>> bobs;
+  for (int i = 0; i < 20; ++i) {
+    bobs.push_back(Range(1000 + 100 * i, 10));
+    EXPECT_TRUE(store.Insert("bob", Head(bobs.back(), 9), StateAfter(Head(bobs.back(), 9))));
+    EXPECT_LE(store.bytes("bob"), 2 * 4400);
+  }
+  EXPECT_EQ(store.evictions(), 18);
+  EXPECT_EQ(store.Lookup("alice", a1).length, 9);
+  EXPECT_EQ(store.Lookup("alice", a2).length, 9);
+  EXPECT_EQ(store.Lookup("bob", bobs[19]).length, 9);
+  EXPECT_EQ(store.Lookup("bob", bobs[18]).length, 9);
+  EXPECT_EQ(store.Lookup("bob", bobs[17]).miss, PrefixMiss::kEvicted);
+  // A lookup makes a checkpoint its owner's most recently used: bob's next insert evicts the
+  // other one.
+  EXPECT_EQ(store.Lookup("bob", bobs[18]).length, 9);
+  const std::vector<TokenId> next = Range(5000, 10);
+  EXPECT_TRUE(store.Insert("bob", Head(next, 9), StateAfter(Head(next, 9))));
+  EXPECT_EQ(store.Lookup("bob", bobs[18]).length, 9);
+  EXPECT_EQ(store.Lookup("bob", bobs[19]).miss, PrefixMiss::kEvicted);
+  // A checkpoint larger than a tenant's budget is not stored.
+  PrefixStore small({.memory_budget_bytes = 4400, .tenant_budget_bytes = 1000, .min_tokens = 1},
+                    "model-a");
+  EXPECT_FALSE(small.Insert("bob", Head(next, 9), StateAfter(Head(next, 9))));
+  EXPECT_EQ(small.bytes("bob"), 0);
+}
+
 TEST(PrefixStoreTest, OptionsAreValidated) {
   EXPECT_TRUE(ValidatePrefixStoreOptions({}).ok());
   const absl::Status budget = ValidatePrefixStoreOptions({.memory_budget_bytes = -1});
@@ -156,6 +195,14 @@ TEST(PrefixStoreTest, OptionsAreValidated) {
   EXPECT_NE(interval.message().find("checkpoint interval"), std::string::npos);
   const absl::Status min = ValidatePrefixStoreOptions({.min_tokens = 0});
   EXPECT_NE(min.message().find("min tokens"), std::string::npos);
+  for (int64_t tenant : {int64_t{-1}, int64_t{1001}}) {
+    const absl::Status status =
+        ValidatePrefixStoreOptions({.memory_budget_bytes = 1000, .tenant_budget_bytes = tenant});
+    EXPECT_TRUE(absl::IsInvalidArgument(status));
+    EXPECT_NE(status.message().find("tenant budget must be in [0, the memory budget = 1000]"),
+              std::string::npos)
+        << status;
+  }
 }
 
 }  // namespace

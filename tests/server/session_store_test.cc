@@ -200,12 +200,76 @@ TEST_F(SessionStoreTest, ListsByIdInPages) {
   EXPECT_EQ(listed, std::vector<SessionId>(ids.begin(), ids.end()));
 }
 
+// Tenant B at its tenant_max_sessions is refused (naming the quota) for every way of adding a
+// session, while tenant A still gets its own; a deleted session of B's makes room for B.
+TEST(SessionStoreTenantTest, ATenantAtItsQuotaIsRefusedAndTheOthersAreNot) {
+  FakeBackend backend(TinyConfig(), 2);
+  SessionStore store(
+      backend, {.max_sessions = 5, .tenant_max_sessions = 2, .idle_timeout = absl::Minutes(10)});
+  Session* b0 = *store.Create(kT0, "bob");
+  ASSERT_TRUE(store.Create(kT0, "bob").ok());
+  const SessionSnapshot snapshot = *store.Snapshot(*b0);
+  for (const absl::Status& status :
+       {store.Create(kT0, "bob").status(), store.Fork(*b0, kT0).status(),
+        store.Insert(snapshot, kT0, "bob").status()}) {
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(std::string(status.message()), HasSubstr("tenant_max_sessions (2)"));
+  }
+  EXPECT_EQ(store.tenant_quota_rejections(), 3);
+  EXPECT_EQ(store.named_sessions("bob"), 2);
+  Session* a0 = *store.Create(kT0, "alice");
+  ASSERT_TRUE(store.Fork(*a0, kT0).ok());
+  EXPECT_EQ(store.named_sessions("alice"), 2);
+  EXPECT_EQ(store.Create(kT0, "alice").status().code(), absl::StatusCode::kResourceExhausted);
+  // The global limit still holds: a third tenant gets the one session left.
+  ASSERT_TRUE(store.Create(kT0, "carol").ok());
+  const absl::Status full = store.Create(kT0, "dave").status();
+  EXPECT_THAT(std::string(full.message()), HasSubstr("max_sessions (5)"));
+  store.Erase(b0);
+  EXPECT_EQ(store.named_sessions("bob"), 1);
+  EXPECT_TRUE(store.Insert(snapshot, kT0, "bob").ok());
+}
+
+// Listing reads only the caller's own ids, paged as the whole index would be.
+TEST(SessionStoreTenantTest, ListsOnlyTheOwnersSessionsInPages) {
+  FakeBackend backend(TinyConfig(), 2);
+  SessionStore store(backend, {.max_sessions = 100, .idle_timeout = absl::Minutes(10)});
+  std::set<SessionId> alice;
+  for (int i = 0; i < 30; ++i) {
+    Session* s = *store.Create(kT0, i % 3 == 0 ? "alice" : "bob");
+    if (s->owner == "alice") alice.insert(s->id);
+  }
+  std::vector<SessionId> listed;
+  std::optional<SessionId> after;
+  while (true) {
+    const std::vector<SessionInfo> page = store.List(after, 4, "alice");
+    for (const SessionInfo& s : page) listed.push_back(s.id);
+    if (page.empty() || !store.HasAfter(page.back().id, "alice")) break;
+    after = page.back().id;
+  }
+  EXPECT_EQ(listed, std::vector<SessionId>(alice.begin(), alice.end()));
+  EXPECT_TRUE(store.List(std::nullopt, 10, "carol").empty());
+  for (const SessionId& id : alice) store.Erase(*store.Find(id, "alice"));
+  EXPECT_TRUE(store.List(std::nullopt, 10, "alice").empty());
+  EXPECT_EQ(store.named_sessions("alice"), 0);
+  EXPECT_EQ(store.named_sessions("bob"), 20);
+}
+
 TEST(SessionStoreOptionsTest, Validates) {
   EXPECT_TRUE(ValidateSessionStoreOptions({}).ok());
   SessionStoreOptions no_sessions;
   no_sessions.max_sessions = 0;
   EXPECT_THAT(std::string(ValidateSessionStoreOptions(no_sessions).message()),
               HasSubstr("max_sessions"));
+  for (int32_t quota : {-1, 4097}) {
+    SessionStoreOptions tenant;
+    tenant.tenant_max_sessions = quota;
+    const absl::Status status = ValidateSessionStoreOptions(tenant);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("tenant_max_sessions must be in [0, max_sessions = 4096]",
+                                       " (0: max_sessions alone), got ", quota)));
+  }
   SessionStoreOptions no_timeout;
   no_timeout.idle_timeout = absl::ZeroDuration();
   EXPECT_THAT(std::string(ValidateSessionStoreOptions(no_timeout).message()),

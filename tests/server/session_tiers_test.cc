@@ -308,6 +308,35 @@ TEST(SessionTiersTest, ARecordThatCannotBeReadBackIsDataLossAndLeavesTheIndex) {
   EXPECT_TRUE(std::filesystem::exists(path));  // left for the operator
 }
 
+// Restored sessions count for their owner: a tenant at its quota after a restart is refused,
+// the sessions beyond it stay on disk, and the others are unaffected.
+TEST(SessionTiersTest, RestoredSessionsCountForTheirTenant) {
+  TestDir dir;
+  {
+    Server first(dir.path(), 1, Options(0));
+    for (const char* owner : {"alice", "alice", "alice", "bob"}) {
+      ASSERT_TRUE(first.store.Create(kT0, owner).ok());
+    }
+    ASSERT_TRUE(first.persister->Flush().ok());
+  }
+  SessionStoreOptions options = Options(0);
+  options.tenant_max_sessions = 2;
+  Server second(dir.path(), 1, options);
+  EXPECT_EQ(second.store.Restore(kT0 + absl::Minutes(1)), 3);
+  EXPECT_EQ(second.store.named_sessions("alice"), 2);
+  EXPECT_EQ(second.store.named_sessions("bob"), 1);
+  const absl::Status refused = second.store.Create(kT0, "alice").status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("tenant_max_sessions (2)"));
+  EXPECT_TRUE(second.store.Create(kT0, "bob").ok());
+  ASSERT_TRUE(second.persister->Flush().ok());
+  int files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir.path())) {
+    files += entry.path().extension() == ".session" ? 1 : 0;
+  }
+  EXPECT_EQ(files, 5);  // the alice session not restored stays in place
+}
+
 // 100k hibernated sessions through the disk: written behind, evicted, indexed at a restart
 // from the file headers, and each read back on use with its exact state and history.
 TEST(SessionTiersTest, HundredThousandHibernatedSessionsRoundTripThroughDisk) {
