@@ -13,6 +13,7 @@
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <deque>
 #include <utility>
 #include <vector>
 
@@ -37,6 +38,56 @@ using nlohmann::json;
 // Pending connections the kernel may hold before the loop accepts them: a burst of clients
 // connecting at once is queued, not refused.
 constexpr int kListenBacklog = 4096;
+// Threads that parse request bodies and tokenize their prompts.
+constexpr int kParseThreads = 2;
+
+// Threads running closures posted from the loop. Stop drops what has not started.
+class WorkPool {
+ public:
+  explicit WorkPool(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Run(); });
+  }
+  ~WorkPool() { Stop(); }
+  void Post(absl::AnyInvocable<void() &&> fn) {
+    absl::MutexLock lock(&mu_);
+    if (!stopped_) queue_.push_back(std::move(fn));
+  }
+  void Stop() {
+    std::deque<absl::AnyInvocable<void() &&>> dropped;
+    {
+      absl::MutexLock lock(&mu_);
+      stopped_ = true;
+      dropped.swap(queue_);
+    }
+    for (std::thread& t : threads_) {
+      if (t.joinable()) t.join();
+    }
+  }
+
+ private:
+  void Run() {
+    while (true) {
+      absl::AnyInvocable<void() &&> fn;
+      {
+        absl::MutexLock lock(&mu_);
+        mu_.Await(absl::Condition(
+            +[](WorkPool* pool) ABSL_SHARED_LOCKS_REQUIRED(pool->mu_) {
+              return pool->stopped_ || !pool->queue_.empty();
+            },
+            this));
+        if (stopped_) return;
+        fn = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      std::move(fn)();
+    }
+  }
+
+  absl::Mutex mu_;
+  std::deque<absl::AnyInvocable<void() &&>> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<std::thread> threads_;
+};
 
 // Closures for the loop thread, posted from any thread. Once closed, posts are dropped (the
 // loop is gone); the engine's callbacks may still arrive then.
@@ -126,7 +177,8 @@ class OpenAiServer::Impl {
         auth_(auth),
         metrics_(metrics),
         options_(std::move(options)),
-        created_(absl::ToUnixSeconds(absl::Now())) {
+        created_(absl::ToUnixSeconds(absl::Now())),
+        parsers_(kParseThreads) {
     context_.model_id = options_.model_id;
     context_.tokenizer = engine_.model().tokenizer.get();
     context_.limits = engine_.options().requests;
@@ -185,6 +237,7 @@ class OpenAiServer::Impl {
 
   void Stop() {
     if (mailbox_ != nullptr) mailbox_->Close();
+    parsers_.Stop();
     if (thread_.joinable()) {
       event_base_loopbreak(base_);
       thread_.join();
@@ -257,6 +310,9 @@ class OpenAiServer::Impl {
   void Models(Exchange& exchange, absl::string_view id);
   void Sessions(const std::shared_ptr<Exchange>& exchange, evhttp_cmd_type method,
                 absl::string_view id, const std::string& tenant);
+  // Loop thread, with the body parsed on a worker: validates and submits it.
+  void Submit(const std::shared_ptr<Exchange>& exchange, const std::string& tenant,
+              absl::StatusOr<OpenAiRequest> request);
   void Flush(const std::shared_ptr<Exchange>& exchange);
 
   // Registers `exchange` as the one `req` replies to: its connection's close is watched.
@@ -284,6 +340,7 @@ class OpenAiServer::Impl {
   // Loop thread: exchanges whose connection is watched, by address (the close callback's
   // argument).
   absl::flat_hash_map<Exchange*, std::shared_ptr<Exchange>> live_;
+  WorkPool parsers_;
 };
 
 void OpenAiServer::Impl::Count(absl::string_view endpoint, int status) {
@@ -498,11 +555,24 @@ void OpenAiServer::Impl::Sessions(const std::shared_ptr<Exchange>& exchange, evh
 void OpenAiServer::Impl::Generate(const std::shared_ptr<Exchange>& exchange,
                                   OpenAiEndpoint endpoint, const std::string& tenant) {
   evbuffer* input = evhttp_request_get_input_buffer(exchange->req);
-  const size_t length = evbuffer_get_length(input);
-  const char* bytes = reinterpret_cast<const char*>(evbuffer_pullup(input, -1));
-  absl::StatusOr<OpenAiRequest> request =
-      ParseOpenAiRequest(endpoint, absl::string_view(bytes == nullptr ? "" : bytes, length),
-                         context_, exchange->request_id);
+  std::string body(evbuffer_get_length(input), '\0');
+  evbuffer_remove(input, body.data(), body.size());
+  // A client that leaves while its body is parsed is noticed (and its exchange ends) meanwhile.
+  Watch(*exchange);
+  // Parsing and tokenizing a large prompt takes a while: not on the loop, which serves every
+  // stream.
+  parsers_.Post([this, exchange, endpoint, tenant, body = std::move(body)] {
+    absl::StatusOr<OpenAiRequest> request =
+        ParseOpenAiRequest(endpoint, body, context_, exchange->request_id);
+    mailbox_->Post([this, exchange, tenant, request = std::move(request)]() mutable {
+      Submit(exchange, tenant, std::move(request));
+    });
+  });
+}
+
+void OpenAiServer::Impl::Submit(const std::shared_ptr<Exchange>& exchange,
+                                const std::string& tenant, absl::StatusOr<OpenAiRequest> request) {
+  if (exchange->req == nullptr) return;  // the client left
   if (!request.ok()) {
     ReplyError(*exchange, request.status());
     return;
@@ -515,6 +585,7 @@ void OpenAiServer::Impl::Generate(const std::shared_ptr<Exchange>& exchange,
     ReplyError(*exchange, RenameEngineError(valid, *request));
     return;
   }
+  const OpenAiEndpoint endpoint = request->endpoint;
   exchange->stream = request->stream;
   exchange->response.emplace(
       *request,
@@ -529,7 +600,6 @@ void OpenAiServer::Impl::Generate(const std::shared_ptr<Exchange>& exchange,
     return;
   }
   exchange->job = *job;
-  Watch(*exchange);
 }
 
 void OpenAiServer::Impl::Flush(const std::shared_ptr<Exchange>& exchange) {

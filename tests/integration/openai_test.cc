@@ -14,11 +14,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "model/backend.h"
+#include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
@@ -107,6 +109,30 @@ std::vector<std::string> Events(const std::string& body) {
   return events;
 }
 
+// The model's tokenizer, except that encoding a text holding "BLOCK" waits until Release: a
+// tokenization as long as the test needs.
+class BlockingTokenizer : public Tokenizer {
+ public:
+  explicit BlockingTokenizer(std::unique_ptr<Tokenizer> inner) : inner_(std::move(inner)) {}
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  absl::StatusOr<std::vector<TokenId>> EncodeAtMost(std::string_view text,
+                                                    size_t max_tokens) const override {
+    if (text.find("BLOCK") != std::string_view::npos) {
+      entered_.Notify();
+      released_.WaitForNotification();
+    }
+    return inner_->EncodeAtMost(text, max_tokens);
+  }
+  std::string TokenBytes(TokenId id) const override { return inner_->TokenBytes(id); }
+  void WaitUntilEntered() const { entered_.WaitForNotification(); }
+  void Release() const { released_.Notify(); }
+
+ private:
+  std::unique_ptr<Tokenizer> inner_;
+  mutable absl::Notification entered_;
+  mutable absl::Notification released_;
+};
+
 class OpenAiTest : public ::testing::Test {
  protected:
   Model model_ = MakeRandomModel(TinyConfig(), 5);
@@ -192,10 +218,26 @@ TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
       {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", "nope"}}.dump(), 400, "session_id"},
       {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", std::string(32, 'a')}}.dump(), 404,
        ""},
+      // Nested deeper than kMaxJsonDepth (64), wherever it is.
+      {absl::StrCat(R"({"model": "tiny", "prompt": "x", "user": )", std::string(65, '['),
+                    std::string(65, ']'), "}"),
+       400, "body"},
+      // A whole answer of 4096 x (1 + 20) logprob entries exceeds kMaxWholeAnswerLogprobs.
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 4096}, {"logprobs", 20}}.dump(), 400,
+       "max_tokens"},
+      {Json{{"model", "tiny"},
+            {"messages", {{{"role", "user"}, {"content", "x"}}}},
+            {"max_completion_tokens", 2048},
+            {"logprobs", true},
+            {"top_logprobs", 20}}
+           .dump(),
+       400, "max_completion_tokens"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
-    httplib::Result reply = api.Client().Post("/v1/completions", c.body, "application/json");
+    httplib::Result reply = api.Client().Post(
+        absl::StrContains(c.body, "messages") ? "/v1/chat/completions" : "/v1/completions", c.body,
+        "application/json");
     ASSERT_TRUE(reply);
     EXPECT_EQ(reply->status, c.status);
     const Json error = Json::parse(reply->body)["error"];
@@ -204,6 +246,29 @@ TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
     if (!c.param.empty()) {
       EXPECT_EQ(error["param"], c.param);
     }
+  }
+  httplib::Result deep =
+      api.Client().Post("/v1/completions", absl::StrCat(std::string(65, '['), std::string(65, ']')),
+                        "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_THAT(deep->body, HasSubstr("more than 64 levels deep"));
+  httplib::Result whole =
+      api.Post("/v1/completions",
+               {{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 4096}, {"logprobs", 20}});
+  ASSERT_TRUE(whole);
+  EXPECT_THAT(whole->body, HasSubstr("86016 logprob entries exceed the limit of 32768"));
+  // Within the limit, and streamed whatever the size: accepted.
+  for (const Json& accepted :
+       {Json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 2}, {"logprobs", 20}},
+        Json{{"model", "tiny"},
+             {"prompt", "x"},
+             {"max_tokens", 2},
+             {"logprobs", 20},
+             {"stream", true},
+             {"ignore_eos", true}}}) {
+    httplib::Result reply = api.Post("/v1/completions", accepted);
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200) << reply->body;
   }
   EXPECT_EQ(api.Client().Get("/v1/nope")->status, 404);
   EXPECT_EQ(api.Client().Get("/v1/completions")->status, 405);
@@ -289,6 +354,40 @@ TEST_F(OpenAiTest, ManyConcurrentStreamsEachGetEveryToken) {
   }
   EXPECT_TRUE(
       api.MetricsReach(absl::StrCat("linserve_generated_tokens_total ", kStreams * kTokens, "\n")));
+}
+
+TEST_F(OpenAiTest, StreamsFlowWhileAnotherPromptIsTokenized) {
+  auto blocking = std::make_unique<BlockingTokenizer>(std::move(model_.tokenizer));
+  const BlockingTokenizer& tokenizer = *blocking;
+  model_.tokenizer = std::move(blocking);
+  Api api(model_, 4);
+  // A large prompt whose tokenizing does not end until released.
+  int blocked_status = 0;
+  std::string blocked_body;
+  std::thread slow([&api, &blocked_status, &blocked_body] {
+    Json request = Completion(2, false);
+    request["prompt"] = "BLOCK" + std::string(512 << 10, 'a');
+    httplib::Result reply = api.Post("/v1/completions", request);
+    if (!reply) return;
+    blocked_status = reply->status;
+    blocked_body = reply->body;
+  });
+  tokenizer.WaitUntilEntered();
+  // Meanwhile another client's stream gets every token (read before the release, which comes
+  // whatever happened, so that a failure cannot hang the test).
+  Json request = Completion(16, true);
+  request["stream_options"] = {{"include_usage", true}};
+  httplib::Result streamed = api.Post("/v1/completions", request);
+  tokenizer.Release();
+  slow.join();
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  const std::vector<std::string> events = Events(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], 16);
+  // 512 KiB of one byte a token exceeds max_prompt_tokens: what matters is the answer came.
+  EXPECT_EQ(blocked_status, 400) << blocked_body;
+  EXPECT_THAT(blocked_body, HasSubstr("max_prompt_tokens"));
 }
 
 }  // namespace
