@@ -10,6 +10,9 @@
 //
 // Same engine, admission, limits and tenants as gRPC: requests go through Engine::Submit,
 // callers are authenticated by the gRPC server's Authenticator (Authorization: Bearer).
+//
+// Parsing a request body and tokenizing its prompt run on worker threads, never on the loop
+// thread that serves every stream.
 #ifndef LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 #define LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 
@@ -27,8 +30,8 @@
 namespace linserve {
 
 struct OpenAiServerOptions {
-  // Interface to listen on. Default: "0.0.0.0".
-  std::string host = "0.0.0.0";
+  // Interface to listen on. Default: "127.0.0.1".
+  std::string host = "127.0.0.1";
   // Port; 0 picks a free one (see OpenAiServer::port()). Default: 8000.
   int port = 8000;
   // The model's id in /v1/models and the "model" every request must name. Default: "" (main.cc
