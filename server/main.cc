@@ -51,7 +51,11 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, weight_precision, "bf16",
           "Weight storage on a GPU: bf16, fp16 or fp32. The CPU always computes in fp32 and the "
           "recurrent state is fp32 everywhere.");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Interface the gRPC and HTTP servers listen on.");
+// Default: 127.0.0.1 (loopback only, as llama.cpp's server; images pass --host=0.0.0.0).
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Interface the gRPC and HTTP servers listen on (0.0.0.0: every interface). Listening "
+          "beyond loopback without --auth_token_file, --auth_tokens_file or --tls_client_ca "
+          "logs a warning: anyone who reaches the port may use the server.");
 ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(int32_t, metrics_port, 9090,
           "HTTP port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one, -1 "
@@ -169,6 +173,11 @@ ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn o
 
 namespace linserve {
 namespace {
+
+// Whether `host` is a loopback address (or names one).
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
 
 absl::StatusOr<WeightPrecision> ParseWeightPrecision(const std::string& text) {
   if (text == "bf16") return WeightPrecision::kBf16;
@@ -521,6 +530,14 @@ int Run(const sigset_t& signals) {
       spdlog::error("{}", s.ToString());
       return 1;
     }
+  }
+  if (const std::string host = absl::GetFlag(FLAGS_host);
+      !IsLoopback(host) && grpc_options.auth_token.empty() && grpc_options.tenant_tokens.empty() &&
+      grpc_options.tls_client_ca_file.empty()) {
+    spdlog::warn("--host={}: listening beyond loopback without authentication: anyone who "
+                 "reaches these ports may generate, and read and delete sessions; set "
+                 "--auth_token_file, --auth_tokens_file or --tls_client_ca",
+                 host);
   }
   spdlog::info("ready");
 
