@@ -13,6 +13,12 @@
 //
 // Parsing a request body and tokenizing its prompt run on worker threads, never on the loop
 // thread that serves every stream.
+//
+// Bounded before authentication: a connection's first request head is checked (its
+// Authorization header) as it arrives, before evhttp reads the body; a refused request is
+// answered by the server itself and closed, its body read and discarded, never buffered. A
+// request must be complete (headers and body) within `request_deadline` of its first byte, and
+// at most `max_connections` connections are open at once.
 #ifndef LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 #define LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 
@@ -22,6 +28,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
 #include "server/transport/auth.h"
@@ -42,6 +49,13 @@ struct OpenAiServerOptions {
   // Seconds a connection may take to send a request, and may stay idle between requests.
   // Streams are not limited by it. Default: 60.
   int idle_timeout_seconds = 60;
+  // Most connections open at once, refused ones still discarding their body included; a
+  // connection beyond it is answered 503 and closed. In [1, 1048576]. Default: 1024.
+  int max_connections = 1024;
+  // Time a request may take from its first byte until its headers and body are in; one still
+  // incomplete then is closed. Also how long a refused request's body is read and discarded
+  // before its connection closes. In [1 s, 1 h]. Default: 30 s.
+  absl::Duration request_deadline = absl::Seconds(30);
 };
 
 class OpenAiServer {

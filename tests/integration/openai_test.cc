@@ -5,6 +5,11 @@
 // sessions, disconnects and many concurrent streams. Not in the TSan stage: with clients and
 // server in one process, TSan's file-descriptor tracking reports a socket a client closed and the
 // server's uninstrumented libevent reused as a race.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -38,10 +43,17 @@ using Json = nlohmann::json;
 constexpr char kTemplate[] = R"({"message": "{name}: {content}\n", "generation_prompt": "{name}:",
   "names": {"system": "", "user": "A", "assistant": "B"}})";
 
+// The HTTP API's connection limits, where a test sets them.
+struct Limits {
+  int max_connections = 1024;
+  absl::Duration request_deadline = absl::Seconds(30);
+};
+
 // Engine, CPU backend and the HTTP API on 127.0.0.1 port 0.
 class Api {
  public:
-  Api(const Model& model, int32_t max_slots, std::vector<TenantToken> tokens = {})
+  Api(const Model& model, int32_t max_slots, std::vector<TenantToken> tokens = {},
+      Limits limits = {})
       : auth_(tokens, /*certificate_principals=*/false) {
     BackendOptions backend;
     backend.num_threads = 1;
@@ -52,7 +64,9 @@ class Api {
                             {.host = "127.0.0.1",
                              .port = 0,
                              .model_id = "tiny",
-                             .chat_template = *ChatTemplate::Parse(kTemplate, "test template")});
+                             .chat_template = *ChatTemplate::Parse(kTemplate, "test template"),
+                             .max_connections = limits.max_connections,
+                             .request_deadline = limits.request_deadline});
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
@@ -61,6 +75,7 @@ class Api {
     server_->Stop();
   }
 
+  int port() const { return server_->port(); }
   httplib::Client Client() const {
     httplib::Client client("127.0.0.1", server_->port());
     client.set_read_timeout(30, 0);
@@ -91,6 +106,66 @@ Json Completion(int max_tokens, bool stream) {
   return {{"model", "tiny"},    {"prompt", "to be or not"}, {"max_tokens", max_tokens}, {"seed", 7},
           {"temperature", 0.8}, {"ignore_eos", true},       {"stream", stream}};
 }
+
+// A model slow enough (about a millisecond a token) that a long stream is still running while a
+// test does something else.
+Model SlowModel() {
+  ModelConfig config = TinyConfig();
+  config.d_model = 256;
+  config.n_heads = 8;
+  config.head_dim = 32;
+  config.feature_dim = 32;
+  config.d_ff = 1024;
+  config.n_layers = 4;
+  return MakeRandomModel(config, 5);
+}
+
+// A raw TCP connection to the API, for what an HTTP client library would not send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawConnection() { close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  int fd() const { return fd_; }
+  bool connected() const { return connected_; }
+  // False once the server closed or reset the connection.
+  bool Send(absl::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(n);
+    }
+    return true;
+  }
+  // Whether the connection has something to read (bytes, its end or an error) within `wait`.
+  bool Readable(absl::Duration wait) {
+    pollfd readable{.fd = fd_, .events = POLLIN, .revents = 0};
+    return poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
+  }
+  // What the server sends until it closes the connection (or 30 s pass without a byte).
+  std::string ReadToEnd() {
+    std::string received;
+    char buffer[4096];
+    while (Readable(absl::Seconds(30))) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      received.append(buffer, n);
+    }
+    return received;
+  }
+
+ private:
+  const int fd_;
+  bool connected_ = false;
+};
 
 // The events of a server-sent event stream, checked for framing: every event is one
 // "data: ..." line followed by a blank line, and the last is [DONE].
@@ -287,19 +362,152 @@ TEST_F(OpenAiTest, BearerTokensAreRequiredWhenConfigured) {
       api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
           ->status,
       200);
+  // Every route, an unknown one too, and the connection is closed after the answer.
+  httplib::Result unknown = api.Client().Get("/v1/nope");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 401);
+  EXPECT_EQ(unknown->get_header_value("Connection"), "close");
+  EXPECT_EQ(api.Client().Get("/v1/nope", {{"Authorization", "Bearer secret-a"}})->status, 404);
+}
+
+TEST_F(OpenAiTest, UnauthenticatedRequestIsAnsweredBeforeItsBodyIsRead) {
+  Api api(model_, 4, {{.tenant = "alice", .token = "secret-a"}});
+  constexpr size_t kBody = 2 << 20;
+  constexpr int kClients = 8;
+  const std::string head = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer wrong\r\n"
+      "Content-Type: application/json\r\nContent-Length: ",
+      kBody, "\r\n\r\n");
+  const std::string part(64 << 10, 'x');
+  const std::string rest(kBody - part.size(), 'x');
+  std::vector<std::string> answers(kClients);
+  std::vector<bool> rest_sent(kClients, false);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kClients; ++i) {
+      clients.emplace_back([&, i] {
+        RawConnection connection(api.port());
+        if (!connection.connected() || !connection.Send(head) || !connection.Send(part)) return;
+        // The answer, and the server's end of the connection, come while 1984 KiB of the body
+        // are unsent: it did not wait for them.
+        answers[i] = connection.ReadToEnd();
+        // What the client still sends is read and discarded: no reset.
+        rest_sent[i] = connection.Send(rest);
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(absl::StartsWith(answers[i], "HTTP/1.1 401 Unauthorized\r\n")) << answers[i];
+    EXPECT_THAT(answers[i], HasSubstr("Connection: close\r\n"));
+    EXPECT_THAT(answers[i], HasSubstr("invalid_api_key"));
+    EXPECT_TRUE(rest_sent[i]);
+  }
+  EXPECT_TRUE(api.MetricsReach(absl::StrCat(
+      "linserve_http_connections_refused_total{reason=\"unauthenticated\"} ", kClients, "\n")))
+      << api.Metrics();
+  EXPECT_EQ(
+      api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
+          ->status,
+      200);
+}
+
+TEST_F(OpenAiTest, RequestStillIncompleteAtTheDeadlineIsClosed) {
+  Api api(model_, 4, {}, {.request_deadline = absl::Seconds(1)});
+  RawConnection connection(api.port());
+  ASSERT_TRUE(connection.connected());
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(connection.Send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: "));
+  // A byte every 100 ms: never idle, never complete.
+  while (absl::Now() - start < absl::Seconds(10) && !connection.Readable(absl::Milliseconds(100))) {
+    connection.Send("a");
+  }
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(connection.ReadToEnd(), "");  // closed, unanswered
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(10));
+  EXPECT_TRUE(api.MetricsReach("linserve_http_connections_refused_total{reason=\"deadline\"} 1\n"))
+      << api.Metrics();
+  // A request in time is served.
+  httplib::Result reply = api.Post("/v1/completions", Completion(2, false));
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, 200) << reply->body;
+}
+
+TEST_F(OpenAiTest, ConnectionsBeyondTheLimitAreRefusedWhileAStreamFlows) {
+  const Model model = SlowModel();
+  constexpr int kLimit = 64;
+  constexpr int kAttempts = 200;
+  constexpr int kTokens = 2000;
+  Api api(model, 2, {}, {.max_connections = kLimit});
+  // A long stream on one connection, started first.
+  absl::Notification first_chunk;
+  std::string streamed;
+  int status = 0;
+  std::thread stream([&] {
+    Json body = Completion(kTokens, true);
+    body["stream_options"] = {{"include_usage", true}};
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.set_header("Content-Type", "application/json");
+    request.body = body.dump();
+    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      streamed.append(data, size);
+      if (!first_chunk.HasBeenNotified()) first_chunk.Notify();
+      return true;
+    };
+    httplib::Result result = api.Client().send(request);
+    if (result) status = result->status;
+    if (!first_chunk.HasBeenNotified()) first_chunk.Notify();
+  });
+  first_chunk.WaitForNotification();
+  // Idle connections: kLimit - 1 fit beside the stream's; the rest are answered 503 and closed.
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  std::vector<pollfd> polled;
+  for (int i = 0; i < kAttempts; ++i) {
+    connections.push_back(std::make_unique<RawConnection>(api.port()));
+    ASSERT_TRUE(connections.back()->connected());
+    polled.push_back({.fd = connections.back()->fd(), .events = POLLIN, .revents = 0});
+  }
+  constexpr int kRefused = kAttempts - (kLimit - 1);
+  int readable = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30);
+       readable < kRefused && absl::Now() < until;) {
+    readable = poll(polled.data(), polled.size(), 100);
+    ASSERT_GE(readable, 0);
+  }
+  EXPECT_EQ(readable, kRefused);
+  for (int i = 0; i < kAttempts; ++i) {
+    if (polled[i].revents == 0) continue;
+    const std::string answer = connections[i]->ReadToEnd();
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 503 Service Unavailable\r\n")) << answer;
+    EXPECT_THAT(answer, HasSubstr("--http_max_connections"));
+  }
+  EXPECT_TRUE(api.MetricsReach(absl::StrCat(
+      "linserve_http_connections_refused_total{reason=\"connections\"} ", kRefused, "\n")))
+      << api.Metrics();
+  // The stream got every token.
+  stream.join();
+  ASSERT_EQ(status, 200) << streamed;
+  const std::vector<std::string> events = Events(streamed);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], kTokens);
+  // Closed connections leave room: a request is served once the server has seen them go.
+  connections.clear();
+  int served = 0;
+  for (int i = 0; i < 200 && served != 200; ++i) {
+    httplib::Result reply = api.Post("/v1/completions", Completion(2, false));
+    served = reply ? reply->status : 0;
+    if (served != 200) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(served, 200);
 }
 
 TEST_F(OpenAiTest, ClientThatDisconnectsMidStreamFreesTheOnlySlot) {
-  // A model slow enough (about a millisecond a token) that the stream is still running when its
-  // client goes away.
-  ModelConfig config = TinyConfig();
-  config.d_model = 256;
-  config.n_heads = 8;
-  config.head_dim = 32;
-  config.feature_dim = 32;
-  config.d_ff = 1024;
-  config.n_layers = 4;
-  const Model model = MakeRandomModel(config, 5);
+  // The stream is still running when its client goes away.
+  const Model model = SlowModel();
   Api api(model, 1);
   std::atomic<int> chunks = 0;
   httplib::Request stream;
