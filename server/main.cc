@@ -64,6 +64,16 @@ ABSL_FLAG(int32_t, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
           "/v1/models, /v1/sessions; docs/openai.md), with the gRPC API's auth tokens and "
           "limits; 0 picks a free one, -1 turns it off.");
+// Default: 1024.
+ABSL_FLAG(int32_t, http_max_connections, 1024,
+          "Most connections the HTTP API holds open at once, in [1, 1048576]; one beyond it is "
+          "answered 503 and closed. Bounds the API's share of the open-files limit, which the "
+          "server raises to its maximum.");
+// Default: 30s.
+ABSL_FLAG(absl::Duration, http_request_deadline, absl::Seconds(30),
+          "Time an HTTP API request may take from its first byte until its headers and body are "
+          "in, in [1s, 1h]; one still incomplete then is closed, however steadily it trickles. "
+          "Also how long a refused request's body is read and discarded.");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model's id in the HTTP API (/v1/models, and the \"model\" every request must "
           "name). Empty: the model directory's name.");
@@ -377,6 +387,8 @@ int Run(const sigset_t& signals) {
   spdlog::set_level(log_level);
   // Every HTTP stream holds a socket: raise the soft limit on open files as far as allowed
   // (often 1024 by default, below a thousand clients plus the server's own files).
+  // --http_max_connections bounds the HTTP API's share; gRPC's and the server's own files the
+  // rest.
   if (rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
@@ -401,6 +413,17 @@ int Run(const sigset_t& signals) {
   const int32_t http_port = absl::GetFlag(FLAGS_http_port);
   if (http_port < -1 || http_port > 65535) {
     spdlog::error("--http_port must be in [0, 65535], or -1 (off), got {}", http_port);
+    return 1;
+  }
+  const int32_t http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  if (http_max_connections < 1 || http_max_connections > (1 << 20)) {
+    spdlog::error("--http_max_connections must be in [1, 1048576], got {}", http_max_connections);
+    return 1;
+  }
+  const absl::Duration http_request_deadline = absl::GetFlag(FLAGS_http_request_deadline);
+  if (http_request_deadline < absl::Seconds(1) || http_request_deadline > absl::Hours(1)) {
+    spdlog::error("--http_request_deadline must be in [1s, 1h], got {}",
+                  absl::FormatDuration(http_request_deadline));
     return 1;
   }
   GrpcServerOptions grpc_options;
@@ -499,7 +522,9 @@ int Run(const sigset_t& signals) {
                             {.host = absl::GetFlag(FLAGS_host),
                              .port = http_port,
                              .model_id = std::move(name),
-                             .chat_template = *std::move(chat_template)});
+                             .chat_template = *std::move(chat_template),
+                             .max_connections = http_max_connections,
+                             .request_deadline = http_request_deadline});
     if (!started.ok()) {
       spdlog::error("--http_port: {}", started.status().ToString());
       return 1;
