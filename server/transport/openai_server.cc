@@ -386,7 +386,8 @@ class OpenAiServer::Impl {
   // Loop thread, first thing after OnAccept: finds the connection evhttp made, refuses it beyond
   // max_connections; later, sends a refusal and closes.
   static void OnTask(evutil_socket_t, short, void* arg);
-  void Adopt(Connection& connection);
+  // False if evhttp freed the connection already (then forgotten).
+  bool Adopt(Connection& connection);
   // Bytes arrived on a connection, before evhttp reads them: starts the request's deadline and
   // checks the first request's head.
   static void OnInput(evbuffer* input, const evbuffer_cb_info* info, void* arg);
@@ -489,10 +490,7 @@ bufferevent* OpenAiServer::Impl::OnAccept(event_base* base, void* arg) {
 void OpenAiServer::Impl::OnTask(evutil_socket_t, short, void* arg) {
   Connection& connection = *static_cast<Connection*>(arg);
   Impl& server = *connection.server;
-  if (connection.evcon == nullptr) {
-    server.Adopt(connection);
-    return;
-  }
+  if (connection.evcon == nullptr && !server.Adopt(connection)) return;
   // evhttp may have taken the request, read whole with the head: it answers it then.
   if (connection.state != Connection::State::kRefused) return;
   server.CountRefused(connection.refused_for);
@@ -508,7 +506,7 @@ void OpenAiServer::Impl::OnTask(evutil_socket_t, short, void* arg) {
   evhttp_connection_free(connection.evcon);  // calls OnConnectionClose: `connection` is gone
 }
 
-void OpenAiServer::Impl::Adopt(Connection& connection) {
+bool OpenAiServer::Impl::Adopt(Connection& connection) {
   bufferevent_data_cb read = nullptr;
   void* evcon = nullptr;
   bufferevent_getcb(connection.bev, &read, nullptr, nullptr, &evcon);
@@ -517,7 +515,7 @@ void OpenAiServer::Impl::Adopt(Connection& connection) {
     // evhttp freed the bufferevent (its input and our watch with it) setting the connection up.
     connection.input_watch = nullptr;
     Forget(connection);
-    return;
+    return false;
   }
   connection.evcon = static_cast<evhttp_connection*>(evcon);
   evhttp_connection_set_closecb(connection.evcon, &Impl::OnConnectionClose, &connection);
@@ -530,6 +528,7 @@ void OpenAiServer::Impl::Adopt(Connection& connection) {
         ", --http_max_connections); retry later")));
     Refuse(connection, 503, ApiErrorJson(error), /*linger=*/false, "connections");
   }
+  return true;
 }
 
 void OpenAiServer::Impl::OnInput(evbuffer* input, const evbuffer_cb_info* info, void* arg) {
