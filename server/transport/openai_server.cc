@@ -669,8 +669,8 @@ void OpenAiServer::Impl::CountRefused(absl::string_view reason) {
   metrics_
       .GetCounter("linserve_http_connections_refused_total",
                   "OpenAI API connections closed before their request reached a handler, by "
-                  "reason: connections (--http_max_connections), unauthenticated, headers (over "
-                  "64 KiB), deadline (--http_request_deadline)",
+                  "reason: connections (--http_max_connections), unauthenticated, headers (a first "
+                  "head reaching 80 KiB without its end), deadline (--http_request_deadline)",
                   {{"reason", std::string(reason)}})
       .Increment();
 }

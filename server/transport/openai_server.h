@@ -46,8 +46,8 @@ struct OpenAiServerOptions {
   std::string model_id;
   // Applied to chat messages; nullopt refuses chat completions. Default: nullopt.
   std::optional<ChatTemplate> chat_template;
-  // Seconds a connection may take to send a request, and may stay idle between requests.
-  // Streams are not limited by it. Default: 60.
+  // Seconds without a byte after which a connection reading a request, or idle before or
+  // between requests, is closed. Streams are not limited by it. Default: 60.
   int idle_timeout_seconds = 60;
   // Most connections open at once, refused ones still discarding their body included; a
   // connection beyond it is answered 503 and closed. In [1, 1048576]. Default: 1024.
