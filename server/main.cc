@@ -52,7 +52,11 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, weight_precision, "bf16",
           "Weight storage on a GPU: bf16, fp16 or fp32. The CPU always computes in fp32 and the "
           "recurrent state is fp32 everywhere.");
-ABSL_FLAG(std::string, host, "0.0.0.0", "Interface the gRPC and HTTP servers listen on.");
+// Default: 127.0.0.1 (loopback only, as llama.cpp's server; images pass --host=0.0.0.0).
+ABSL_FLAG(std::string, host, "127.0.0.1",
+          "Interface the gRPC and HTTP servers listen on (0.0.0.0: every interface). Listening "
+          "beyond loopback without --auth_token_file, --auth_tokens_file or --tls_client_ca "
+          "logs a warning: anyone who reaches the port may use the server.");
 ABSL_FLAG(int32_t, port, 50051, "gRPC port; 0 picks a free one (see --port_file).");
 ABSL_FLAG(int32_t, metrics_port, 9090,
           "HTTP port of /metrics (Prometheus), /healthz and /readyz; 0 picks a free one, -1 "
@@ -61,6 +65,16 @@ ABSL_FLAG(int32_t, http_port, 8000,
           "Port of the OpenAI-compatible HTTP API (/v1/completions, /v1/chat/completions, "
           "/v1/models, /v1/sessions; docs/openai.md), with the gRPC API's auth tokens and "
           "limits; 0 picks a free one, -1 turns it off.");
+// Default: 1024.
+ABSL_FLAG(int32_t, http_max_connections, 1024,
+          "Most connections the HTTP API holds open at once, in [1, 1048576]; one beyond it is "
+          "answered 503 and closed. Bounds the API's share of the open-files limit, which the "
+          "server raises to its maximum.");
+// Default: 30s.
+ABSL_FLAG(absl::Duration, http_request_deadline, absl::Seconds(30),
+          "Time an HTTP API request may take from its first byte until its headers and body are "
+          "in, in [1s, 1h]; one still incomplete then is closed, however steadily it trickles. "
+          "Also how long a refused request's body is read and discarded.");
 ABSL_FLAG(std::string, served_model_name, "",
           "The model's id in the HTTP API (/v1/models, and the \"model\" every request must "
           "name). Empty: the model directory's name.");
@@ -191,6 +205,11 @@ ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn o
 
 namespace linserve {
 namespace {
+
+// Whether `host` is a loopback address (or names one).
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
 
 absl::StatusOr<WeightPrecision> ParseWeightPrecision(const std::string& text) {
   if (text == "bf16") return WeightPrecision::kBf16;
@@ -435,6 +454,7 @@ int Run(const sigset_t& signals) {
   spdlog::set_level(log_level);
   // Every HTTP stream holds a socket: raise the soft limit on open files as far as allowed
   // (often 1024 by default, below a thousand clients plus the server's own files).
+  // --http_max_connections bounds the HTTP API's share of it.
   if (rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
     setrlimit(RLIMIT_NOFILE, &files);
@@ -459,6 +479,17 @@ int Run(const sigset_t& signals) {
   const int32_t http_port = absl::GetFlag(FLAGS_http_port);
   if (http_port < -1 || http_port > 65535) {
     spdlog::error("--http_port must be in [0, 65535], or -1 (off), got {}", http_port);
+    return 1;
+  }
+  const int32_t http_max_connections = absl::GetFlag(FLAGS_http_max_connections);
+  if (http_max_connections < 1 || http_max_connections > (1 << 20)) {
+    spdlog::error("--http_max_connections must be in [1, 1048576], got {}", http_max_connections);
+    return 1;
+  }
+  const absl::Duration http_request_deadline = absl::GetFlag(FLAGS_http_request_deadline);
+  if (http_request_deadline < absl::Seconds(1) || http_request_deadline > absl::Hours(1)) {
+    spdlog::error("--http_request_deadline must be in [1s, 1h], got {}",
+                  absl::FormatDuration(http_request_deadline));
     return 1;
   }
   GrpcServerOptions grpc_options;
@@ -565,7 +596,9 @@ int Run(const sigset_t& signals) {
                             {.host = absl::GetFlag(FLAGS_host),
                              .port = http_port,
                              .model_id = std::move(name),
-                             .chat_template = *std::move(chat_template)});
+                             .chat_template = *std::move(chat_template),
+                             .max_connections = http_max_connections,
+                             .request_deadline = http_request_deadline});
     if (!started.ok()) {
       spdlog::error("--http_port: {}", started.status().ToString());
       return 1;
@@ -596,6 +629,14 @@ int Run(const sigset_t& signals) {
       spdlog::error("{}", s.ToString());
       return 1;
     }
+  }
+  if (const std::string host = absl::GetFlag(FLAGS_host);
+      !IsLoopback(host) && grpc_options.auth_token.empty() && grpc_options.tenant_tokens.empty() &&
+      grpc_options.tls_client_ca_file.empty()) {
+    spdlog::warn("--host={}: listening beyond loopback without authentication: anyone who "
+                 "reaches these ports may generate, and read and delete sessions; set "
+                 "--auth_token_file, --auth_tokens_file or --tls_client_ca",
+                 host);
   }
   spdlog::info("ready");
 

@@ -19,8 +19,8 @@ class Server;
 namespace linserve {
 
 struct HttpServerOptions {
-  // Interface to listen on. Default: "0.0.0.0".
-  std::string host = "0.0.0.0";
+  // Interface to listen on. Default: "127.0.0.1".
+  std::string host = "127.0.0.1";
   // Port; 0 picks a free one (see HttpServer::port()). Default: 9090.
   int port = 9090;
 };

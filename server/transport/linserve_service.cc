@@ -74,6 +74,16 @@ grpc::ServerUnaryReactor* LinServeService::Detokenize(grpc::CallbackServerContex
   std::string tenant;
   grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Detokenize", &tenant, &rejected);
   if (rejected) return reactor;
+  // Bounded like a prompt: the text grows with the ids (up to a token's longest piece each).
+  const int32_t max_ids = env_.engine().options().requests.max_prompt_tokens;
+  if (request->token_ids_size() > max_ids) {
+    FinishUnary(env_, reactor, "Detokenize", tenant,
+                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                             absl::StrCat("token_ids: ", request->token_ids_size(),
+                                          " ids exceed the limit of ", max_ids,
+                                          " (max_prompt_tokens)")));
+    return reactor;
+  }
   const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
   absl::StatusOr<std::string> text = env_.engine().model().tokenizer->Decode(ids);
   if (!text.ok()) {

@@ -287,11 +287,56 @@ absl::Status ParseLogprobs(const json& body, OpenAiEndpoint endpoint, const Requ
   return absl::OkStatus();
 }
 
+// Whether `body` nests arrays and objects at most `max_depth` deep (brackets inside strings
+// do not count; malformed JSON is left to the parser).
+bool NestsAtMost(absl::string_view body, int max_depth) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < body.size(); ++i) {
+    const char c = body[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > max_depth) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
+// A whole (non-streamed) answer is built in memory: its logprob entries are bounded.
+absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
+  if (request.stream || !request.logprobs) return absl::OkStatus();
+  const int64_t entries =
+      int64_t{request.generate.max_new_tokens} * (1 + int64_t{request.top_logprobs});
+  if (entries <= kMaxWholeAnswerLogprobs) return absl::OkStatus();
+  const char* alternatives =
+      request.endpoint == OpenAiEndpoint::kCompletions ? "logprobs" : "top_logprobs";
+  return Invalid(
+      request.max_tokens_field,
+      absl::StrCat("without \"stream\": true, ", request.max_tokens_field, " x (1 + ", alternatives,
+                   ") = ", request.generate.max_new_tokens, " x ", 1 + request.top_logprobs, " = ",
+                   entries, " logprob entries exceed the limit of ", kMaxWholeAnswerLogprobs,
+                   " for an answer sent whole; stream it, or ask for fewer tokens or "
+                   "alternatives"));
+}
+
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,
                                                  const OpenAiContext& context,
                                                  std::string request_id) {
+  if (!NestsAtMost(body, kMaxJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat("body: JSON nested more than ", kMaxJsonDepth,
+                                                   " levels deep exceeds the limit"));
+  }
   const json j = json::parse(body.begin(), body.end(), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) {
     return absl::InvalidArgumentError(
@@ -349,6 +394,7 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (absl::Status s = ParseSampling(j, out.generate.sampling); !s.ok()) return s;
   if (absl::Status s = ParseStop(j, context.limits, out.generate); !s.ok()) return s;
   if (absl::Status s = ParseLogprobs(j, endpoint, context.limits, out); !s.ok()) return s;
+  if (absl::Status s = CheckWholeAnswer(out); !s.ok()) return s;
 
   absl::StatusOr<bool> ignore_eos = Bool(j, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();

@@ -38,6 +38,14 @@ struct OpenAiRequest {
   std::string max_tokens_field = "max_tokens";
 };
 
+// Deepest nesting of arrays and objects a request body may have (the OpenAI requests this server
+// reads nest at most 5 deep); a deeper one is refused before it is parsed.
+inline constexpr int kMaxJsonDepth = 64;
+// Most logprob entries (each token's own and its alternatives: max_tokens x (1 + top_logprobs))
+// a non-streamed answer may hold: it is built whole in memory before it is sent, a few hundred
+// bytes an entry. Streamed answers are sent token by token and are not limited by it.
+inline constexpr int64_t kMaxWholeAnswerLogprobs = 32768;
+
 // What ParseOpenAiRequest needs of the server.
 struct OpenAiContext {
   // The model's id in /v1/models; a request's "model" must name it.
@@ -51,7 +59,9 @@ struct OpenAiContext {
 // Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset. Beyond
 // OpenAI's fields: top_k, min_p, repetition_penalty (vLLM's names), ignore_eos, and session_id
 // (continue a server-side session, POST /v1/sessions).
-// INVALID_ARGUMENT naming the field and its limit; NOT_FOUND for another model. Value ranges of
+// INVALID_ARGUMENT naming the field and its limit (a body nested deeper than kMaxJsonDepth; a
+// non-streamed request with logprobs whose answer could hold more than kMaxWholeAnswerLogprobs
+// entries); NOT_FOUND for another model. Value ranges of
 // the sampling fields are the engine's (ValidateGenerateRequest), checked here too so that the
 // error names the OpenAI field (RenameEngineError).
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,

@@ -10,6 +10,15 @@
 //
 // Same engine, admission, limits and tenants as gRPC: requests go through Engine::Submit,
 // callers are authenticated by the gRPC server's Authenticator (Authorization: Bearer).
+//
+// Parsing a request body and tokenizing its prompt run on worker threads, never on the loop
+// thread that serves every stream.
+//
+// Bounded before authentication: a connection's first request head is checked (its
+// Authorization header) as it arrives, before evhttp reads the body; a refused request is
+// answered by the server itself and closed, its body read and discarded, never buffered. A
+// request must be complete (headers and body) within `request_deadline` of its first byte, and
+// at most `max_connections` connections are open at once.
 #ifndef LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 #define LINSERVE_SERVER_TRANSPORT_OPENAI_SERVER_H_
 
@@ -19,6 +28,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
 #include "server/transport/auth.h"
@@ -27,8 +37,8 @@
 namespace linserve {
 
 struct OpenAiServerOptions {
-  // Interface to listen on. Default: "0.0.0.0".
-  std::string host = "0.0.0.0";
+  // Interface to listen on. Default: "127.0.0.1".
+  std::string host = "127.0.0.1";
   // Port; 0 picks a free one (see OpenAiServer::port()). Default: 8000.
   int port = 8000;
   // The model's id in /v1/models and the "model" every request must name. Default: "" (main.cc
@@ -36,9 +46,16 @@ struct OpenAiServerOptions {
   std::string model_id;
   // Applied to chat messages; nullopt refuses chat completions. Default: nullopt.
   std::optional<ChatTemplate> chat_template;
-  // Seconds a connection may take to send a request, and may stay idle between requests.
-  // Streams are not limited by it. Default: 60.
+  // Seconds without a byte after which a connection reading a request, or idle before or
+  // between requests, is closed. Streams are not limited by it. Default: 60.
   int idle_timeout_seconds = 60;
+  // Most connections open at once, refused ones still discarding their body included; a
+  // connection beyond it is answered 503 and closed. In [1, 1048576]. Default: 1024.
+  int max_connections = 1024;
+  // Time a request may take from its first byte until its headers and body are in; one still
+  // incomplete then is closed. Also how long a refused request's body is read and discarded
+  // before its connection closes. In [1 s, 1 h]. Default: 30 s.
+  absl::Duration request_deadline = absl::Seconds(30);
 };
 
 class OpenAiServer {

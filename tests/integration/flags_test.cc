@@ -212,6 +212,8 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},
       {"--metrics_port=70000", "--metrics_port"},
       {"--http_port=70000", "--http_port"},
+      {"--http_max_connections=0", "--http_max_connections must be in [1, 1048576], got 0"},
+      {"--http_request_deadline=500ms", "--http_request_deadline must be in [1s, 1h], got 500ms"},
       {"--port=70000", "--port must be in [0, 65535]"},
       {"--host=256.0.0.1", "cannot serve gRPC"},
   };

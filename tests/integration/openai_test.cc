@@ -5,6 +5,11 @@
 // sessions, disconnects and many concurrent streams. Not in the TSan stage: with clients and
 // server in one process, TSan's file-descriptor tracking reports a socket a client closed and the
 // server's uninstrumented libevent reused as a race.
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <memory>
 #include <string>
@@ -14,11 +19,13 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "httplib.h"
 #include "model/backend.h"
+#include "model/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/engine.h"
 #include "server/engine/metrics.h"
@@ -36,10 +43,17 @@ using Json = nlohmann::json;
 constexpr char kTemplate[] = R"({"message": "{name}: {content}\n", "generation_prompt": "{name}:",
   "names": {"system": "", "user": "A", "assistant": "B"}})";
 
+// The HTTP API's connection limits, where a test sets them.
+struct Limits {
+  int max_connections = 1024;
+  absl::Duration request_deadline = absl::Seconds(30);
+};
+
 // Engine, CPU backend and the HTTP API on 127.0.0.1 port 0.
 class Api {
  public:
-  Api(const Model& model, int32_t max_slots, std::vector<TenantToken> tokens = {})
+  Api(const Model& model, int32_t max_slots, std::vector<TenantToken> tokens = {},
+      Limits limits = {})
       : auth_(tokens, /*certificate_principals=*/false) {
     BackendOptions backend;
     backend.num_threads = 1;
@@ -50,7 +64,9 @@ class Api {
                             {.host = "127.0.0.1",
                              .port = 0,
                              .model_id = "tiny",
-                             .chat_template = *ChatTemplate::Parse(kTemplate, "test template")});
+                             .chat_template = *ChatTemplate::Parse(kTemplate, "test template"),
+                             .max_connections = limits.max_connections,
+                             .request_deadline = limits.request_deadline});
     EXPECT_TRUE(server.ok()) << server.status();
     server_ = *std::move(server);
   }
@@ -59,6 +75,7 @@ class Api {
     server_->Stop();
   }
 
+  int port() const { return server_->port(); }
   httplib::Client Client() const {
     httplib::Client client("127.0.0.1", server_->port());
     client.set_read_timeout(30, 0);
@@ -90,6 +107,66 @@ Json Completion(int max_tokens, bool stream) {
           {"temperature", 0.8}, {"ignore_eos", true},       {"stream", stream}};
 }
 
+// A model slow enough (about a millisecond a token) that a long stream is still running while a
+// test does something else.
+Model SlowModel() {
+  ModelConfig config = TinyConfig();
+  config.d_model = 256;
+  config.n_heads = 8;
+  config.head_dim = 32;
+  config.feature_dim = 32;
+  config.d_ff = 1024;
+  config.n_layers = 4;
+  return MakeRandomModel(config, 5);
+}
+
+// A raw TCP connection to the API, for what an HTTP client library would not send.
+class RawConnection {
+ public:
+  explicit RawConnection(int port) : fd_(socket(AF_INET, SOCK_STREAM, 0)) {
+    sockaddr_in address{};
+    address.sin_family = AF_INET;
+    address.sin_port = htons(port);
+    address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = connect(fd_, reinterpret_cast<sockaddr*>(&address), sizeof(address)) == 0;
+  }
+  ~RawConnection() { close(fd_); }
+  RawConnection(const RawConnection&) = delete;
+  RawConnection& operator=(const RawConnection&) = delete;
+
+  int fd() const { return fd_; }
+  bool connected() const { return connected_; }
+  // False once the server closed or reset the connection.
+  bool Send(absl::string_view bytes) {
+    while (!bytes.empty()) {
+      const ssize_t n = send(fd_, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+      if (n <= 0) return false;
+      bytes.remove_prefix(n);
+    }
+    return true;
+  }
+  // Whether the connection has something to read (bytes, its end or an error) within `wait`.
+  bool Readable(absl::Duration wait) {
+    pollfd readable{.fd = fd_, .events = POLLIN, .revents = 0};
+    return poll(&readable, 1, static_cast<int>(absl::ToInt64Milliseconds(wait))) > 0;
+  }
+  // What the server sends until it closes the connection (or 30 s pass without a byte).
+  std::string ReadToEnd() {
+    std::string received;
+    char buffer[4096];
+    while (Readable(absl::Seconds(30))) {
+      const ssize_t n = recv(fd_, buffer, sizeof(buffer), 0);
+      if (n <= 0) break;
+      received.append(buffer, n);
+    }
+    return received;
+  }
+
+ private:
+  const int fd_;
+  bool connected_ = false;
+};
+
 // The events of a server-sent event stream, checked for framing: every event is one
 // "data: ..." line followed by a blank line, and the last is [DONE].
 std::vector<std::string> Events(const std::string& body) {
@@ -106,6 +183,30 @@ std::vector<std::string> Events(const std::string& body) {
   }
   return events;
 }
+
+// The model's tokenizer, except that encoding a text holding "BLOCK" waits until Release: a
+// tokenization as long as the test needs.
+class BlockingTokenizer : public Tokenizer {
+ public:
+  explicit BlockingTokenizer(std::unique_ptr<Tokenizer> inner) : inner_(std::move(inner)) {}
+  int32_t vocab_size() const override { return inner_->vocab_size(); }
+  absl::StatusOr<std::vector<TokenId>> EncodeAtMost(std::string_view text,
+                                                    size_t max_tokens) const override {
+    if (text.find("BLOCK") != std::string_view::npos) {
+      entered_.Notify();
+      released_.WaitForNotification();
+    }
+    return inner_->EncodeAtMost(text, max_tokens);
+  }
+  std::string TokenBytes(TokenId id) const override { return inner_->TokenBytes(id); }
+  void WaitUntilEntered() const { entered_.WaitForNotification(); }
+  void Release() const { released_.Notify(); }
+
+ private:
+  std::unique_ptr<Tokenizer> inner_;
+  mutable absl::Notification entered_;
+  mutable absl::Notification released_;
+};
 
 class OpenAiTest : public ::testing::Test {
  protected:
@@ -192,10 +293,26 @@ TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
       {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", "nope"}}.dump(), 400, "session_id"},
       {Json{{"model", "tiny"}, {"prompt", "x"}, {"session_id", std::string(32, 'a')}}.dump(), 404,
        ""},
+      // Nested deeper than kMaxJsonDepth (64), wherever it is.
+      {absl::StrCat(R"({"model": "tiny", "prompt": "x", "user": )", std::string(65, '['),
+                    std::string(65, ']'), "}"),
+       400, "body"},
+      // A whole answer of 4096 x (1 + 20) logprob entries exceeds kMaxWholeAnswerLogprobs.
+      {Json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 4096}, {"logprobs", 20}}.dump(), 400,
+       "max_tokens"},
+      {Json{{"model", "tiny"},
+            {"messages", {{{"role", "user"}, {"content", "x"}}}},
+            {"max_completion_tokens", 2048},
+            {"logprobs", true},
+            {"top_logprobs", 20}}
+           .dump(),
+       400, "max_completion_tokens"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.body);
-    httplib::Result reply = api.Client().Post("/v1/completions", c.body, "application/json");
+    httplib::Result reply = api.Client().Post(
+        absl::StrContains(c.body, "messages") ? "/v1/chat/completions" : "/v1/completions", c.body,
+        "application/json");
     ASSERT_TRUE(reply);
     EXPECT_EQ(reply->status, c.status);
     const Json error = Json::parse(reply->body)["error"];
@@ -204,6 +321,29 @@ TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
     if (!c.param.empty()) {
       EXPECT_EQ(error["param"], c.param);
     }
+  }
+  httplib::Result deep =
+      api.Client().Post("/v1/completions", absl::StrCat(std::string(65, '['), std::string(65, ']')),
+                        "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_THAT(deep->body, HasSubstr("more than 64 levels deep"));
+  httplib::Result whole =
+      api.Post("/v1/completions",
+               {{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 4096}, {"logprobs", 20}});
+  ASSERT_TRUE(whole);
+  EXPECT_THAT(whole->body, HasSubstr("86016 logprob entries exceed the limit of 32768"));
+  // Within the limit, and streamed whatever the size: accepted.
+  for (const Json& accepted :
+       {Json{{"model", "tiny"}, {"prompt", "x"}, {"max_tokens", 2}, {"logprobs", 20}},
+        Json{{"model", "tiny"},
+             {"prompt", "x"},
+             {"max_tokens", 2},
+             {"logprobs", 20},
+             {"stream", true},
+             {"ignore_eos", true}}}) {
+    httplib::Result reply = api.Post("/v1/completions", accepted);
+    ASSERT_TRUE(reply);
+    EXPECT_EQ(reply->status, 200) << reply->body;
   }
   EXPECT_EQ(api.Client().Get("/v1/nope")->status, 404);
   EXPECT_EQ(api.Client().Get("/v1/completions")->status, 405);
@@ -222,19 +362,152 @@ TEST_F(OpenAiTest, BearerTokensAreRequiredWhenConfigured) {
       api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
           ->status,
       200);
+  // Every route, an unknown one too, and the connection is closed after the answer.
+  httplib::Result unknown = api.Client().Get("/v1/nope");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 401);
+  EXPECT_EQ(unknown->get_header_value("Connection"), "close");
+  EXPECT_EQ(api.Client().Get("/v1/nope", {{"Authorization", "Bearer secret-a"}})->status, 404);
+}
+
+TEST_F(OpenAiTest, UnauthenticatedRequestIsAnsweredBeforeItsBodyIsRead) {
+  Api api(model_, 4, {{.tenant = "alice", .token = "secret-a"}});
+  constexpr size_t kBody = 2 << 20;
+  constexpr int kClients = 8;
+  const std::string head = absl::StrCat(
+      "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer wrong\r\n"
+      "Content-Type: application/json\r\nContent-Length: ",
+      kBody, "\r\n\r\n");
+  const std::string part(64 << 10, 'x');
+  const std::string rest(kBody - part.size(), 'x');
+  std::vector<std::string> answers(kClients);
+  std::vector<bool> rest_sent(kClients, false);
+  {
+    std::vector<std::thread> clients;
+    for (int i = 0; i < kClients; ++i) {
+      clients.emplace_back([&, i] {
+        RawConnection connection(api.port());
+        if (!connection.connected() || !connection.Send(head) || !connection.Send(part)) return;
+        // The answer, and the server's end of the connection, come while 1984 KiB of the body
+        // are unsent: it did not wait for them.
+        answers[i] = connection.ReadToEnd();
+        // What the client still sends is read and discarded: no reset.
+        rest_sent[i] = connection.Send(rest);
+      });
+    }
+    for (std::thread& t : clients) t.join();
+  }
+  for (int i = 0; i < kClients; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TRUE(absl::StartsWith(answers[i], "HTTP/1.1 401 Unauthorized\r\n")) << answers[i];
+    EXPECT_THAT(answers[i], HasSubstr("Connection: close\r\n"));
+    EXPECT_THAT(answers[i], HasSubstr("invalid_api_key"));
+    EXPECT_TRUE(rest_sent[i]);
+  }
+  EXPECT_TRUE(api.MetricsReach(absl::StrCat(
+      "linserve_http_connections_refused_total{reason=\"unauthenticated\"} ", kClients, "\n")))
+      << api.Metrics();
+  EXPECT_EQ(
+      api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
+          ->status,
+      200);
+}
+
+TEST_F(OpenAiTest, RequestStillIncompleteAtTheDeadlineIsClosed) {
+  Api api(model_, 4, {}, {.request_deadline = absl::Seconds(1)});
+  RawConnection connection(api.port());
+  ASSERT_TRUE(connection.connected());
+  const absl::Time start = absl::Now();
+  ASSERT_TRUE(connection.Send("POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nX-Slow: "));
+  // A byte every 100 ms: never idle, never complete.
+  while (absl::Now() - start < absl::Seconds(10) && !connection.Readable(absl::Milliseconds(100))) {
+    connection.Send("a");
+  }
+  const absl::Duration took = absl::Now() - start;
+  EXPECT_EQ(connection.ReadToEnd(), "");  // closed, unanswered
+  EXPECT_GE(took, absl::Milliseconds(900));
+  EXPECT_LT(took, absl::Seconds(10));
+  EXPECT_TRUE(api.MetricsReach("linserve_http_connections_refused_total{reason=\"deadline\"} 1\n"))
+      << api.Metrics();
+  // A request in time is served.
+  httplib::Result reply = api.Post("/v1/completions", Completion(2, false));
+  ASSERT_TRUE(reply);
+  EXPECT_EQ(reply->status, 200) << reply->body;
+}
+
+TEST_F(OpenAiTest, ConnectionsBeyondTheLimitAreRefusedWhileAStreamFlows) {
+  const Model model = SlowModel();
+  constexpr int kLimit = 64;
+  constexpr int kAttempts = 200;
+  constexpr int kTokens = 2000;
+  Api api(model, 2, {}, {.max_connections = kLimit});
+  // A long stream on one connection, started first.
+  absl::Notification first_chunk;
+  std::string streamed;
+  int status = 0;
+  std::thread stream([&] {
+    Json body = Completion(kTokens, true);
+    body["stream_options"] = {{"include_usage", true}};
+    httplib::Request request;
+    request.method = "POST";
+    request.path = "/v1/completions";
+    request.set_header("Content-Type", "application/json");
+    request.body = body.dump();
+    request.content_receiver = [&](const char* data, size_t size, uint64_t, uint64_t) {
+      streamed.append(data, size);
+      if (!first_chunk.HasBeenNotified()) first_chunk.Notify();
+      return true;
+    };
+    httplib::Result result = api.Client().send(request);
+    if (result) status = result->status;
+    if (!first_chunk.HasBeenNotified()) first_chunk.Notify();
+  });
+  first_chunk.WaitForNotification();
+  // Idle connections: kLimit - 1 fit beside the stream's; the rest are answered 503 and closed.
+  std::vector<std::unique_ptr<RawConnection>> connections;
+  std::vector<pollfd> polled;
+  for (int i = 0; i < kAttempts; ++i) {
+    connections.push_back(std::make_unique<RawConnection>(api.port()));
+    ASSERT_TRUE(connections.back()->connected());
+    polled.push_back({.fd = connections.back()->fd(), .events = POLLIN, .revents = 0});
+  }
+  constexpr int kRefused = kAttempts - (kLimit - 1);
+  int readable = 0;
+  for (const absl::Time until = absl::Now() + absl::Seconds(30);
+       readable < kRefused && absl::Now() < until;) {
+    readable = poll(polled.data(), polled.size(), 100);
+    ASSERT_GE(readable, 0);
+  }
+  EXPECT_EQ(readable, kRefused);
+  for (int i = 0; i < kAttempts; ++i) {
+    if (polled[i].revents == 0) continue;
+    const std::string answer = connections[i]->ReadToEnd();
+    EXPECT_TRUE(absl::StartsWith(answer, "HTTP/1.1 503 Service Unavailable\r\n")) << answer;
+    EXPECT_THAT(answer, HasSubstr("--http_max_connections"));
+  }
+  EXPECT_TRUE(api.MetricsReach(absl::StrCat(
+      "linserve_http_connections_refused_total{reason=\"connections\"} ", kRefused, "\n")))
+      << api.Metrics();
+  // The stream got every token.
+  stream.join();
+  ASSERT_EQ(status, 200) << streamed;
+  const std::vector<std::string> events = Events(streamed);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], kTokens);
+  // Closed connections leave room: a request is served once the server has seen them go.
+  connections.clear();
+  int served = 0;
+  for (int i = 0; i < 200 && served != 200; ++i) {
+    httplib::Result reply = api.Post("/v1/completions", Completion(2, false));
+    served = reply ? reply->status : 0;
+    if (served != 200) absl::SleepFor(absl::Milliseconds(50));
+  }
+  EXPECT_EQ(served, 200);
 }
 
 TEST_F(OpenAiTest, ClientThatDisconnectsMidStreamFreesTheOnlySlot) {
-  // A model slow enough (about a millisecond a token) that the stream is still running when its
-  // client goes away.
-  ModelConfig config = TinyConfig();
-  config.d_model = 256;
-  config.n_heads = 8;
-  config.head_dim = 32;
-  config.feature_dim = 32;
-  config.d_ff = 1024;
-  config.n_layers = 4;
-  const Model model = MakeRandomModel(config, 5);
+  // The stream is still running when its client goes away.
+  const Model model = SlowModel();
   Api api(model, 1);
   std::atomic<int> chunks = 0;
   httplib::Request stream;
@@ -289,6 +562,40 @@ TEST_F(OpenAiTest, ManyConcurrentStreamsEachGetEveryToken) {
   }
   EXPECT_TRUE(
       api.MetricsReach(absl::StrCat("linserve_generated_tokens_total ", kStreams * kTokens, "\n")));
+}
+
+TEST_F(OpenAiTest, StreamsFlowWhileAnotherPromptIsTokenized) {
+  auto blocking = std::make_unique<BlockingTokenizer>(std::move(model_.tokenizer));
+  const BlockingTokenizer& tokenizer = *blocking;
+  model_.tokenizer = std::move(blocking);
+  Api api(model_, 4);
+  // A large prompt whose tokenizing does not end until released.
+  int blocked_status = 0;
+  std::string blocked_body;
+  std::thread slow([&api, &blocked_status, &blocked_body] {
+    Json request = Completion(2, false);
+    request["prompt"] = "BLOCK" + std::string(512 << 10, 'a');
+    httplib::Result reply = api.Post("/v1/completions", request);
+    if (!reply) return;
+    blocked_status = reply->status;
+    blocked_body = reply->body;
+  });
+  tokenizer.WaitUntilEntered();
+  // Meanwhile another client's stream gets every token (read before the release, which comes
+  // whatever happened, so that a failure cannot hang the test).
+  Json request = Completion(16, true);
+  request["stream_options"] = {{"include_usage", true}};
+  httplib::Result streamed = api.Post("/v1/completions", request);
+  tokenizer.Release();
+  slow.join();
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  const std::vector<std::string> events = Events(streamed->body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(Json::parse(events[events.size() - 2])["usage"]["completion_tokens"], 16);
+  // 512 KiB of one byte a token exceeds max_prompt_tokens: what matters is the answer came.
+  EXPECT_EQ(blocked_status, 400) << blocked_body;
+  EXPECT_THAT(blocked_body, HasSubstr("max_prompt_tokens"));
 }
 
 }  // namespace

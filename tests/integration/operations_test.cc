@@ -106,6 +106,14 @@ TEST_F(OperationsTest, EveryInvalidFieldIsInvalidArgumentNamingTheFieldAndLimit)
   const absl::Status detok = server.client().Detokenize({1, 300}).status();
   EXPECT_EQ(detok.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(detok.message()), HasSubstr("token_ids:"));
+  // Detokenize takes at most max_prompt_tokens ids.
+  const absl::Status too_many =
+      server.client()
+          .Detokenize(std::vector<int32_t>(EngineOptions().requests.max_prompt_tokens + 1, 1))
+          .status();
+  EXPECT_EQ(too_many.code(), absl::StatusCode::kInvalidArgument) << too_many;
+  EXPECT_THAT(std::string(too_many.message()),
+              HasSubstr("token_ids: 65537 ids exceed the limit of 65536 (max_prompt_tokens)"));
   // Unknown sessions are NOT_FOUND everywhere.
   const std::string unknown(32, 'f');
   EXPECT_EQ(RunGenerate(server.client(), TokensRequest({1}, 2, 0, unknown)).status.code(),
