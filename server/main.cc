@@ -452,8 +452,9 @@ int Run(const sigset_t& signals) {
     return 1;
   }
   spdlog::set_level(log_level);
-  // Every HTTP stream holds a socket: raise the soft limit on open files as far as allowed
-  // (often 1024 by default, below a thousand clients plus the server's own files).
+  // Every HTTP stream holds a socket, and with --state_dir every session in use holds its lock
+  // file open (until its change is written): raise the soft limit on open files as far as
+  // allowed (often 1024 by default, below a thousand clients plus the server's own files).
   // --http_max_connections bounds the HTTP API's share of it.
   if (rlimit files; getrlimit(RLIMIT_NOFILE, &files) == 0 && files.rlim_cur < files.rlim_max) {
     files.rlim_cur = files.rlim_max;
