@@ -38,7 +38,8 @@ for ((run = 1; run <= runs; run++)); do
   load=$(((run >= loaded_from) ? 2 : 0))
   log="$logs/run-$run.log"
   start=$SECONDS
-  if ctest --test-dir "$build_dir" --timeout 900 -j "$(nproc)" "${ctest_args[@]}" >"$log" 2>&1; then
+  if ctest --test-dir "$build_dir" --output-on-failure --timeout 900 -j "$(nproc)" "${ctest_args[@]}" \
+      >"$log" 2>&1; then
     status=passed
   else
     status=failed

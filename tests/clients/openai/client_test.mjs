@@ -1,7 +1,7 @@
 // The official openai client (npm "openai", pinned in package.json) against linserve's HTTP API:
 // both endpoints streamed and whole with every supported field, the chat template, sessions,
 // errors and their statuses, tenants, and a client that leaves mid-stream. Run by run.sh, which
-// starts the server with --max_slots=2 --max_queue_depth=2.
+// starts the server with --max_slots=2 --max_queue_depth=2 --tenant_max_queued=2.
 import assert from 'node:assert/strict';
 import { test } from 'node:test';
 import OpenAI from 'openai';
@@ -241,7 +241,8 @@ test('auth: a missing or wrong bearer token is 401', async () => {
 });
 
 test('admission: a full queue is 429; a client that leaves frees its slot', async () => {
-  // --max_slots=2 --max_queue_depth=2: two run, at most two wait, the rest are refused at once.
+  // --max_slots=2 --max_queue_depth=2 (and this tenant may fill the queue): two run, at most
+  // two wait, the rest are refused at once.
   const cancelledBefore = await metric('linserve_generations_total{outcome="cancelled"}');
   const streams = [];
   const refused = [];
