@@ -24,6 +24,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/base/internal/strerror.h"
 #include "absl/base/options.h"
 #include "absl/status/status.h"
 #include "absl/synchronization/barrier.h"
@@ -306,3 +307,14 @@ void Status::UnrefNonInlined(uintptr_t rep) {
 
 ABSL_NAMESPACE_END
 }  // namespace absl
+
+namespace {
+
+// absl::StrError (behind absl::ErrnoToStatus, so behind every file error of ours) keeps its
+// table of messages in a function-local static of libabsl_strerror.so: the first call builds it,
+// and later callers on other threads are ordered after that by a guard check TSan cannot see (two
+// engines reading missing session files at once were reported). Building it here, during static
+// initialisation before any thread starts, orders every later call after it.
+const bool kStrErrorTableBuilt = !absl::base_internal::StrError(0).empty();
+
+}  // namespace
