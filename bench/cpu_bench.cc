@@ -42,7 +42,7 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/threads.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"

@@ -5,7 +5,7 @@ the same threads as cpu_bench --contexts.
 
     peer_softmax.py --contexts 128,256,... [--batches 1,32] [--threads N] [--kv_budget_gib G]
 
-The model is the PyTorch reference's (model/python/linserve_ref) of cpu_bench's shape — d_model
+The model is the PyTorch reference's (reference/linserve_ref) of cpu_bench's shape — d_model
 768, 12 layers, 12 heads × 64, d_ff 3072, vocab 32000, tied head, sinusoidal positions, fp32 —
 with each layer's linear attention replaced by softmax attention over a KV cache: the same
 weights, the same work per token outside attention. The cache is a static one (per layer, K and
@@ -40,8 +40,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model",
-                                "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 
 from linserve_ref.model import LinearTransformer  # noqa: E402
 

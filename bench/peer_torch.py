@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The PyTorch peer of bench/cpu_bench: the reference model (model/python/linserve_ref) on the
+"""The PyTorch peer of bench/cpu_bench: the reference model (reference/linserve_ref) on the
 same 125M shape, fp32, torch with the system BLAS (OpenBLAS on Debian), all cores.
 
     peer_torch.py [--threads N] > peer.json
@@ -25,8 +25,7 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "model",
-                                "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "reference"))
 
 from linserve_ref.model import LinearTransformer  # noqa: E402
 

@@ -14,7 +14,7 @@ build=${1:?usage: stage.sh BUILD_DIR OUT_DIR}
 out=${2:?usage: stage.sh BUILD_DIR OUT_DIR}
 
 binaries=(server/linserve client/cli/linserve-cli client/loadtest/linserve-loadtest
-          model/linserve-generate)
+          tools/linserve-generate)
 for b in "${binaries[@]}" lib/linserve/liblinserve_sentencepiece.so; do
   if [[ ! -f $build/$b ]]; then
     echo "stage.sh: $build/$b is missing; build it first (scripts/build.sh $build ...)" >&2

@@ -8,8 +8,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "model/file_io.h"
-#include "model/safetensors.h"
+#include "model/format/file_io.h"
+#include "model/format/safetensors.h"
 #include "spdlog/spdlog.h"
 
 namespace linserve {

@@ -7,9 +7,9 @@
 #include <string_view>
 
 #include "absl/status/statusor.h"
-#include "model/config.h"
-#include "model/tokenizer.h"
-#include "model/weights.h"
+#include "model/format/config.h"
+#include "model/tokenizer/tokenizer.h"
+#include "model/format/weights.h"
 
 namespace linserve {
 

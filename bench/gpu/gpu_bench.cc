@@ -31,9 +31,9 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
-#include "model/cuda_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "model/model.h"
-#include "model/sampler.h"
+#include "model/backend/sampler.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random_model.h"
 

@@ -1,6 +1,6 @@
 """Peers of bench/gpu/gpu_bench, measured on the same GPU in the same run (DESIGN.md §7).
 
-1. The PyTorch reference's recurrent step (model/python/linserve_ref, LinearTransformer.step):
+1. The PyTorch reference's recurrent step (reference/linserve_ref, LinearTransformer.step):
    the same 125M shape and semantics as our backend, bf16 weights, fp32 state, greedy, one
    `step` call per token for the whole batch.
 2. A softmax-attention transformer of the same shape with a KV cache: Hugging Face
@@ -22,7 +22,7 @@ import time
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "model", "python"))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "reference"))
 
 SHAPE = dict(vocab_size=50257, d_model=768, n_layers=12, n_heads=12, head_dim=64, d_ff=3072)
 

@@ -9,7 +9,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "model/config.h"
+#include "model/format/config.h"
 #include "tests/testing/random_model.h"
 
 ABSL_FLAG(std::string, out, "", "Model directory to write (created if needed). Required.");

@@ -8,7 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "model/sampler.h"
+#include "model/backend/sampler.h"
 
 namespace linserve {
 namespace {

@@ -24,9 +24,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "model/backend.h"
-#include "model/config.h"
-#include "model/slot_pool.h"
+#include "model/backend/backend.h"
+#include "model/format/config.h"
+#include "model/backend/slot_pool.h"
 
 namespace linserve {
 

@@ -50,7 +50,7 @@
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/engine.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/engine/token_sink.h"
 #include "server/transport/grpc_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"

@@ -26,11 +26,11 @@
 #include "absl/flags/parse.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "model/backend_factory.h"
+#include "model/backend/backend_factory.h"
 #include "model/model.h"
-#include "server/engine/session_persister.h"
-#include "server/engine/session_record.h"
-#include "server/engine/session_store.h"
+#include "server/sessions/session_persister.h"
+#include "server/sessions/session_record.h"
+#include "server/sessions/session_store.h"
 
 ABSL_FLAG(std::string, model, "", "Model directory.");
 ABSL_FLAG(std::string, mode, "tiers", "make_state_dir or tiers.");

@@ -2,7 +2,7 @@
 // probability and the n most likely tokens, under the temperature-free distribution (the
 // log-softmax of the logits as the LM head wrote them, before penalties), so that a request for
 // top_logprobs costs (1 + 2n) numbers per row across PCIe instead of a vocabulary of logits.
-// Follows model/sampler.h's LogProbOf and TopLogprobsInto: the partition function in double
+// Follows model/backend/sampler.h's LogProbOf and TopLogprobsInto: the partition function in double
 // from the row's maximum, alternatives most likely first with ties to the lowest id; values
 // equal the host's up to the order of the double sum.
 #ifndef LINSERVE_KERNELS_CUDA_LOGPROBS_H_

@@ -1,4 +1,4 @@
-// Sampling on the device, one block per row, following model/sampler.h step by step.
+// Sampling on the device, one block per row, following model/backend/sampler.h step by step.
 //
 // Why it is built this way: the host algorithm sorts the vocabulary (top-k, top-p), which a
 // block cannot afford for 50k+ tokens every step. But every filter of the algorithm keeps a

@@ -1,5 +1,5 @@
 // On-device sampling: one token per decode row from the logits the LM head just wrote, so that
-// only token ids cross PCIe. It implements model/sampler.h's algorithm step for step (penalties,
+// only token ids cross PCIe. It implements model/backend/sampler.h's algorithm step for step (penalties,
 // greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in ascending id
 // order, one MT19937-64 draw per non-greedy call), in double like the host Sampler. Given the
 // same logits and seed it returns the host Sampler's token except when a cumulative sum lands
@@ -17,7 +17,7 @@
 
 namespace linserve::cuda {
 
-// The fields of SamplingParams that shape the distribution (see model/sampler.h).
+// The fields of SamplingParams that shape the distribution (see model/backend/sampler.h).
 struct DeviceSamplingParams {
   float temperature = 1.0f;
   int32_t top_k = 0;

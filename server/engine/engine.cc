@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/snapshot.h"
+#include "server/sessions/snapshot.h"
 #include "spdlog/spdlog.h"
 
 namespace linserve {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 
 namespace linserve {
 namespace {

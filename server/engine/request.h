@@ -13,11 +13,11 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/config.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
+#include "model/format/config.h"
+#include "model/backend/sampler.h"
+#include "model/tokenizer/tokenizer.h"
 #include "model/types.h"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 
 namespace linserve {
 

@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "server/engine/job_id.h"
 
 namespace linserve {

@@ -10,7 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "model/sampler.h"
+#include "model/backend/sampler.h"
 #include "model/types.h"
 
 namespace linserve {

@@ -14,7 +14,7 @@
 #include "grpc/grpc_security_constants.h"
 #include "openssl/crypto.h"
 #include "openssl/sha.h"
-#include "server/engine/session_record.h"
+#include "server/sessions/session_record.h"
 
 namespace linserve {
 namespace {

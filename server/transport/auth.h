@@ -1,6 +1,6 @@
 // Authentication of linserve.v1 RPCs and the principal each call acts for.
 //
-// A principal names the tenant that owns sessions (server/engine/session_store.h): a call only
+// A principal names the tenant that owns sessions (server/sessions/session_store.h): a call only
 // ever reaches its own tenant's sessions. It is, in this order:
 //   - the tenant whose bearer token the call sends ("authorization: Bearer <token>" metadata),
 //     from the tokens file (tenant names, ParseTenantTokens) or the single token of

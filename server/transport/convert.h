@@ -11,7 +11,7 @@
 #include "linserve/v1/generate.pb.h"
 #include "linserve/v1/model.pb.h"
 #include "linserve/v1/session.pb.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "server/engine/engine.h"
 #include "server/engine/request.h"
 #include "server/engine/token_sink.h"

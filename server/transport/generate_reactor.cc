@@ -3,7 +3,7 @@
 #include <chrono>
 #include <utility>
 
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 #include "server/transport/convert.h"
 
 namespace linserve {

@@ -15,7 +15,7 @@
 #include "absl/time/time.h"
 #include "grpcpp/server.h"
 #include "server/engine/engine.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/transport/auth.h"
 #include "server/transport/linserve_service.h"
 #include "server/transport/service_env.h"

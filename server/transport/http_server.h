@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 
 namespace httplib {
 class Server;

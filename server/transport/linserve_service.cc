@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 #include "server/transport/convert.h"
 #include "server/transport/generate_reactor.h"
 #include "server/transport/session_streams.h"

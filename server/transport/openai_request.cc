@@ -12,7 +12,7 @@
 #include "absl/strings/strip.h"
 #include "nlohmann/json.hpp"
 #include "openssl/rand.h"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 
 namespace linserve {
 namespace {

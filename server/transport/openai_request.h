@@ -14,7 +14,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "server/engine/request.h"
 #include "server/transport/chat_template.h"
 

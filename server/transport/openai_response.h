@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/token_sink.h"
 #include "server/transport/openai_request.h"

@@ -29,7 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 #include "server/transport/openai_request.h"
 #include "server/transport/openai_response.h"
 #include "spdlog/spdlog.h"

@@ -30,7 +30,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "server/engine/engine.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/transport/auth.h"
 #include "server/transport/chat_template.h"
 

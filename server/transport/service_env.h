@@ -8,7 +8,7 @@
 
 #include "grpcpp/support/status.h"
 #include "server/engine/engine.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/transport/auth.h"
 
 namespace linserve {

@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 #include "server/transport/convert.h"
 
 namespace linserve {

@@ -14,7 +14,7 @@
 #include "grpcpp/server_context.h"
 #include "grpcpp/support/server_callback.h"
 #include "linserve/v1/session.pb.h"
-#include "server/engine/session_id.h"
+#include "server/sessions/session_id.h"
 #include "server/transport/service_env.h"
 
 namespace linserve {

@@ -1,11 +1,11 @@
-// libFuzzer target: config.json parsing (model/config.h). An accepted config serialises back to
+// libFuzzer target: config.json parsing (model/format/config.h). An accepted config serialises back to
 // JSON that parses to the same config (ModelConfigToJson's contract).
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <string_view>
 
-#include "model/config.h"
+#include "model/format/config.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace linserve;

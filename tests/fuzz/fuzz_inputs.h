@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "model/config.h"
+#include "model/format/config.h"
 #include "server/engine/request.h"
 
 namespace linserve::fuzz {

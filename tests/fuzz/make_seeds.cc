@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "linserve/v1/generate.pb.h"
-#include "model/config.h"
-#include "model/safetensors.h"
-#include "server/engine/snapshot.h"
+#include "model/format/config.h"
+#include "model/format/safetensors.h"
+#include "server/sessions/snapshot.h"
 #include "tests/fuzz/fuzz_inputs.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"

@@ -8,7 +8,7 @@
 
 #include "google/protobuf/stubs/logging.h"
 #include "linserve/v1/generate.pb.h"
-#include "model/byte_tokenizer.h"
+#include "model/tokenizer/byte_tokenizer.h"
 #include "server/engine/request.h"
 #include "server/transport/convert.h"
 #include "tests/fuzz/fuzz_inputs.h"

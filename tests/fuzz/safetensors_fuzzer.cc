@@ -1,4 +1,4 @@
-// libFuzzer target: model/safetensors.h's reader on hostile bytes. A file the reader accepts must
+// libFuzzer target: model/format/safetensors.h's reader on hostile bytes. A file the reader accepts must
 // be readable in full: every tensor's bytes lie inside the file and convert without a fault, and
 // writing the accepted tensors back gives a file the reader accepts again.
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 namespace {
 

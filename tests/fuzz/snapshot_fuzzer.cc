@@ -1,4 +1,4 @@
-// libFuzzer target: snapshot import (server/engine/snapshot.h), both on raw bytes and, through
+// libFuzzer target: snapshot import (server/sessions/snapshot.h), both on raw bytes and, through
 // SnapshotBytes, behind a valid checksum. An accepted snapshot re-encodes to the same bytes and its
 // fields agree with each other and with the model.
 #include <cstddef>
@@ -7,7 +7,7 @@
 #include <string>
 #include <string_view>
 
-#include "server/engine/snapshot.h"
+#include "server/sessions/snapshot.h"
 #include "tests/fuzz/fuzz_inputs.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // CreateBackend / --device: built in both configurations (with and without the CUDA backend)
 // and on machines with and without a GPU; every combination has one right answer.
-#include "model/backend_factory.h"
+#include "model/backend/backend_factory.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"

@@ -1,7 +1,7 @@
 // CudaBackend against CpuBackend (the source of truth), whole model: logits of every model
 // variant at every weight precision, greedy decoding, batch invariance, CUDA graphs, device
 // sampling, slot operations and input validation.
-#include "model/cuda_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
 #include <map>
@@ -11,8 +11,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
-#include "model/sampler.h"
+#include "model/backend/backend.h"
+#include "model/backend/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/random_model.h"
 

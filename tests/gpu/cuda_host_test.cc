@@ -9,7 +9,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/mt19937_64.h"
-#include "model/cuda_backend.h"
+#include "model/backend/cuda/cuda_backend.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/random_model.h"
 

@@ -18,7 +18,7 @@
 #include "kernels/cuda/linear_attention.h"
 #include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
-#include "model/sampler.h"
+#include "model/backend/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
 
 namespace linserve {

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
-#include "model/config.h"
+#include "model/format/config.h"
 
 namespace linserve::gpu_test {
 

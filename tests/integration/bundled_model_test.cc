@@ -1,5 +1,5 @@
 // The bundled model served end to end. Its SentencePiece tokenizer is what once aborted the
-// server at start-up: libsentencepiece's private protobuf met gRPC's (model/sentencepiece_model.h).
+// server at start-up: libsentencepiece's private protobuf met gRPC's (model/tokenizer/sentencepiece_model.h).
 #include <memory>
 #include <string>
 #include <vector>

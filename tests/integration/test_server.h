@@ -7,10 +7,10 @@
 #include <string>
 
 #include "client/client.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/model.h"
 #include "server/engine/engine.h"
-#include "server/engine/metrics.h"
+#include "server/metrics/metrics.h"
 #include "server/transport/grpc_server.h"
 #include "server/transport/http_server.h"
 

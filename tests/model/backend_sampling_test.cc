@@ -1,5 +1,5 @@
-// Backend's sampling contract (model/backend.h) on the CPU backend, the source of truth: the
-// picks are model/sampler.h's on the logits Decode gives, alone or in any batch; the seen counts
+// Backend's sampling contract (model/backend/backend.h) on the CPU backend, the source of truth: the
+// picks are model/backend/sampler.h's on the logits Decode gives, alone or in any batch; the seen counts
 // live with the slot (kept across requests, copied by CopySlot, cleared by ResetSlot and
 // WriteSlot, restored by SetSeenCounts); logprobs come back only for the slots that ask.
 #include <map>
@@ -9,8 +9,8 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
-#include "model/sampler.h"
+#include "model/backend/backend.h"
+#include "model/backend/sampler.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {

@@ -1,5 +1,5 @@
 // Issue 3: the CPU backend's validation loss on the fixed slice of the held-out text that
-// model/python/bundled_model_slice.json records equals the PyTorch reference's within 0.1% and
+// reference/bundled_model_slice.json records equals the PyTorch reference's within 0.1% and
 // the figure MODEL_CARD.md gives for that slice within 0.02 nats/char, for every window length
 // recorded. The protocol is linserve_ref/training.py's nats_per_char: the slice (characters of
 // the corpus's validation split) is encoded once; its tokens are cut into consecutive windows
@@ -21,7 +21,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/types/span.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 
@@ -35,7 +35,7 @@ constexpr int64_t kTrainNumerator = 9;
 constexpr int64_t kTrainDenominator = 10;
 
 const std::string kSourceDir = LINSERVE_SOURCE_DIR;
-const std::string kSliceJson = kSourceDir + "/model/python/bundled_model_slice.json";
+const std::string kSliceJson = kSourceDir + "/reference/bundled_model_slice.json";
 const std::string kCorpus = kSourceDir + "/data/tinyshakespeare.txt";
 
 std::string ReadFile(const std::string& path) {

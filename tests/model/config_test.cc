@@ -1,4 +1,4 @@
-#include "model/config.h"
+#include "model/format/config.h"
 
 #include <string>
 

@@ -1,5 +1,5 @@
 // CpuBackend: chunked prefill against the recurrence, batch invariance, slots, input validation.
-#include "model/cpu_backend.h"
+#include "model/backend/cpu/cpu_backend.h"
 
 #include <algorithm>
 #include <cmath>
@@ -12,8 +12,8 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
-#include "model/sampler.h"
+#include "model/backend/backend.h"
+#include "model/backend/sampler.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {

@@ -9,10 +9,10 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/model.h"
-#include "model/sampler.h"
-#include "model/tokenizer.h"
+#include "model/backend/sampler.h"
+#include "model/tokenizer/tokenizer.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 

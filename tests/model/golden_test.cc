@@ -1,4 +1,4 @@
-// The CPU backend against the PyTorch reference's golden data (model/python/make_golden.py,
+// The CPU backend against the PyTorch reference's golden data (reference/make_golden.py,
 // ctest fixture `golden`): for every case, prefill's every-position logits and step-by-step
 // Decode's logits, plus the final state, within relative error 1e-4, where the relative error
 // of a case is max|cpp − ref| / max|ref| over the whole tensor.
@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/model.h"
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 #include "nlohmann/json.hpp"
 
 namespace linserve {

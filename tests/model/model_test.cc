@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/file_io.h"
+#include "model/format/file_io.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/sentencepiece_training.h"

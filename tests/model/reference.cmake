@@ -1,7 +1,7 @@
-# The PyTorch reference (model/python): its unit tests, and the golden data fixture that the C++
+# The PyTorch reference (reference): its unit tests, and the golden data fixture that the C++
 # golden tests consume (FIXTURES_REQUIRED golden).
 
-set(LINSERVE_REFERENCE_DIR ${PROJECT_SOURCE_DIR}/model/python)
+set(LINSERVE_REFERENCE_DIR ${PROJECT_SOURCE_DIR}/reference)
 
 # Writes ${PROJECT_BINARY_DIR}/golden/{cases.json,case_NN/} (see make_golden.py's docstring).
 add_test(NAME golden_data
@@ -9,7 +9,7 @@ add_test(NAME golden_data
                  --out ${PROJECT_BINARY_DIR}/golden)
 set_tests_properties(golden_data PROPERTIES FIXTURES_SETUP golden LABELS "python")
 
-# One ctest test per unittest module: model/python/tests/test_<name>.py -> reference_<name>.
+# One ctest test per unittest module: reference/tests/test_<name>.py -> reference_<name>.
 foreach(name model safetensors export golden convert_fast_transformers sampling training)
   add_test(NAME reference_${name}
            COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_${name}.py

@@ -1,4 +1,4 @@
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 
 #include <bit>
 #include <cmath>

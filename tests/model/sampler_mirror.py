@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helper of sampler_mirror_test: runs model/python's sampling mirror on logits from C++.
+"""Helper of sampler_mirror_test: runs reference's sampling mirror on logits from C++.
 
     sampler_mirror.py DIR
 
@@ -12,8 +12,7 @@ import json
 import os
 import sys
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "model",
-                                "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "reference"))
 
 from linserve_ref import safetensors_io  # noqa: E402
 from linserve_ref.sampling import Sampler, SamplingParams  # noqa: E402

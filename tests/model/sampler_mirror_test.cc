@@ -1,4 +1,4 @@
-// The C++ Sampler against model/python/linserve_ref/sampling.py, the Python mirror of
+// The C++ Sampler against reference/linserve_ref/sampling.py, the Python mirror of
 // sampler.h's algorithm: the same logits and parameters must give exactly the same tokens.
 #include <cstdio>
 #include <fstream>
@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "model/safetensors.h"
-#include "model/sampler.h"
+#include "model/format/safetensors.h"
+#include "model/backend/sampler.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/scoped_temp_dir.h"
 

@@ -1,6 +1,6 @@
 // Sampler: each filter and penalty, the exact draw of sampler.h's step 8, determinism per seed,
 // parameter validation and TopLogprobs.
-#include "model/sampler.h"
+#include "model/backend/sampler.h"
 
 #include <cmath>
 #include <map>

@@ -1,4 +1,4 @@
-#include "model/tokenizer.h"
+#include "model/tokenizer/tokenizer.h"
 
 #include <random>
 #include <string>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/utf8.h"
+#include "model/tokenizer/utf8.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 #include "tests/testing/sentencepiece_training.h"

@@ -1,4 +1,4 @@
-#include "model/weights.h"
+#include "model/format/weights.h"
 
 #include <cmath>
 #include <limits>
@@ -9,7 +9,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/safetensors.h"
+#include "model/format/safetensors.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {

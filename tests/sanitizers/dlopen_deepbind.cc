@@ -1,8 +1,8 @@
 // RTLD_DEEPBIND under the sanitizers.
 //
-// model/sentencepiece_model.cc opens the SentencePiece plugin with RTLD_DEEPBIND, so that Debian's
+// model/tokenizer/sentencepiece_model.cc opens the SentencePiece plugin with RTLD_DEEPBIND, so that Debian's
 // libsentencepiece binds to the protobuf-lite 3.14 it carries instead of gRPC's libprotobuf 3.21
-// (model/sentencepiece_model.h). The sanitizer runtimes refuse RTLD_DEEPBIND and kill the process
+// (model/tokenizer/sentencepiece_model.h). The sanitizer runtimes refuse RTLD_DEEPBIND and kill the process
 // (https://github.com/google/sanitizers/issues/611): a deep-bound library would call libc's malloc
 // and libstdc++'s operator new instead of theirs. Linked into every executable of a
 // LINSERVE_SANITIZE build, this dlopen drops RTLD_DEEPBIND where it is not needed, in a process

@@ -11,9 +11,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "model/backend.h"
-#include "model/config.h"
-#include "model/host_sampling.h"
+#include "model/backend/backend.h"
+#include "model/format/config.h"
+#include "model/backend/host_sampling.h"
 
 namespace linserve {
 
@@ -47,7 +47,7 @@ class FakeBackend : public Backend {
   absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
-  // Sampling as the CPU backend does it (model/host_sampling.h) over the fake logits; the
+  // Sampling as the CPU backend does it (model/backend/host_sampling.h) over the fake logits; the
   // calls, gate and failures are those of Decode and Prefill.
   absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
                              absl::Span<const TokenId> observed) override;

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "server/engine/file_system.h"
+#include "server/storage/file_system.h"
 
 namespace linserve {
 

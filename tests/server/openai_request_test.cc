@@ -8,7 +8,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/byte_tokenizer.h"
+#include "model/tokenizer/byte_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/transport/chat_template.h"
 #include "server/transport/openai_response.h"

@@ -1,7 +1,7 @@
 // The prefix store's disk tier: checkpoints evicted from memory are written to disk and come back
 // exactly on lookup; the disk budget drops the oldest (a miss then says "evicted"); corrupt or
 // foreign files are misses; tenants stay apart; Open clears an earlier process's files.
-#include "server/engine/prefix_disk.h"
+#include "server/prefix/prefix_disk.h"
 
 #include <cstdint>
 #include <filesystem>
@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "prefix_test_util.h"
-#include "server/engine/prefix_store.h"
+#include "server/prefix/prefix_store.h"
 #include "tests/testing/scoped_temp_dir.h"
 
 namespace linserve {

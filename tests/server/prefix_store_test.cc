@@ -1,6 +1,6 @@
 // PrefixStore: longest-prefix lookup at any token, owner scoping, LRU within the byte budget,
 // miss reasons, and hash collisions that never return another prefix's state.
-#include "server/engine/prefix_store.h"
+#include "server/prefix/prefix_store.h"
 
 #include <cstdint>
 #include <vector>

@@ -5,7 +5,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "model/types.h"
 
 namespace linserve {

@@ -7,7 +7,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/backend.h"
+#include "model/backend/backend.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {

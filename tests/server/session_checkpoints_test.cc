@@ -1,5 +1,5 @@
 // SessionCheckpoints: per-session and per-tenant limits on the turn boundaries kept.
-#include "server/engine/session_checkpoints.h"
+#include "server/sessions/session_checkpoints.h"
 
 #include <cstdint>
 #include <string>

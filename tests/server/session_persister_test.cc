@@ -1,7 +1,7 @@
 // SessionPersister: records round-trip; a full disk at any write, rename, removal or directory
 // sync never leaves a half-written or temporary file, never loses the previous record, and the
 // failed change is written once the disk has room; an unusable directory fails Open.
-#include "server/engine/session_persister.h"
+#include "server/sessions/session_persister.h"
 
 #include <algorithm>
 #include <atomic>

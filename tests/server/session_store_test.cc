@@ -1,4 +1,4 @@
-#include "server/engine/session_store.h"
+#include "server/sessions/session_store.h"
 
 #include <set>
 #include <string>

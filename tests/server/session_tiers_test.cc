@@ -18,8 +18,8 @@
 #include "faulty_file_system.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/engine/session_persister.h"
-#include "server/engine/session_store.h"
+#include "server/sessions/session_persister.h"
+#include "server/sessions/session_store.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 

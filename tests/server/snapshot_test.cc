@@ -1,4 +1,4 @@
-#include "server/engine/snapshot.h"
+#include "server/sessions/snapshot.h"
 
 #include <algorithm>
 #include <cmath>
@@ -16,7 +16,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/cpu_backend.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "openssl/sha.h"
 #include "tests/testing/random_model.h"

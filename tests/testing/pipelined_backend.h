@@ -12,7 +12,7 @@
 #include <optional>
 #include <vector>
 
-#include "model/backend.h"
+#include "model/backend/backend.h"
 
 namespace linserve {
 

@@ -10,8 +10,8 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "model/file_io.h"
-#include "model/tokenizer.h"
+#include "model/format/file_io.h"
+#include "model/tokenizer/tokenizer.h"
 
 namespace linserve {
 namespace {

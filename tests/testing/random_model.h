@@ -7,10 +7,10 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "model/config.h"
+#include "model/format/config.h"
 #include "model/model.h"
-#include "model/safetensors.h"
-#include "model/weights.h"
+#include "model/format/safetensors.h"
+#include "model/format/weights.h"
 
 namespace linserve {
 

@@ -1,5 +1,5 @@
 // Trains a small SentencePiece model with libsentencepiece's trainer, for tests that need a
-// tokenizer.model. Like model/sentencepiece_model.h, this header and its .cc avoid Abseil (the
+// tokenizer.model. Like model/tokenizer/sentencepiece_model.h, this header and its .cc avoid Abseil (the
 // SentencePiece headers collide with Debian's Abseil).
 #ifndef LINSERVE_TESTS_TESTING_SENTENCEPIECE_TRAINING_H_
 #define LINSERVE_TESTS_TESTING_SENTENCEPIECE_TRAINING_H_

@@ -17,7 +17,7 @@ if [[ ! -f $build/build.ninja ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINSERVE_CUDA=ON >/dev/null
 fi
 cmake --build "$build" --parallel "$(nproc)" --target linserve_testing linserve_model_compute \
-  linserve_model_format linserve_kernels_cpu
+  linserve_model linserve_model_format linserve_tokenizer linserve_kernels_cpu
 
 cxx=(g++ -std=gnu++20 -O2 -g -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unknown-pragmas
      -DFMT_SHARED -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB
@@ -36,8 +36,8 @@ for cu in "$root"/kernels/cuda/*.cu; do
   units+=("$out/gen/$name.cc|k_$name|-include $here/cuda_emulation.h")
 done
 for cc in "$root"/kernels/cuda/*.cc; do units+=("$cc|c_$(basename "$cc" .cc)|"); done
-units+=("$root/model/cuda_backend.cc|cuda_backend|"
-        "$root/model/backend_factory.cc|backend_factory|-DLINSERVE_WITH_CUDA=1"
+for cc in "$root"/model/backend/cuda/*.cc; do units+=("$cc|b_$(basename "$cc" .cc)|"); done
+units+=("$root/model/backend/backend_factory.cc|backend_factory|-DLINSERVE_WITH_CUDA=1"
         "$here/cuda_emulation.cc|cuda_emulation|"
         "$here/fake_cuda_runtime.cc|fake_cuda_runtime|"
         "$root/tests/gpu/gpu_test_util.cc|gpu_test_util|")
@@ -64,14 +64,15 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/libgtest_main.a
       /usr/lib/x86_64-linux-gnu/libgmock.a /usr/lib/x86_64-linux-gnu/libgtest.a
-      "$build/model/liblinserve_model_compute.a" "$build/kernels/liblinserve_kernels_cpu.a"
-      "$build/model/liblinserve_model_format.a"
+      "$build/model/backend/liblinserve_model_compute.a" "$build/kernels/liblinserve_kernels_cpu.a"
+      "$build/model/liblinserve_model.a" "$build/model/tokenizer/liblinserve_tokenizer.a"
+      "$build/model/format/liblinserve_model_format.a"
       /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so -lgomp -lmvec
       /usr/lib/x86_64-linux-gnu/libabsl_*.so /usr/lib/x86_64-linux-gnu/libspdlog.so
       /usr/lib/x86_64-linux-gnu/libfmt.so /usr/lib/x86_64-linux-gnu/libsentencepiece.so
       /usr/lib/x86_64-linux-gnu/libsentencepiece_train.so /usr/lib/x86_64-linux-gnu/libcrypto.so
       -lpthread -ldl -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-pthread)
-shared=("$out"/obj/k_*.o "$out"/obj/c_*.o "$out/obj/cuda_backend.o" "$out/obj/backend_factory.o"
+shared=("$out"/obj/k_*.o "$out"/obj/c_*.o "$out"/obj/b_*.o "$out/obj/backend_factory.o"
         "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
 status=0
 for t in "${tests[@]}"; do

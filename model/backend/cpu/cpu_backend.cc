@@ -1,0 +1,472 @@
+#include "model/backend/cpu/cpu_backend.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/threads.h"
+#include "spdlog/spdlog.h"
+
+namespace linserve {
+namespace {
+
+constexpr int32_t kMaxChunk = 4096;
+constexpr int32_t kMaxThreads = 1024;
+constexpr int32_t kMaxBatch = 1 << 16;
+
+cpu::FeatureMap ToKernel(FeatureMap m) {
+  switch (m) {
+    case FeatureMap::kEluPlusOne:
+      return cpu::FeatureMap::kEluPlusOne;
+    case FeatureMap::kRelu:
+      return cpu::FeatureMap::kRelu;
+    case FeatureMap::kExp:
+      return cpu::FeatureMap::kExp;
+    case FeatureMap::kFavorPlus:
+      return cpu::FeatureMap::kFavorPlus;
+  }
+  return cpu::FeatureMap::kEluPlusOne;
+}
+
+cpu::Activation ToKernel(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return cpu::Activation::kGelu;
+    case Activation::kGeluTanh:
+      return cpu::Activation::kGeluTanh;
+    case Activation::kRelu:
+      return cpu::Activation::kRelu;
+  }
+  return cpu::Activation::kGelu;
+}
+
+cpu::PackedMatrix Pack(const Tensor& t) {
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
+}
+
+const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
+                                                               const BackendOptions& options) {
+  absl::StatusOr<int32_t> capacity = SlotCapacity(
+      model.config, options, {.max_prefill_chunk_size = kMaxChunk, .max_batch_size = kMaxBatch});
+  if (!capacity.ok()) return capacity.status();
+  if (options.num_threads < 0 || options.num_threads > kMaxThreads) {
+    return absl::InvalidArgumentError(absl::StrCat("BackendOptions.num_threads = ",
+                                                   options.num_threads, " is outside [0, ",
+                                                   kMaxThreads, "]"));
+  }
+  const int threads = cpu::ResolveNumThreads(options.num_threads);
+  // OpenBLAS is only called from inside our parallel loops (one head per thread).
+  cpu::SetBlasThreads(1);
+  auto backend =
+      std::unique_ptr<CpuBackend>(new CpuBackend(model, options, *capacity, threads));
+  spdlog::info("cpu backend: {} slots of {} KiB state, {} threads, prefill chunk {}", *capacity,
+               model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
+  return backend;
+}
+
+CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_t capacity,
+                       int threads)
+    : model_(model),
+      config_(model.config),
+      options_(options),
+      threads_(threads),
+      state_floats_(model.config.StateFloatsPerSlot()),
+      max_rows_(std::max({options.max_batch_size, kPrefillPassRows, options.prefill_chunk_size})),
+      shape_{model.config.n_heads, model.config.feature_dim, model.config.head_dim,
+             static_cast<float>(model.config.attention_eps)},
+      feature_map_(ToKernel(model.config.feature_map)),
+      activation_(ToKernel(model.config.activation)),
+      sinusoid_(model.config.position == PositionEmbedding::kSinusoidal
+                    ? cpu::SinusoidalDenominators(model.config.d_model)
+                    : std::vector<double>()),
+      pool_(model.config, options, capacity),
+      states_(static_cast<int64_t>(capacity) * model.config.StateFloatsPerSlot()),
+      sampling_(capacity, model.config.vocab_size, threads) {
+  const ModelWeights& w = model.weights;
+  layers_.reserve(w.layers.size());
+  for (const LayerWeights& l : w.layers) {
+    layers_.push_back(PackedLayer{Pack(l.q_weight), Pack(l.k_weight), Pack(l.v_weight),
+                                  Pack(l.o_weight), Pack(l.fc1_weight), Pack(l.fc2_weight)});
+  }
+  head_ = Pack(w.head(config_));
+
+  const int64_t rows = max_rows_;
+  const int64_t d = config_.d_model;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
+  x_ = cpu::FloatBuffer(rows * d);
+  h_ = cpu::FloatBuffer(rows * d);
+  q_ = cpu::FloatBuffer(rows * hd);
+  k_ = cpu::FloatBuffer(rows * hd);
+  v_ = cpu::FloatBuffer(rows * hd);
+  phi_q_ = cpu::FloatBuffer(rows * hf);
+  phi_k_ = cpu::FloatBuffer(rows * hf);
+  attn_ = cpu::FloatBuffer(rows * hd);
+  ff_ = cpu::FloatBuffer(rows * config_.d_ff);
+  chunk_scratch_ = cpu::FloatBuffer(
+      cpu::LinearAttentionChunkScratchFloats(options.prefill_chunk_size, threads));
+  decode_slots_.resize(static_cast<size_t>(options.max_batch_size));
+  layer_states_.resize(static_cast<size_t>(options.max_batch_size));
+  sample_slots_.resize(static_cast<size_t>(options.max_batch_size));
+  pieces_.reserve(static_cast<size_t>(options.max_batch_size));
+  head_rows_.reserve(static_cast<size_t>(options.max_batch_size));
+  prefill_slots_.reserve(static_cast<size_t>(options.max_batch_size));
+}
+
+absl::StatusOr<std::unique_ptr<Backend>> CreateCpuBackend(const Model& model,
+                                                          const BackendOptions& options) {
+  absl::StatusOr<std::unique_ptr<CpuBackend>> backend = CpuBackend::Create(model, options);
+  if (!backend.ok()) return backend.status();
+  return std::unique_ptr<Backend>(std::move(*backend));
+}
+
+// ---- Slots -------------------------------------------------------------------------------
+
+void CpuBackend::ClearSlot(SlotId slot) {
+  pool_.set_position(slot, 0);
+  std::fill_n(SlotState(slot.value), state_floats_, 0.0f);
+  sampling_.Clear(slot);
+}
+
+absl::StatusOr<SlotId> CpuBackend::AllocateSlot() {
+  absl::StatusOr<SlotId> slot = pool_.Allocate();
+  if (slot.ok()) ClearSlot(*slot);
+  return slot;
+}
+
+void CpuBackend::FreeSlot(SlotId slot) { pool_.Free(slot); }
+
+absl::Status CpuBackend::ResetSlot(SlotId slot) {
+  if (absl::Status s = pool_.CheckAllocated(slot, "ResetSlot: slot"); !s.ok()) return s;
+  ClearSlot(slot);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::CopySlot(SlotId from, SlotId to) {
+  if (absl::Status s = pool_.CheckAllocated(from, "CopySlot: from"); !s.ok()) return s;
+  if (absl::Status s = pool_.CheckAllocated(to, "CopySlot: to"); !s.ok()) return s;
+  if (from == to) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("CopySlot: from and to are the same slot (", from.value, ")"));
+  }
+  std::memcpy(SlotState(to.value), SlotState(from.value),
+              static_cast<size_t>(state_floats_) * sizeof(float));
+  pool_.set_position(to, pool_.position(from));
+  sampling_.Copy(from, to);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CpuBackend::SlotPosition(SlotId slot) const {
+  if (absl::Status s = pool_.CheckAllocated(slot, "SlotPosition: slot"); !s.ok()) return s;
+  return pool_.position(slot);
+}
+
+absl::Status CpuBackend::ReadSlot(SlotId slot, StateBlob& out) const {
+  if (absl::Status s = pool_.CheckAllocated(slot, "ReadSlot: slot"); !s.ok()) return s;
+  out.position = pool_.position(slot);
+  out.state.assign(SlotState(slot.value), SlotState(slot.value) + state_floats_);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::WriteSlot(SlotId slot, const StateBlob& in) {
+  if (absl::Status s = pool_.CheckWrite(slot, in); !s.ok()) return s;
+  std::copy(in.state.begin(), in.state.end(), SlotState(slot.value));
+  pool_.set_position(slot, in.position);
+  sampling_.Clear(slot);
+  return absl::OkStatus();
+}
+
+// ---- Sampling ----------------------------------------------------------------------------
+
+absl::Status CpuBackend::StartSampling(SlotId slot, const SamplingParams& params,
+                                       int32_t top_logprobs, absl::Span<const TokenId> observed) {
+  if (absl::Status s = pool_.CheckAllocated(slot, "StartSampling: slot"); !s.ok()) return s;
+  return sampling_.Start(slot, params, top_logprobs, observed);
+}
+
+absl::Status CpuBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) {
+  if (absl::Status s = pool_.CheckAllocated(slot, "SetSeenCounts: slot"); !s.ok()) return s;
+  return sampling_.SetSeenCounts(slot, counts);
+}
+
+float* CpuBackend::SampleLogits() {
+  if (sample_logits_.size() == 0) {
+    sample_logits_ =
+        cpu::FloatBuffer(static_cast<int64_t>(options_.max_batch_size) * config_.vocab_size);
+  }
+  return sample_logits_.data();
+}
+
+absl::Status CpuBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
+                                         const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
+  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot;
+  const absl::Span<const SlotId> slots(sample_slots_.data(), batch.size());
+  if (absl::Status s = sampling_.CheckOutput(slots, out, "DecodeAndSample"); !s.ok()) return s;
+  float* logits = SampleLogits();
+  RunDecode(batch, logits);
+  sampling_.SampleRows(slots, logits, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
+                                          const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckPrefill(slot, tokens, 0); !s.ok()) return s;
+  if (absl::Status s = sampling_.CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) {
+    return s;
+  }
+  float* logits = SampleLogits();
+  const PrefillItem item{.slot = slot, .tokens = tokens, .sample = true};
+  RunPrefill({&item, 1}, /*all_logits=*/false, logits);
+  sampling_.SampleRows({&slot, 1}, logits, out);
+  return absl::OkStatus();
+}
+
+absl::Status CpuBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
+                                      const SampleOutput& out) {
+  if (absl::Status s = pool_.CheckPrefillBatch(batch); !s.ok()) return s;
+  prefill_slots_.clear();
+  for (const PrefillItem& item : batch) {
+    if (item.sample) prefill_slots_.push_back(item.slot);
+  }
+  if (absl::Status s = sampling_.CheckOutput(prefill_slots_, out, "PrefillBatch"); !s.ok()) {
+    return s;
+  }
+  float* logits = SampleLogits();
+  RunPrefill(batch, /*all_logits=*/false, logits);
+  if (!prefill_slots_.empty()) sampling_.SampleRows(prefill_slots_, logits, out);
+  return absl::OkStatus();
+}
+
+// ---- Compute -----------------------------------------------------------------------------
+
+void CpuBackend::Embed(int row, TokenId token, int64_t position) {
+  const int64_t d = config_.d_model;
+  const float* e = model_.weights.token_embedding.data.data() + static_cast<int64_t>(token) * d;
+  float* x = x_.data() + row * d;
+  std::copy(e, e + d, x);
+  switch (config_.position) {
+    case PositionEmbedding::kLearned: {
+      const float* p = model_.weights.position_embedding.data.data() + position * d;
+      for (int64_t i = 0; i < d; ++i) x[i] += p[i];
+      break;
+    }
+    case PositionEmbedding::kSinusoidal:
+      cpu::AddSinusoidalPosition(position, sinusoid_, x);
+      break;
+    case PositionEmbedding::kNone:
+      break;
+  }
+}
+
+void CpuBackend::PieceAttention(const PrefillPiece& piece, int64_t layer_offset) {
+  const int64_t chunk = options_.prefill_chunk_size;
+  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  float* state = SlotState(piece.slot) + layer_offset;
+  for (int r = 0; r < piece.rows;) {
+    // Pieces start at a multiple of the chunk size from their item's first token (RunPrefill
+    // cuts items there), so these are the chunks of the item fed alone.
+    const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk));
+    const int64_t row = piece.first_row + r;
+    const float* phi_q = phi_q_.data() + row * hf;
+    const float* phi_k = phi_k_.data() + row * hf;
+    const float* v = v_.data() + row * hd;
+    float* out = attn_.data() + row * hd;
+    if (rows == 1) {
+      // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's
+      // GEMM calls and gives bitwise what Decode would.
+      layer_states_[0] = state;
+      cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
+    } else {
+      cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out, chunk_scratch_.data(),
+                                threads_);
+    }
+    r += rows;
+  }
+}
+
+void CpuBackend::Attention(int layer, int rows, bool prefill) {
+  const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
+  if (prefill) {
+    for (const PrefillPiece& piece : pieces_) PieceAttention(piece, layer_offset);
+    return;
+  }
+  for (int i = 0; i < rows; ++i) layer_states_[i] = SlotState(decode_slots_[i]) + layer_offset;
+  cpu::LinearAttentionDecode(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
+                             layer_states_.data(), attn_.data(), threads_);
+}
+
+void CpuBackend::RunLayers(int rows, bool prefill) {
+  using cpu::Linear;
+  using cpu::LinearOutput;
+  const int64_t d = config_.d_model;
+  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
+  const int64_t ff = config_.d_ff;
+  const float ln_eps = static_cast<float>(config_.layer_norm_eps);
+  const bool pre = config_.norm == NormPlacement::kPre;
+  const cpu::Activation none = cpu::Activation::kNone;
+  float* x = x_.data();
+  float* h = h_.data();
+
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    const LayerWeights& w = model_.weights.layers[l];
+    const PackedLayer& p = layers_[l];
+    // Attention block; its input is LN1(x) (pre-norm) or x itself (post-norm).
+    const float* in = x;
+    if (pre) {
+      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, h);
+      in = h;
+    }
+    Linear(in, rows, d, p.q, OrNull(w.q_bias), none, LinearOutput::kStore, q_.data(), hd, threads_);
+    Linear(in, rows, d, p.k, OrNull(w.k_bias), none, LinearOutput::kStore, k_.data(), hd, threads_);
+    Linear(in, rows, d, p.v, OrNull(w.v_bias), none, LinearOutput::kStore, v_.data(), hd, threads_);
+    const float* favor = OrNull(w.favor_projection);
+    const int64_t vectors = static_cast<int64_t>(rows) * config_.n_heads;
+    cpu::ApplyFeatureMap(feature_map_, q_.data(), vectors, config_.head_dim, favor,
+                         config_.feature_dim, phi_q_.data());
+    cpu::ApplyFeatureMap(feature_map_, k_.data(), vectors, config_.head_dim, favor,
+                         config_.feature_dim, phi_k_.data());
+    Attention(static_cast<int>(l), rows, prefill);
+    Linear(attn_.data(), rows, hd, p.o, OrNull(w.o_bias), none, LinearOutput::kAccumulate, x, d,
+           threads_);
+    if (!pre) {
+      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, x);
+    }
+    // Feed-forward block.
+    in = x;
+    if (pre) {
+      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, h);
+      in = h;
+    }
+    Linear(in, rows, d, p.fc1, OrNull(w.fc1_bias), activation_, LinearOutput::kStore, ff_.data(),
+           ff, threads_);
+    Linear(ff_.data(), rows, ff, p.fc2, OrNull(w.fc2_bias), none, LinearOutput::kAccumulate, x, d,
+           threads_);
+    if (!pre) {
+      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, x);
+    }
+  }
+}
+
+void CpuBackend::Head(int first, int rows, float* logits) {
+  const int64_t d = config_.d_model;
+  const float* in = x_.data() + first * d;
+  if (config_.norm == NormPlacement::kPre) {
+    cpu::LayerNorm(in, rows, d, model_.weights.final_norm_weight.data.data(),
+                   model_.weights.final_norm_bias.data.data(),
+                   static_cast<float>(config_.layer_norm_eps), h_.data());
+    in = h_.data();
+  }
+  cpu::Linear(in, rows, d, head_, nullptr, cpu::Activation::kNone, cpu::LinearOutput::kStore,
+              logits, config_.vocab_size, threads_);
+}
+
+void CpuBackend::HeadRows(absl::Span<const int> rows, float* logits) {
+  const int64_t d = config_.d_model;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const float* x = x_.data() + rows[i] * d;
+    float* h = h_.data() + static_cast<int64_t>(i) * d;
+    if (config_.norm == NormPlacement::kPre) {
+      cpu::LayerNorm(x, 1, d, model_.weights.final_norm_weight.data.data(),
+                     model_.weights.final_norm_bias.data.data(),
+                     static_cast<float>(config_.layer_norm_eps), h);
+    } else {
+      std::copy(x, x + d, h);
+    }
+  }
+  cpu::Linear(h_.data(), static_cast<int64_t>(rows.size()), d, head_, nullptr,
+              cpu::Activation::kNone, cpu::LinearOutput::kStore, logits, config_.vocab_size,
+              threads_);
+}
+
+absl::Status CpuBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
+                                 absl::Span<float> logits) {
+  if (absl::Status s = pool_.CheckPrefill(slot, tokens, static_cast<int64_t>(logits.size()));
+      !s.ok()) {
+    return s;
+  }
+  const int64_t n = static_cast<int64_t>(tokens.size());
+  const int64_t vocab = config_.vocab_size;
+  const int64_t size = static_cast<int64_t>(logits.size());
+  const PrefillItem item{.slot = slot, .tokens = tokens, .sample = size == vocab};
+  RunPrefill({&item, 1}, /*all_logits=*/size == n * vocab, logits.data());
+  return absl::OkStatus();
+}
+
+void CpuBackend::RunPrefill(absl::Span<const PrefillItem> batch, bool all_logits, float* logits) {
+  const int64_t vocab = config_.vocab_size;
+  const int64_t chunk = options_.prefill_chunk_size;
+  size_t item = 0;
+  int64_t fed = 0;         // tokens of batch[item] in earlier passes
+  int64_t logits_row = 0;  // the next row of `logits`
+  while (item < batch.size()) {
+    // Fill one pass with the next items' tokens, in order.
+    pieces_.clear();
+    head_rows_.clear();
+    int rows = 0;
+    while (item < batch.size()) {
+      const PrefillItem& it = batch[item];
+      const int64_t n = static_cast<int64_t>(it.tokens.size());
+      const int64_t position = pool_.position(it.slot) + fed;
+      int64_t take = std::min<int64_t>(n - fed, max_rows_ - rows);
+      if (fed + take < n) {
+        // The item goes on in the next pass: cut at a chunk boundary. A fresh pass always
+        // takes at least one token (max_rows_ >= chunk).
+        take = (fed + take) / chunk * chunk - fed;
+        if (take <= 0) break;
+      }
+      for (int64_t r = 0; r < take; ++r) {
+        Embed(rows + static_cast<int>(r), it.tokens[fed + r], position + r);
+      }
+      pieces_.push_back({it.slot.value, rows, static_cast<int>(take)});
+      rows += static_cast<int>(take);
+      fed += take;
+      if (fed < n) break;
+      if (it.sample) head_rows_.push_back(rows - 1);
+      ++item;
+      fed = 0;
+    }
+    RunLayers(rows, /*prefill=*/true);
+    if (all_logits) {
+      Head(0, rows, logits + logits_row * vocab);
+      logits_row += rows;
+    } else if (!head_rows_.empty()) {
+      HeadRows(head_rows_, logits + logits_row * vocab);
+      logits_row += static_cast<int64_t>(head_rows_.size());
+    }
+  }
+  for (const PrefillItem& it : batch) {
+    pool_.Advance(it.slot, static_cast<int64_t>(it.tokens.size()));
+  }
+}
+
+absl::Status CpuBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
+  if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
+  const int64_t vocab = config_.vocab_size;
+  if (static_cast<int64_t>(logits.size()) != static_cast<int64_t>(batch.size()) * vocab) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("Decode: logits has ", logits.size(), " floats; expected batch.size() × ",
+                     "vocab_size = ", batch.size() * vocab));
+  }
+  RunDecode(batch, logits.data());
+  return absl::OkStatus();
+}
+
+void CpuBackend::RunDecode(absl::Span<const DecodeItem> batch, float* logits) {
+  const int rows = static_cast<int>(batch.size());
+  for (int i = 0; i < rows; ++i) {
+    decode_slots_[i] = batch[i].slot.value;
+    Embed(i, batch[i].token, pool_.position(batch[i].slot));
+  }
+  RunLayers(rows, /*prefill=*/false);
+  Head(0, rows, logits);
+  for (int i = 0; i < rows; ++i) pool_.Advance(batch[i].slot, 1);
+}
+
+}  // namespace linserve

@@ -1,0 +1,75 @@
+// CudaBackend: the Backend of model/backend/backend.h on one NVIDIA GPU, tested against CpuBackend.
+//
+// Memory, all allocated once at creation (an out-of-memory is a RESOURCE_EXHAUSTED from
+// CreateCudaBackend naming the part that did not fit, never a crash later):
+//   - weights in BackendOptions::weight_precision (bf16 by default; LayerNorm parameters, biases
+//     and the favor_plus projections stay fp32), q/k/v fused into one [3·H·Dh, d_model] matrix;
+//   - the fp32 state pool, slot_capacity() = min(max_slots, state_memory_budget_bytes / state
+//     bytes per slot) slots, in StateBlob layout, so fork/export/import are plain copies;
+//   - per-slot sampler state for DecodeAndSample (vocab_size int32 seen-token counts, an
+//     MT19937-64 and the parameters: about 4·vocab_size bytes per slot on top of the budget);
+//     picks are made on the device (kernels/cuda/sampling.h): for the same logits and seed they
+//     are the host Sampler's except when a cumulative sum lands within rounding of top_p or of
+//     the draw. The logprobs of rows that ask for top_logprobs are computed on the device too
+//     (kernels/cuda/logprobs.h): only tokens, and those rows' 1 + 2n numbers, cross PCIe;
+//   - activations for max(max_batch_size, 2048) rows and the cuBLASLt workspace.
+//
+// Math: cuBLASLt GEMMs with fp32 accumulation over the whole batch (activations are rounded to
+// the weight type on the way in), kernels from kernels/cuda for the rest. A decode step is
+// captured in a CUDA graph per batch-size bucket (powers of two up to max_batch_size; a batch is
+// padded to its bucket with rows that touch no slot) the first time the bucket is used, and
+// replayed afterwards. BackendOptions::num_threads is not used.
+//
+// Asynchronous (Backend's pipelining): LaunchDecodeAndSample enqueues the step, the picks and
+// their copy to pinned host memory on the backend's stream and returns; CollectSamples waits.
+//
+// Not thread-safe (one owner, as Backend says); any thread may be that owner: every call makes
+// the backend's device current first.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/backend/backend.h"
+#include "model/model.h"
+#include "model/backend/sampler.h"
+
+namespace linserve {
+
+struct CudaBackendOptions {
+  // CUDA device ordinal, in [0, device count). Default: 0.
+  int32_t device = 0;
+  // Replay each decode step from a CUDA graph captured per batch-size bucket; false launches
+  // every kernel every step (same results, bitwise). Default: true.
+  bool use_cuda_graphs = true;
+};
+
+// Device memory held by a CudaBackend, by purpose.
+struct CudaMemoryUse {
+  int64_t weights_bytes = 0;
+  int64_t state_pool_bytes = 0;
+  int64_t sampler_bytes = 0;
+  int64_t workspace_bytes = 0;
+};
+
+class CudaBackend : public Backend {
+ public:
+  virtual CudaMemoryUse memory_use() const = 0;
+  // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
+  virtual std::string device_description() const = 0;
+};
+
+// UNAVAILABLE when there is no usable device, INVALID_ARGUMENT for options out of range
+// (naming the field and its limit), RESOURCE_EXHAUSTED when the weights, state pool, sampler
+// state or workspace do not fit on the device. The backend copies what it needs from `model`.
+absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
+    const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options = {});
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_

@@ -1,0 +1,219 @@
+// The algorithm is the one written in sampler.h, step for step, because a Python mirror
+// (reference/linserve_ref/sampling.py) must reproduce its tokens exactly: every quantity is
+// a double computed in a fixed order, and no std:: distribution is used.
+#include "model/backend/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+namespace {
+
+absl::Status OutOfRange(absl::string_view field, double value, absl::string_view range) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, " = ", value, " is outside ", range));
+}
+
+}  // namespace
+
+absl::Status ValidateSamplingParams(const SamplingParams& p) {
+  // Written as !(in range) so that NaN fails every check.
+  if (!(p.temperature >= 0.0f && std::isfinite(p.temperature))) {
+    return OutOfRange("temperature", p.temperature, "[0, inf) (0 = greedy)");
+  }
+  if (p.top_k < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("top_k = ", p.top_k, " is outside [0, 2147483647] (0 = off)"));
+  }
+  if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) {
+    return OutOfRange("top_p", p.top_p, "(0, 1] (1 = off)");
+  }
+  if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) {
+    return OutOfRange("min_p", p.min_p, "[0, 1] (0 = off)");
+  }
+  if (!(p.repetition_penalty > 0.0f && std::isfinite(p.repetition_penalty))) {
+    return OutOfRange("repetition_penalty", p.repetition_penalty, "(0, inf) (1 = off)");
+  }
+  if (!(p.presence_penalty >= -2.0f && p.presence_penalty <= 2.0f)) {
+    return OutOfRange("presence_penalty", p.presence_penalty, "[-2, 2] (0 = off)");
+  }
+  if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
+    return OutOfRange("frequency_penalty", p.frequency_penalty, "[-2, 2] (0 = off)");
+  }
+  return absl::OkStatus();
+}
+
+Sampler::Sampler(const SamplingParams& params) : params_(params), rng_(params.seed) {}
+
+void Sampler::Restart(const SamplingParams& params) {
+  params_ = params;
+  rng_.seed(params.seed);
+}
+
+void Sampler::Observe(absl::Span<const TokenId> tokens) {
+  for (TokenId t : tokens) ++seen_counts_[t];
+}
+
+void Sampler::SetSeen(absl::Span<const TokenCount> counts) {
+  seen_counts_.clear();
+  for (const TokenCount& c : counts) {
+    if (c.count > 0) seen_counts_[c.token] += c.count;
+  }
+}
+
+TokenId Sampler::Sample(absl::Span<const float> logits, SamplerScratch& scratch) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  std::vector<double>& l = scratch.values;
+  std::vector<int32_t>& order = scratch.order;
+  std::vector<int32_t>& ranked = scratch.ranked;
+  l.assign(logits.begin(), logits.end());
+
+  // 1. Penalties on every seen token.
+  const double r = params_.repetition_penalty;
+  const double presence = params_.presence_penalty;
+  const double frequency = params_.frequency_penalty;
+  for (const auto& [t, c] : seen_counts_) {
+    if (t < 0 || t >= vocab) continue;
+    double& lt = l[t];
+    lt = lt > 0 ? lt / r : lt * r;
+    lt -= presence * (c > 0 ? 1.0 : 0.0) + frequency * static_cast<double>(c);
+  }
+
+  TokenId chosen = 0;
+  if (params_.temperature == 0.0f) {
+    // 2. Greedy: the first maximum.
+    for (int32_t i = 1; i < vocab; ++i) {
+      if (l[i] > l[chosen]) chosen = i;
+    }
+  } else {
+    // 3. Temperature.
+    const double temperature = params_.temperature;
+    for (double& x : l) x /= temperature;
+
+    // 4. top_k, by (l desc, id asc); survivors are then kept in ascending id order.
+    order.resize(static_cast<size_t>(vocab));
+    for (int32_t i = 0; i < vocab; ++i) order[i] = i;
+    if (params_.top_k > 0 && params_.top_k < vocab) {
+      auto by_logit = [&l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+      std::nth_element(order.begin(), order.begin() + params_.top_k, order.end(), by_logit);
+      order.resize(static_cast<size_t>(params_.top_k));
+      std::sort(order.begin(), order.end());
+    }
+
+    // 5. Softmax over the survivors; l becomes p in place.
+    double max_l = -std::numeric_limits<double>::infinity();
+    for (int32_t i : order) max_l = std::max(max_l, l[i]);
+    double sum = 0.0;
+    for (int32_t i : order) {
+      l[i] = std::exp(l[i] - max_l);
+      sum += l[i];
+    }
+    for (int32_t i : order) l[i] /= sum;
+
+    // 6. min_p relative to the most likely survivor.
+    if (params_.min_p > 0.0f) {
+      double max_p = 0.0;
+      for (int32_t i : order) max_p = std::max(max_p, l[i]);
+      const double threshold = static_cast<double>(params_.min_p) * max_p;
+      std::erase_if(order, [&l, threshold](int32_t i) { return !(l[i] >= threshold); });
+    }
+
+    auto renormalise = [&order, &l]() {
+      double total = 0.0;
+      for (int32_t i : order) total += l[i];
+      for (int32_t i : order) l[i] /= total;
+    };
+
+    // 7. top_p: the shortest (p desc, id asc) prefix reaching top_p. Sorting is done in
+    // growing partial sorts because the prefix is usually a small part of the vocabulary.
+    if (params_.top_p < 1.0f) {
+      renormalise();
+      const double top_p = params_.top_p;
+      ranked = order;
+      auto by_prob = [&l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+      const size_t n = ranked.size();
+      size_t sorted = std::min<size_t>(64, n);
+      size_t keep = n;
+      for (;;) {
+        std::partial_sort(ranked.begin(), ranked.begin() + sorted, ranked.end(), by_prob);
+        double cumulative = 0.0;
+        size_t i = 0;
+        for (; i < sorted; ++i) {
+          cumulative += l[ranked[i]];
+          if (cumulative >= top_p) break;
+        }
+        if (i < sorted) {
+          keep = i + 1;
+          break;
+        }
+        if (sorted == n) break;  // rounding never reached top_p: keep everything
+        sorted = std::min(n, sorted * 4);
+      }
+      ranked.resize(keep);
+      std::sort(ranked.begin(), ranked.end());
+      order.swap(ranked);
+    }
+
+    // 8. Draw.
+    renormalise();
+    const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
+    // Survivors only run out when the logits are not finite (NaN compares false everywhere).
+    chosen = order.empty() ? 0 : order.back();
+    double cumulative = 0.0;
+    for (int32_t i : order) {
+      cumulative += l[i];
+      if (cumulative > u) {
+        chosen = i;
+        break;
+      }
+    }
+  }
+  ++seen_counts_[chosen];
+  return chosen;
+}
+
+namespace {
+
+// log Σ exp(logits), in double.
+double LogPartition(absl::Span<const float> logits) {
+  double max_l = -std::numeric_limits<double>::infinity();
+  for (float x : logits) max_l = std::max(max_l, static_cast<double>(x));
+  double sum = 0.0;
+  for (float x : logits) sum += std::exp(static_cast<double>(x) - max_l);
+  return max_l + std::log(sum);
+}
+
+}  // namespace
+
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, std::vector<int32_t>& ids,
+                     TokenLogprob* out) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
+  n = std::clamp(n, 0, vocab);
+  if (n == 0) return;
+  const double log_z = LogPartition(logits);
+  ids.resize(static_cast<size_t>(vocab));
+  for (int32_t i = 0; i < vocab; ++i) ids[i] = i;
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&logits](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int32_t i = 0; i < n; ++i) {
+    out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - log_z)};
+  }
+}
+
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n) {
+  n = std::clamp(n, 0, static_cast<int32_t>(logits.size()));
+  std::vector<TokenLogprob> out(static_cast<size_t>(n));
+  std::vector<int32_t> ids;
+  TopLogprobsInto(logits, n, ids, out.data());
+  return out;
+}
+
+float LogProbOf(absl::Span<const float> logits, TokenId token) {
+  return static_cast<float>(static_cast<double>(logits[token]) - LogPartition(logits));
+}
+
+}  // namespace linserve

@@ -1,0 +1,90 @@
+// ModelWeights: every tensor of a model, converted to fp32 on the host, in named fields.
+// Layouts follow PyTorch's nn.Linear: a projection weight is [out_features, in_features].
+#ifndef LINSERVE_MODEL_FORMAT_WEIGHTS_H_
+#define LINSERVE_MODEL_FORMAT_WEIGHTS_H_
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "model/format/config.h"
+#include "model/format/safetensors.h"
+
+namespace linserve {
+
+// A dense fp32 tensor, row-major. An empty tensor (no shape) stands for "absent" (e.g. biases
+// when ModelConfig::bias is false).
+struct Tensor {
+  std::vector<int64_t> shape;
+  std::vector<float> data;
+  bool empty() const { return data.empty(); }
+};
+
+// Tensor names in model.safetensors are given next to each field.
+struct LayerWeights {
+  Tensor ln1_weight, ln1_bias;    // layers.{i}.ln1.weight / .bias            [d_model]
+  Tensor q_weight, q_bias;        // layers.{i}.attn.q_proj.weight / .bias    [H*Dh, d_model] / [H*Dh]
+  Tensor k_weight, k_bias;        // layers.{i}.attn.k_proj.weight / .bias
+  Tensor v_weight, v_bias;        // layers.{i}.attn.v_proj.weight / .bias
+  Tensor o_weight, o_bias;        // layers.{i}.attn.o_proj.weight / .bias    [d_model, H*Dh] / [d_model]
+  Tensor favor_projection;        // layers.{i}.attn.favor_projection         [feature_dim, head_dim] (favor_plus only)
+  Tensor ln2_weight, ln2_bias;    // layers.{i}.ln2.weight / .bias            [d_model]
+  Tensor fc1_weight, fc1_bias;    // layers.{i}.ffn.fc1.weight / .bias        [d_ff, d_model] / [d_ff]
+  Tensor fc2_weight, fc2_bias;    // layers.{i}.ffn.fc2.weight / .bias        [d_model, d_ff] / [d_model]
+};
+
+struct ModelWeights {
+  Tensor token_embedding;         // embed.weight                             [vocab, d_model]
+  Tensor position_embedding;      // pos_embed.weight                         [max_position, d_model] (learned only)
+  std::vector<LayerWeights> layers;
+  Tensor final_norm_weight, final_norm_bias;  // final_norm.weight / .bias    [d_model] (pre-norm only)
+  Tensor lm_head;                 // lm_head.weight                           [vocab, d_model] (untied only)
+
+  // logits = h · head()ᵀ: the token embedding when tied, lm_head otherwise.
+  const Tensor& head(const ModelConfig& config) const {
+    return config.tie_embeddings ? token_embedding : lm_head;
+  }
+  int64_t ParameterCount() const;
+};
+
+// One tensor of model.safetensors: its name and the shape a config requires of it.
+struct TensorSpec {
+  std::string name;            // e.g. "layers.3.attn.q_proj.weight"
+  std::vector<int64_t> shape;
+};
+
+// Calls fn(spec, tensor) for every tensor `config` requires, in a fixed order (embeddings, then
+// each layer, then the final norm and head), skipping the fields the config leaves absent. The
+// mutable form first resizes weights.layers to config.n_layers.
+void ForEachTensor(const ModelConfig& config, const ModelWeights& weights,
+                   absl::FunctionRef<void(const TensorSpec&, const Tensor&)> fn);
+void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
+                   absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn);
+
+// Checks that `weights` holds exactly what `config` requires: every required tensor with its
+// shape and matching data size, every other field empty, all values finite. Errors are
+// INVALID_ARGUMENT and name the tensor, the expected and the actual shape.
+absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weights);
+
+// Reads the tensors `config` requires from a parsed model.safetensors, converting F32, F16 and
+// BF16 to fp32. Errors are INVALID_ARGUMENT and name the file and every missing, unexpected or
+// wrongly shaped tensor (expected vs actual shape), a tensor of another dtype, or the first
+// non-finite value.
+absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
+                                              const SafetensorsFile& file);
+
+// The bytes of a model.safetensors holding `weights` (which must pass ValidateWeights), every
+// tensor stored as `dtype`: F32, F16 or BF16. Deterministic: the same weights give the same bytes.
+absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
+                                                  const ModelWeights& weights, Dtype dtype);
+
+// SerializeModelWeights, written to `path` through a temporary file renamed into place.
+absl::Status WriteModelWeights(const ModelConfig& config, const ModelWeights& weights,
+                               const std::string& path, Dtype dtype = Dtype::kF32);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_FORMAT_WEIGHTS_H_

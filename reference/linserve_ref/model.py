@@ -1,0 +1,291 @@
+"""The linear-attention decoder of DESIGN.md §4, executable: the semantics the C++ backends match.
+
+Two forward forms compute the same function:
+  * `forward`: chunked parallel. Within a chunk the causal product is a masked matmul
+    (φ(Q)φ(K)ᵀ ⊙ tril) V; across chunks the carried (S, z) supplies the past.
+  * `step`: the recurrence S += φ(k)vᵀ, z += φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps).
+
+The recurrent state (S, z) is kept in float32 whatever the weight dtype, as the C++ backends do;
+a model converted to float64 (the golden data) keeps it in float64 so that the reference itself
+adds no float32 rounding. Module and buffer names are the tensor names of model.safetensors
+(model/format/weights.h), so `state_dict()` is the file's contents.
+"""
+
+import dataclasses
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from linserve_ref.config import normalize_config
+
+
+@dataclasses.dataclass
+class State:
+    """Recurrent state of a batch of sequences.
+
+    s: per layer, [B, H, F, Dh]; z: per layer, [B, H, F]; position: [B] int64, the number of
+    tokens each row has consumed (the position index of its next token).
+    """
+    s: list
+    z: list
+    position: torch.Tensor
+
+    @property
+    def batch_size(self):
+        return self.position.shape[0]
+
+
+def feature_map(kind, x, favor_projection=None):
+    """φ applied to the last dimension of x (head_dim) -> feature_dim."""
+    if kind == "elu_plus_one":
+        return F.elu(x) + 1.0
+    if kind == "relu":
+        return F.relu(x)
+    if kind == "exp":
+        return torch.exp(x - x.amax(dim=-1, keepdim=True))
+    if kind == "favor_plus":
+        m = favor_projection.shape[0]
+        wx = torch.matmul(x, favor_projection.to(x.dtype).t())
+        return torch.exp(wx - 0.5 * (x * x).sum(dim=-1, keepdim=True)) / math.sqrt(m)
+    raise ValueError(f"unknown feature_map {kind!r}")
+
+
+def sinusoidal_embedding(positions, d_model, dtype):
+    """pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), in float64."""
+    j = torch.arange(d_model, dtype=torch.float64, device=positions.device)
+    denom = torch.pow(torch.tensor(10000.0, dtype=torch.float64), 2.0 * torch.div(
+        j, 2, rounding_mode="floor") / d_model)
+    angle = positions.to(torch.float64).unsqueeze(-1) / denom
+    even = (torch.arange(d_model, device=positions.device) % 2) == 0
+    return torch.where(even, torch.sin(angle), torch.cos(angle)).to(dtype)
+
+
+def _activation(kind, x):
+    if kind == "gelu":
+        return F.gelu(x)
+    if kind == "gelu_tanh":
+        return F.gelu(x, approximate="tanh")
+    return F.relu(x)
+
+
+class LinearAttention(nn.Module):
+    """Causal multi-head linear attention; parameters q/k/v/o_proj (+ favor_projection)."""
+
+    def __init__(self, cfg):
+        super().__init__()
+        d, h, dh, f = cfg["d_model"], cfg["n_heads"], cfg["head_dim"], cfg["feature_dim"]
+        self.n_heads, self.head_dim, self.feature_dim = h, dh, f
+        self.kind = cfg["feature_map"]
+        self.eps = cfg["attention_eps"]
+        self.q_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
+        self.k_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
+        self.v_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
+        self.o_proj = nn.Linear(h * dh, d, bias=cfg["bias"])
+        if self.kind == "favor_plus":
+            # Random features, fixed at creation (not trained); stored in the model file.
+            self.register_buffer("favor_projection", torch.randn(f, dh))
+        else:
+            self.favor_projection = None
+
+    def _qkv(self, x, state_dtype):
+        """x [..., d] -> φ(q), φ(k) [..., H, F] and v [..., H, Dh], all in state_dtype."""
+        shape = x.shape[:-1] + (self.n_heads, self.head_dim)
+        q = self.q_proj(x).view(shape).to(state_dtype)
+        k = self.k_proj(x).view(shape).to(state_dtype)
+        v = self.v_proj(x).view(shape).to(state_dtype)
+        return (feature_map(self.kind, q, self.favor_projection),
+                feature_map(self.kind, k, self.favor_projection), v)
+
+    def forward(self, x, s, z, chunk_size):
+        """x [B, T, d]; s [B, H, F, Dh]; z [B, H, F] -> (out [B, T, d], s', z')."""
+        t = x.shape[1]
+        qf, kf, v = (a.transpose(1, 2) for a in self._qkv(x, s.dtype))  # [B, H, T, *]
+        outs = []
+        for start in range(0, t, chunk_size):
+            end = min(start + chunk_size, t)
+            qc, kc, vc = qf[:, :, start:end], kf[:, :, start:end], v[:, :, start:end]
+            mask = torch.ones(end - start, end - start, dtype=torch.bool, device=x.device).tril()
+            a = torch.matmul(qc, kc.transpose(-1, -2)).masked_fill(~mask, 0.0)
+            num = torch.matmul(a, vc) + torch.matmul(qc, s)
+            den = a.sum(dim=-1) + torch.matmul(qc, z.unsqueeze(-1)).squeeze(-1)
+            outs.append(num / (den + self.eps).unsqueeze(-1))
+            s = s + torch.matmul(kc.transpose(-1, -2), vc)
+            z = z + kc.sum(dim=-2)
+        o = torch.cat(outs, dim=2).transpose(1, 2).reshape(x.shape[0], t, -1).to(x.dtype)
+        return self.o_proj(o), s, z
+
+    def step(self, x, s, z):
+        """x [B, d] -> (out [B, d], s', z'): one token per row."""
+        qf, kf, v = self._qkv(x, s.dtype)  # [B, H, *]
+        s = s + kf.unsqueeze(-1) * v.unsqueeze(-2)
+        z = z + kf
+        num = torch.matmul(qf.unsqueeze(-2), s).squeeze(-2)
+        den = (qf * z).sum(dim=-1)
+        o = (num / (den + self.eps).unsqueeze(-1)).reshape(x.shape[0], -1).to(x.dtype)
+        return self.o_proj(o), s, z
+
+
+class FeedForward(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.activation = cfg["activation"]
+        self.fc1 = nn.Linear(cfg["d_model"], cfg["d_ff"], bias=cfg["bias"])
+        self.fc2 = nn.Linear(cfg["d_ff"], cfg["d_model"], bias=cfg["bias"])
+
+    def forward(self, x):
+        return self.fc2(_activation(self.activation, self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, cfg):
+        super().__init__()
+        self.pre_norm = cfg["norm"] == "pre"
+        self.ln1 = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
+        self.attn = LinearAttention(cfg)
+        self.ln2 = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
+        self.ffn = FeedForward(cfg)
+
+    def _residual(self, x, attend):
+        if self.pre_norm:
+            a, s, z = attend(self.ln1(x))
+            h = x + a
+            return h + self.ffn(self.ln2(h)), s, z
+        a, s, z = attend(x)
+        h = self.ln1(x + a)
+        return self.ln2(h + self.ffn(h)), s, z
+
+    def forward(self, x, s, z, chunk_size):
+        return self._residual(x, lambda u: self.attn(u, s, z, chunk_size))
+
+    def step(self, x, s, z):
+        return self._residual(x, lambda u: self.attn.step(u, s, z))
+
+
+class LinearTransformer(nn.Module):
+    """The decoder. `config` is a config.json dict (checked and completed on construction)."""
+
+    def __init__(self, config):
+        super().__init__()
+        cfg = normalize_config(config)
+        self.config = cfg
+        self.embed = nn.Embedding(cfg["vocab_size"], cfg["d_model"])
+        if cfg["position"] == "learned":
+            self.pos_embed = nn.Embedding(cfg["max_position"], cfg["d_model"])
+        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg["n_layers"]))
+        if cfg["norm"] == "pre":
+            self.final_norm = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
+        if not cfg["tie_embeddings"]:
+            self.lm_head = nn.Linear(cfg["d_model"], cfg["vocab_size"], bias=False)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers)."""
+        residual_std = 0.02 / math.sqrt(2 * self.config["n_layers"])
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                nn.init.zeros_(p)
+            elif ".ln" in name or name.startswith("final_norm"):
+                nn.init.ones_(p)
+            elif name.endswith(("o_proj.weight", "fc2.weight")):
+                nn.init.normal_(p, std=residual_std)
+            else:
+                nn.init.normal_(p, std=0.02)
+
+    def num_parameters(self):
+        """Parameters and stored buffers: the tensors of model.safetensors."""
+        return sum(t.numel() for t in self.state_dict().values())
+
+    @property
+    def state_dtype(self):
+        """float32, or float64 when the model itself is float64."""
+        dtype = self.embed.weight.dtype
+        return torch.float64 if dtype == torch.float64 else torch.float32
+
+    def init_state(self, batch_size, position=0):
+        """Zeroed state; `position` (int or [B] tensor) is where each row's positions start."""
+        cfg, dev = self.config, self.embed.weight.device
+        shape = (batch_size, cfg["n_heads"], cfg["feature_dim"])
+        pos = torch.as_tensor(position, dtype=torch.int64, device=dev)
+        return State(
+            s=[torch.zeros(shape + (cfg["head_dim"],), dtype=self.state_dtype, device=dev)
+               for _ in range(cfg["n_layers"])],
+            z=[torch.zeros(shape, dtype=self.state_dtype, device=dev)
+               for _ in range(cfg["n_layers"])],
+            position=pos.expand(batch_size).clone())
+
+    def _embed(self, ids, positions):
+        x = self.embed(ids)
+        kind = self.config["position"]
+        if kind == "learned":
+            limit = self.config["max_position"]
+            if int(positions.max()) >= limit:
+                raise ValueError(
+                    f"position {int(positions.max())} is beyond max_position = {limit} of the "
+                    f"learned position table")
+            x = x + self.pos_embed(positions)
+        elif kind == "sinusoidal":
+            x = x + sinusoidal_embedding(positions, self.config["d_model"], x.dtype)
+        return x
+
+    def _logits(self, h):
+        if self.config["norm"] == "pre":
+            h = self.final_norm(h)
+        head = self.embed.weight if self.config["tie_embeddings"] else self.lm_head.weight
+        return torch.matmul(h, head.t())
+
+    def forward(self, ids, state=None, chunk_size=None):
+        """ids [B, T] -> (logits [B, T, V], new state). chunk_size None: one chunk of T."""
+        b, t = ids.shape
+        if state is None:
+            state = self.init_state(b)
+        chunk = t if chunk_size is None else int(chunk_size)
+        if chunk < 1:
+            raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
+        positions = state.position.unsqueeze(1) + torch.arange(t, device=ids.device)
+        x = self._embed(ids, positions)
+        new_s, new_z = [], []
+        for layer, s, z in zip(self.layers, state.s, state.z):
+            x, s, z = layer(x, s, z, chunk)
+            new_s.append(s)
+            new_z.append(z)
+        return self._logits(x), State(new_s, new_z, state.position + t)
+
+    def step(self, ids, state):
+        """ids [B] -> (logits [B, V], new state): the recurrent form, one token per row."""
+        x = self._embed(ids, state.position)
+        new_s, new_z = [], []
+        for layer, s, z in zip(self.layers, state.s, state.z):
+            x, s, z = layer.step(x, s, z)
+            new_s.append(s)
+            new_z.append(z)
+        return self._logits(x), State(new_s, new_z, state.position + 1)
+
+
+def state_to_flat(state, b):
+    """Row b of `state` in the C++ StateBlob layout: per layer, per head, S (F×Dh) then z (F).
+
+    Returns (float32 1-D tensor, position).
+    """
+    parts = []
+    for s, z in zip(state.s, state.z):
+        for h in range(s.shape[1]):
+            parts.append(s[b, h].reshape(-1))
+            parts.append(z[b, h])
+    return torch.cat(parts).to(torch.float32), int(state.position[b])
+
+
+def state_from_flat(model, flat, position):
+    """Inverse of state_to_flat for a batch of one (e.g. a state exported by the server)."""
+    cfg = model.config
+    h, f, dh = cfg["n_heads"], cfg["feature_dim"], cfg["head_dim"]
+    per_head = f * dh + f
+    expected = cfg["n_layers"] * h * per_head
+    flat = torch.as_tensor(flat)
+    if flat.numel() != expected:
+        raise ValueError(f"state has {flat.numel()} floats; this model needs {expected}")
+    flat = flat.reshape(cfg["n_layers"], h, per_head).to(model.state_dtype)
+    s = [flat[l, :, :f * dh].reshape(1, h, f, dh).clone() for l in range(cfg["n_layers"])]
+    z = [flat[l, :, f * dh:].reshape(1, h, f).clone() for l in range(cfg["n_layers"])]
+    return State(s, z, torch.tensor([position], dtype=torch.int64))
