@@ -1,5 +1,6 @@
 // cpu_bench: the CPU engine on the 125M shape (d_model 768, 12 layers, 12 heads × 64, d_ff 3072,
-// vocab 32000, tied head, random fp32 weights), each figure against its floor (DESIGN.md §7):
+// vocab 32000, tied head, random fp32 weights), each figure against its floor
+// (docs/architecture.md §7):
 //   bytes that must move / measured read bandwidth, and FLOPs / measured GEMM peak,
 // both measured in this same run, and against the PyTorch reference's recurrent step measured
 // by bench/peer_torch.py in the same session (--peer_json). bench/run_cpu.sh runs both and

@@ -1,6 +1,6 @@
 // gpu_bench: the CUDA backend on the 125M shape (d_model 768, 12 layers, 12 heads × 64, d_ff
 // 3072, vocab 50257, tied head, random weights in bf16, fp32 state), each figure against its
-// floor (DESIGN.md §7), measured in this same run:
+// floor (docs/architecture.md §7), measured in this same run:
 //   HBM floor  = bytes that must move (every weight once per step + every decoding session's
 //                state read and written) / the device-to-device copy bandwidth;
 //   FLOP floor = matrix FLOPs / a large bf16 cuBLASLt GEMM's rate (prefill only).

@@ -1,4 +1,5 @@
-"""Peers of bench/gpu/gpu_bench, measured on the same GPU in the same run (DESIGN.md §7).
+"""Peers of bench/gpu/gpu_bench, measured on the same GPU in the same run
+(docs/architecture.md §7).
 
 1. The PyTorch reference's recurrent step (reference/linserve_ref, LinearTransformer.step):
    the same 125M shape and semantics as our backend, bf16 weights, fp32 state, greedy, one

@@ -1,6 +1,7 @@
-// Row-wise and elementwise kernels of the linear-attention decoder (DESIGN.md §4): LayerNorm,
-// the FFN activations, the four feature maps φ and sinusoidal positions. Single-threaded: they
-// are a few percent of a step and run on rows the caller already parallelises or batches.
+// Row-wise and elementwise kernels of the linear-attention decoder (docs/architecture.md §4):
+// LayerNorm, the FFN activations, the four feature maps φ and sinusoidal positions.
+// Single-threaded: they are a few percent of a step and run on rows the caller already
+// parallelises or batches.
 #ifndef LINSERVE_KERNELS_CPU_ELEMENTWISE_H_
 #define LINSERVE_KERNELS_CPU_ELEMENTWISE_H_
 

@@ -1,4 +1,4 @@
-// Causal linear attention (DESIGN.md §4) over a recurrent state, per head:
+// Causal linear attention (docs/architecture.md §4) over a recurrent state, per head:
 //   S += φ(k) vᵀ,  z += φ(k),  o = φ(q)ᵀ S / (φ(q)ᵀ z + eps)
 // State layout, per head: S (feature_dim × head_dim, row-major) then z (feature_dim); heads are
 // consecutive, so one layer of one session is heads · feature_dim · (head_dim + 1) floats.

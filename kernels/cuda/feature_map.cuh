@@ -1,7 +1,7 @@
 // φ for one head vector, computed cooperatively by a whole block (device code, included by the
 // attention kernels). x (head_dim floats) and phi (feature_dim floats) live in shared memory;
 // favor_plus projects with one warp per random feature so that the rows of W are read
-// coalesced. Elementwise maps match the CPU kernels' definitions (DESIGN.md §4).
+// coalesced. Elementwise maps match the CPU kernels' definitions (docs/architecture.md §4).
 #ifndef LINSERVE_KERNELS_CUDA_FEATURE_MAP_CUH_
 #define LINSERVE_KERNELS_CUDA_FEATURE_MAP_CUH_
 

@@ -1,5 +1,5 @@
 // ModelConfig: the parsed and range-checked contents of a model directory's config.json.
-// DESIGN.md §4 defines the semantics of every field.
+// docs/architecture.md §4 defines the semantics of every field.
 #ifndef LINSERVE_MODEL_FORMAT_CONFIG_H_
 #define LINSERVE_MODEL_FORMAT_CONFIG_H_
 

@@ -1,1 +1,1 @@
-"""linserve_ref: the PyTorch reference of linserve's model (DESIGN.md §4) and its tooling."""
+"""linserve_ref: the PyTorch reference of linserve's model (docs/architecture.md §4), and tools."""

@@ -88,7 +88,7 @@ def convert(state, n_heads, *, encoder_prefix="encoder.", embedding_key="embeddi
     state: the whole state dict. The encoder's keys start with encoder_prefix; embedding_key is
     the token embedding [V, d]; head_key the output projection [V, d] (None: tied to the
     embedding), head_bias_key its bias, which must be zero. position: "none", "sinusoidal" (our
-    formula, DESIGN.md §4) or "learned" (position_key: the table [P, d]). feature_map,
+    formula, docs/architecture.md §4) or "learned" (position_key: the table [P, d]). feature_map,
     favor_softmax_temp (Favor's default 1/sqrt(Dh) when None), activation ("relu" | "gelu", their
     TransformerEncoderLayer's options) and the eps values are what the original model was built
     with. Every key of `state` must be used.

@@ -1,4 +1,4 @@
-"""Model directories (DESIGN.md §4): config.json + model.safetensors (+ tokenizer.model)."""
+"""Model directories (docs/architecture.md §4): config.json + model.safetensors (+ tokenizer)."""
 
 import json
 import os

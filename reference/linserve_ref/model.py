@@ -1,4 +1,4 @@
-"""The linear-attention decoder of DESIGN.md §4, executable: the semantics the C++ backends match.
+"""The linear-attention decoder of docs/architecture.md §4, executable: what the C++ code matches.
 
 Two forward forms compute the same function:
   * `forward`: chunked parallel. Within a chunk the causal product is a masked matmul

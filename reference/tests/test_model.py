@@ -130,7 +130,7 @@ class ParallelVsRecurrentTest(unittest.TestCase):
 
 
 class SemanticsTest(unittest.TestCase):
-    """Spot checks of DESIGN.md §4 written independently of model.py's code paths."""
+    """Spot checks of docs/architecture.md §4 written independently of model.py's code paths."""
 
     def test_sinusoidal_formula(self):
         pe = sinusoidal_embedding(torch.tensor([3, 70000]), 5, torch.float64)

@@ -1,4 +1,4 @@
-// kernels/cpu against naive double-precision loops written straight from DESIGN.md §4.
+// kernels/cpu against naive double-precision loops written straight from docs/architecture.md §4.
 #include <atomic>
 #include <cmath>
 #include <cstdint>
@@ -276,7 +276,7 @@ TEST(ElementwiseTest, SinusoidalPositionsFollowTheFormula) {
   }
 }
 
-// The recurrence of DESIGN.md §4 in double, one token at a time, for one head.
+// The recurrence of docs/architecture.md §4 in double, one token at a time, for one head.
 struct HeadRef {
   int f_dim, dh;
   std::vector<double> s, z;
