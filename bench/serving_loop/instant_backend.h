@@ -2,9 +2,9 @@
 // cost (engine, transport) with no device time to hide behind: the serving-loop ceiling of
 // issue 9.
 //
-// It keeps the whole Backend contract, with model/slot_pool doing the bookkeeping and argument
-// checks exactly as CpuBackend and CudaBackend do (so their per-step validation cost is part of
-// what is measured), but its "model" is a function of (seed, position): the token picked at
+// It keeps the whole Backend contract, with model/backend/slot_pool doing the bookkeeping and
+// argument checks exactly as CpuBackend and CudaBackend do (so their per-step validation cost is
+// part of what is measured), but its "model" is a function of (seed, position): the token picked at
 // position p of a slot whose StartSampling seed is s is NextToken(s, p), a printable ASCII byte
 // (32..126, so a byte tokenizer detokenizes every token to one character). The logits Decode
 // and Prefill return put 30 on that token and 0 elsewhere, so greedy sampling of them picks it

@@ -1,7 +1,7 @@
 // FileSystem: the file operations the SessionPersister uses, behind an interface so tests can
 // inject faults (a full disk at the Nth write, a failing rename) the way LevelDB's Env does.
 //
-// The default implementation is model/file_io's POSIX calls. Implementations must be
+// The default implementation is model/format/file_io's POSIX calls. Implementations must be
 // thread-safe; errors name the path and carry the OS reason (file_io.h).
 #ifndef LINSERVE_SERVER_STORAGE_FILE_SYSTEM_H_
 #define LINSERVE_SERVER_STORAGE_FILE_SYSTEM_H_
@@ -48,7 +48,7 @@ class FileSystem {
   virtual absl::StatusOr<FileVersion> StatFile(const std::string& path) = 0;
 };
 
-// The process-wide POSIX implementation (model/file_io); files are created with mode 0600
+// The process-wide POSIX implementation (model/format/file_io); files are created with mode 0600
 // (sessions are their clients' data). Never destroyed.
 FileSystem& DefaultFileSystem();
 
