@@ -10,8 +10,8 @@
 //
 // ByteReader never reads out of bounds and never allocates more than the input could hold. Its
 // errors are sticky: after the first one (INVALID_ARGUMENT, "FORMAT: truncated FIELD", ...) every
-// read returns zero or empty, so a format reads a group of fields and then
-// checks ok() once before it uses any of them.
+// read returns zero or empty, so a format reads a group of fields and then checks ok() once,
+// before it uses any of them.
 #ifndef LINSERVE_SERVER_STORAGE_BYTE_CODEC_H_
 #define LINSERVE_SERVER_STORAGE_BYTE_CODEC_H_
 
