@@ -9,11 +9,7 @@
 
 namespace linserve {
 
-absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
-                                                     std::string_view source_view) {
-  // Debian's Abseil has its own absl::string_view, which std::string_view does not convert to.
-  const std::string source(source_view);
-  // Depth first, on the raw text: brackets inside strings do not count.
+std::optional<size_t> FindJsonNestingDeeperThan(std::string_view text, int max_depth) {
   int depth = 0;
   bool in_string = false;
   for (size_t i = 0; i < text.size(); ++i) {
@@ -27,13 +23,22 @@ absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
     } else if (c == '"') {
       in_string = true;
     } else if (c == '[' || c == '{') {
-      if (++depth > kMaxJsonDepth) {
-        return absl::InvalidArgumentError(absl::StrCat(source, ": JSON nested deeper than ",
-                                                       kMaxJsonDepth, " levels (at byte ", i, ")"));
-      }
+      if (++depth > max_depth) return i;
     } else if (c == ']' || c == '}') {
       --depth;
     }
+  }
+  return std::nullopt;
+}
+
+absl::StatusOr<nlohmann::json> ParseStrictJsonObject(std::string_view text,
+                                                     std::string_view source_view) {
+  // Debian's Abseil has its own absl::string_view, which std::string_view does not convert to.
+  const std::string source(source_view);
+  if (const std::optional<size_t> at = FindJsonNestingDeeperThan(text, kMaxModelJsonDepth)) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": JSON nested deeper than ",
+                                                   kMaxModelJsonDepth, " levels (at byte ", *at,
+                                                   ")"));
   }
   // The parser callback sees every key as it is read; one set of keys per open object.
   std::vector<std::set<std::string>> open_objects;

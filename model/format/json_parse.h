@@ -1,8 +1,11 @@
 // Strict JSON parsing for the untrusted files of a model directory (config.json, the
-// model.safetensors header). Internal to linserve_model_format.
+// model.safetensors header), and the nesting limit every JSON reader of linserve checks before it
+// parses (the OpenAI API's request bodies too).
 #ifndef LINSERVE_MODEL_FORMAT_JSON_PARSE_H_
 #define LINSERVE_MODEL_FORMAT_JSON_PARSE_H_
 
+#include <cstddef>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -11,12 +14,17 @@
 
 namespace linserve {
 
-// Deepest nesting of arrays and objects accepted. Our files need 3 levels; the limit is checked
-// before parsing so that hostile input cannot make the parser build (and later destroy or print)
-// millions of nested values.
-inline constexpr int kMaxJsonDepth = 16;
+// Deepest nesting of arrays and objects accepted in a model's files, which need 3 levels.
+inline constexpr int kMaxModelJsonDepth = 16;
 
-// Parses `text` as one JSON object. Rejects nesting deeper than kMaxJsonDepth, syntax errors
+// Where `text` first nests arrays and objects deeper than `max_depth`: the offset of the '[' or
+// '{' that opens level max_depth + 1, or nullopt when none does. Brackets inside strings do not
+// count; malformed JSON is left to the parser. A scan of the raw text, so that a limit checked
+// before parsing keeps hostile input from making a parser build (and later destroy or print)
+// millions of nested values.
+std::optional<size_t> FindJsonNestingDeeperThan(std::string_view text, int max_depth);
+
+// Parses `text` as one JSON object. Rejects nesting deeper than kMaxModelJsonDepth, syntax errors
 // (with the byte position), a top level that is not an object, and duplicate keys in any object
 // (nlohmann would silently keep the last one, letting a file say two things at once). Errors are
 // INVALID_ARGUMENT and begin with `source`.

@@ -1,15 +1,16 @@
 #include "server/prefix/prefix_disk.h"
 
 #include <algorithm>
-#include <cstring>
-#include <type_traits>
+#include <cstdint>
+#include <limits>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/strip.h"
+#include "server/storage/byte_codec.h"
 #include "server/storage/sha256.h"
 #include "spdlog/spdlog.h"
 
@@ -17,67 +18,58 @@ namespace linserve {
 namespace {
 
 constexpr absl::string_view kMagic("LSVPREF\x1a", 8);
+constexpr absl::string_view kFormat = "prefix state";
 constexpr absl::string_view kExtension = ".prefix";
 
-template <typename T>
-void Append(std::string& out, T value) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
+// Why a file is a miss.
+absl::Status Miss(absl::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat(kFormat, ": ", what));
 }
 
-template <typename T>
-bool Read(absl::string_view& in, T& value) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  if (in.size() < sizeof(T)) return false;
-  std::memcpy(&value, in.data(), sizeof(T));
-  in.remove_prefix(sizeof(T));
-  return true;
-}
-
-// magic, owner, tokens, position, floats, then the SHA-256 of all of it.
+// magic | u32 n + n bytes: owner | u64 n + n i32: tokens | i64 position | u64 n + n f32: state |
+// SHA-256 of everything before (little-endian, server/storage/byte_codec.h).
 std::string Encode(absl::string_view owner, absl::Span<const TokenId> tokens,
                    const StateBlob& state) {
-  std::string out(kMagic);
-  Append<uint32_t>(out, static_cast<uint32_t>(owner.size()));
-  out.append(owner.data(), owner.size());
-  Append<uint64_t>(out, tokens.size());
-  out.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(TokenId));
-  Append<int64_t>(out, state.position);
-  Append<uint64_t>(out, state.state.size());
-  out.append(reinterpret_cast<const char*>(state.state.data()), state.state.size() * sizeof(float));
-  out.append(Sha256(out));
-  return out;
+  ByteWriter w(kMagic, kMagic.size() + 4 + owner.size() + 8 + tokens.size() * sizeof(TokenId) +
+                           8 + 8 + state.state.size() * sizeof(float) + kSha256Bytes);
+  w.PutString32(owner);
+  w.PutU64(tokens.size());
+  w.PutI32s(tokens);
+  w.PutI64(state.position);
+  w.PutU64(state.state.size());
+  w.PutF32s(state.state);
+  return std::move(w).Seal();
 }
 
 // The state, when `bytes` is an intact file of exactly `owner` and `tokens`.
-std::optional<StateBlob> Decode(absl::string_view bytes, absl::string_view owner,
-                                absl::Span<const TokenId> tokens) {
-  if (bytes.size() < kMagic.size() + kSha256Bytes) return std::nullopt;
-  absl::string_view body = bytes.substr(0, bytes.size() - kSha256Bytes);
-  if (Sha256(body) != bytes.substr(body.size()) || !absl::ConsumePrefix(&body, kMagic)) {
-    return std::nullopt;
-  }
-  uint32_t owner_bytes = 0;
-  if (!Read(body, owner_bytes) || body.size() < owner_bytes ||
-      body.substr(0, owner_bytes) != owner) {
-    return std::nullopt;
-  }
-  body.remove_prefix(owner_bytes);
-  uint64_t token_count = 0;
-  if (!Read(body, token_count) || token_count != tokens.size() ||
-      body.size() < token_count * sizeof(TokenId) ||
-      std::memcmp(body.data(), tokens.data(), token_count * sizeof(TokenId)) != 0) {
-    return std::nullopt;
-  }
-  body.remove_prefix(token_count * sizeof(TokenId));
+absl::StatusOr<StateBlob> Decode(absl::string_view bytes, absl::string_view owner,
+                                 absl::Span<const TokenId> tokens) {
+  ByteReader r(bytes, kFormat);
+  r.ExpectMagic(kMagic);
+  r.Unseal();
+  // No limit but the file's size: this process wrote the owner's name.
+  const absl::string_view file_owner =
+      r.ReadString32("owner", std::numeric_limits<uint32_t>::max());
+  const uint64_t token_count = r.ReadU64("tokens");
+  if (!r.ok()) return r.status();
+  if (file_owner != owner) return Miss("another owner's prefix (a colliding key)");
+  if (token_count != tokens.size()) return Miss("another prefix's length (a colliding key)");
+  std::vector<TokenId> file_tokens;
+  r.ReadI32s("tokens", token_count, file_tokens);
   StateBlob state;
-  uint64_t floats = 0;
-  if (!Read(body, state.position) || state.position != static_cast<int64_t>(tokens.size()) ||
-      !Read(body, floats) || body.size() != floats * sizeof(float)) {
-    return std::nullopt;
+  state.position = r.ReadI64("position");
+  const uint64_t floats = r.ReadU64("state");
+  if (!r.ok()) return r.status();
+  if (!std::equal(file_tokens.begin(), file_tokens.end(), tokens.begin())) {
+    return Miss("another prefix's tokens (a colliding key)");
   }
-  state.state.resize(floats);
-  std::memcpy(state.state.data(), body.data(), body.size());
+  if (state.position != static_cast<int64_t>(tokens.size())) {
+    return Miss(absl::StrCat("position: ", state.position, " is not the prefix's length ",
+                                 tokens.size()));
+  }
+  r.ReadF32s("state", floats, state.state);
+  if (!r.ok()) return r.status();
+  if (r.remaining() != 0) return Miss("trailing bytes after the state");
   return state;
 }
 
@@ -163,15 +155,15 @@ std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view owner,
     spdlog::warn("prefix disk {}: {}", options_.dir, bytes.status().ToString());
     return std::nullopt;
   }
-  std::optional<StateBlob> state = Decode(*bytes, owner, tokens);
-  if (!state.has_value()) {
+  absl::StatusOr<StateBlob> state = Decode(*bytes, owner, tokens);
+  if (!state.ok()) {
     // A torn or corrupt file, or another prefix under a colliding key: a miss.
-    spdlog::warn("prefix disk {}: a state file did not hold the prefix looked up; removed",
-                 options_.dir);
+    spdlog::warn("prefix disk {}: a state file did not hold the prefix looked up ({}); removed",
+                 options_.dir, state.status().ToString());
     return std::nullopt;
   }
   ++reads_;
-  return state;
+  return *std::move(state);
 }
 
 }  // namespace linserve

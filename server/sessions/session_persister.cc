@@ -114,6 +114,14 @@ absl::StatusOr<SessionRecord> SessionPersister::Decode(const std::string& path, 
   return DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
 }
 
+absl::StatusOr<SessionRecordHeader> SessionPersister::DecodeHeader(const std::string& path,
+                                                                   const SessionId& id,
+                                                                   absl::Time now) const {
+  absl::StatusOr<std::string> bytes = fs_.ReadFilePrefix(path, kMaxSessionRecordHeaderBytes);
+  if (!bytes.ok()) return bytes.status();
+  return DecodeSessionRecordHeader(*bytes, id, model_fingerprint_, now);
+}
+
 std::vector<SessionRecord> SessionPersister::Load(absl::Time now) {
   std::vector<SessionRecord> records;
   absl::StatusOr<std::vector<std::string>> names = fs_.ListDirectory(options_.dir);
@@ -170,12 +178,8 @@ std::vector<SessionRecordHeader> SessionPersister::LoadIndex(absl::Time now) {
     const std::string path = absl::StrCat(options_.dir, "/", name);
     absl::StatusOr<SessionId> id =
         ParseSessionId(name.substr(0, name.size() - kExtension.size()), "file name");
-    absl::StatusOr<std::string> bytes = id.ok()
-                                            ? fs_.ReadFilePrefix(path, kMaxSessionRecordHeaderBytes)
-                                            : absl::StatusOr<std::string>(id.status());
     absl::StatusOr<SessionRecordHeader> header =
-        bytes.ok() ? DecodeSessionRecordHeader(*bytes, *id, model_fingerprint_, now)
-                   : absl::StatusOr<SessionRecordHeader>(bytes.status());
+        id.ok() ? DecodeHeader(path, *id, now) : absl::StatusOr<SessionRecordHeader>(id.status());
     if (!header.ok()) {
       spdlog::warn("state_dir: not restoring {} (left in place): {}", path,
                    header.status().ToString());
@@ -186,18 +190,26 @@ std::vector<SessionRecordHeader> SessionPersister::LoadIndex(absl::Time now) {
   return headers;
 }
 
+absl::StatusOr<const SessionRecord*> SessionPersister::UnwrittenLocked(
+    const SessionId& id) const {
+  // The newest change first: queued_ holds what came after the batch being written.
+  for (const auto* changes : {&queued_, &writing_}) {
+    auto it = changes->find(id);
+    if (it == changes->end()) continue;
+    if (!it->second.has_value()) {
+      return absl::NotFoundError(absl::StrCat("session ", id.value, ": removal queued"));
+    }
+    return &*it->second;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<SessionRecord> SessionPersister::Read(const SessionId& id, absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
-    // The newest change first: queued_ holds what came after the batch being written.
-    for (const auto* changes : {&queued_, &writing_}) {
-      auto it = changes->find(id);
-      if (it == changes->end()) continue;
-      if (!it->second.has_value()) {
-        return absl::NotFoundError(absl::StrCat("session ", id.value, ": removal queued"));
-      }
-      return *it->second;
-    }
+    absl::StatusOr<const SessionRecord*> unwritten = UnwrittenLocked(id);
+    if (!unwritten.ok()) return unwritten.status();
+    if (*unwritten != nullptr) return **unwritten;
   }
   // Neither queued nor being written (both happen on the caller's thread): the file is the last
   // record written, whole. Its version is taken before the read, so that a file another server
@@ -217,24 +229,11 @@ absl::StatusOr<SessionRecordHeader> SessionPersister::ReadHeader(const SessionId
                                                                  absl::Time now) {
   {
     absl::MutexLock lock(&mu_);
-    for (const auto* changes : {&queued_, &writing_}) {
-      auto it = changes->find(id);
-      if (it == changes->end()) continue;
-      if (!it->second.has_value()) {
-        return absl::NotFoundError(absl::StrCat("session ", id.value, ": removal queued"));
-      }
-      const SessionRecord& record = *it->second;
-      return SessionRecordHeader{.id = record.id,
-                                 .owner = record.owner,
-                                 .last_use_time = record.last_use_time,
-                                 .create_time = record.snapshot.create_time,
-                                 .num_tokens = record.snapshot.num_tokens};
-    }
+    absl::StatusOr<const SessionRecord*> unwritten = UnwrittenLocked(id);
+    if (!unwritten.ok()) return unwritten.status();
+    if (*unwritten != nullptr) return HeaderOf(**unwritten);
   }
-  const std::string path = PathOf(id);
-  absl::StatusOr<std::string> bytes = fs_.ReadFilePrefix(path, kMaxSessionRecordHeaderBytes);
-  if (!bytes.ok()) return bytes.status();
-  return DecodeSessionRecordHeader(*bytes, id, model_fingerprint_, now);
+  return DecodeHeader(PathOf(id), id, now);
 }
 
 void SessionPersister::Queue(const SessionId& id, std::optional<SessionRecord> change) {

@@ -149,8 +149,15 @@ class SessionPersister {
   absl::Status Apply(const SessionId& id, const std::optional<SessionRecord>& change);
   void Run();
   std::string PathOf(const SessionId& id) const;
+  // The change of `id` not on disk yet, queued or being written: nullptr when there is none,
+  // NOT_FOUND when it is a removal.
+  absl::StatusOr<const SessionRecord*> UnwrittenLocked(const SessionId& id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The record in the file at `path`, decoded whole; its header, from the file's first bytes.
   absl::StatusOr<SessionRecord> Decode(const std::string& path, const SessionId& id,
                                        absl::Time now) const;
+  absl::StatusOr<SessionRecordHeader> DecodeHeader(const std::string& path, const SessionId& id,
+                                                   absl::Time now) const;
 
   const SessionPersisterOptions options_;
   FileSystem& fs_;

@@ -1,137 +1,126 @@
 #include "server/sessions/session_record.h"
 
-#include <cstring>
-#include <type_traits>
+#include <string>
 #include <utility>
 
+#include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "server/storage/byte_codec.h"
 #include "server/storage/sha256.h"
 
 namespace linserve {
 namespace {
 
 constexpr absl::string_view kMagic("LSVSREC\x1a", 8);
-
-template <typename T>
-void Put(std::string& out, T value) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out.append(reinterpret_cast<const char*>(&value), sizeof(T));
-}
-
-template <typename T>
-bool Get(absl::string_view& in, T& value) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  if (in.size() < sizeof(T)) return false;
-  std::memcpy(&value, in.data(), sizeof(T));
-  in.remove_prefix(sizeof(T));
-  return true;
-}
+constexpr absl::string_view kFormat = "session record";
 
 absl::Status Corrupt(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("not a valid session record: ", what));
+  return absl::InvalidArgumentError(absl::StrCat(kFormat, ": ", what));
+}
+
+// A record's own fields, between its magic and its snapshot.
+struct RecordFields {
+  int64_t last_use_micros = 0;
+  std::string owner;
+  uint64_t snapshot_bytes = 0;
+};
+
+// The one parser of those fields, for a whole record and for the first bytes of one alike.
+absl::StatusOr<RecordFields> ReadFields(ByteReader& r) {
+  const uint32_t version = r.ReadU32("version");
+  if (!r.ok()) return r.status();
+  if (version != kSessionRecordVersion) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session record version ", version, " is not supported (this server reads ",
+        kSessionRecordVersion, ")"));
+  }
+  RecordFields fields;
+  fields.last_use_micros = r.ReadI64("last_use_time");
+  fields.owner = std::string(r.ReadString32("owner", kMaxOwnerBytes));
+  fields.snapshot_bytes = r.ReadU64("snapshot length");
+  if (!r.ok()) return r.status();
+  return fields;
+}
+
+// last_use_time, checked against the snapshot's create_time and `now`.
+absl::StatusOr<absl::Time> LastUseTime(int64_t last_use_micros, absl::Time create_time,
+                                       absl::Time now) {
+  if (last_use_micros < absl::ToUnixMicros(create_time)) {
+    return Corrupt(absl::StrCat("last_use_time: ", last_use_micros, " precedes create_time"));
+  }
+  const absl::Time last_use_time = absl::FromUnixMicros(last_use_micros);
+  if (last_use_time > now + kMaxSnapshotClockSkew) {
+    return Corrupt(absl::StrCat("last_use_time: ", absl::FormatTime(last_use_time),
+                                " lies in the future"));
+  }
+  return last_use_time;
 }
 
 }  // namespace
 
 std::string EncodeSessionRecord(const SessionRecord& record, absl::string_view model_fingerprint) {
   const std::string snapshot = EncodeSnapshot(record.snapshot, model_fingerprint);
-  std::string out;
-  out.reserve(kMagic.size() + 4 + 8 + 4 + record.owner.size() + 8 + snapshot.size() +
-              kSha256Bytes);
-  out.append(kMagic.data(), kMagic.size());
-  Put<uint32_t>(out, kSessionRecordVersion);
-  Put<int64_t>(out, absl::ToUnixMicros(record.last_use_time));
-  Put<uint32_t>(out, static_cast<uint32_t>(record.owner.size()));
-  out.append(record.owner);
-  Put<uint64_t>(out, snapshot.size());
-  out.append(snapshot);
-  out.append(Sha256(out));
-  return out;
+  ByteWriter w(kMagic, kMagic.size() + 4 + 8 + 4 + record.owner.size() + 8 + snapshot.size() +
+                           kSha256Bytes);
+  w.PutU32(kSessionRecordVersion);
+  w.PutI64(absl::ToUnixMicros(record.last_use_time));
+  w.PutString32(record.owner);
+  w.PutU64(snapshot.size());
+  w.PutBytes(snapshot);
+  return std::move(w).Seal();
 }
 
 absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, SessionId id,
                                                   const ModelConfig& config,
                                                   absl::string_view model_fingerprint,
                                                   int64_t max_pending_tokens, absl::Time now) {
-  if (bytes.size() < kMagic.size() + 4 + kSha256Bytes) return Corrupt("truncated");
-  const absl::string_view body = bytes.substr(0, bytes.size() - kSha256Bytes);
-  if (body.substr(0, kMagic.size()) != kMagic) return Corrupt("bad magic");
-  if (Sha256(body) != bytes.substr(body.size())) return Corrupt("checksum mismatch");
-  absl::string_view in = body.substr(kMagic.size());
-  uint32_t version = 0;
-  Get(in, version);
-  if (version != kSessionRecordVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session record version ", version, " is not supported (this server reads ",
-        kSessionRecordVersion, ")"));
-  }
-  int64_t last_use_micros = 0;
-  uint32_t owner_bytes = 0;
-  if (!Get(in, last_use_micros) || !Get(in, owner_bytes)) return Corrupt("truncated");
-  if (owner_bytes > kMaxOwnerBytes || owner_bytes > in.size()) {
-    return Corrupt(absl::StrCat("owner: ", owner_bytes, " bytes"));
-  }
-  SessionRecord record;
-  record.id = std::move(id);
-  record.owner = std::string(in.substr(0, owner_bytes));
-  in.remove_prefix(owner_bytes);
-  uint64_t snapshot_bytes = 0;
-  if (!Get(in, snapshot_bytes) || snapshot_bytes != in.size()) {
+  ByteReader r(bytes, kFormat);
+  r.ExpectMagic(kMagic);
+  r.Unseal();
+  absl::StatusOr<RecordFields> fields = ReadFields(r);
+  if (!fields.ok()) return fields.status();
+  if (fields->snapshot_bytes != r.remaining()) {
     return Corrupt("snapshot: length does not match the record");
   }
   absl::StatusOr<SessionSnapshot> snapshot =
-      DecodeSnapshot(in, config, model_fingerprint, max_pending_tokens, now);
+      DecodeSnapshot(r.ReadRest(), config, model_fingerprint, max_pending_tokens, now);
   if (!snapshot.ok()) return snapshot.status();
-  record.snapshot = *std::move(snapshot);
-  if (last_use_micros < absl::ToUnixMicros(record.snapshot.create_time)) {
-    return Corrupt(absl::StrCat("last_use_time: ", last_use_micros, " precedes create_time"));
-  }
-  record.last_use_time = absl::FromUnixMicros(last_use_micros);
-  if (record.last_use_time > now + kMaxSnapshotClockSkew) {
-    return Corrupt(absl::StrCat("last_use_time: ", absl::FormatTime(record.last_use_time),
-                                " lies in the future"));
-  }
-  return record;
+  absl::StatusOr<absl::Time> last_use_time =
+      LastUseTime(fields->last_use_micros, snapshot->create_time, now);
+  if (!last_use_time.ok()) return last_use_time.status();
+  return SessionRecord{.id = std::move(id),
+                       .owner = std::move(fields->owner),
+                       .last_use_time = *last_use_time,
+                       .snapshot = *std::move(snapshot)};
 }
 
 absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view prefix,
                                                               SessionId id,
                                                               absl::string_view model_fingerprint,
                                                               absl::Time now) {
-  if (prefix.substr(0, kMagic.size()) != kMagic) return Corrupt("bad magic");
-  absl::string_view in = prefix.substr(kMagic.size());
-  uint32_t version = 0;
-  if (!Get(in, version)) return Corrupt("truncated");
-  if (version != kSessionRecordVersion) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "session record version ", version, " is not supported (this server reads ",
-        kSessionRecordVersion, ")"));
-  }
-  int64_t last_use_micros = 0;
-  uint32_t owner_bytes = 0;
-  uint64_t snapshot_bytes = 0;
-  if (!Get(in, last_use_micros) || !Get(in, owner_bytes)) return Corrupt("truncated");
-  if (owner_bytes > kMaxOwnerBytes || owner_bytes > in.size()) {
-    return Corrupt(absl::StrCat("owner: ", owner_bytes, " bytes"));
-  }
-  SessionRecordHeader header;
-  header.id = std::move(id);
-  header.owner = std::string(in.substr(0, owner_bytes));
-  in.remove_prefix(owner_bytes);
-  if (!Get(in, snapshot_bytes)) return Corrupt("truncated");
-  absl::StatusOr<SnapshotHeader> snapshot = DecodeSnapshotHeader(in, model_fingerprint, now);
+  ByteReader r(prefix, kFormat);
+  r.ExpectMagic(kMagic);
+  absl::StatusOr<RecordFields> fields = ReadFields(r);
+  if (!fields.ok()) return fields.status();
+  absl::StatusOr<SnapshotHeader> snapshot =
+      DecodeSnapshotHeader(r.ReadRest(), model_fingerprint, now);
   if (!snapshot.ok()) return snapshot.status();
-  if (last_use_micros < absl::ToUnixMicros(snapshot->create_time)) {
-    return Corrupt(absl::StrCat("last_use_time: ", last_use_micros, " precedes create_time"));
-  }
-  header.last_use_time = absl::FromUnixMicros(last_use_micros);
-  if (header.last_use_time > now + kMaxSnapshotClockSkew) {
-    return Corrupt(absl::StrCat("last_use_time: ", absl::FormatTime(header.last_use_time),
-                                " lies in the future"));
-  }
-  header.create_time = snapshot->create_time;
-  header.num_tokens = snapshot->num_tokens;
-  return header;
+  absl::StatusOr<absl::Time> last_use_time =
+      LastUseTime(fields->last_use_micros, snapshot->create_time, now);
+  if (!last_use_time.ok()) return last_use_time.status();
+  return SessionRecordHeader{.id = std::move(id),
+                             .owner = std::move(fields->owner),
+                             .last_use_time = *last_use_time,
+                             .create_time = snapshot->create_time,
+                             .num_tokens = snapshot->num_tokens};
+}
+
+SessionRecordHeader HeaderOf(const SessionRecord& record) {
+  return SessionRecordHeader{.id = record.id,
+                             .owner = record.owner,
+                             .last_use_time = record.last_use_time,
+                             .create_time = record.snapshot.create_time,
+                             .num_tokens = record.snapshot.num_tokens};
 }
 
 }  // namespace linserve

@@ -5,7 +5,7 @@
 // and its last use, so a restart changes nothing a client can see (create_time travels in the
 // snapshot).
 //
-// Layout (version 1, little-endian):
+// Layout (version 1, little-endian, server/storage/byte_codec.h):
 //   magic "LSVSREC\x1a" | u32 version | i64 last_use_time (µs since the Unix epoch) |
 //   u32 n + n bytes: owner | u64 n + n bytes: snapshot | 32 bytes: SHA-256 of everything before.
 #ifndef LINSERVE_SERVER_SESSIONS_SESSION_RECORD_H_
@@ -66,6 +66,9 @@ absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view 
                                                               SessionId id,
                                                               absl::string_view model_fingerprint,
                                                               absl::Time now);
+
+// The header of a record in memory (one not written yet).
+SessionRecordHeader HeaderOf(const SessionRecord& record);
 
 }  // namespace linserve
 

@@ -1,72 +1,25 @@
 #include "server/sessions/snapshot.h"
 
-#include <bit>
 #include <cmath>
-#include <cstring>
 #include <string>
-#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/storage/byte_codec.h"
 #include "server/storage/sha256.h"
 
 namespace linserve {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "snapshots are little-endian and written with memcpy");
-
 constexpr absl::string_view kMagic("LSVSNAP\x1a", 8);
+constexpr absl::string_view kFormat = "session snapshot";
 constexpr uint32_t kMaxFingerprintBytes = 256;
 
-class Writer {
- public:
-  template <typename T>
-  void Put(T value) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    out_.append(reinterpret_cast<const char*>(&value), sizeof(T));
-  }
-  void PutBytes(const void* data, size_t size) {
-    if (size > 0) out_.append(static_cast<const char*>(data), size);
-  }
-  std::string& out() { return out_; }
-
- private:
-  std::string out_;
-};
-
-class Reader {
- public:
-  explicit Reader(absl::string_view bytes) : bytes_(bytes) {}
-
-  // False (reading nothing) when fewer than sizeof(T) bytes remain.
-  template <typename T>
-  bool Get(T& value) {
-    static_assert(std::is_trivially_copyable_v<T>);
-    if (bytes_.size() - pos_ < sizeof(T)) return false;
-    std::memcpy(&value, bytes_.data() + pos_, sizeof(T));
-    pos_ += sizeof(T);
-    return true;
-  }
-  // `count` elements of `size` bytes, checked without overflow.
-  bool GetArray(void* out, uint64_t count, size_t size) {
-    if (count == 0) return true;  // `out` may be null (an empty vector's data())
-    if (count > (bytes_.size() - pos_) / size) return false;
-    std::memcpy(out, bytes_.data() + pos_, count * size);
-    pos_ += count * size;
-    return true;
-  }
-  size_t remaining() const { return bytes_.size() - pos_; }
-
- private:
-  absl::string_view bytes_;
-  size_t pos_ = 0;
-};
-
 absl::Status Corrupt(absl::string_view what) {
-  return absl::InvalidArgumentError(absl::StrCat("session snapshot: ", what));
+  return absl::InvalidArgumentError(absl::StrCat(kFormat, ": ", what));
 }
 
 absl::string_view Abbreviated(absl::string_view fingerprint) { return fingerprint.substr(0, 16); }
@@ -103,15 +56,25 @@ absl::Status CheckStateValues(const std::vector<float>& state, const ModelConfig
   return absl::OkStatus();
 }
 
-// The fields after the version and before the state (see the layout in snapshot.h).
-absl::StatusOr<SnapshotHeader> ReadHeader(Reader& r, absl::string_view model_fingerprint,
-                                          absl::Time now) {
-  uint32_t fingerprint_size = 0;
-  if (!r.Get(fingerprint_size) || fingerprint_size > kMaxFingerprintBytes) {
-    return Corrupt("bad model fingerprint length");
+// The magic and the version, read before the checksum is checked: a snapshot of another
+// version is FAILED_PRECONDITION whatever its checksum.
+absl::Status ReadVersion(ByteReader& r) {
+  r.ExpectMagic(kMagic);
+  const uint32_t version = r.ReadU32("version");
+  if (!r.ok()) return r.status();
+  if (version != kSnapshotVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("session snapshot: format version ", version,
+                     " is not supported (this server reads version ", kSnapshotVersion, ")"));
   }
-  std::string fingerprint(fingerprint_size, '\0');
-  if (!r.GetArray(fingerprint.data(), fingerprint_size, 1)) return Corrupt("truncated");
+  return absl::OkStatus();
+}
+
+// The fields after the version and before the state (see the layout in snapshot.h).
+absl::StatusOr<SnapshotHeader> ReadHeader(ByteReader& r, absl::string_view model_fingerprint,
+                                          absl::Time now) {
+  const absl::string_view fingerprint = r.ReadString32("model fingerprint", kMaxFingerprintBytes);
+  if (!r.ok()) return r.status();
   if (fingerprint != model_fingerprint) {
     return absl::FailedPreconditionError(
         absl::StrCat("session snapshot: made by model ", Abbreviated(fingerprint),
@@ -119,10 +82,10 @@ absl::StatusOr<SnapshotHeader> ReadHeader(Reader& r, absl::string_view model_fin
                      "...; a session only continues on the model that produced it"));
   }
   SnapshotHeader header;
-  int64_t create_micros = 0;
-  if (!r.Get(create_micros) || !r.Get(header.num_tokens) || !r.Get(header.position)) {
-    return Corrupt("truncated");
-  }
+  const int64_t create_micros = r.ReadI64("create_time");
+  header.num_tokens = r.ReadI64("num_tokens");
+  header.position = r.ReadI64("position");
+  if (!r.ok()) return r.status();
   if (create_micros < 0) {
     return Corrupt(absl::StrCat("create_time: ", create_micros,
                                 " µs since the Unix epoch is before the epoch"));
@@ -148,41 +111,29 @@ absl::StatusOr<SnapshotHeader> ReadHeader(Reader& r, absl::string_view model_fin
 }  // namespace
 
 std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view model_fingerprint) {
-  Writer w;
-  w.PutBytes(kMagic.data(), kMagic.size());
-  w.Put<uint32_t>(kSnapshotVersion);
-  w.Put<uint32_t>(static_cast<uint32_t>(model_fingerprint.size()));
-  w.PutBytes(model_fingerprint.data(), model_fingerprint.size());
-  w.Put<int64_t>(absl::ToUnixMicros(snapshot.create_time));
-  w.Put<int64_t>(snapshot.num_tokens);
-  w.Put<int64_t>(snapshot.state.position);
-  w.Put<uint64_t>(snapshot.state.state.size());
-  w.PutBytes(snapshot.state.state.data(), snapshot.state.state.size() * sizeof(float));
-  w.Put<uint32_t>(static_cast<uint32_t>(snapshot.pending.size()));
-  w.PutBytes(snapshot.pending.data(), snapshot.pending.size() * sizeof(TokenId));
-  w.Put<uint32_t>(static_cast<uint32_t>(snapshot.token_counts.size()));
+  ByteWriter w(kMagic);
+  w.PutU32(kSnapshotVersion);
+  w.PutString32(model_fingerprint);
+  w.PutI64(absl::ToUnixMicros(snapshot.create_time));
+  w.PutI64(snapshot.num_tokens);
+  w.PutI64(snapshot.state.position);
+  w.PutU64(snapshot.state.state.size());
+  w.PutF32s(snapshot.state.state);
+  w.PutU32(static_cast<uint32_t>(snapshot.pending.size()));
+  w.PutI32s(snapshot.pending);
+  w.PutU32(static_cast<uint32_t>(snapshot.token_counts.size()));
   for (const auto& [token, count] : snapshot.token_counts) {
-    w.Put<TokenId>(token);
-    w.Put<int64_t>(count);
+    w.PutI32(token);
+    w.PutI64(count);
   }
-  w.out().append(Sha256(w.out()));
-  return std::move(w.out());
+  return std::move(w).Seal();
 }
 
 absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(absl::string_view prefix,
                                                     absl::string_view model_fingerprint,
                                                     absl::Time now) {
-  if (prefix.size() < kMagic.size() + 4 || prefix.substr(0, kMagic.size()) != kMagic) {
-    return Corrupt("not a linserve session snapshot (bad magic)");
-  }
-  uint32_t version = 0;
-  std::memcpy(&version, prefix.data() + kMagic.size(), sizeof(version));
-  if (version != kSnapshotVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session snapshot: format version ", version,
-                     " is not supported (this server reads version ", kSnapshotVersion, ")"));
-  }
-  Reader r(prefix.substr(kMagic.size() + 4));
+  ByteReader r(prefix, kFormat);
+  if (absl::Status s = ReadVersion(r); !s.ok()) return s;
   return ReadHeader(r, model_fingerprint, now);
 }
 
@@ -202,33 +153,21 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
                                                absl::string_view model_fingerprint,
                                                int64_t max_pending_tokens, absl::Time now) {
-  if (bytes.size() < kMagic.size() + 4 || bytes.substr(0, kMagic.size()) != kMagic) {
-    return Corrupt("not a linserve session snapshot (bad magic)");
-  }
-  uint32_t version = 0;
-  std::memcpy(&version, bytes.data() + kMagic.size(), sizeof(version));
-  if (version != kSnapshotVersion) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("session snapshot: format version ", version,
-                     " is not supported (this server reads version ", kSnapshotVersion, ")"));
-  }
-  if (bytes.size() < kMagic.size() + 4 + kSha256Bytes) return Corrupt("truncated");
-  const absl::string_view body = bytes.substr(0, bytes.size() - kSha256Bytes);
-  if (Sha256(body) != bytes.substr(body.size())) {
-    return Corrupt("SHA-256 checksum mismatch (the bytes were corrupted or truncated)");
-  }
+  ByteReader r(bytes, kFormat);
+  if (absl::Status s = ReadVersion(r); !s.ok()) return s;
+  r.Unseal();
+  if (!r.ok()) return r.status();
   // From here on the bytes are intact but not trusted: a checksum is easy to recompute, so
   // every field is range-checked before anything is sized or computed from it.
 
-  Reader r(body.substr(kMagic.size() + 4));
   SessionSnapshot snapshot;
   absl::StatusOr<SnapshotHeader> header = ReadHeader(r, model_fingerprint, now);
   if (!header.ok()) return header.status();
   snapshot.create_time = header->create_time;
   snapshot.num_tokens = header->num_tokens;
   snapshot.state.position = header->position;
-  uint64_t state_floats = 0;
-  if (!r.Get(state_floats)) return Corrupt("truncated");
+  const uint64_t state_floats = r.ReadU64("state");
+  if (!r.ok()) return r.status();
   if (config.position == PositionEmbedding::kLearned &&
       snapshot.state.position > config.max_position) {
     return Corrupt(absl::StrCat("position: ", snapshot.state.position,
@@ -240,10 +179,8 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
     return Corrupt(
         absl::StrCat("state: has ", state_floats, " floats, the model needs ", expected_floats));
   }
-  snapshot.state.state.resize(state_floats);
-  if (!r.GetArray(snapshot.state.state.data(), state_floats, sizeof(float))) {
-    return Corrupt("truncated state");
-  }
+  r.ReadF32s("state", state_floats, snapshot.state.state);
+  if (!r.ok()) return r.status();
   if (absl::Status s = CheckStateValues(snapshot.state.state, config); !s.ok()) return s;
   // A state at position 0 has consumed nothing: it is the initial one. A session whose state
   // is at position 0 starts from, and leaves, shared prefix states (Job::knows_history), so a
@@ -258,17 +195,15 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
     }
   }
 
-  uint32_t pending_size = 0;
-  if (!r.Get(pending_size)) return Corrupt("truncated");
+  const uint32_t pending_size = r.ReadU32("pending tokens");
+  if (!r.ok()) return r.status();
   if (pending_size > max_pending_tokens) {
     return absl::FailedPreconditionError(absl::StrCat(
         "session snapshot: ", pending_size,
         " unprocessed tokens exceed this server's max_prompt_tokens (", max_pending_tokens, ")"));
   }
-  snapshot.pending.resize(pending_size);
-  if (!r.GetArray(snapshot.pending.data(), pending_size, sizeof(TokenId))) {
-    return Corrupt("truncated pending tokens");
-  }
+  r.ReadI32s("pending tokens", pending_size, snapshot.pending);
+  if (!r.ok()) return r.status();
   for (size_t i = 0; i < snapshot.pending.size(); ++i) {
     if (snapshot.pending[i] < 0 || snapshot.pending[i] >= config.vocab_size) {
       return Corrupt(absl::StrCat("pending[", i, "]: token id ", snapshot.pending[i],
@@ -280,8 +215,8 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
                                 snapshot.state.position, " + ", pending_size, " pending tokens"));
   }
 
-  uint32_t counts_size = 0;
-  if (!r.Get(counts_size)) return Corrupt("truncated");
+  const uint32_t counts_size = r.ReadU32("token counts");
+  if (!r.ok()) return r.status();
   if (counts_size > static_cast<uint32_t>(config.vocab_size)) {
     return Corrupt(absl::StrCat("token_counts: ", counts_size,
                                 " entries, more than the vocabulary's ", config.vocab_size));
@@ -289,9 +224,9 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
   snapshot.token_counts.reserve(counts_size);
   int64_t total = 0;
   for (uint32_t i = 0; i < counts_size; ++i) {
-    TokenId token = 0;
-    int64_t count = 0;
-    if (!r.Get(token) || !r.Get(count)) return Corrupt("truncated token counts");
+    const TokenId token = r.ReadI32("token counts");
+    const int64_t count = r.ReadI64("token counts");
+    if (!r.ok()) return r.status();
     if (token < 0 || token >= config.vocab_size) {
       return Corrupt(absl::StrCat("token_counts[", i, "].token: token id ", token,
                                   " is outside the vocabulary [0, ", config.vocab_size, ")"));

@@ -1,7 +1,7 @@
 // Session snapshots: the byte format of ExportSession / ImportSession and of the files in
 // --state_dir.
 //
-// Layout (version 1, little-endian):
+// Layout (version 1, little-endian, server/storage/byte_codec.h):
 //   magic "LSVSNAP\x1a" | u32 version | u32 n + n bytes: model fingerprint (hex SHA-256 of the
 //   model files) | i64 create_time (µs since the Unix epoch) | i64 num_tokens | i64 position |
 //   u64 n + n f32: the StateBlob | u32 n + n i32: pending tokens | u32 n + n (i32 token,

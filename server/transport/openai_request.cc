@@ -10,6 +10,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "model/format/json_parse.h"
 #include "nlohmann/json.hpp"
 #include "openssl/rand.h"
 #include "server/sessions/session_id.h"
@@ -287,30 +288,6 @@ absl::Status ParseLogprobs(const json& body, OpenAiEndpoint endpoint, const Requ
   return absl::OkStatus();
 }
 
-// Whether `body` nests arrays and objects at most `max_depth` deep (brackets inside strings
-// do not count; malformed JSON is left to the parser).
-bool NestsAtMost(absl::string_view body, int max_depth) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < body.size(); ++i) {
-    const char c = body[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > max_depth) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 // A whole (non-streamed) answer is built in memory: its logprob entries are bounded.
 absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
   if (request.stream || !request.logprobs) return absl::OkStatus();
@@ -333,7 +310,8 @@ absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,
                                                  const OpenAiContext& context,
                                                  std::string request_id) {
-  if (!NestsAtMost(body, kMaxJsonDepth)) {
+  if (FindJsonNestingDeeperThan(std::string_view(body.data(), body.size()), kMaxJsonDepth)
+          .has_value()) {
     return absl::InvalidArgumentError(absl::StrCat("body: JSON nested more than ", kMaxJsonDepth,
                                                    " levels deep exceeds the limit"));
   }
