@@ -64,8 +64,8 @@ absl::Status ReadEnum(FieldReader& reader, std::string_view field,
 // A single-block field whose values are those of a kind's choice parameter.
 template <typename Enum>
 absl::Status ReadParamEnum(FieldReader& reader, std::string_view field, const ComponentKind& kind,
-                           std::string_view param, std::optional<Enum> (*from_string)(std::string_view),
-                           Enum& out) {
+                           std::string_view param,
+                           std::optional<Enum> (*from_string)(std::string_view), Enum& out) {
   for (const ParamSpec& spec : kind.params) {
     if (spec.name != param) continue;
     int index = -1;
@@ -77,7 +77,7 @@ absl::Status ReadParamEnum(FieldReader& reader, std::string_view field, const Co
 
 // The single-block fields, which "layers" replaces.
 constexpr std::array<std::string_view, 9> kSingleBlockFields = {
-    "n_heads",     "head_dim", "d_ff",          "feature_dim",    "activation",
+    "n_heads",     "head_dim", "d_ff",          "feature_dim",   "activation",
     "feature_map", "bias",     "attention_eps", "layer_norm_eps"};
 
 absl::Status ReadSingleBlockFields(FieldReader& reader, ModelConfig& c) {
@@ -126,11 +126,11 @@ absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader) {
   }
   if (c.layers.empty()) {
     // The single-block mixer's own checks (feature_dim against head_dim), in its words.
-    if (absl::Status s = LinearAttentionKind().check(
-            c.SingleBlockLayer().mixer.params,
-            [&](const std::string& param, const std::string& message) {
-              return reader.Error(param, message);
-            });
+    if (absl::Status s =
+            LinearAttentionKind().check(c.SingleBlockLayer().mixer.params,
+                                        [&](const std::string& param, const std::string& message) {
+                                          return reader.Error(param, message);
+                                        });
         !s.ok()) {
       return s;
     }
@@ -167,8 +167,9 @@ absl::Status ReadLayers(const Json& layers, FieldReader& reader, std::string_vie
                         ModelConfig& c) {
   for (std::string_view field : kSingleBlockFields) {
     if (reader.Find(field) != nullptr) {
-      return reader.Error(field, "belongs in each layer's mixer, norm or mlp when \"layers\" "
-                                 "is given (see docs/model-format.md)");
+      return reader.Error(field,
+                          "belongs in each layer's mixer, norm or mlp when \"layers\" "
+                          "is given (see docs/model-format.md)");
     }
   }
   absl::StatusOr<std::vector<LayerSpec>> parsed = ParseLayers(layers, source);
@@ -203,11 +204,10 @@ LayerSpec ModelConfig::SingleBlockLayer() const {
                                         .eps = attention_eps,
                                         .bias = bias};
   const FfnParams ffn{.d_ff = d_ff, .activation = activation, .bias = bias};
-  return LayerSpec{
-      .mixer = {.kind = LinearAttentionKind().name, .params = attention.ToValues()},
-      .norm = {.kind = LayerNormKind().name,
-               .params = LayerNormParams{.eps = layer_norm_eps}.ToValues()},
-      .mlp = {.kind = FfnKind().name, .params = ffn.ToValues()}};
+  return LayerSpec{.mixer = {.kind = LinearAttentionKind().name, .params = attention.ToValues()},
+                   .norm = {.kind = LayerNormKind().name,
+                            .params = LayerNormParams{.eps = layer_norm_eps}.ToValues()},
+                   .mlp = {.kind = FfnKind().name, .params = ffn.ToValues()}};
 }
 
 std::vector<LayerSpec> ModelConfig::LayerList() const {

@@ -48,7 +48,8 @@ struct ModelConfig {
   int32_t max_position = 0;   // learned positions only: table rows, [1, 1 << 24]; else 0
   bool bias = true;           // biases on the q/k/v/o and FFN projections; single-block
   bool tie_embeddings = true; // logits = h · token_embeddingᵀ
-  double attention_eps = 1e-6;   // (0, 1]; denominator guard in φ(q)ᵀS / (φ(q)ᵀz + eps); single-block
+  // (0, 1]; denominator guard in φ(q)ᵀS / (φ(q)ᵀz + eps). Single-block.
+  double attention_eps = 1e-6;
   double layer_norm_eps = 1e-5;  // (0, 1]; single-block
   TokenizerKind tokenizer = TokenizerKind::kByte;
   TokenId bos_token_id = -1;  // -1: none; else in [0, vocab_size)

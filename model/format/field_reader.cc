@@ -78,7 +78,8 @@ absl::Status FieldReader::Number(std::string_view field, const ParamSpec& spec, 
   if (value == nullptr) return absl::OkStatus();
   const std::string range = RangeText(spec);
   if (!value->is_number()) {
-    return Error(field, absl::StrCat("must be a number in ", range, ", got ", DescribeJson(*value)));
+    return Error(field,
+                 absl::StrCat("must be a number in ", range, ", got ", DescribeJson(*value)));
   }
   const double v = value->get<double>();
   const bool above_min = spec.min_exclusive ? v > spec.min : v >= spec.min;
@@ -116,7 +117,8 @@ absl::Status FieldReader::Param(const ParamSpec& spec, ParamValues& values) {
   if (!given && spec.type != ParamType::kInt) {
     consumed_.insert(spec.name);
     if (!spec.default_value.has_value()) {
-      return Error(spec.name, absl::StrCat("is required (a ", std::string(TypeText(spec.type)), ")"));
+      return Error(spec.name,
+                   absl::StrCat("is required (a ", std::string(TypeText(spec.type)), ")"));
     }
     values.Set(spec.name, *spec.default_value);
     return absl::OkStatus();

@@ -34,15 +34,15 @@ absl::StatusOr<ComponentSpec> ParseComponent(const Json* value, std::string_view
     return parent.Error(field, "is required (an object naming its \"kind\")");
   }
   if (!value->is_object()) {
-    return parent.Error(field, absl::StrCat("must be an object naming its \"kind\", got ",
-                                            DescribeJson(*value)));
+    return parent.Error(
+        field, absl::StrCat("must be an object naming its \"kind\", got ", DescribeJson(*value)));
   }
   FieldReader reader(*value, source, path + ".");
   const std::vector<std::string> names = KindNames(kinds);
   const Json* kind_value = reader.Find("kind");
   if (kind_value == nullptr) {
-    return reader.Error("kind", absl::StrCat("is required (one of \"",
-                                             absl::StrJoin(names, "\", \""), "\")"));
+    return reader.Error(
+        "kind", absl::StrCat("is required (one of \"", absl::StrJoin(names, "\", \""), "\")"));
   }
   int index = 0;
   if (absl::Status s = reader.Choice("kind", names, index); !s.ok()) return s;
@@ -69,8 +69,8 @@ absl::StatusOr<ComponentSpec> ParseComponent(const Json* value, std::string_view
 absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const Json& value, std::string_view source) {
   if (!value.is_array() || value.empty() || value.size() > kMaxLayers) {
     return absl::InvalidArgumentError(
-        absl::StrCat(std::string(source), ": field \"layers\": must be an array of 1 to ", kMaxLayers,
-                     " layer objects, got ", DescribeJson(value),
+        absl::StrCat(std::string(source), ": field \"layers\": must be an array of 1 to ",
+                     kMaxLayers, " layer objects, got ", DescribeJson(value),
                      value.is_array() ? absl::StrCat(" of ", value.size()) : ""));
   }
   std::vector<LayerSpec> layers;
@@ -78,17 +78,19 @@ absl::StatusOr<std::vector<LayerSpec>> ParseLayers(const Json& value, std::strin
     const std::string path = absl::StrCat("layers[", i, "]");
     const Json& layer = value[i];
     if (!layer.is_object()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          std::string(source), ": field \"", path, "\": must be an object with \"mixer\", \"norm\" and "
-          "\"mlp\", got ", DescribeJson(layer)));
+      return absl::InvalidArgumentError(
+          absl::StrCat(std::string(source), ": field \"", path,
+                       "\": must be an object with \"mixer\", \"norm\" and "
+                       "\"mlp\", got ",
+                       DescribeJson(layer)));
     }
     FieldReader reader(layer, source, path + ".");
     LayerSpec spec;
     absl::StatusOr<ComponentSpec> mixer = ParseComponent(
         reader.Find("mixer"), source, path + ".mixer", MixerKinds(), reader, "mixer");
     if (!mixer.ok()) return mixer.status();
-    absl::StatusOr<ComponentSpec> norm = ParseComponent(
-        reader.Find("norm"), source, path + ".norm", NormKinds(), reader, "norm");
+    absl::StatusOr<ComponentSpec> norm =
+        ParseComponent(reader.Find("norm"), source, path + ".norm", NormKinds(), reader, "norm");
     if (!norm.ok()) return norm.status();
     absl::StatusOr<ComponentSpec> mlp =
         ParseComponent(reader.Find("mlp"), source, path + ".mlp", MlpKinds(), reader, "mlp");

@@ -15,9 +15,8 @@ absl::Status ValidateSessionState(const ModelConfig& config, int64_t position,
   for (size_t l = 0; l < layers.size(); ++l) {
     const ComponentSpec& mixer = layers[l].mixer;
     const MixerKind& kind = *FindMixerKind(mixer.kind);
-    const absl::Span<const float> slice =
-        state.subspan(static_cast<size_t>(offsets[l]),
-                      static_cast<size_t>(offsets[l + 1] - offsets[l]));
+    const absl::Span<const float> slice = state.subspan(
+        static_cast<size_t>(offsets[l]), static_cast<size_t>(offsets[l + 1] - offsets[l]));
     if (std::optional<StateProblem> problem =
             kind.check_state(mixer.params, slice, max_magnitude)) {
       return absl::InvalidArgumentError(

@@ -67,13 +67,11 @@ void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
     for (const TensorDecl& t : mlp) visit(p + t.name, true, t.shape, l.*t.field);
     used.insert(used.end(), mlp.begin(), mlp.end());
     for (const LayerWeightsField& field : kLayerWeightsFields) {
-      const bool declared = std::any_of(used.begin(), used.end(), [&](const TensorDecl& t) {
-        return t.field == field.field;
-      });
-      const bool norm = field.field == &LayerWeights::ln1_weight ||
-                        field.field == &LayerWeights::ln1_bias ||
-                        field.field == &LayerWeights::ln2_weight ||
-                        field.field == &LayerWeights::ln2_bias;
+      const bool declared = std::any_of(
+          used.begin(), used.end(), [&](const TensorDecl& t) { return t.field == field.field; });
+      const bool norm =
+          field.field == &LayerWeights::ln1_weight || field.field == &LayerWeights::ln1_bias ||
+          field.field == &LayerWeights::ln2_weight || field.field == &LayerWeights::ln2_bias;
       if (!declared && !norm) visit(p + std::string(field.name), false, {}, l.*field.field);
     }
   }

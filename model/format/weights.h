@@ -21,7 +21,8 @@ struct ModelWeights {
   Tensor token_embedding;         // embed.weight                             [vocab, d_model]
   Tensor position_embedding;      // pos_embed.weight                         [max_position, d_model] (learned only)
   std::vector<LayerWeights> layers;
-  Tensor final_norm_weight, final_norm_bias;  // final_norm.weight / .bias (pre-norm only; as its norm kind declares)
+  // final_norm.weight / .bias: pre-norm only, as the final norm's kind declares ([d_model]).
+  Tensor final_norm_weight, final_norm_bias;
   Tensor lm_head;                 // lm_head.weight                           [vocab, d_model] (untied only)
 
   // logits = h · head()ᵀ: the token embedding when tied, lm_head otherwise.

@@ -2,7 +2,7 @@
 // positions and owns a fixed-size slice of each session's state), a norm and an MLP. A kind
 // declares its parameters (param.h), the tensors it reads and, for a mixer, its state slice.
 // Adding a kind is a file here declaring it, an entry in kinds.cc and a backend implementation
-// (model/backend/cpu/cpu_layers.cc for the CPU); the engine, the sessions and the persistence
+// (model/backend/cpu/cpu_layer.cc for the CPU); the engine, the sessions and the persistence
 // code only ever see a session's state as ModelConfig::StateFloatsPerSlot() floats.
 //
 // The initial state of every mixer kind is all zeros: resetting a slot fills it with zeros, and
@@ -34,7 +34,7 @@ struct TensorDecl {
 // One tensor a norm reads, named under the norm's prefix ("ln1.", "ln2." or "final_norm.").
 struct NormTensorDecl {
   enum class Role { kScale, kShift };  // the .weight and .bias fields of the norm's instance
-  std::string name;                     // "weight" or "bias"
+  std::string name;                    // "weight" or "bias"
   std::vector<int64_t> shape;
   Role role;
 };

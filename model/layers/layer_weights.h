@@ -22,15 +22,15 @@ struct Tensor {
 
 // The tensor names the bundled kinds give each field are next to it ("layers.{i}." first).
 struct LayerWeights {
-  Tensor ln1_weight, ln1_bias;    // ln1.weight / .bias (the mixer's norm)
-  Tensor q_weight, q_bias;        // attn.q_proj.weight / .bias (linear_attention)
-  Tensor k_weight, k_bias;        // attn.k_proj.weight / .bias
-  Tensor v_weight, v_bias;        // attn.v_proj.weight / .bias
-  Tensor o_weight, o_bias;        // attn.o_proj.weight / .bias
-  Tensor favor_projection;        // attn.favor_projection (feature_map favor_plus)
-  Tensor ln2_weight, ln2_bias;    // ln2.weight / .bias (the MLP's norm)
-  Tensor fc1_weight, fc1_bias;    // ffn.fc1.weight / .bias (ffn)
-  Tensor fc2_weight, fc2_bias;    // ffn.fc2.weight / .bias
+  Tensor ln1_weight, ln1_bias;  // ln1.weight / .bias (the mixer's norm)
+  Tensor q_weight, q_bias;      // attn.q_proj.weight / .bias (linear_attention)
+  Tensor k_weight, k_bias;      // attn.k_proj.weight / .bias
+  Tensor v_weight, v_bias;      // attn.v_proj.weight / .bias
+  Tensor o_weight, o_bias;      // attn.o_proj.weight / .bias
+  Tensor favor_projection;      // attn.favor_projection (feature_map favor_plus)
+  Tensor ln2_weight, ln2_bias;  // ln2.weight / .bias (the MLP's norm)
+  Tensor fc1_weight, fc1_bias;  // ffn.fc1.weight / .bias (ffn)
+  Tensor fc2_weight, fc2_bias;  // ffn.fc2.weight / .bias
 };
 
 // A field of LayerWeights and its C++ name (for messages about tensors held in memory).

@@ -20,11 +20,10 @@ constexpr std::array<std::pair<FeatureMap, std::string_view>, 4> kFeatureMapName
 absl::Status Check(const ParamValues& values, ParamErrorFn error) {
   const LinearAttentionParams p = LinearAttentionParams::From(values);
   if (p.feature_map != FeatureMap::kFavorPlus && p.feature_dim != p.head_dim) {
-    return error("feature_dim", absl::StrCat("must equal head_dim (", p.head_dim,
-                                             ") for feature_map \"",
-                                             std::string(ToString(p.feature_map)),
-                                             "\", got ", p.feature_dim,
-                                             "; only favor_plus has its own feature count"));
+    return error("feature_dim",
+                 absl::StrCat("must equal head_dim (", p.head_dim, ") for feature_map \"",
+                              std::string(ToString(p.feature_map)), "\", got ", p.feature_dim,
+                              "; only favor_plus has its own feature count"));
   }
   return absl::OkStatus();
 }
@@ -62,10 +61,10 @@ std::string LocateState(const ParamValues& values, int64_t index) {
   const int64_t s_floats = int64_t{p.feature_dim} * p.head_dim;
   const int64_t head_floats = s_floats + p.feature_dim;
   const int64_t offset = index % head_floats;
-  return absl::StrCat("head ", index / head_floats, ", ",
-                      offset >= s_floats
-                          ? absl::StrCat("z[", offset - s_floats, "]")
-                          : absl::StrCat("S[", offset / p.head_dim, "][", offset % p.head_dim, "]"));
+  return absl::StrCat(
+      "head ", index / head_floats, ", ",
+      offset >= s_floats ? absl::StrCat("z[", offset - s_floats, "]")
+                         : absl::StrCat("S[", offset / p.head_dim, "][", offset % p.head_dim, "]"));
 }
 
 // z is a sum of non-negative features φ(k), whatever the feature map, so that the denominator

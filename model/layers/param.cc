@@ -59,8 +59,8 @@ ParamSpec BoolParam(std::string name, bool default_value, std::string doc) {
   return spec;
 }
 
-ParamSpec ChoiceParam(std::string name, std::vector<std::string> choices,
-                      std::string default_value, std::string doc) {
+ParamSpec ChoiceParam(std::string name, std::vector<std::string> choices, std::string default_value,
+                      std::string doc) {
   ParamSpec spec;
   spec.name = std::move(name);
   spec.type = ParamType::kChoice;

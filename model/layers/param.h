@@ -63,8 +63,8 @@ ParamSpec IntParam(std::string name, int64_t min, int64_t max, std::string doc,
 // A number in (0, 1].
 ParamSpec EpsilonParam(std::string name, double default_value, std::string doc);
 ParamSpec BoolParam(std::string name, bool default_value, std::string doc);
-ParamSpec ChoiceParam(std::string name, std::vector<std::string> choices,
-                      std::string default_value, std::string doc);
+ParamSpec ChoiceParam(std::string name, std::vector<std::string> choices, std::string default_value,
+                      std::string doc);
 
 // The range a kInt or kNumber parameter accepts, as error messages and the docs print it:
 // "[1, 1024]", "(0, 1]".

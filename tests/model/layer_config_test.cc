@@ -19,7 +19,7 @@ constexpr std::string_view kSource = "models/x/config.json";
 
 // The single-block config that config_test.cc starts from.
 nlohmann::json SingleBlockJson() {
-  return {{"vocab_size", 300}, {"d_model", 64}, {"n_layers", 2},
+  return {{"vocab_size", 300}, {"d_model", 64},  {"n_layers", 2},
           {"n_heads", 4},      {"head_dim", 16}, {"d_ff", 128}};
 }
 

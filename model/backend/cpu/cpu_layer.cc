@@ -58,11 +58,11 @@ CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
   for (size_t l = 0; l < specs.size(); ++l) {
     const LayerSpec& spec = specs[l];
     const LayerWeights& lw = w.layers[l];
-    out.layers.push_back(CpuLayer{
-        .norm1 = CreateNorm(context, spec.norm, lw.ln1_weight, lw.ln1_bias),
-        .norm2 = CreateNorm(context, spec.norm, lw.ln2_weight, lw.ln2_bias),
-        .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
-        .mlp = CreateMlp(context, spec.mlp, lw)});
+    out.layers.push_back(
+        CpuLayer{.norm1 = CreateNorm(context, spec.norm, lw.ln1_weight, lw.ln1_bias),
+                 .norm2 = CreateNorm(context, spec.norm, lw.ln2_weight, lw.ln2_bias),
+                 .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
+                 .mlp = CreateMlp(context, spec.mlp, lw)});
   }
   if (config.norm == NormPlacement::kPre) {
     out.final_norm =

@@ -117,8 +117,7 @@ class CpuLinearAttention final : public CpuMixer {
         // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's
         // GEMM calls and gives bitwise what Decode would.
         layer_states_[0] = state;
-        cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out,
-                                   threads_);
+        cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
       } else {
         cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out,
                                   workspace_.buffer(kChunkScratch), threads_);
@@ -146,8 +145,8 @@ std::unique_ptr<CpuMixer> CreateCpuLinearAttention(const CpuLayerContext& contex
                                                    const ComponentSpec& spec,
                                                    const LayerWeights& weights,
                                                    int64_t state_offset) {
-  return std::make_unique<CpuLinearAttention>(
-      context, LinearAttentionParams::From(spec.params), weights, state_offset);
+  return std::make_unique<CpuLinearAttention>(context, LinearAttentionParams::From(spec.params),
+                                              weights, state_offset);
 }
 
 }  // namespace linserve
