@@ -235,7 +235,13 @@ int64_t ModelConfig::StateFloatsPerSlot() const {
 
 std::vector<int64_t> ModelConfig::StateOffsets() const {
   std::vector<int64_t> offsets = {0};
-  for (const LayerSpec& layer : LayerList()) {
+  if (layers.empty()) {
+    const int64_t slice =
+        LinearAttentionParams::From(SingleBlockLayer().mixer.params).StateFloats();
+    for (int32_t l = 0; l < n_layers; ++l) offsets.push_back(offsets.back() + slice);
+    return offsets;
+  }
+  for (const LayerSpec& layer : layers) {
     const MixerKind* kind = FindMixerKind(layer.mixer.kind);
     offsets.push_back(offsets.back() + kind->state_floats(layer.mixer.params));
   }
