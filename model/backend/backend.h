@@ -18,8 +18,9 @@
 namespace linserve {
 
 // A session's whole recurrent state, as plain host memory (export, hibernate, snapshots).
-// `state` layout: for each layer, for each head: S (feature_dim × head_dim, row-major) then
-// z (feature_dim); ModelConfig::StateFloatsPerSlot() floats in all.
+// `state` layout: the layers' slices concatenated (ModelConfig::StateOffsets), each laid out as
+// its mixer kind declares (model/layers/; linear_attention: per head S (feature_dim × head_dim,
+// row-major) then z (feature_dim)); ModelConfig::StateFloatsPerSlot() floats in all.
 struct StateBlob {
   int64_t position = 0;  // tokens consumed so far (the next token's position index)
   std::vector<float> state;

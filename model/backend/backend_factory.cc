@@ -41,6 +41,17 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
                                                        const BackendOptions& options,
                                                        DeviceSelection selection) {
   if (selection == DeviceSelection::kCpu) return CreateCpuBackend(model, options);
+  // The CUDA backend still reads the single-block fields of ModelConfig, not the layer list.
+  if (!model.config.IsSingleBlock()) {
+    if (selection == DeviceSelection::kCuda) {
+      return absl::UnimplementedError(
+          "device = cuda, but the CUDA backend runs only models whose layers are all one "
+          "linear_attention / layer_norm / ffn block; this model's layers differ (use the CPU)");
+    }
+    spdlog::info("device auto: the CUDA backend cannot run this model's layer list; using the "
+                 "CPU backend");
+    return CreateCpuBackend(model, options);
+  }
   if (selection == DeviceSelection::kAuto) {
     std::string reason;
     absl::StatusOr<int> devices = cuda::CudaDeviceCount(&reason);

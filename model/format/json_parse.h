@@ -14,7 +14,7 @@
 
 namespace linserve {
 
-// Deepest nesting of arrays and objects accepted in a model's files, which need 3 levels.
+// Deepest nesting of arrays and objects accepted in a model's files, which need 4 levels (a layer's parameters in config.json).
 inline constexpr int kMaxModelJsonDepth = 16;
 
 // Where `text` first nests arrays and objects deeper than `max_depth`: the offset of the '[' or

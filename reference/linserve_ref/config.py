@@ -3,6 +3,11 @@
 `normalize_config` is the one place the reference reads a config: it fills the defaults the C++
 struct documents, rejects unknown keys and out-of-range values (naming the field and the limit),
 and returns a plain dict with every field present, which is also what `export` writes.
+
+A model is a list of layers (docs/model-format.md): either the single-block fields (n_heads,
+head_dim, d_ff, ...) describe n_layers identical layers, or "layers" gives each layer's mixer,
+norm and mlp as {"kind": ..., params}. `layer_list` returns the layers either way, each
+component with every parameter present; `final_norm` the final norm.
 """
 
 import numbers
@@ -24,6 +29,18 @@ FIELDS = (
     "feature_dim", "norm", "activation", "feature_map", "position", "max_position", "bias",
     "tie_embeddings", "attention_eps", "layer_norm_eps", "tokenizer", "bos_token_id",
     "eos_token_id",
+)
+
+# Field order of a config.json with "layers".
+LAYERED_FIELDS = (
+    "architecture", "vocab_size", "d_model", "n_layers", "norm", "position", "max_position",
+    "tie_embeddings", "tokenizer", "bos_token_id", "eos_token_id", "layers", "final_norm",
+)
+
+# The fields "layers" replaces.
+SINGLE_BLOCK_FIELDS = (
+    "n_heads", "head_dim", "d_ff", "feature_dim", "activation", "feature_map", "bias",
+    "attention_eps", "layer_norm_eps",
 )
 
 _REQUIRED = ("vocab_size", "d_model", "n_layers", "n_heads", "head_dim", "d_ff")
@@ -64,6 +81,35 @@ _CHOICES = {
 }
 
 
+# The layer component kinds of model/layers/: per role, per kind, its parameters in order as
+# (name, type, default, range). Default None: required; "=name": that parameter's value. Range:
+# (lo, hi) for "int", (lo, hi) meaning (lo, hi] for "eps", the choices for "choice".
+KINDS = {
+    "mixer": {
+        "linear_attention": (
+            ("n_heads", "int", None, (1, 1024)),
+            ("head_dim", "int", None, (1, 4096)),
+            ("feature_dim", "int", "=head_dim", (1, 16384)),
+            ("feature_map", "choice", "elu_plus_one", FEATURE_MAPS),
+            ("eps", "eps", 1e-6, (0.0, 1.0)),
+            ("bias", "bool", True, None),
+        ),
+    },
+    "norm": {
+        "layer_norm": (
+            ("eps", "eps", 1e-5, (0.0, 1.0)),
+        ),
+    },
+    "mlp": {
+        "ffn": (
+            ("d_ff", "int", None, (1, 1 << 20)),
+            ("activation", "choice", "gelu", ACTIVATIONS),
+            ("bias", "bool", True, None),
+        ),
+    },
+}
+
+
 class ConfigError(ValueError):
     """A config.json field is missing, unknown, of the wrong type or out of range."""
 
@@ -86,10 +132,117 @@ def _eps(config, key):
     return float(value)
 
 
+def _component(value, role, path):
+    """A layer component {"kind": ..., params} at `path`, checked and completed."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"config field '{path}' must be an object naming its kind")
+    kinds = KINDS[role]
+    kind = value.get("kind")
+    if kind not in kinds:
+        raise ConfigError(
+            f"config field '{path}.kind' = {kind!r}; must be one of {list(kinds)}")
+    params = kinds[kind]
+    unknown = sorted(set(value) - {"kind"} - {p[0] for p in params})
+    if unknown:
+        raise ConfigError(f"config has unknown field(s) {[f'{path}.{k}' for k in unknown]}")
+    out = {"kind": kind}
+    for name, kind_of, default, limits in params:
+        if name in value:
+            out[name] = value[name]
+        elif default is None:
+            raise ConfigError(f"config is missing required field '{path}.{name}'")
+        elif isinstance(default, str) and default.startswith("="):
+            out[name] = out[default[1:]]
+        else:
+            out[name] = default
+        key = f"{path}.{name}"
+        if kind_of == "int":
+            out[name] = _int({key: out[name]}, key, *limits)
+        elif kind_of == "eps":
+            out[name] = _eps({key: out[name]}, key)
+        elif kind_of == "choice" and out[name] not in limits:
+            raise ConfigError(
+                f"config field '{key}' = {out[name]!r}; must be one of {list(limits)}")
+        elif kind_of == "bool" and not isinstance(out[name], bool):
+            raise ConfigError(f"config field '{key}' must be true or false, got {out[name]!r}")
+    if kind == "linear_attention" and out["feature_map"] != "favor_plus" and (
+            out["feature_dim"] != out["head_dim"]):
+        raise ConfigError(
+            f"config field '{path}.feature_dim' = {out['feature_dim']} must equal head_dim = "
+            f"{out['head_dim']} for feature_map '{out['feature_map']}'")
+    return out
+
+
+def _normalize_layered(config):
+    unknown = sorted(set(config) - set(LAYERED_FIELDS))
+    if unknown:
+        raise ConfigError(
+            f"config has unknown field(s) {unknown} beside 'layers'; allowed: "
+            f"{list(LAYERED_FIELDS)} (the single-block fields belong in each layer)")
+    layers = config["layers"]
+    if not isinstance(layers, list) or not 1 <= len(layers) <= 1024:
+        raise ConfigError("config field 'layers' must be an array of 1 to 1024 layer objects")
+    out_layers = []
+    for i, layer in enumerate(layers):
+        path = f"layers[{i}]"
+        if not isinstance(layer, dict):
+            raise ConfigError(f"config field '{path}' must be an object")
+        unknown = sorted(set(layer) - {"mixer", "norm", "mlp"})
+        if unknown:
+            raise ConfigError(f"config has unknown field(s) {[f'{path}.{k}' for k in unknown]}")
+        out_layers.append({role: _component(layer.get(role), role, f"{path}.{role}")
+                           for role in ("mixer", "norm", "mlp")})
+    if config.get("n_layers", len(layers)) != len(layers):
+        raise ConfigError(
+            f"config field 'n_layers' = {config['n_layers']} must equal the number of layers "
+            f"({len(layers)})")
+    final = config.get("final_norm", out_layers[-1]["norm"])
+    # The single-block checks of the global fields, on a stand-in single block.
+    stand_in = {k: v for k, v in config.items() if k not in ("layers", "final_norm")}
+    stand_in.update(n_layers=len(layers), n_heads=1, head_dim=config.get("d_model"), d_ff=1)
+    out = normalize_config(stand_in)
+    out = {k: out[k] for k in LAYERED_FIELDS if k in out}
+    out["layers"] = out_layers
+    out["final_norm"] = _component(final, "norm", "final_norm")
+    return out
+
+
+def layer_list(config):
+    """The layers of a normalized config: [{"mixer": {...}, "norm": {...}, "mlp": {...}}]."""
+    if "layers" in config:
+        return config["layers"]
+    c = config
+    layer = {
+        "mixer": {"kind": "linear_attention", "n_heads": c["n_heads"], "head_dim": c["head_dim"],
+                  "feature_dim": c["feature_dim"], "feature_map": c["feature_map"],
+                  "eps": c["attention_eps"], "bias": c["bias"]},
+        "norm": {"kind": "layer_norm", "eps": c["layer_norm_eps"]},
+        "mlp": {"kind": "ffn", "d_ff": c["d_ff"], "activation": c["activation"],
+                "bias": c["bias"]},
+    }
+    return [layer] * c["n_layers"]
+
+
+def final_norm(config):
+    """The final norm of a normalized config (pre-norm models)."""
+    if "final_norm" in config:
+        return config["final_norm"]
+    return {"kind": "layer_norm", "eps": config["layer_norm_eps"]}
+
+
+def mixer_state_floats(mixer):
+    """Floats of one mixer's state slice (model/layers/: its kind's state_floats)."""
+    if mixer["kind"] == "linear_attention":
+        return mixer["n_heads"] * mixer["feature_dim"] * (mixer["head_dim"] + 1)
+    raise ConfigError(f"mixer kind {mixer['kind']!r} has no state size")
+
+
 def normalize_config(config):
     """Returns a complete, checked copy of `config` (a dict as read from config.json)."""
     if not isinstance(config, dict):
         raise ConfigError(f"config must be a JSON object, got {type(config).__name__}")
+    if "layers" in config:
+        return _normalize_layered(config)
     unknown = sorted(set(config) - set(FIELDS))
     if unknown:
         raise ConfigError(f"config has unknown field(s) {unknown}; allowed: {list(FIELDS)}")
@@ -138,6 +291,6 @@ def normalize_config(config):
 
 
 def state_floats_per_slot(config):
-    """ModelConfig::StateFloatsPerSlot(): n_layers * n_heads * feature_dim * (head_dim + 1)."""
-    return (config["n_layers"] * config["n_heads"] * config["feature_dim"] *
-            (config["head_dim"] + 1))
+    """ModelConfig::StateFloatsPerSlot(): the sum of the layers' mixer slices."""
+    return sum(mixer_state_floats(layer["mixer"])
+               for layer in layer_list(normalize_config(config)))

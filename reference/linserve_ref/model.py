@@ -1,4 +1,4 @@
-"""The linear-attention decoder of docs/architecture.md §4, executable: what the C++ code matches.
+"""The linear-attention decoder of docs/architecture.md §4, executable: the semantics the C++ backends match.
 
 Two forward forms compute the same function:
   * `forward`: chunked parallel. Within a chunk the causal product is a masked matmul
@@ -8,7 +8,8 @@ Two forward forms compute the same function:
 The recurrent state (S, z) is kept in float32 whatever the weight dtype, as the C++ backends do;
 a model converted to float64 (the golden data) keeps it in float64 so that the reference itself
 adds no float32 rounding. Module and buffer names are the tensor names of model.safetensors
-(model/format/weights.h), so `state_dict()` is the file's contents.
+(model/format/weights.h), so `state_dict()` is the file's contents. The layers are the config's
+layer list (config.layer_list), each built from its kinds (MIXERS, make_norm, MLPS).
 """
 
 import dataclasses
@@ -18,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from linserve_ref.config import normalize_config
+from linserve_ref.config import final_norm, layer_list, normalize_config
 
 
 @dataclasses.dataclass
@@ -71,23 +72,30 @@ def _activation(kind, x):
 
 
 class LinearAttention(nn.Module):
-    """Causal multi-head linear attention; parameters q/k/v/o_proj (+ favor_projection)."""
+    """The linear_attention mixer: causal multi-head linear attention; parameters q/k/v/o_proj
+    (+ favor_projection). `p`: its parameters (config.layer_list's "mixer")."""
 
-    def __init__(self, cfg):
+    def __init__(self, d, p):
         super().__init__()
-        d, h, dh, f = cfg["d_model"], cfg["n_heads"], cfg["head_dim"], cfg["feature_dim"]
+        h, dh, f = p["n_heads"], p["head_dim"], p["feature_dim"]
         self.n_heads, self.head_dim, self.feature_dim = h, dh, f
-        self.kind = cfg["feature_map"]
-        self.eps = cfg["attention_eps"]
-        self.q_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
-        self.k_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
-        self.v_proj = nn.Linear(d, h * dh, bias=cfg["bias"])
-        self.o_proj = nn.Linear(h * dh, d, bias=cfg["bias"])
+        self.kind = p["feature_map"]
+        self.eps = p["eps"]
+        self.q_proj = nn.Linear(d, h * dh, bias=p["bias"])
+        self.k_proj = nn.Linear(d, h * dh, bias=p["bias"])
+        self.v_proj = nn.Linear(d, h * dh, bias=p["bias"])
+        self.o_proj = nn.Linear(h * dh, d, bias=p["bias"])
         if self.kind == "favor_plus":
             # Random features, fixed at creation (not trained); stored in the model file.
             self.register_buffer("favor_projection", torch.randn(f, dh))
         else:
             self.favor_projection = None
+
+    def init_state(self, batch_size, dtype, device):
+        """The zero slice: S [B, H, F, Dh] and z [B, H, F]."""
+        shape = (batch_size, self.n_heads, self.feature_dim)
+        return (torch.zeros(shape + (self.head_dim,), dtype=dtype, device=device),
+                torch.zeros(shape, dtype=dtype, device=device))
 
     def _qkv(self, x, state_dtype):
         """x [..., d] -> φ(q), φ(k) [..., H, F] and v [..., H, Dh], all in state_dtype."""
@@ -128,24 +136,39 @@ class LinearAttention(nn.Module):
 
 
 class FeedForward(nn.Module):
-    def __init__(self, cfg):
+    """The ffn MLP; `p`: its parameters (config.layer_list's "mlp")."""
+
+    def __init__(self, d, p):
         super().__init__()
-        self.activation = cfg["activation"]
-        self.fc1 = nn.Linear(cfg["d_model"], cfg["d_ff"], bias=cfg["bias"])
-        self.fc2 = nn.Linear(cfg["d_ff"], cfg["d_model"], bias=cfg["bias"])
+        self.activation = p["activation"]
+        self.fc1 = nn.Linear(d, p["d_ff"], bias=p["bias"])
+        self.fc2 = nn.Linear(p["d_ff"], d, bias=p["bias"])
 
     def forward(self, x):
         return self.fc2(_activation(self.activation, self.fc1(x)))
 
 
+# The module of each kind (model/layers/), by role. Module names are the tensor names' prefixes.
+MIXERS = {"linear_attention": LinearAttention}
+MLPS = {"ffn": FeedForward}
+
+
+def make_norm(d, p):
+    """A norm component (config.layer_list's "norm"); layer_norm is the one kind."""
+    return nn.LayerNorm(d, eps=p["eps"])
+
+
 class Block(nn.Module):
-    def __init__(self, cfg):
+    """One layer: norm1 → mixer → residual, norm2 → mlp → residual (pre- or post-norm)."""
+
+    def __init__(self, cfg, layer):
         super().__init__()
+        d = cfg["d_model"]
         self.pre_norm = cfg["norm"] == "pre"
-        self.ln1 = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
-        self.attn = LinearAttention(cfg)
-        self.ln2 = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
-        self.ffn = FeedForward(cfg)
+        self.ln1 = make_norm(d, layer["norm"])
+        self.attn = MIXERS[layer["mixer"]["kind"]](d, layer["mixer"])
+        self.ln2 = make_norm(d, layer["norm"])
+        self.ffn = MLPS[layer["mlp"]["kind"]](d, layer["mlp"])
 
     def _residual(self, x, attend):
         if self.pre_norm:
@@ -173,9 +196,9 @@ class LinearTransformer(nn.Module):
         self.embed = nn.Embedding(cfg["vocab_size"], cfg["d_model"])
         if cfg["position"] == "learned":
             self.pos_embed = nn.Embedding(cfg["max_position"], cfg["d_model"])
-        self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg["n_layers"]))
+        self.layers = nn.ModuleList(Block(cfg, layer) for layer in layer_list(cfg))
         if cfg["norm"] == "pre":
-            self.final_norm = nn.LayerNorm(cfg["d_model"], eps=cfg["layer_norm_eps"])
+            self.final_norm = make_norm(cfg["d_model"], final_norm(cfg))
         if not cfg["tie_embeddings"]:
             self.lm_head = nn.Linear(cfg["d_model"], cfg["vocab_size"], bias=False)
         self.reset_parameters()
@@ -205,15 +228,12 @@ class LinearTransformer(nn.Module):
 
     def init_state(self, batch_size, position=0):
         """Zeroed state; `position` (int or [B] tensor) is where each row's positions start."""
-        cfg, dev = self.config, self.embed.weight.device
-        shape = (batch_size, cfg["n_heads"], cfg["feature_dim"])
+        dev = self.embed.weight.device
         pos = torch.as_tensor(position, dtype=torch.int64, device=dev)
-        return State(
-            s=[torch.zeros(shape + (cfg["head_dim"],), dtype=self.state_dtype, device=dev)
-               for _ in range(cfg["n_layers"])],
-            z=[torch.zeros(shape, dtype=self.state_dtype, device=dev)
-               for _ in range(cfg["n_layers"])],
-            position=pos.expand(batch_size).clone())
+        slices = [layer.attn.init_state(batch_size, self.state_dtype, dev)
+                  for layer in self.layers]
+        return State(s=[s for s, _ in slices], z=[z for _, z in slices],
+                     position=pos.expand(batch_size).clone())
 
     def _embed(self, ids, positions):
         x = self.embed(ids)
@@ -278,14 +298,17 @@ def state_to_flat(state, b):
 
 def state_from_flat(model, flat, position):
     """Inverse of state_to_flat for a batch of one (e.g. a state exported by the server)."""
-    cfg = model.config
-    h, f, dh = cfg["n_heads"], cfg["feature_dim"], cfg["head_dim"]
-    per_head = f * dh + f
-    expected = cfg["n_layers"] * h * per_head
+    sizes = [layer.attn.n_heads * layer.attn.feature_dim * (layer.attn.head_dim + 1)
+             for layer in model.layers]
+    expected = sum(sizes)
     flat = torch.as_tensor(flat)
     if flat.numel() != expected:
         raise ValueError(f"state has {flat.numel()} floats; this model needs {expected}")
-    flat = flat.reshape(cfg["n_layers"], h, per_head).to(model.state_dtype)
-    s = [flat[l, :, :f * dh].reshape(1, h, f, dh).clone() for l in range(cfg["n_layers"])]
-    z = [flat[l, :, f * dh:].reshape(1, h, f).clone() for l in range(cfg["n_layers"])]
+    flat = flat.to(model.state_dtype)
+    s, z = [], []
+    for layer, part in zip(model.layers, torch.split(flat, sizes)):
+        h, f, dh = layer.attn.n_heads, layer.attn.feature_dim, layer.attn.head_dim
+        part = part.reshape(h, f * dh + f)
+        s.append(part[:, :f * dh].reshape(1, h, f, dh).clone())
+        z.append(part[:, f * dh:].reshape(1, h, f).clone())
     return State(s, z, torch.tensor([position], dtype=torch.int64))
