@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "model/format/file_io.h"
 #include "model/format/safetensors.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "spdlog/spdlog.h"
 
 namespace linserve {

@@ -1,17 +1,18 @@
 #include "model/format/config.h"
 
 #include <array>
-#include <cmath>
 #include <cstdint>
 #include <optional>
-#include <set>
 #include <string>
 #include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "model/format/field_reader.h"
 #include "model/format/json_parse.h"
+#include "model/format/layer_config.h"
+#include "model/layers/kinds.h"
+#include "model/layers/layer_norm.h"
 #include "nlohmann/json.hpp"
 
 namespace linserve {
@@ -31,17 +32,6 @@ constexpr std::array<EnumName<NormPlacement>, 2> kNormNames = {{
     {NormPlacement::kPre, "pre"},
     {NormPlacement::kPost, "post"},
 }};
-constexpr std::array<EnumName<Activation>, 3> kActivationNames = {{
-    {Activation::kGelu, "gelu"},
-    {Activation::kGeluTanh, "gelu_tanh"},
-    {Activation::kRelu, "relu"},
-}};
-constexpr std::array<EnumName<FeatureMap>, 4> kFeatureMapNames = {{
-    {FeatureMap::kEluPlusOne, "elu_plus_one"},
-    {FeatureMap::kRelu, "relu"},
-    {FeatureMap::kExp, "exp"},
-    {FeatureMap::kFavorPlus, "favor_plus"},
-}};
 constexpr std::array<EnumName<PositionEmbedding>, 3> kPositionNames = {{
     {PositionEmbedding::kLearned, "learned"},
     {PositionEmbedding::kSinusoidal, "sinusoidal"},
@@ -60,127 +50,90 @@ std::string_view NameOf(const std::array<EnumName<Enum>, N>& names, Enum value) 
   return "unknown";
 }
 
-// Reads the fields of one config.json object, remembering which keys it consumed so that the
-// rest can be reported as unknown. Every error names the source file, the field and the limit.
-class FieldReader {
- public:
-  FieldReader(const Json& object, std::string_view source) : object_(object), source_(source) {}
+template <typename Enum, size_t N>
+absl::Status ReadEnum(FieldReader& reader, std::string_view field,
+                      const std::array<EnumName<Enum>, N>& names, Enum& out) {
+  std::vector<std::string> texts;
+  for (const auto& entry : names) texts.emplace_back(entry.name);
+  int index = -1;
+  if (absl::Status s = reader.Choice(field, texts, index); !s.ok()) return s;
+  if (index >= 0) out = names[static_cast<size_t>(index)].value;
+  return absl::OkStatus();
+}
 
-  absl::Status Error(absl::string_view field, absl::string_view message) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": field \"", field, "\": ", message));
+// A single-block field whose values are those of a kind's choice parameter.
+template <typename Enum>
+absl::Status ReadParamEnum(FieldReader& reader, std::string_view field, const ComponentKind& kind,
+                           std::string_view param, std::optional<Enum> (*from_string)(std::string_view),
+                           Enum& out) {
+  for (const ParamSpec& spec : kind.params) {
+    if (spec.name != param) continue;
+    int index = -1;
+    if (absl::Status s = reader.Choice(field, spec.choices, index); !s.ok()) return s;
+    if (index >= 0) out = *from_string(spec.choices[static_cast<size_t>(index)]);
   }
+  return absl::OkStatus();
+}
 
-  // The value of `field`, or nullptr when absent.
-  const Json* Find(absl::string_view field) {
-    consumed_.insert(std::string(field));
-    auto it = object_.find(std::string(field));
-    return it == object_.end() ? nullptr : &*it;
-  }
+// The single-block fields, which "layers" replaces.
+constexpr std::array<std::string_view, 9> kSingleBlockFields = {
+    "n_heads",     "head_dim", "d_ff",          "feature_dim",    "activation",
+    "feature_map", "bias",     "attention_eps", "layer_norm_eps"};
 
-  absl::Status Int(absl::string_view field, int64_t min, int64_t max, bool required, int32_t& out) {
-    const Json* value = Find(field);
-    if (value == nullptr) {
-      return required
-                 ? Error(field, absl::StrCat("is required (an integer in [", min, ", ", max, "])"))
-                 : absl::OkStatus();
-    }
-    int64_t v = 0;
-    if (value->is_number_unsigned()) {
-      const uint64_t u = value->get<uint64_t>();
-      if (u > static_cast<uint64_t>(max)) return OutOfRange(field, *value, min, max);
-      v = static_cast<int64_t>(u);
-    } else if (value->is_number_integer()) {
-      v = value->get<int64_t>();
-    } else {
-      return Error(field, absl::StrCat("must be an integer in [", min, ", ", max, "], got ",
-                                       DescribeJson(*value)));
-    }
-    if (v < min || v > max) return OutOfRange(field, *value, min, max);
-    out = static_cast<int32_t>(v);
-    return absl::OkStatus();
-  }
+absl::Status ReadSingleBlockFields(FieldReader& reader, ModelConfig& c) {
+  absl::Status status;
+  auto check = [&](absl::Status s) {
+    if (status.ok()) status = std::move(s);
+  };
+  check(reader.Int("n_heads", 1, 1024, true, c.n_heads));
+  check(reader.Int("head_dim", 1, 4096, true, c.head_dim));
+  check(reader.Int("d_ff", 1, 1 << 20, true, c.d_ff));
+  const bool feature_dim_given = reader.Find("feature_dim") != nullptr;
+  check(reader.Int("feature_dim", 1, 16384, false, c.feature_dim));
+  if (!status.ok()) return status;
+  if (!feature_dim_given) c.feature_dim = c.head_dim;
+  return absl::OkStatus();
+}
 
-  absl::Status Bool(absl::string_view field, bool& out) {
-    const Json* value = Find(field);
-    if (value == nullptr) return absl::OkStatus();
-    if (!value->is_boolean()) {
-      return Error(field, absl::StrCat("must be true or false, got ", DescribeJson(*value)));
-    }
-    out = value->get<bool>();
-    return absl::OkStatus();
-  }
+// Fills the single-block fields from `c.layers` when every layer is one same block of the
+// single-block kinds, so that code reading those fields sees the model; else leaves the sizes 0.
+void FillSingleBlockFields(ModelConfig& c) {
+  const LayerSpec& first = c.layers.front();
+  const bool kinds = first.mixer.kind == LinearAttentionKind().name &&
+                     first.norm.kind == LayerNormKind().name && first.mlp.kind == FfnKind().name;
+  if (!kinds) return;
+  const LinearAttentionParams attention = LinearAttentionParams::From(first.mixer.params);
+  const FfnParams ffn = FfnParams::From(first.mlp.params);
+  ModelConfig filled = c;
+  filled.n_heads = attention.n_heads;
+  filled.head_dim = attention.head_dim;
+  filled.feature_dim = attention.feature_dim;
+  filled.feature_map = attention.feature_map;
+  filled.attention_eps = attention.eps;
+  filled.bias = attention.bias;
+  filled.d_ff = ffn.d_ff;
+  filled.activation = ffn.activation;
+  filled.layer_norm_eps = LayerNormParams::From(first.norm.params).eps;
+  if (filled.IsSingleBlock()) c = std::move(filled);
+}
 
-  // A number in (0, 1].
-  absl::Status Epsilon(absl::string_view field, double& out) {
-    const Json* value = Find(field);
-    if (value == nullptr) return absl::OkStatus();
-    if (!value->is_number()) {
-      return Error(field, absl::StrCat("must be a number in (0, 1], got ", DescribeJson(*value)));
-    }
-    const double v = value->get<double>();
-    if (!(v > 0.0 && v <= 1.0)) {
-      return Error(field, absl::StrCat("must be in (0, 1], got ", value->dump()));
-    }
-    out = v;
-    return absl::OkStatus();
-  }
-
-  template <typename Enum, size_t N>
-  absl::Status Choice(absl::string_view field, const std::array<EnumName<Enum>, N>& names,
-                      Enum& out) {
-    const Json* value = Find(field);
-    if (value == nullptr) return absl::OkStatus();
-    std::vector<std::string> quoted;
-    for (const auto& entry : names)
-      quoted.push_back(absl::StrCat("\"", std::string(entry.name), "\""));
-    const std::string allowed = absl::StrJoin(quoted, ", ");
-    if (!value->is_string()) {
-      return Error(field, absl::StrCat("must be one of ", allowed, ", got ", DescribeJson(*value)));
-    }
-    const std::string text = value->get<std::string>();
-    for (const auto& entry : names) {
-      if (entry.name == text) {
-        out = entry.value;
-        return absl::OkStatus();
-      }
-    }
-    return Error(field, absl::StrCat("must be one of ", allowed, ", got ", DescribeJson(*value)));
-  }
-
-  // Every key of the object that no reader asked for.
-  absl::Status RejectUnknown() const {
-    std::vector<std::string> unknown;
-    for (const auto& [key, value] : object_.items()) {
-      if (consumed_.count(key) == 0) unknown.push_back(absl::StrCat("\"", key, "\""));
-    }
-    if (unknown.empty()) return absl::OkStatus();
-    return absl::InvalidArgumentError(absl::StrCat(
-        source_, ": unknown field", unknown.size() > 1 ? "s " : " ", absl::StrJoin(unknown, ", ")));
-  }
-
- private:
-  absl::Status OutOfRange(absl::string_view field, const Json& value, int64_t min,
-                          int64_t max) const {
-    return Error(field, absl::StrCat("must be in [", min, ", ", max, "], got ", value.dump()));
-  }
-
-  const Json& object_;
-  std::string source_;
-  std::set<std::string> consumed_;
-};
-
-absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader, bool feature_dim_given) {
-  if (static_cast<int64_t>(c.n_heads) * c.head_dim != c.d_model) {
+absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader) {
+  if (c.layers.empty() && static_cast<int64_t>(c.n_heads) * c.head_dim != c.d_model) {
     return reader.Error(
         "d_model",
         absl::StrCat("must equal n_heads * head_dim = ", c.n_heads, " * ", c.head_dim, " = ",
                      static_cast<int64_t>(c.n_heads) * c.head_dim, ", got ", c.d_model));
   }
-  if (c.feature_map != FeatureMap::kFavorPlus && feature_dim_given && c.feature_dim != c.head_dim) {
-    return reader.Error(
-        "feature_dim", absl::StrCat("must equal head_dim (", c.head_dim, ") for feature_map \"",
-                                    std::string(ToString(c.feature_map)), "\", got ", c.feature_dim,
-                                    "; only favor_plus has its own feature count"));
+  if (c.layers.empty()) {
+    // The single-block mixer's own checks (feature_dim against head_dim), in its words.
+    if (absl::Status s = LinearAttentionKind().check(
+            c.SingleBlockLayer().mixer.params,
+            [&](const std::string& param, const std::string& message) {
+              return reader.Error(param, message);
+            });
+        !s.ok()) {
+      return s;
+    }
   }
   if (c.position == PositionEmbedding::kLearned && c.max_position == 0) {
     return reader.Error("max_position",
@@ -199,7 +152,7 @@ absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader, bool fe
                                      c.vocab_size));
   }
   for (const auto& [field, id] :
-       {std::pair<absl::string_view, TokenId>{"bos_token_id", c.bos_token_id},
+       {std::pair<std::string_view, TokenId>{"bos_token_id", c.bos_token_id},
         {"eos_token_id", c.eos_token_id}}) {
     if (id != -1 && (id < 0 || id >= c.vocab_size)) {
       return reader.Error(field, absl::StrCat("must be -1 (none) or in [0, vocab_size) = [0, ",
@@ -209,10 +162,84 @@ absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader, bool fe
   return absl::OkStatus();
 }
 
+// "layers", "final_norm" and n_layers beside them; the single-block fields must be absent.
+absl::Status ReadLayers(const Json& layers, FieldReader& reader, std::string_view source,
+                        ModelConfig& c) {
+  for (std::string_view field : kSingleBlockFields) {
+    if (reader.Find(field) != nullptr) {
+      return reader.Error(field, "belongs in each layer's mixer, norm or mlp when \"layers\" "
+                                 "is given (see docs/model-format.md)");
+    }
+  }
+  absl::StatusOr<std::vector<LayerSpec>> parsed = ParseLayers(layers, source);
+  if (!parsed.ok()) return parsed.status();
+  c.layers = *std::move(parsed);
+  const int32_t count = static_cast<int32_t>(c.layers.size());
+  if (reader.Find("n_layers") != nullptr) {
+    if (absl::Status s = reader.Int("n_layers", 1, 1024, true, c.n_layers); !s.ok()) return s;
+    if (c.n_layers != count) {
+      return reader.Error("n_layers", absl::StrCat("must equal the number of \"layers\" (", count,
+                                                   ") when both are given, got ", c.n_layers));
+    }
+  }
+  c.n_layers = count;
+  if (const Json* final_norm = reader.Find("final_norm"); final_norm != nullptr) {
+    absl::StatusOr<ComponentSpec> norm = ParseFinalNorm(*final_norm, source);
+    if (!norm.ok()) return norm.status();
+    c.final_norm = *std::move(norm);
+  } else {
+    c.final_norm = c.layers.back().norm;
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
+LayerSpec ModelConfig::SingleBlockLayer() const {
+  const LinearAttentionParams attention{.n_heads = n_heads,
+                                        .head_dim = head_dim,
+                                        .feature_dim = feature_dim,
+                                        .feature_map = feature_map,
+                                        .eps = attention_eps,
+                                        .bias = bias};
+  const FfnParams ffn{.d_ff = d_ff, .activation = activation, .bias = bias};
+  return LayerSpec{
+      .mixer = {.kind = LinearAttentionKind().name, .params = attention.ToValues()},
+      .norm = {.kind = LayerNormKind().name,
+               .params = LayerNormParams{.eps = layer_norm_eps}.ToValues()},
+      .mlp = {.kind = FfnKind().name, .params = ffn.ToValues()}};
+}
+
+std::vector<LayerSpec> ModelConfig::LayerList() const {
+  if (!layers.empty()) return layers;
+  return std::vector<LayerSpec>(static_cast<size_t>(n_layers), SingleBlockLayer());
+}
+
+ComponentSpec ModelConfig::FinalNorm() const {
+  return layers.empty() ? SingleBlockLayer().norm : final_norm;
+}
+
+bool ModelConfig::IsSingleBlock() const {
+  if (layers.empty()) return true;
+  const LayerSpec block = SingleBlockLayer();
+  for (const LayerSpec& layer : layers) {
+    if (layer != block) return false;
+  }
+  return final_norm == block.norm;
+}
+
 int64_t ModelConfig::StateFloatsPerSlot() const {
-  return int64_t{n_layers} * n_heads * feature_dim * (int64_t{head_dim} + 1);
+  if (layers.empty()) return int64_t{n_layers} * n_heads * feature_dim * (int64_t{head_dim} + 1);
+  return StateOffsets().back();
+}
+
+std::vector<int64_t> ModelConfig::StateOffsets() const {
+  std::vector<int64_t> offsets = {0};
+  for (const LayerSpec& layer : LayerList()) {
+    const MixerKind* kind = FindMixerKind(layer.mixer.kind);
+    offsets.push_back(offsets.back() + kind->state_floats(layer.mixer.params));
+  }
+  return offsets;
 }
 
 absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::string_view source) {
@@ -230,66 +257,89 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
                                                      "\", got ", DescribeJson(*architecture)));
   }
 
+  const Json* layers = reader.Find("layers");
   absl::Status status;
   auto check = [&](absl::Status s) {
     if (status.ok()) status = std::move(s);
   };
   check(reader.Int("vocab_size", 1, 1 << 20, /*required=*/true, c.vocab_size));
   check(reader.Int("d_model", 1, 65536, true, c.d_model));
-  check(reader.Int("n_layers", 1, 1024, true, c.n_layers));
-  check(reader.Int("n_heads", 1, 1024, true, c.n_heads));
-  check(reader.Int("head_dim", 1, 4096, true, c.head_dim));
-  check(reader.Int("d_ff", 1, 1 << 20, true, c.d_ff));
-  const bool feature_dim_given = reader.Find("feature_dim") != nullptr;
-  check(reader.Int("feature_dim", 1, 16384, false, c.feature_dim));
-  check(reader.Choice("norm", kNormNames, c.norm));
-  check(reader.Choice("activation", kActivationNames, c.activation));
-  check(reader.Choice("feature_map", kFeatureMapNames, c.feature_map));
-  check(reader.Choice("position", kPositionNames, c.position));
+  if (layers == nullptr) {
+    check(reader.Int("n_layers", 1, 1024, true, c.n_layers));
+    check(ReadSingleBlockFields(reader, c));
+  }
+  check(ReadEnum(reader, "norm", kNormNames, c.norm));
+  if (layers == nullptr) {
+    check(ReadParamEnum(reader, "activation", FfnKind(), "activation", ActivationFromString,
+                        c.activation));
+    check(ReadParamEnum(reader, "feature_map", LinearAttentionKind(), "feature_map",
+                        FeatureMapFromString, c.feature_map));
+  }
+  check(ReadEnum(reader, "position", kPositionNames, c.position));
   check(reader.Int("max_position", 0, 1 << 24, false, c.max_position));
-  check(reader.Bool("bias", c.bias));
+  if (layers == nullptr) check(reader.Bool("bias", c.bias));
   check(reader.Bool("tie_embeddings", c.tie_embeddings));
-  check(reader.Epsilon("attention_eps", c.attention_eps));
-  check(reader.Epsilon("layer_norm_eps", c.layer_norm_eps));
-  check(reader.Choice("tokenizer", kTokenizerNames, c.tokenizer));
+  if (layers == nullptr) {
+    check(reader.Epsilon("attention_eps", c.attention_eps));
+    check(reader.Epsilon("layer_norm_eps", c.layer_norm_eps));
+  }
+  check(ReadEnum(reader, "tokenizer", kTokenizerNames, c.tokenizer));
   check(reader.Int("bos_token_id", -1, (1 << 20) - 1, false, c.bos_token_id));
   check(reader.Int("eos_token_id", -1, (1 << 20) - 1, false, c.eos_token_id));
+  if (layers != nullptr) check(ReadLayers(*layers, reader, source, c));
   if (!status.ok()) return status;
   if (absl::Status s = reader.RejectUnknown(); !s.ok()) return s;
-  if (!feature_dim_given) c.feature_dim = c.head_dim;
-  if (absl::Status s = CheckCrossFields(c, reader, feature_dim_given); !s.ok()) return s;
+  if (absl::Status s = CheckCrossFields(c, reader); !s.ok()) return s;
+  if (!c.layers.empty()) FillSingleBlockFields(c);
   return c;
 }
 
 std::string ModelConfigToJson(const ModelConfig& c) {
   // Ordered so that the file reads in the order of config.h.
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  const bool single_block = c.layers.empty();
   j["architecture"] = c.architecture;
   j["vocab_size"] = c.vocab_size;
   j["d_model"] = c.d_model;
   j["n_layers"] = c.n_layers;
-  j["n_heads"] = c.n_heads;
-  j["head_dim"] = c.head_dim;
-  j["d_ff"] = c.d_ff;
-  j["feature_dim"] = c.feature_dim;
+  if (single_block) {
+    j["n_heads"] = c.n_heads;
+    j["head_dim"] = c.head_dim;
+    j["d_ff"] = c.d_ff;
+    j["feature_dim"] = c.feature_dim;
+  }
   j["norm"] = ToString(c.norm);
-  j["activation"] = ToString(c.activation);
-  j["feature_map"] = ToString(c.feature_map);
+  if (single_block) {
+    j["activation"] = ToString(c.activation);
+    j["feature_map"] = ToString(c.feature_map);
+  }
   j["position"] = ToString(c.position);
   j["max_position"] = c.max_position;
-  j["bias"] = c.bias;
+  if (single_block) j["bias"] = c.bias;
   j["tie_embeddings"] = c.tie_embeddings;
-  j["attention_eps"] = c.attention_eps;
-  j["layer_norm_eps"] = c.layer_norm_eps;
+  if (single_block) {
+    j["attention_eps"] = c.attention_eps;
+    j["layer_norm_eps"] = c.layer_norm_eps;
+  }
   j["tokenizer"] = ToString(c.tokenizer);
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
+  if (!single_block) {
+    nlohmann::ordered_json layers = nlohmann::ordered_json::array();
+    for (const LayerSpec& layer : c.layers) {
+      nlohmann::ordered_json l = nlohmann::ordered_json::object();
+      l["mixer"] = ComponentToJson(layer.mixer);
+      l["norm"] = ComponentToJson(layer.norm);
+      l["mlp"] = ComponentToJson(layer.mlp);
+      layers.push_back(std::move(l));
+    }
+    j["layers"] = std::move(layers);
+    j["final_norm"] = ComponentToJson(c.final_norm);
+  }
   return j.dump(2) + "\n";
 }
 
 std::string_view ToString(NormPlacement v) { return NameOf(kNormNames, v); }
-std::string_view ToString(Activation v) { return NameOf(kActivationNames, v); }
-std::string_view ToString(FeatureMap v) { return NameOf(kFeatureMapNames, v); }
 std::string_view ToString(PositionEmbedding v) { return NameOf(kPositionNames, v); }
 std::string_view ToString(TokenizerKind v) { return NameOf(kTokenizerNames, v); }
 

@@ -11,7 +11,7 @@
 
 namespace linserve {
 
-// Deepest nesting of arrays and objects accepted. Our files need 3 levels; the limit is checked
+// Deepest nesting of arrays and objects accepted. Our files need 4 levels; the limit is checked
 // before parsing so that hostile input cannot make the parser build (and later destroy or print)
 // millions of nested values.
 inline constexpr int kMaxJsonDepth = 16;

@@ -1,5 +1,6 @@
 #include "model/format/weights.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <utility>
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "model/format/file_io.h"
+#include "model/layers/kinds.h"
 
 namespace linserve {
 namespace {
@@ -22,44 +24,61 @@ int64_t Product(const std::vector<int64_t>& shape) {
 }
 
 // Calls fn(spec, tensor, required) for every field of `weights`, those `config` leaves absent
-// included (required == false, spec.shape empty). W is ModelWeights or const ModelWeights; the
-// caller guarantees weights.layers.size() == config.n_layers.
+// included (required == false, spec.shape empty; spec.name then names the field), in the order
+// of the file: embeddings, each layer (its norm1, mixer, norm2, MLP), the final norm and the
+// head. W is ModelWeights or const ModelWeights; the caller guarantees
+// weights.layers.size() == config.n_layers.
 template <typename W, typename Fn>
 void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
   const int64_t d = c.d_model;
-  const int64_t hd = int64_t{c.n_heads} * c.head_dim;
   const int64_t vocab = c.vocab_size;
   auto visit = [&fn](std::string name, bool required, std::vector<int64_t> shape, auto& tensor) {
     fn(TensorSpec{std::move(name), required ? std::move(shape) : std::vector<int64_t>{}}, tensor,
        required);
   };
+  // A norm's tensors under `prefix`, into its scale and shift fields.
+  auto visit_norm = [&](const std::string& prefix, const ComponentSpec& norm, bool used,
+                        auto& scale, auto& shift) {
+    bool scale_used = false;
+    bool shift_used = false;
+    if (used) {
+      for (const NormTensorDecl& t : FindNormKind(norm.kind)->tensors(norm.params, d)) {
+        const bool is_scale = t.role == NormTensorDecl::Role::kScale;
+        (is_scale ? scale_used : shift_used) = true;
+        visit(prefix + t.name, true, t.shape, is_scale ? scale : shift);
+      }
+    }
+    if (!scale_used) visit(prefix + "weight", false, {}, scale);
+    if (!shift_used) visit(prefix + "bias", false, {}, shift);
+  };
   visit("embed.weight", true, {vocab, d}, w.token_embedding);
   visit("pos_embed.weight", c.position == PositionEmbedding::kLearned, {int64_t{c.max_position}, d},
         w.position_embedding);
-  for (int32_t i = 0; i < c.n_layers; ++i) {
-    auto& l = w.layers[static_cast<size_t>(i)];
+  const std::vector<LayerSpec> layers = c.LayerList();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    auto& l = w.layers[i];
+    const LayerSpec& spec = layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
-    visit(p + "ln1.weight", true, {d}, l.ln1_weight);
-    visit(p + "ln1.bias", true, {d}, l.ln1_bias);
-    visit(p + "attn.q_proj.weight", true, {hd, d}, l.q_weight);
-    visit(p + "attn.q_proj.bias", c.bias, {hd}, l.q_bias);
-    visit(p + "attn.k_proj.weight", true, {hd, d}, l.k_weight);
-    visit(p + "attn.k_proj.bias", c.bias, {hd}, l.k_bias);
-    visit(p + "attn.v_proj.weight", true, {hd, d}, l.v_weight);
-    visit(p + "attn.v_proj.bias", c.bias, {hd}, l.v_bias);
-    visit(p + "attn.o_proj.weight", true, {d, hd}, l.o_weight);
-    visit(p + "attn.o_proj.bias", c.bias, {d}, l.o_bias);
-    visit(p + "attn.favor_projection", c.feature_map == FeatureMap::kFavorPlus,
-          {int64_t{c.feature_dim}, int64_t{c.head_dim}}, l.favor_projection);
-    visit(p + "ln2.weight", true, {d}, l.ln2_weight);
-    visit(p + "ln2.bias", true, {d}, l.ln2_bias);
-    visit(p + "ffn.fc1.weight", true, {int64_t{c.d_ff}, d}, l.fc1_weight);
-    visit(p + "ffn.fc1.bias", c.bias, {int64_t{c.d_ff}}, l.fc1_bias);
-    visit(p + "ffn.fc2.weight", true, {d, int64_t{c.d_ff}}, l.fc2_weight);
-    visit(p + "ffn.fc2.bias", c.bias, {d}, l.fc2_bias);
+    std::vector<TensorDecl> used = FindMixerKind(spec.mixer.kind)->tensors(spec.mixer.params, d);
+    const std::vector<TensorDecl> mlp = FindMlpKind(spec.mlp.kind)->tensors(spec.mlp.params, d);
+    visit_norm(p + "ln1.", spec.norm, true, l.ln1_weight, l.ln1_bias);
+    for (const TensorDecl& t : used) visit(p + t.name, true, t.shape, l.*t.field);
+    visit_norm(p + "ln2.", spec.norm, true, l.ln2_weight, l.ln2_bias);
+    for (const TensorDecl& t : mlp) visit(p + t.name, true, t.shape, l.*t.field);
+    used.insert(used.end(), mlp.begin(), mlp.end());
+    for (const LayerWeightsField& field : kLayerWeightsFields) {
+      const bool declared = std::any_of(used.begin(), used.end(), [&](const TensorDecl& t) {
+        return t.field == field.field;
+      });
+      const bool norm = field.field == &LayerWeights::ln1_weight ||
+                        field.field == &LayerWeights::ln1_bias ||
+                        field.field == &LayerWeights::ln2_weight ||
+                        field.field == &LayerWeights::ln2_bias;
+      if (!declared && !norm) visit(p + std::string(field.name), false, {}, l.*field.field);
+    }
   }
-  visit("final_norm.weight", c.norm == NormPlacement::kPre, {d}, w.final_norm_weight);
-  visit("final_norm.bias", c.norm == NormPlacement::kPre, {d}, w.final_norm_bias);
+  visit_norm("final_norm.", c.FinalNorm(), c.norm == NormPlacement::kPre, w.final_norm_weight,
+             w.final_norm_bias);
   visit("lm_head.weight", !c.tie_embeddings, {vocab, d}, w.lm_head);
 }
 
@@ -94,12 +113,7 @@ int64_t ModelWeights::ParameterCount() const {
   int64_t n = count(token_embedding) + count(position_embedding) + count(final_norm_weight) +
               count(final_norm_bias) + count(lm_head);
   for (const LayerWeights& l : layers) {
-    for (const Tensor* t :
-         {&l.ln1_weight, &l.ln1_bias, &l.q_weight, &l.q_bias, &l.k_weight, &l.k_bias, &l.v_weight,
-          &l.v_bias, &l.o_weight, &l.o_bias, &l.favor_projection, &l.ln2_weight, &l.ln2_bias,
-          &l.fc1_weight, &l.fc1_bias, &l.fc2_weight, &l.fc2_bias}) {
-      n += count(*t);
-    }
+    for (const LayerWeightsField& field : kLayerWeightsFields) n += count(l.*field.field);
   }
   return n;
 }

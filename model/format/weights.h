@@ -1,5 +1,6 @@
 // ModelWeights: every tensor of a model, converted to fp32 on the host, in named fields.
-// Layouts follow PyTorch's nn.Linear: a projection weight is [out_features, in_features].
+// Layouts follow PyTorch's nn.Linear: a projection weight is [out_features, in_features]. Which
+// tensors a layer holds is declared by its kinds (model/layers/); the rest are here.
 #ifndef LINSERVE_MODEL_FORMAT_WEIGHTS_H_
 #define LINSERVE_MODEL_FORMAT_WEIGHTS_H_
 
@@ -12,35 +13,15 @@
 #include "absl/status/statusor.h"
 #include "model/format/config.h"
 #include "model/format/safetensors.h"
+#include "model/layers/layer_weights.h"
 
 namespace linserve {
-
-// A dense fp32 tensor, row-major. An empty tensor (no shape) stands for "absent" (e.g. biases
-// when ModelConfig::bias is false).
-struct Tensor {
-  std::vector<int64_t> shape;
-  std::vector<float> data;
-  bool empty() const { return data.empty(); }
-};
-
-// Tensor names in model.safetensors are given next to each field.
-struct LayerWeights {
-  Tensor ln1_weight, ln1_bias;    // layers.{i}.ln1.weight / .bias            [d_model]
-  Tensor q_weight, q_bias;        // layers.{i}.attn.q_proj.weight / .bias    [H*Dh, d_model] / [H*Dh]
-  Tensor k_weight, k_bias;        // layers.{i}.attn.k_proj.weight / .bias
-  Tensor v_weight, v_bias;        // layers.{i}.attn.v_proj.weight / .bias
-  Tensor o_weight, o_bias;        // layers.{i}.attn.o_proj.weight / .bias    [d_model, H*Dh] / [d_model]
-  Tensor favor_projection;        // layers.{i}.attn.favor_projection         [feature_dim, head_dim] (favor_plus only)
-  Tensor ln2_weight, ln2_bias;    // layers.{i}.ln2.weight / .bias            [d_model]
-  Tensor fc1_weight, fc1_bias;    // layers.{i}.ffn.fc1.weight / .bias        [d_ff, d_model] / [d_ff]
-  Tensor fc2_weight, fc2_bias;    // layers.{i}.ffn.fc2.weight / .bias        [d_model, d_ff] / [d_model]
-};
 
 struct ModelWeights {
   Tensor token_embedding;         // embed.weight                             [vocab, d_model]
   Tensor position_embedding;      // pos_embed.weight                         [max_position, d_model] (learned only)
   std::vector<LayerWeights> layers;
-  Tensor final_norm_weight, final_norm_bias;  // final_norm.weight / .bias    [d_model] (pre-norm only)
+  Tensor final_norm_weight, final_norm_bias;  // final_norm.weight / .bias (pre-norm only; as its norm kind declares)
   Tensor lm_head;                 // lm_head.weight                           [vocab, d_model] (untied only)
 
   // logits = h · head()ᵀ: the token embedding when tied, lm_head otherwise.

@@ -1,5 +1,6 @@
-// Tokenizer: text <-> token ids. Two implementations: ByteTokenizer (one id per byte, plus
-// specials) and SentencePieceTokenizer (Debian's libsentencepiece).
+// Tokenizer: text <-> token ids, the interface. Two implementations: ByteTokenizer (one id per
+// byte, plus specials) and SentencePieceTokenizer (Debian's libsentencepiece); LoadTokenizer
+// (load_tokenizer.h) picks one.
 #ifndef LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 #define LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 
@@ -12,7 +13,6 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "model/format/config.h"
 #include "model/types.h"
 
 namespace linserve {
@@ -44,10 +44,6 @@ class Tokenizer {
   // error naming the position.
   absl::StatusOr<std::string> Decode(absl::Span<const TokenId> ids) const;
 };
-
-// Loads the tokenizer a model directory names in its config (tokenizer.model for SentencePiece).
-absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& config,
-                                                         const std::string& model_dir);
 
 // Turns a stream of tokens into text that only ever contains complete UTF-8 characters:
 // bytes of a character split across tokens are held back until the character is complete.

@@ -1,7 +1,6 @@
 #include "server/sessions/snapshot.h"
 
 #include <bit>
-#include <cmath>
 #include <cstring>
 #include <string>
 #include <type_traits>
@@ -10,6 +9,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "model/format/session_state.h"
 #include "server/storage/sha256.h"
 
 namespace linserve {
@@ -70,38 +70,6 @@ absl::Status Corrupt(absl::string_view what) {
 }
 
 absl::string_view Abbreviated(absl::string_view fingerprint) { return fingerprint.substr(0, 16); }
-
-// Every value finite and within kMaxSnapshotStateMagnitude; every z value (the sum of
-// non-negative features φ(k), whatever the feature map) >= 0, so that the attention
-// denominator φ(q)ᵀz + eps stays positive. The message locates the value in the layout.
-absl::Status CheckStateValues(const std::vector<float>& state, const ModelConfig& config) {
-  const size_t s_floats = static_cast<size_t>(config.feature_dim) * config.head_dim;
-  const size_t head_floats = s_floats + static_cast<size_t>(config.feature_dim);
-  for (size_t i = 0; i < state.size(); ++i) {
-    const float x = state[i];
-    const bool is_z = i % head_floats >= s_floats;
-    const bool ok =
-        std::isfinite(x) && std::fabs(x) <= kMaxSnapshotStateMagnitude && (!is_z || x >= 0.0f);
-    if (ok) continue;
-    const size_t head = i / head_floats;
-    const size_t offset = i % head_floats;
-    const std::string where = absl::StrCat(
-        " (layer ", head / config.n_heads, ", head ", head % config.n_heads,
-        is_z ? absl::StrCat(", z[", offset - s_floats, "]")
-             : absl::StrCat(", S[", offset / config.head_dim, "][", offset % config.head_dim, "]"),
-        ")");
-    if (!std::isfinite(x)) {
-      return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x, " is not finite"));
-    }
-    if (std::fabs(x) > kMaxSnapshotStateMagnitude) {
-      return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x, " exceeds the magnitude bound ",
-                                  kMaxSnapshotStateMagnitude));
-    }
-    return Corrupt(absl::StrCat("state[", i, "]", where, ": ", x,
-                                " is negative (z sums non-negative features)"));
-  }
-  return absl::OkStatus();
-}
 
 // The fields after the version and before the state (see the layout in snapshot.h).
 absl::StatusOr<SnapshotHeader> ReadHeader(Reader& r, absl::string_view model_fingerprint,
@@ -244,18 +212,10 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
   if (!r.GetArray(snapshot.state.state.data(), state_floats, sizeof(float))) {
     return Corrupt("truncated state");
   }
-  if (absl::Status s = CheckStateValues(snapshot.state.state, config); !s.ok()) return s;
-  // A state at position 0 has consumed nothing: it is the initial one. A session whose state
-  // is at position 0 starts from, and leaves, shared prefix states (Job::knows_history), so a
-  // crafted state there would poison other requests' results.
-  if (snapshot.state.position == 0) {
-    for (size_t i = 0; i < snapshot.state.state.size(); ++i) {
-      if (snapshot.state.state[i] != 0.0f) {
-        return Corrupt(absl::StrCat("state[", i, "]: ", snapshot.state.state[i],
-                                    " at position 0, where the state must be the initial one "
-                                    "(all zeros)"));
-      }
-    }
+  if (absl::Status s = ValidateSessionState(config, snapshot.state.position, snapshot.state.state,
+                                            kMaxSnapshotStateMagnitude);
+      !s.ok()) {
+    return Corrupt(s.message());
   }
 
   uint32_t pending_size = 0;

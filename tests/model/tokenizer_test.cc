@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tokenizer/load_tokenizer.h"
 #include "model/tokenizer/utf8.h"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"

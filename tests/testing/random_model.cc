@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/format/file_io.h"
-#include "model/tokenizer/tokenizer.h"
+#include "model/tokenizer/load_tokenizer.h"
 
 namespace linserve {
 namespace {

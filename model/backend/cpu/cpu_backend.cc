@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threads.h"
 #include "spdlog/spdlog.h"
 
@@ -15,37 +16,9 @@ constexpr int32_t kMaxChunk = 4096;
 constexpr int32_t kMaxThreads = 1024;
 constexpr int32_t kMaxBatch = 1 << 16;
 
-cpu::FeatureMap ToKernel(FeatureMap m) {
-  switch (m) {
-    case FeatureMap::kEluPlusOne:
-      return cpu::FeatureMap::kEluPlusOne;
-    case FeatureMap::kRelu:
-      return cpu::FeatureMap::kRelu;
-    case FeatureMap::kExp:
-      return cpu::FeatureMap::kExp;
-    case FeatureMap::kFavorPlus:
-      return cpu::FeatureMap::kFavorPlus;
-  }
-  return cpu::FeatureMap::kEluPlusOne;
-}
-
-cpu::Activation ToKernel(Activation a) {
-  switch (a) {
-    case Activation::kGelu:
-      return cpu::Activation::kGelu;
-    case Activation::kGeluTanh:
-      return cpu::Activation::kGeluTanh;
-    case Activation::kRelu:
-      return cpu::Activation::kRelu;
-  }
-  return cpu::Activation::kGelu;
-}
-
 cpu::PackedMatrix Pack(const Tensor& t) {
   return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
 }
-
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
 
 }  // namespace
 
@@ -77,41 +50,22 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
       threads_(threads),
       state_floats_(model.config.StateFloatsPerSlot()),
       max_rows_(std::max({options.max_batch_size, kPrefillPassRows, options.prefill_chunk_size})),
-      shape_{model.config.n_heads, model.config.feature_dim, model.config.head_dim,
-             static_cast<float>(model.config.attention_eps)},
-      feature_map_(ToKernel(model.config.feature_map)),
-      activation_(ToKernel(model.config.activation)),
       sinusoid_(model.config.position == PositionEmbedding::kSinusoidal
                     ? cpu::SinusoidalDenominators(model.config.d_model)
                     : std::vector<double>()),
       pool_(model.config, options, capacity),
       states_(static_cast<int64_t>(capacity) * model.config.StateFloatsPerSlot()),
       sampling_(capacity, model.config.vocab_size, threads) {
-  const ModelWeights& w = model.weights;
-  layers_.reserve(w.layers.size());
-  for (const LayerWeights& l : w.layers) {
-    layers_.push_back(PackedLayer{Pack(l.q_weight), Pack(l.k_weight), Pack(l.v_weight),
-                                  Pack(l.o_weight), Pack(l.fc1_weight), Pack(l.fc2_weight)});
-  }
-  head_ = Pack(w.head(config_));
-
-  const int64_t rows = max_rows_;
-  const int64_t d = config_.d_model;
-  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
-  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
-  x_ = cpu::FloatBuffer(rows * d);
-  h_ = cpu::FloatBuffer(rows * d);
-  q_ = cpu::FloatBuffer(rows * hd);
-  k_ = cpu::FloatBuffer(rows * hd);
-  v_ = cpu::FloatBuffer(rows * hd);
-  phi_q_ = cpu::FloatBuffer(rows * hf);
-  phi_k_ = cpu::FloatBuffer(rows * hf);
-  attn_ = cpu::FloatBuffer(rows * hd);
-  ff_ = cpu::FloatBuffer(rows * config_.d_ff);
-  chunk_scratch_ = cpu::FloatBuffer(
-      cpu::LinearAttentionChunkScratchFloats(options.prefill_chunk_size, threads));
+  layers_ = CreateCpuLayers({.model = model,
+                             .options = options,
+                             .threads = threads,
+                             .max_rows = max_rows_,
+                             .workspace = workspace_});
+  workspace_.Allocate();
+  head_ = Pack(model.weights.head(config_));
+  x_ = cpu::FloatBuffer(int64_t{max_rows_} * config_.d_model);
+  h_ = cpu::FloatBuffer(int64_t{max_rows_} * config_.d_model);
   decode_slots_.resize(static_cast<size_t>(options.max_batch_size));
-  layer_states_.resize(static_cast<size_t>(options.max_batch_size));
   sample_slots_.resize(static_cast<size_t>(options.max_batch_size));
   pieces_.reserve(static_cast<size_t>(options.max_batch_size));
   head_rows_.reserve(static_cast<size_t>(options.max_batch_size));
@@ -264,92 +218,32 @@ void CpuBackend::Embed(int row, TokenId token, int64_t position) {
   }
 }
 
-void CpuBackend::PieceAttention(const PrefillPiece& piece, int64_t layer_offset) {
-  const int64_t chunk = options_.prefill_chunk_size;
-  const int64_t hf = static_cast<int64_t>(config_.n_heads) * config_.feature_dim;
-  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
-  float* state = SlotState(piece.slot) + layer_offset;
-  for (int r = 0; r < piece.rows;) {
-    // Pieces start at a multiple of the chunk size from their item's first token (RunPrefill
-    // cuts items there), so these are the chunks of the item fed alone.
-    const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk));
-    const int64_t row = piece.first_row + r;
-    const float* phi_q = phi_q_.data() + row * hf;
-    const float* phi_k = phi_k_.data() + row * hf;
-    const float* v = v_.data() + row * hd;
-    float* out = attn_.data() + row * hd;
-    if (rows == 1) {
-      // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's
-      // GEMM calls and gives bitwise what Decode would.
-      layer_states_[0] = state;
-      cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
-    } else {
-      cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out, chunk_scratch_.data(),
-                                threads_);
-    }
-    r += rows;
-  }
-}
-
-void CpuBackend::Attention(int layer, int rows, bool prefill) {
-  const int64_t layer_offset = layer * shape_.StateFloatsPerLayer();
-  if (prefill) {
-    for (const PrefillPiece& piece : pieces_) PieceAttention(piece, layer_offset);
-    return;
-  }
-  for (int i = 0; i < rows; ++i) layer_states_[i] = SlotState(decode_slots_[i]) + layer_offset;
-  cpu::LinearAttentionDecode(shape_, rows, phi_q_.data(), phi_k_.data(), v_.data(),
-                             layer_states_.data(), attn_.data(), threads_);
-}
-
 void CpuBackend::RunLayers(int rows, bool prefill) {
-  using cpu::Linear;
-  using cpu::LinearOutput;
-  const int64_t d = config_.d_model;
-  const int64_t hd = static_cast<int64_t>(config_.n_heads) * config_.head_dim;
-  const int64_t ff = config_.d_ff;
-  const float ln_eps = static_cast<float>(config_.layer_norm_eps);
   const bool pre = config_.norm == NormPlacement::kPre;
-  const cpu::Activation none = cpu::Activation::kNone;
+  const CpuPass pass{.rows = rows,
+                     .prefill = prefill,
+                     .pieces = pieces_,
+                     .decode_slots = {decode_slots_.data(), static_cast<size_t>(rows)},
+                     .states = states_.data(),
+                     .state_floats = state_floats_};
   float* x = x_.data();
   float* h = h_.data();
-
-  for (size_t l = 0; l < layers_.size(); ++l) {
-    const LayerWeights& w = model_.weights.layers[l];
-    const PackedLayer& p = layers_[l];
-    // Attention block; its input is LN1(x) (pre-norm) or x itself (post-norm).
-    const float* in = x;
+  for (CpuLayer& layer : layers_.layers) {
+    // Mixer block; its input is norm1(x) (pre-norm) or x itself (post-norm).
     if (pre) {
-      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, h);
-      in = h;
+      layer.norm1->Apply(x, rows, h);
+      layer.mixer->Forward(h, pass, x);
+    } else {
+      layer.mixer->Forward(x, pass, x);
+      layer.norm1->Apply(x, rows, x);
     }
-    Linear(in, rows, d, p.q, OrNull(w.q_bias), none, LinearOutput::kStore, q_.data(), hd, threads_);
-    Linear(in, rows, d, p.k, OrNull(w.k_bias), none, LinearOutput::kStore, k_.data(), hd, threads_);
-    Linear(in, rows, d, p.v, OrNull(w.v_bias), none, LinearOutput::kStore, v_.data(), hd, threads_);
-    const float* favor = OrNull(w.favor_projection);
-    const int64_t vectors = static_cast<int64_t>(rows) * config_.n_heads;
-    cpu::ApplyFeatureMap(feature_map_, q_.data(), vectors, config_.head_dim, favor,
-                         config_.feature_dim, phi_q_.data());
-    cpu::ApplyFeatureMap(feature_map_, k_.data(), vectors, config_.head_dim, favor,
-                         config_.feature_dim, phi_k_.data());
-    Attention(static_cast<int>(l), rows, prefill);
-    Linear(attn_.data(), rows, hd, p.o, OrNull(w.o_bias), none, LinearOutput::kAccumulate, x, d,
-           threads_);
-    if (!pre) {
-      cpu::LayerNorm(x, rows, d, w.ln1_weight.data.data(), w.ln1_bias.data.data(), ln_eps, x);
-    }
-    // Feed-forward block.
-    in = x;
+    // MLP block.
     if (pre) {
-      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, h);
-      in = h;
-    }
-    Linear(in, rows, d, p.fc1, OrNull(w.fc1_bias), activation_, LinearOutput::kStore, ff_.data(),
-           ff, threads_);
-    Linear(ff_.data(), rows, ff, p.fc2, OrNull(w.fc2_bias), none, LinearOutput::kAccumulate, x, d,
-           threads_);
-    if (!pre) {
-      cpu::LayerNorm(x, rows, d, w.ln2_weight.data.data(), w.ln2_bias.data.data(), ln_eps, x);
+      layer.norm2->Apply(x, rows, h);
+      layer.mlp->Forward(h, rows, x);
+    } else {
+      layer.mlp->Forward(x, rows, x);
+      layer.norm2->Apply(x, rows, x);
     }
   }
 }
@@ -357,10 +251,8 @@ void CpuBackend::RunLayers(int rows, bool prefill) {
 void CpuBackend::Head(int first, int rows, float* logits) {
   const int64_t d = config_.d_model;
   const float* in = x_.data() + first * d;
-  if (config_.norm == NormPlacement::kPre) {
-    cpu::LayerNorm(in, rows, d, model_.weights.final_norm_weight.data.data(),
-                   model_.weights.final_norm_bias.data.data(),
-                   static_cast<float>(config_.layer_norm_eps), h_.data());
+  if (layers_.final_norm != nullptr) {
+    layers_.final_norm->Apply(in, rows, h_.data());
     in = h_.data();
   }
   cpu::Linear(in, rows, d, head_, nullptr, cpu::Activation::kNone, cpu::LinearOutput::kStore,
@@ -372,10 +264,8 @@ void CpuBackend::HeadRows(absl::Span<const int> rows, float* logits) {
   for (size_t i = 0; i < rows.size(); ++i) {
     const float* x = x_.data() + rows[i] * d;
     float* h = h_.data() + static_cast<int64_t>(i) * d;
-    if (config_.norm == NormPlacement::kPre) {
-      cpu::LayerNorm(x, 1, d, model_.weights.final_norm_weight.data.data(),
-                     model_.weights.final_norm_bias.data.data(),
-                     static_cast<float>(config_.layer_norm_eps), h);
+    if (layers_.final_norm != nullptr) {
+      layers_.final_norm->Apply(x, 1, h);
     } else {
       std::copy(x, x + d, h);
     }

@@ -1,6 +1,9 @@
 // CpuBackend: the Backend of model/backend/backend.h on the host, in fp32 — the source of truth every
 // other backend is tested against.
 //
+// The model runs as its list of layers (model/backend/cpu/cpu_layer.h: one object per mixer,
+// norm and MLP, by kind); a slot's state is the layers' slices concatenated.
+//
 // Memory: the weights are repacked once into the panel layout of kernels/cpu/packed_linear.h
 // (as many bytes again as the model's projection and head weights); the state pool is one
 // allocation of slot_capacity() · StateFloatsPerSlot() floats whose pages are only touched when
@@ -31,13 +34,12 @@
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "kernels/cpu/aligned_buffer.h"
-#include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/linear_attention.h"
 #include "kernels/cpu/packed_linear.h"
 #include "model/backend/backend.h"
-#include "model/model.h"
+#include "model/backend/cpu/cpu_layer.h"
 #include "model/backend/host_sampling.h"
 #include "model/backend/slot_pool.h"
+#include "model/model.h"
 
 namespace linserve {
 
@@ -83,10 +85,6 @@ class CpuBackend final : public Backend {
   static constexpr int kPrefillPassRows = 512;
 
  private:
-  struct PackedLayer {
-    cpu::PackedMatrix q, k, v, o, fc1, fc2;
-  };
-
   CpuBackend(const Model& model, const BackendOptions& options, int32_t capacity, int threads);
 
   float* SlotState(int32_t slot) { return states_.data() + slot * state_floats_; }
@@ -95,13 +93,6 @@ class CpuBackend final : public Backend {
   void ClearSlot(SlotId slot);
   // max_batch_size rows of logits for the sampling calls, allocated at first use.
   float* SampleLogits();
-  // Consecutive rows of one prefill pass: tokens of one item for `slot`, starting at a
-  // multiple of the chunk size from the item's first token.
-  struct PrefillPiece {
-    int32_t slot;
-    int first_row;
-    int rows;
-  };
 
   // The prefill and decode bodies, after validation. RunPrefill writes to `logits` every
   // position's logits when `all_logits` (a batch of one item), else one row per item with
@@ -111,17 +102,13 @@ class CpuBackend final : public Backend {
 
   // x_[row] = token embedding + position embedding.
   void Embed(int row, TokenId token, int64_t position);
-  // Runs every layer over rows [0, rows) of x_. Attention: with `prefill` the rows are
-  // pieces_ (chunked form); otherwise row i is one token of slot decode_slots_[i] (recurrent
-  // form).
+  // Runs every layer over rows [0, rows) of x_. Mixers: with `prefill` the rows are pieces_
+  // (chunked form); otherwise row i is one token of slot decode_slots_[i] (recurrent form).
   void RunLayers(int rows, bool prefill);
   // logits[i] for rows [first, first + rows) of x_, after the final norm (pre-norm models).
   void Head(int first, int rows, float* logits);
   // logits[i] for row rows[i] of x_.
   void HeadRows(absl::Span<const int> rows, float* logits);
-  void Attention(int layer, int rows, bool prefill);
-  // One piece's attention for one layer, in position-aligned chunks.
-  void PieceAttention(const PrefillPiece& piece, int64_t layer_offset);
 
   const Model& model_;
   const ModelConfig& config_;
@@ -129,12 +116,10 @@ class CpuBackend final : public Backend {
   const int threads_;
   const int64_t state_floats_;
   const int max_rows_;
-  const cpu::AttentionShape shape_;
-  const cpu::FeatureMap feature_map_;
-  const cpu::Activation activation_;
   const std::vector<double> sinusoid_;  // denominators, sinusoidal positions only
 
-  std::vector<PackedLayer> layers_;
+  CpuWorkspace workspace_;  // the layers' scratch
+  CpuLayers layers_;
   cpu::PackedMatrix head_;
 
   SlotPool pool_;
@@ -143,10 +128,9 @@ class CpuBackend final : public Backend {
   cpu::FloatBuffer sample_logits_;
   std::vector<SlotId> sample_slots_;  // the slots of a DecodeAndSample batch
 
-  // Scratch, max_rows_ rows each.
-  cpu::FloatBuffer x_, h_, q_, k_, v_, phi_q_, phi_k_, attn_, ff_, chunk_scratch_;
+  // The residual stream and the normed rows, max_rows_ rows each.
+  cpu::FloatBuffer x_, h_;
   std::vector<int32_t> decode_slots_;  // per decode row: its slot
-  std::vector<float*> layer_states_;   // per decode row: its slot's state for one layer
   std::vector<PrefillPiece> pieces_;   // the prefill pass's pieces, in row order
   std::vector<int> head_rows_;         // the prefill pass's rows whose logits are wanted
   std::vector<SlotId> prefill_slots_;  // the sampling items' slots of a PrefillBatch

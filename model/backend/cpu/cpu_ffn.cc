@@ -1,0 +1,68 @@
+#include "model/backend/cpu/cpu_ffn.h"
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/packed_linear.h"
+#include "model/layers/ffn.h"
+
+namespace linserve {
+namespace {
+
+// Workspace buffer (CpuWorkspace index): the hidden rows.
+constexpr int kHidden = 0;
+
+cpu::Activation ToKernel(Activation a) {
+  switch (a) {
+    case Activation::kGelu:
+      return cpu::Activation::kGelu;
+    case Activation::kGeluTanh:
+      return cpu::Activation::kGeluTanh;
+    case Activation::kRelu:
+      return cpu::Activation::kRelu;
+  }
+  return cpu::Activation::kGelu;
+}
+
+const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
+
+class CpuFfn final : public CpuMlp {
+ public:
+  CpuFfn(const CpuLayerContext& context, const FfnParams& p, const LayerWeights& w)
+      : w_(w),
+        workspace_(context.workspace),
+        threads_(context.threads),
+        d_model_(context.model.config.d_model),
+        d_ff_(p.d_ff),
+        activation_(ToKernel(p.activation)),
+        fc1_(cpu::PackedMatrix::Pack(w.fc1_weight.data.data(), w.fc1_weight.shape[0],
+                                     w.fc1_weight.shape[1])),
+        fc2_(cpu::PackedMatrix::Pack(w.fc2_weight.data.data(), w.fc2_weight.shape[0],
+                                     w.fc2_weight.shape[1])) {
+    workspace_.Reserve(kHidden, int64_t{context.max_rows} * d_ff_);
+  }
+
+  void Forward(const float* in, int rows, float* residual) override {
+    float* hidden = workspace_.buffer(kHidden);
+    cpu::Linear(in, rows, d_model_, fc1_, OrNull(w_.fc1_bias), activation_,
+                cpu::LinearOutput::kStore, hidden, d_ff_, threads_);
+    cpu::Linear(hidden, rows, d_ff_, fc2_, OrNull(w_.fc2_bias), cpu::Activation::kNone,
+                cpu::LinearOutput::kAccumulate, residual, d_model_, threads_);
+  }
+
+ private:
+  const LayerWeights& w_;
+  CpuWorkspace& workspace_;
+  const int threads_;
+  const int64_t d_model_;
+  const int64_t d_ff_;
+  const cpu::Activation activation_;
+  const cpu::PackedMatrix fc1_, fc2_;
+};
+
+}  // namespace
+
+std::unique_ptr<CpuMlp> CreateCpuFfn(const CpuLayerContext& context, const ComponentSpec& spec,
+                                     const LayerWeights& weights) {
+  return std::make_unique<CpuFfn>(context, FfnParams::From(spec.params), weights);
+}
+
+}  // namespace linserve

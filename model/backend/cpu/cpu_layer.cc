@@ -1,0 +1,74 @@
+#include "model/backend/cpu/cpu_layer.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "model/backend/cpu/cpu_ffn.h"
+#include "model/backend/cpu/cpu_layer_norm.h"
+#include "model/backend/cpu/cpu_linear_attention.h"
+#include "model/layers/ffn.h"
+#include "model/layers/layer_norm.h"
+#include "model/layers/linear_attention.h"
+
+namespace linserve {
+namespace {
+
+// The CPU implementation of each kind, by name. A kind the parser accepts but this table lacks
+// is a build without its implementation: there is none, so that is a bug, not bad input.
+std::unique_ptr<CpuMixer> CreateMixer(const CpuLayerContext& context, const ComponentSpec& spec,
+                                      const LayerWeights& weights, int64_t state_offset) {
+  if (spec.kind == LinearAttentionKind().name) {
+    return CreateCpuLinearAttention(context, spec, weights, state_offset);
+  }
+  std::abort();
+}
+
+std::unique_ptr<CpuNorm> CreateNorm(const CpuLayerContext& context, const ComponentSpec& spec,
+                                    const Tensor& scale, const Tensor& shift) {
+  if (spec.kind == LayerNormKind().name) return CreateCpuLayerNorm(context, spec, scale, shift);
+  std::abort();
+}
+
+std::unique_ptr<CpuMlp> CreateMlp(const CpuLayerContext& context, const ComponentSpec& spec,
+                                  const LayerWeights& weights) {
+  if (spec.kind == FfnKind().name) return CreateCpuFfn(context, spec, weights);
+  std::abort();
+}
+
+}  // namespace
+
+void CpuWorkspace::Reserve(int index, int64_t floats) {
+  if (sizes_.size() <= static_cast<size_t>(index)) sizes_.resize(static_cast<size_t>(index) + 1);
+  sizes_[static_cast<size_t>(index)] = std::max(sizes_[static_cast<size_t>(index)], floats);
+}
+
+void CpuWorkspace::Allocate() {
+  buffers_.clear();
+  for (int64_t floats : sizes_) buffers_.emplace_back(floats);
+}
+
+CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
+  const ModelConfig& config = context.model.config;
+  const ModelWeights& w = context.model.weights;
+  const std::vector<LayerSpec> specs = config.LayerList();
+  const std::vector<int64_t> offsets = config.StateOffsets();
+  CpuLayers out;
+  out.layers.reserve(specs.size());
+  for (size_t l = 0; l < specs.size(); ++l) {
+    const LayerSpec& spec = specs[l];
+    const LayerWeights& lw = w.layers[l];
+    out.layers.push_back(CpuLayer{
+        .norm1 = CreateNorm(context, spec.norm, lw.ln1_weight, lw.ln1_bias),
+        .norm2 = CreateNorm(context, spec.norm, lw.ln2_weight, lw.ln2_bias),
+        .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
+        .mlp = CreateMlp(context, spec.mlp, lw)});
+  }
+  if (config.norm == NormPlacement::kPre) {
+    out.final_norm =
+        CreateNorm(context, config.FinalNorm(), w.final_norm_weight, w.final_norm_bias);
+  }
+  return out;
+}
+
+}  // namespace linserve

@@ -1,0 +1,91 @@
+// The kinds a layer is built from, each declared once: a mixer (mixes information across
+// positions and owns a fixed-size slice of each session's state), a norm and an MLP. A kind
+// declares its parameters (param.h), the tensors it reads and, for a mixer, its state slice.
+// Adding a kind is a file here declaring it, an entry in kinds.cc and a backend implementation
+// (model/backend/cpu/cpu_layers.cc for the CPU); the engine, the sessions and the persistence
+// code only ever see a session's state as ModelConfig::StateFloatsPerSlot() floats.
+//
+// The initial state of every mixer kind is all zeros: resetting a slot fills it with zeros, and
+// a state at position 0 must be all zeros (ValidateSessionState, model/format/session_state.h).
+#ifndef LINSERVE_MODEL_LAYERS_COMPONENT_KIND_H_
+#define LINSERVE_MODEL_LAYERS_COMPONENT_KIND_H_
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "model/layers/layer_weights.h"
+#include "model/layers/param.h"
+
+namespace linserve {
+
+// One tensor a mixer or MLP reads: its name under "layers.{i}.", its shape and where it lives.
+struct TensorDecl {
+  std::string name;  // e.g. "attn.q_proj.weight"
+  std::vector<int64_t> shape;
+  Tensor LayerWeights::*field;
+};
+
+// One tensor a norm reads, named under the norm's prefix ("ln1.", "ln2." or "final_norm.").
+struct NormTensorDecl {
+  enum class Role { kScale, kShift };  // the .weight and .bias fields of the norm's instance
+  std::string name;                     // "weight" or "bias"
+  std::vector<int64_t> shape;
+  Role role;
+};
+
+// Builds the error for one parameter of the component being checked (it names the field in
+// config.json, e.g. layers[3].mixer.feature_dim).
+using ParamErrorFn =
+    absl::FunctionRef<absl::Status(const std::string& param, const std::string& message)>;
+
+struct ComponentKind {
+  std::string name;  // its "kind" in config.json
+  std::string doc;   // one sentence for docs/model-format.md
+  std::vector<ParamSpec> params;
+  // Checks between parameters, once each is in range; null when there are none.
+  absl::Status (*check)(const ParamValues& params, ParamErrorFn error) = nullptr;
+};
+
+// A value of a state slice that no session can hold: its index in the slice and what is wrong
+// ("nan is not finite").
+struct StateProblem {
+  int64_t index = 0;
+  std::string what;
+};
+
+struct MixerKind : ComponentKind {
+  std::vector<TensorDecl> (*tensors)(const ParamValues& params, int64_t d_model) = nullptr;
+  // Floats of the slice per session.
+  int64_t (*state_floats)(const ParamValues& params) = nullptr;
+  // The slice's layout, for the docs: "per head: S (feature_dim × head_dim) then z".
+  std::string state_layout;
+  // Where `index` lies in the slice, for messages: "head 2, z[5]".
+  std::string (*locate_state)(const ParamValues& params, int64_t index) = nullptr;
+  // The first value of `slice` (state_floats floats) that an imported state must not hold: not
+  // finite, beyond `max_magnitude`, or impossible for the kind; none when all are fine.
+  std::optional<StateProblem> (*check_state)(const ParamValues& params,
+                                             absl::Span<const float> slice,
+                                             float max_magnitude) = nullptr;
+};
+
+struct NormKind : ComponentKind {
+  std::vector<NormTensorDecl> (*tensors)(const ParamValues& params, int64_t d_model) = nullptr;
+};
+
+struct MlpKind : ComponentKind {
+  std::vector<TensorDecl> (*tensors)(const ParamValues& params, int64_t d_model) = nullptr;
+};
+
+// What every kind's check_state asks of each value: finite and at most `max_magnitude` in
+// magnitude. Returns the problem ("inf is not finite") or none.
+std::optional<std::string> CheckStateValue(float value, float max_magnitude);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_LAYERS_COMPONENT_KIND_H_
