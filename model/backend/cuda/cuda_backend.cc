@@ -17,6 +17,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
 #include "model/backend/cuda/cuda_forward.h"
+#include "model/backend/cuda/cuda_layer.h"
 #include "model/backend/cuda/cuda_weights.h"
 #include "model/backend/cuda/cuda_workspace.h"
 #include "model/backend/cuda/decode_graphs.h"
@@ -52,6 +53,7 @@ struct DeviceParts {
   cuda::Stream stream;
   std::unique_ptr<cuda::Gemm> gemm;
   CudaWeights weights;
+  CudaLayers layers;
   CudaWorkspace workspace;
 };
 
@@ -68,15 +70,15 @@ class CudaBackendImpl final : public CudaBackend {
         gemm_(std::move(parts.gemm)),
         weights_(std::move(parts.weights)),
         ws_(std::move(parts.workspace)),
-        forward_(config_, WeightDType(options.weight_precision), options.prefill_chunk_size,
-                 weights_, ws_, *gemm_),
+        forward_(config_, WeightDType(options.weight_precision), weights_, ws_, *gemm_,
+                 std::move(parts.layers)),
         sampler_(capacity, config.vocab_size, ActivationRows(options), ws_),
         prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
         graphs_(options.max_batch_size) {}
 
   // Checks what the backend was given and waits for the uploads.
   absl::Status Initialize() {
-    LINSERVE_RETURN_IF_ERROR(forward_.CheckShapes());
+    LINSERVE_RETURN_IF_ERROR(forward_.Check());
     return Synchronize();
   }
 
@@ -444,7 +446,8 @@ absl::Status CudaBackendImpl::PrefillBatch(absl::Span<const PrefillItem> batch,
 // ---- Creation --------------------------------------------------------------------------
 
 // Makes `device` current and sets up, in this order, what the backend runs on: the stream and
-// cuBLASLt, the weights, then the workspace (whose size check accounts for the weights).
+// cuBLASLt, the weights, the layer components, then the workspace (whose size check accounts
+// for the weights, and which holds the components' scratch).
 absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions& options,
                                         int32_t device, int32_t capacity) {
   const ModelConfig& config = model.config;
@@ -465,11 +468,18 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
   absl::StatusOr<CudaWeights> weights = UploadWeights(model, dtype, parts.stream.get());
   if (!weights.ok()) return weights.status();
   parts.weights = *std::move(weights);
-  absl::StatusOr<CudaWorkspace> workspace = AllocateWorkspace(
-      config, options, capacity, ActivationRows(options),
-      CudaForward::PrefillScratchFloats(config, PrefillSegment(options),
-                                        options.prefill_chunk_size),
-      dtype, parts.description, static_cast<int64_t>(parts.weights.buffer.size()));
+  ScratchPlan scratch;
+  parts.layers = CreateCudaLayers({.model = model,
+                                   .options = options,
+                                   .dtype = dtype,
+                                   .max_rows = ActivationRows(options),
+                                   .segment = PrefillSegment(options),
+                                   .gemm = *parts.gemm,
+                                   .scratch = scratch},
+                                  parts.weights);
+  absl::StatusOr<CudaWorkspace> workspace =
+      AllocateWorkspace(config, options, capacity, ActivationRows(options), scratch, dtype,
+                        parts.description, static_cast<int64_t>(parts.weights.buffer.size()));
   if (!workspace.ok()) return workspace.status();
   parts.workspace = *std::move(workspace);
   return parts;

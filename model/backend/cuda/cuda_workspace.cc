@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <array>
 #include <utility>
 
@@ -32,9 +33,15 @@ SampleBuffers SamplesAt(char* base, const std::array<size_t, 5>& at) {
 
 }  // namespace
 
+void ScratchPlan::Reserve(ScratchRole role, int index, size_t bytes) {
+  std::vector<size_t>& sizes = sizes_[static_cast<size_t>(role)];
+  if (sizes.size() <= static_cast<size_t>(index)) sizes.resize(static_cast<size_t>(index) + 1);
+  sizes[static_cast<size_t>(index)] = std::max(sizes[static_cast<size_t>(index)], bytes);
+}
+
 absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
                                                 const BackendOptions& options, int32_t capacity,
-                                                int rows, int64_t attention_scratch_floats,
+                                                int rows, const ScratchPlan& scratch,
                                                 cuda::DType dtype, absl::string_view device,
                                                 int64_t weights_bytes) {
   const int64_t vocab = config.vocab_size;
@@ -49,20 +56,20 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const int64_t sampler_bytes = static_cast<int64_t>(sampler_layout.size());
 
   const int64_t d = config.d_model;
-  const int64_t hd = static_cast<int64_t>(config.n_heads) * config.head_dim;
   const size_t n = static_cast<size_t>(rows);
   const size_t element = cuda::DTypeSize(dtype);
   BufferLayout work;
   const size_t x = work.Reserve(n * d * sizeof(float));
   const size_t xt = work.Reserve(n * d * element);
-  const size_t qkv = work.Reserve(n * 3 * hd * sizeof(float));
-  const size_t attn = work.Reserve(n * hd * element);
   const size_t proj = work.Reserve(n * d * sizeof(float));
-  const size_t ff = work.Reserve(n * config.d_ff * sizeof(float));
-  const size_t fft = work.Reserve(n * config.d_ff * element);
   const size_t logits =
       work.Reserve(static_cast<size_t>(options.max_batch_size) * vocab * sizeof(float));
-  const size_t scratch = work.Reserve(attention_scratch_floats * sizeof(float));
+  std::array<std::vector<size_t>, 2> scratch_at;
+  for (ScratchRole role : {ScratchRole::kMixer, ScratchRole::kMlp}) {
+    for (size_t bytes : scratch.sizes(role)) {
+      scratch_at[static_cast<size_t>(role)].push_back(work.Reserve(bytes));
+    }
+  }
   const size_t tokens = work.Reserve(n * sizeof(int32_t));
   const size_t positions = work.Reserve(n * sizeof(int64_t));
   const size_t row_slots = work.Reserve(n * sizeof(int32_t));
@@ -112,13 +119,11 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   char* w = ws.activation_buffer.as<char>();
   ws.act.x = reinterpret_cast<float*>(w + x);
   ws.act.xt = w + xt;
-  ws.act.qkv = reinterpret_cast<float*>(w + qkv);
-  ws.act.attn = w + attn;
   ws.act.proj = reinterpret_cast<float*>(w + proj);
-  ws.act.ff = reinterpret_cast<float*>(w + ff);
-  ws.act.fft = w + fft;
   ws.act.logits = reinterpret_cast<float*>(w + logits);
-  ws.act.attention_scratch = reinterpret_cast<float*>(w + scratch);
+  for (size_t role = 0; role < scratch_at.size(); ++role) {
+    for (size_t offset : scratch_at[role]) ws.scratch[role].push_back(w + offset);
+  }
   ws.device_rows.tokens = reinterpret_cast<int32_t*>(w + tokens);
   ws.device_rows.positions = reinterpret_cast<int64_t*>(w + positions);
   ws.device_rows.slots = reinterpret_cast<int32_t*>(w + row_slots);

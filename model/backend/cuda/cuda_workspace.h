@@ -7,8 +7,10 @@
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -41,17 +43,27 @@ struct SampleBuffers {
   float* top_logprobs = nullptr;  // [rows, kMaxTopLogprobs]
 };
 
-// One pass's activations on the device; T is the weights' type.
+// One pass's activations on the device, between the layer components; T is the weights' type.
 struct Activations {
   float* x = nullptr;       // [rows, d] residual stream
-  void* xt = nullptr;       // T [rows, d] next GEMM input (normalised / cast)
-  float* qkv = nullptr;     // [rows, 3·H·Dh]
-  void* attn = nullptr;     // T [rows, H·Dh]
-  float* proj = nullptr;    // [rows, d] output of o_proj / fc2
-  float* ff = nullptr;      // [rows, d_ff]
-  void* fft = nullptr;      // T [rows, d_ff]
+  void* xt = nullptr;       // T [rows, d] next component's input (normalised / cast)
+  float* proj = nullptr;    // [rows, d] a mixer's or MLP's output
   float* logits = nullptr;  // [max_batch_size, vocab]
-  float* attention_scratch = nullptr;
+};
+
+// The layer components' own scratch, reserved before the workspace is allocated: numbered
+// buffers per role, each as large as the largest request for it. The mixers share theirs (one
+// runs at a time), and so do the MLPs.
+enum class ScratchRole { kMixer, kMlp };
+class ScratchPlan {
+ public:
+  void Reserve(ScratchRole role, int index, size_t bytes);
+  const std::vector<size_t>& sizes(ScratchRole role) const {
+    return sizes_[static_cast<size_t>(role)];
+  }
+
+ private:
+  std::array<std::vector<size_t>, 2> sizes_;
 };
 
 struct CudaWorkspace {
@@ -60,6 +72,7 @@ struct CudaWorkspace {
   float* state = nullptr;
   cuda::SamplerSlots sampler;
   Activations act;
+  std::array<std::vector<void*>, 2> scratch;  // per ScratchRole, per index
   RowInputs device_rows;
   RowInputs host_rows;
   SampleBuffers device_samples;
@@ -76,13 +89,18 @@ struct CudaWorkspace {
   cuda::PinnedBuffer pinned;
 };
 
-// Allocates a workspace for `capacity` slots and passes of `rows` rows (`attention_scratch_floats`
-// for the prefill attention of one pass). RESOURCE_EXHAUSTED when it does not fit in what
+// The scratch buffer `index` of `role` that a component reserved.
+inline void* Scratch(const CudaWorkspace& workspace, ScratchRole role, int index) {
+  return workspace.scratch[static_cast<size_t>(role)][static_cast<size_t>(index)];
+}
+
+// Allocates a workspace for `capacity` slots, passes of `rows` rows and the components'
+// `scratch`. RESOURCE_EXHAUSTED when it does not fit in what
 // `device` (its description) has free after the weights (`weights_bytes`), naming the options
 // that size it.
 absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
                                                 const BackendOptions& options, int32_t capacity,
-                                                int rows, int64_t attention_scratch_floats,
+                                                int rows, const ScratchPlan& scratch,
                                                 cuda::DType dtype, absl::string_view device,
                                                 int64_t weights_bytes);
 

@@ -31,7 +31,7 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
       host.slots[i] = slot.value;
     }
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows));
-    const PrefillPiece piece{.slot = slot.value, .first_row = 0, .rows = rows};
+    const CudaPrefillPiece piece{.slot = slot.value, .first_row = 0, .rows = rows};
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, {&piece, 1}));
     if (all_logits != nullptr) {
       for (int64_t r = 0; r < rows; r += head_rows_) {

@@ -47,8 +47,8 @@ class PrefillPasses {
   CudaForward& forward_;
   const CudaWorkspace& ws_;
   SlotPool& pool_;
-  std::vector<PrefillPiece> pieces_;    // a pass's pieces, in row order
-  std::vector<int> pending_head_rows_;  // a pass's rows whose logits a sampling item wants
+  std::vector<CudaPrefillPiece> pieces_;  // a pass's pieces, in row order
+  std::vector<int> pending_head_rows_;    // a pass's rows whose logits a sampling item wants
 };
 
 }  // namespace linserve
