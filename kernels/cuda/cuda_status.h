@@ -48,6 +48,14 @@ absl::StatusOr<int> CudaDeviceCount(std::string* reason = nullptr);
     }                                                                                        \
   } while (false)
 
+// For absl::Status expressions in the CUDA code (launchers and the CUDA backend).
+#define LINSERVE_RETURN_IF_ERROR(expr)                                    \
+  do {                                                                    \
+    if (absl::Status linserve_status_ = (expr); !linserve_status_.ok()) { \
+      return linserve_status_;                                            \
+    }                                                                     \
+  } while (false)
+
 // After a <<<...>>> launch: returns the launch error, if any, naming the kernel.
 #define LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED(kernel_name)                   \
   do {                                                                       \

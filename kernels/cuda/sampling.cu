@@ -161,196 +161,192 @@ __device__ int NthEligibleId(int vocab, int n, Eligible eligible, SharedState& s
   return BlockMin(found, sh.iscratch, INT_MAX);
 }
 
-__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
-  __shared__ SharedState sh;
-  const int row = blockIdx.x;
-  const int slot = args.slots[row];
-  const int vocab = args.vocab;
-  RowView view{args.logits + static_cast<int64_t>(row) * vocab,
-               args.state.seen_counts + static_cast<int64_t>(slot) * vocab, args.state.params[slot],
-               vocab};
-  const DeviceSamplingParams& p = view.params;
-
-  // Step 2: greedy.
-  if (p.temperature == 0.0f) {
-    double best = -DBL_MAX;
-    int best_id = INT_MAX;
-    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
-      const double l = view.Penalised(t);
-      if (l > best) {
-        best = l;
-        best_id = t;
-      }
+// Step 2: greedy, the highest penalised logit (the lowest id among ties).
+__device__ int GreedyToken(const RowView& view, SharedState& sh) {
+  double best = -DBL_MAX;
+  int best_id = INT_MAX;
+  for (int t = threadIdx.x; t < view.vocab; t += blockDim.x) {
+    const double l = view.Penalised(t);
+    if (l > best) {
+      best = l;
+      best_id = t;
     }
-    const double top = BlockMax(best, sh.dscratch, -DBL_MAX);
-    const int token = BlockMin(best == top ? best_id : INT_MAX, sh.iscratch, INT_MAX);
-    if (threadIdx.x == 0) {
-      args.tokens[row] = token;
-      args.state.seen_counts[static_cast<int64_t>(slot) * vocab + token] += 1;
-    }
-    return;
   }
+  const double top = BlockMax(best, sh.dscratch, -DBL_MAX);
+  return BlockMin(best == top ? best_id : INT_MAX, sh.iscratch, INT_MAX);
+}
 
-  // Step 3: temperature.
-  const double temperature = static_cast<double>(p.temperature);
-  auto logit = [&](int t) { return view.Penalised(t) / temperature; };
+// Step 3: the tempered logit of token t.
+struct TemperedLogits {
+  RowView view;
+  double temperature;
+  __device__ double operator()(int t) const { return view.Penalised(t) / temperature; }
+};
 
+// The survivors' probabilities as the steps reshape them, from the tempered logit l:
+// v1(l) = exp(l - m) / z1 after the softmax (step 5), divided by z2 once top-p has
+// renormalised (step 7).
+struct Distribution {
+  double m = 0.0;  // the largest tempered logit
+  double z1 = 1.0;
+  double z2 = 1.0;
+  // Whether step 7 applies (top_p < 1). Set before the steps, not where z2 is computed: as the
+  // parameter's test it takes no register through the kernel (which otherwise spills one).
+  bool renormalised = false;
+  __device__ double V1(double l) const { return exp(l - m) / z1; }
+  __device__ double Current(double l) const { return renormalised ? V1(l) / z2 : V1(l); }
+};
+
+// The largest tempered logit of the row.
+__device__ double RowMax(const TemperedLogits& logit, int vocab, SharedState& sh) {
   double local_max = -DBL_MAX;
   for (int t = threadIdx.x; t < vocab; t += blockDim.x) local_max = fmax(local_max, logit(t));
-  const double m = BlockMax(local_max, sh.dscratch, -DBL_MAX);
+  return BlockMax(local_max, sh.dscratch, -DBL_MAX);
+}
 
-  Threshold keep{0, vocab - 1};  // everything
-
-  // Step 4: top-k by radix select on the order key.
-  if (p.top_k > 0 && p.top_k < vocab) {
-    uint64_t prefix = 0;
-    uint64_t mask = 0;
-    int need = p.top_k;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.count[b] = 0;
-      __syncthreads();
-      for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
-        const uint64_t k = Key(logit(t));
-        if ((k & mask) == prefix) atomicAdd(&sh.count[(k >> shift) & 0xFF], 1u);
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int b = kBuckets - 1;
-        for (; b > 0; --b) {
-          if (static_cast<int>(sh.count[b]) >= need) break;
-          need -= static_cast<int>(sh.count[b]);
-        }
-        sh.prefix = prefix | (static_cast<uint64_t>(b) << shift);
-        sh.need = need;
-      }
-      __syncthreads();
-      prefix = sh.prefix;
-      need = sh.need;
-      mask |= 0xFFULL << shift;
-    }
-    const int id = NthEligibleId(
-        vocab, need, [&](int t) { return Key(logit(t)) == prefix; }, sh);
-    keep = Threshold{prefix, id};
-  }
-
-  // Step 5: softmax over the survivors; v1(t) = exp(l - m) / z1.
+// The sum of value(l) over the survivors of `keep`.
+template <typename Value>
+__device__ double SurvivorSum(const TemperedLogits& logit, Threshold keep, int vocab, Value value,
+                              SharedState& sh) {
   double partial = 0.0;
   for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
     const double l = logit(t);
-    if (keep.Keeps(Key(l), t)) partial += exp(l - m);
+    if (keep.Keeps(Key(l), t)) partial += value(l);
   }
-  const double z1 = BlockSum(partial, sh.dscratch);
-  auto v1 = [&](double l) { return exp(l - m) / z1; };
+  return BlockSum(partial, sh.dscratch);
+}
 
-  // Step 6: min-p. p is monotone in l, so the survivors stay a prefix: cut at the smallest
-  // logit whose probability passes (all its ties pass with it).
-  if (p.min_p > 0.0f) {
-    const double threshold = static_cast<double>(p.min_p) * (1.0 / z1);
-    double local_min = DBL_MAX;
+// Step 4: the top_k-th token (0 < top_k < vocab) of the order, by radix select on the order key.
+__device__ Threshold TopKThreshold(const TemperedLogits& logit, int vocab, int top_k,
+                                   SharedState& sh) {
+  uint64_t prefix = 0;
+  uint64_t mask = 0;
+  int need = top_k;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) sh.count[b] = 0;
+    __syncthreads();
     for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
-      const double l = logit(t);
-      if (keep.Keeps(Key(l), t) && v1(l) >= threshold) local_min = fmin(local_min, l);
+      const uint64_t k = Key(logit(t));
+      if ((k & mask) == prefix) atomicAdd(&sh.count[(k >> shift) & 0xFF], 1u);
     }
-    const double l_min = BlockMin(local_min, sh.dscratch, DBL_MAX);
-    keep = Tighter(keep, Threshold{Key(l_min), vocab - 1});
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int b = kBuckets - 1;
+      for (; b > 0; --b) {
+        if (static_cast<int>(sh.count[b]) >= need) break;
+        need -= static_cast<int>(sh.count[b]);
+      }
+      sh.prefix = prefix | (static_cast<uint64_t>(b) << shift);
+      sh.need = need;
+    }
+    __syncthreads();
+    prefix = sh.prefix;
+    need = sh.need;
+    mask |= 0xFFULL << shift;
   }
+  const int id = NthEligibleId(
+      vocab, need, [&](int t) { return Key(logit(t)) == prefix; }, sh);
+  return Threshold{prefix, id};
+}
 
-  // Step 7: top-p. Renormalise (v2 = v1 / z2), then the shortest prefix whose mass reaches
-  // top_p, by radix select with per-bucket mass in 2^-60 fixed point.
-  double z2 = 1.0;
-  const bool top_p = p.top_p < 1.0f;
-  if (top_p) {
-    partial = 0.0;
-    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
-      const double l = logit(t);
-      if (keep.Keeps(Key(l), t)) partial += v1(l);
-    }
-    z2 = BlockSum(partial, sh.dscratch);
-    const unsigned long long target = __double2ull_rn(static_cast<double>(p.top_p) * kMassScale);
-    uint64_t prefix = 0;
-    uint64_t mask = 0;
-    unsigned long long above = 0;  // mass ordered strictly before the current bucket range
-    bool all = false;
-    int chosen_bucket = 0;
-    for (int shift = 56; shift >= 0; shift -= 8) {
-      for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
-        sh.count[b] = 0;
-        sh.mass[b] = 0;
-      }
-      __syncthreads();
-      for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
-        const double l = logit(t);
-        const uint64_t k = Key(l);
-        if ((k & mask) == prefix && keep.Keeps(k, t)) {
-          const int b = static_cast<int>((k >> shift) & 0xFF);
-          atomicAdd(&sh.count[b], 1u);
-          atomicAdd(&sh.mass[b], __double2ull_rn(v1(l) / z2 * kMassScale));
-        }
-      }
-      __syncthreads();
-      if (threadIdx.x == 0) {
-        int chosen = -1;
-        int lowest = -1;
-        unsigned long long acc = above;
-        for (int b = kBuckets - 1; b >= 0; --b) {
-          if (sh.count[b] == 0) continue;
-          lowest = b;
-          if (acc + sh.mass[b] >= target) {
-            chosen = b;
-            break;
-          }
-          acc += sh.mass[b];
-        }
-        sh.flag = chosen < 0 ? 1 : 0;  // rounding left the total below top_p: keep everything
-        sh.prefix = prefix | (static_cast<uint64_t>(chosen < 0 ? lowest : chosen) << shift);
-        sh.above = acc;
-        sh.bucket = chosen;
-      }
-      __syncthreads();
-      if (sh.flag != 0) {
-        all = true;
-        break;
-      }
-      prefix = sh.prefix;
-      above = sh.above;
-      chosen_bucket = sh.bucket;
-      mask |= 0xFFULL << shift;
-    }
-    if (!all) {
-      // Every tie at the crossing key has the same mass; take as many, in ascending id, as
-      // the cumulative sum needs to reach top_p.
-      const unsigned int ties = sh.count[chosen_bucket];
-      const unsigned long long each = sh.mass[chosen_bucket] / ties;
-      unsigned long long wanted = ties;
-      if (each > 0) wanted = (target - above + each - 1) / each;
-      wanted = min(max(wanted, 1ULL), static_cast<unsigned long long>(ties));
-      const Threshold before_cut = keep;
-      const int id = NthEligibleId(
-          vocab, static_cast<int>(wanted),
-          [&](int t) {
-            const uint64_t k = Key(logit(t));
-            return k == prefix && before_cut.Keeps(k, t);
-          },
-          sh);
-      keep = Tighter(keep, Threshold{prefix, id});
-    }
-  }
-
-  // Step 8: renormalise over the survivors and walk them in ascending id order.
-  auto current = [&](double l) { return top_p ? v1(l) / z2 : v1(l); };
-  partial = 0.0;
+// Step 6: min-p. p is monotone in l, so the survivors stay a prefix: the cut is at the
+// smallest logit whose probability passes (all its ties pass with it).
+__device__ Threshold MinPThreshold(const TemperedLogits& logit, Threshold keep,
+                                   const Distribution& dist, float min_p, int vocab,
+                                   SharedState& sh) {
+  const double threshold = static_cast<double>(min_p) * (1.0 / dist.z1);
+  double local_min = DBL_MAX;
   for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
     const double l = logit(t);
-    if (keep.Keeps(Key(l), t)) partial += current(l);
+    if (keep.Keeps(Key(l), t) && dist.V1(l) >= threshold) local_min = fmin(local_min, l);
   }
-  const double z3 = BlockSum(partial, sh.dscratch);
+  const double l_min = BlockMin(local_min, sh.dscratch, DBL_MAX);
+  return Threshold{Key(l_min), vocab - 1};
+}
+
+// Step 7 (after renormalising, dist.z2): the shortest prefix of `keep` whose mass reaches
+// top_p, by radix select with per-bucket mass in 2^-60 fixed point; `keep` itself when rounding
+// leaves the total below top_p.
+__device__ Threshold TopPThreshold(const TemperedLogits& logit, Threshold keep,
+                                   const Distribution& dist, float top_p, int vocab,
+                                   SharedState& sh) {
+  const unsigned long long target = __double2ull_rn(static_cast<double>(top_p) * kMassScale);
+  uint64_t prefix = 0;
+  uint64_t mask = 0;
+  unsigned long long above = 0;  // mass ordered strictly before the current bucket range
+  int chosen_bucket = 0;
+  for (int shift = 56; shift >= 0; shift -= 8) {
+    for (int b = threadIdx.x; b < kBuckets; b += blockDim.x) {
+      sh.count[b] = 0;
+      sh.mass[b] = 0;
+    }
+    __syncthreads();
+    for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+      const double l = logit(t);
+      const uint64_t k = Key(l);
+      if ((k & mask) == prefix && keep.Keeps(k, t)) {
+        const int b = static_cast<int>((k >> shift) & 0xFF);
+        atomicAdd(&sh.count[b], 1u);
+        atomicAdd(&sh.mass[b], __double2ull_rn(dist.V1(l) / dist.z2 * kMassScale));
+      }
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      int chosen = -1;
+      int lowest = -1;
+      unsigned long long acc = above;
+      for (int b = kBuckets - 1; b >= 0; --b) {
+        if (sh.count[b] == 0) continue;
+        lowest = b;
+        if (acc + sh.mass[b] >= target) {
+          chosen = b;
+          break;
+        }
+        acc += sh.mass[b];
+      }
+      sh.flag = chosen < 0 ? 1 : 0;  // rounding left the total below top_p: keep everything
+      sh.prefix = prefix | (static_cast<uint64_t>(chosen < 0 ? lowest : chosen) << shift);
+      sh.above = acc;
+      sh.bucket = chosen;
+    }
+    __syncthreads();
+    if (sh.flag != 0) return keep;
+    prefix = sh.prefix;
+    above = sh.above;
+    chosen_bucket = sh.bucket;
+    mask |= 0xFFULL << shift;
+  }
+  // Every tie at the crossing key has the same mass; take as many, in ascending id, as the
+  // cumulative sum needs to reach top_p.
+  const unsigned int ties = sh.count[chosen_bucket];
+  const unsigned long long each = sh.mass[chosen_bucket] / ties;
+  unsigned long long wanted = ties;
+  if (each > 0) wanted = (target - above + each - 1) / each;
+  wanted = min(max(wanted, 1ULL), static_cast<unsigned long long>(ties));
+  const int id = NthEligibleId(
+      vocab, static_cast<int>(wanted),
+      [&](int t) {
+        const uint64_t k = Key(logit(t));
+        return k == prefix && keep.Keeps(k, t);
+      },
+      sh);
+  return Tighter(keep, Threshold{prefix, id});
+}
+
+// Step 8's draw: u uniform in [0, 1) from the generator rngs[slot], 53 bits.
+__device__ double Uniform(Mt19937_64* rngs, int slot, SharedState& sh) {
   if (threadIdx.x == 0) {
-    Mt19937_64& rng = args.state.rngs[slot];
+    Mt19937_64& rng = rngs[slot];
     sh.u = static_cast<double>(rng.Next() >> 11) * (1.0 / 9007199254740992.0);  // 2^-53
   }
   __syncthreads();
-  const double u = sh.u;
+  return sh.u;
+}
 
+// Step 8's walk: the first survivor, in ascending id order, at which the cumulative
+// probability (renormalised by z3) passes u.
+__device__ int InverseCdf(const TemperedLogits& logit, Threshold keep, const Distribution& dist,
+                          double z3, double u, int vocab, SharedState& sh) {
   int lo, hi;
   ContiguousRange(vocab, &lo, &hi);
   double local = 0.0;
@@ -358,7 +354,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   for (int t = lo; t < hi; ++t) {
     const double l = logit(t);
     if (keep.Keeps(Key(l), t)) {
-      local += current(l) / z3;
+      local += dist.Current(l) / z3;
       last_survivor = t;
     }
   }
@@ -373,7 +369,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
     for (int t = lo; t < hi; ++t) {
       const double l = logit(t);
       if (!keep.Keeps(Key(l), t)) continue;
-      cumulative += current(l) / z3;
+      cumulative += dist.Current(l) / z3;
       if (cumulative > u) {
         found = t;
         break;
@@ -385,9 +381,48 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
     // The draw lies at or above the rounded total: the last survivor.
     found = BlockMax(last_survivor, sh.iscratch, -1);
   }
+  return found;
+}
+
+// Steps 3 to 8 for a row whose temperature is not 0.
+__device__ int DrawToken(const RowView& view, Mt19937_64* rngs, int slot, SharedState& sh) {
+  const DeviceSamplingParams& p = view.params;
+  const int vocab = view.vocab;
+  const TemperedLogits logit{view, static_cast<double>(p.temperature)};
+  Distribution dist;
+  dist.renormalised = p.top_p < 1.0f;
+  dist.m = RowMax(logit, vocab, sh);
+  Threshold keep{0, vocab - 1};  // everything
+  if (p.top_k > 0 && p.top_k < vocab) keep = TopKThreshold(logit, vocab, p.top_k, sh);
+  // Step 5: softmax over the survivors.
+  dist.z1 = SurvivorSum(
+      logit, keep, vocab, [&](double l) { return exp(l - dist.m); }, sh);
+  if (p.min_p > 0.0f) keep = Tighter(keep, MinPThreshold(logit, keep, dist, p.min_p, vocab, sh));
+  if (dist.renormalised) {
+    dist.z2 = SurvivorSum(
+        logit, keep, vocab, [&](double l) { return dist.V1(l); }, sh);
+    keep = TopPThreshold(logit, keep, dist, p.top_p, vocab, sh);
+  }
+  // Step 8: renormalise over the survivors and walk them in ascending id order.
+  const double z3 = SurvivorSum(
+      logit, keep, vocab, [&](double l) { return dist.Current(l); }, sh);
+  const double u = Uniform(rngs, slot, sh);
+  return InverseCdf(logit, keep, dist, z3, u, vocab, sh);
+}
+
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
+  __shared__ SharedState sh;
+  const int row = blockIdx.x;
+  const int slot = args.slots[row];
+  const int vocab = args.vocab;
+  const RowView view{args.logits + static_cast<int64_t>(row) * vocab,
+                     args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
+                     args.state.params[slot], vocab};
+  const int token = view.params.temperature == 0.0f ? GreedyToken(view, sh)
+                                                    : DrawToken(view, args.state.rngs, slot, sh);
   if (threadIdx.x == 0) {
-    args.tokens[row] = found;
-    args.state.seen_counts[static_cast<int64_t>(slot) * vocab + found] += 1;
+    args.tokens[row] = token;
+    args.state.seen_counts[static_cast<int64_t>(slot) * vocab + token] += 1;
   }
 }
 

@@ -25,6 +25,12 @@
 //
 // Not thread-safe (one owner, as Backend says); any thread may be that owner: every call makes
 // the backend's device current first.
+//
+// In parts: cuda_weights.h (the upload), cuda_workspace.h (every other allocation, checked as
+// one plan), cuda_forward.h (embedding, the layer list, LM head) running the components of
+// cuda_layer.h made by kind (cuda_linear_attention, cuda_layer_norm, cuda_ffn),
+// prefill_passes.h (prompts in passes), device_sampler.h (picks and logprobs), decode_graphs.h
+// (the graph buckets); cuda_backend.cc validates, keeps the slots and runs the steps.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_
 
@@ -36,8 +42,8 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/backend/backend.h"
-#include "model/model.h"
 #include "model/backend/sampler.h"
+#include "model/model.h"
 
 namespace linserve {
 

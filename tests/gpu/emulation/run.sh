@@ -17,7 +17,7 @@ if [[ ! -f $build/build.ninja ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINSERVE_CUDA=ON >/dev/null
 fi
 cmake --build "$build" --parallel "$(nproc)" --target linserve_testing linserve_model_compute \
-  linserve_model linserve_model_format linserve_tokenizer linserve_kernels_cpu
+  linserve_model linserve_model_format linserve_model_layers linserve_tokenizer linserve_kernels_cpu
 
 cxx=(g++ -std=gnu++20 -O2 -g -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unknown-pragmas
      -DFMT_SHARED -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB
@@ -66,7 +66,7 @@ libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/lib
       /usr/lib/x86_64-linux-gnu/libgmock.a /usr/lib/x86_64-linux-gnu/libgtest.a
       "$build/model/backend/liblinserve_model_compute.a" "$build/kernels/liblinserve_kernels_cpu.a"
       "$build/model/liblinserve_model.a" "$build/model/tokenizer/liblinserve_tokenizer.a"
-      "$build/model/format/liblinserve_model_format.a"
+      "$build/model/format/liblinserve_model_format.a" "$build/model/layers/liblinserve_model_layers.a"
       /usr/lib/x86_64-linux-gnu/openblas-pthread/libopenblas.so -lgomp -lmvec
       /usr/lib/x86_64-linux-gnu/libabsl_*.so /usr/lib/x86_64-linux-gnu/libspdlog.so
       /usr/lib/x86_64-linux-gnu/libfmt.so /usr/lib/x86_64-linux-gnu/libsentencepiece.so

@@ -1,0 +1,105 @@
+#include "model/backend/cuda/cuda_forward.h"
+
+#include <utility>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/elementwise.h"
+
+namespace linserve {
+namespace {
+
+cuda::PositionKind ToKernel(PositionEmbedding p) {
+  switch (p) {
+    case PositionEmbedding::kLearned:
+      return cuda::PositionKind::kLearned;
+    case PositionEmbedding::kSinusoidal:
+      return cuda::PositionKind::kSinusoidal;
+    case PositionEmbedding::kNone:
+      return cuda::PositionKind::kNone;
+  }
+  return cuda::PositionKind::kNone;
+}
+
+}  // namespace
+
+CudaForward::CudaForward(const ModelConfig& config, cuda::DType dtype, const CudaWeights& weights,
+                         const CudaWorkspace& workspace, cuda::Gemm& gemm, CudaLayers layers)
+    : config_(config),
+      dtype_(dtype),
+      state_floats_(config.StateFloatsPerSlot()),
+      weights_(weights),
+      ws_(workspace),
+      gemm_(gemm),
+      layers_(std::move(layers)) {}
+
+absl::Status CudaForward::Check() const {
+  for (const CudaLayer& layer : layers_.layers) LINSERVE_RETURN_IF_ERROR(layer.mixer->Check());
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows) {
+  const RowInputs& host = ws_.host_rows;
+  const RowInputs& dev = ws_.device_rows;
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev.tokens, host.tokens, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.positions, host.positions,
+                                                rows * sizeof(int64_t), cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev.slots, host.slots, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
+                                        absl::Span<const CudaPrefillPiece> pieces) {
+  const Activations& act = ws_.act;
+  const bool pre = config_.norm == NormPlacement::kPre;
+
+  cuda::EmbedArgs embed;
+  embed.tokens = ws_.device_rows.tokens;
+  embed.positions = ws_.device_rows.positions;
+  embed.table = weights_.embedding;
+  embed.position = ToKernel(config_.position);
+  embed.position_table = weights_.position_embedding;
+  embed.rows = rows;
+  embed.d = config_.d_model;
+  embed.dtype = dtype_;
+  embed.x = act.x;
+  embed.x_t = pre ? nullptr : act.xt;  // post-norm: the first GEMM reads x itself
+  LINSERVE_RETURN_IF_ERROR(cuda::LaunchEmbed(s, embed));
+
+  // Per layer (docs/architecture.md §4), each residual add fused into the norm after it:
+  //   pre-norm:  x += mixer(norm1(x)); x += mlp(norm2(x)), the next norm1 (or the final norm)
+  //              normalising x for the next input;
+  //   post-norm: x = norm1(x + mixer(x)); x = norm2(x + mlp(x)).
+  const std::vector<CudaLayer>& layers = layers_.layers;
+  const CudaPass pass{
+      .rows = rows, .pieces = pieces, .workspace = &ws_, .state_floats = state_floats_};
+  if (pre) {
+    LINSERVE_RETURN_IF_ERROR(layers[0].norm1->Apply(s, act, rows, pre, nullptr, nullptr));
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const CudaLayer& layer = layers[l];
+    LINSERVE_RETURN_IF_ERROR(layer.mixer->Forward(s, pass));
+    const CudaNorm& after_mixer = pre ? *layer.norm2 : *layer.norm1;
+    LINSERVE_RETURN_IF_ERROR(
+        after_mixer.Apply(s, act, rows, pre, act.proj, layer.mixer->output_bias()));
+    LINSERVE_RETURN_IF_ERROR(layer.mlp->Forward(s, ws_, rows));
+    const bool last = l + 1 == layers.size();
+    const CudaNorm& after_mlp = !pre   ? *layer.norm2
+                                : last ? *layers_.final_norm
+                                       : *layers[l + 1].norm1;
+    LINSERVE_RETURN_IF_ERROR(
+        after_mlp.Apply(s, act, rows, pre, act.proj, layer.mlp->output_bias()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CudaForward::EnqueueHead(cudaStream_t s, int64_t first_row, int64_t rows,
+                                      float* logits) {
+  const int64_t d = config_.d_model;
+  void* input = static_cast<char*>(ws_.act.xt) +
+                first_row * d * static_cast<int64_t>(cuda::DTypeSize(dtype_));
+  return gemm_.Linear(s, dtype_, input, weights_.head, logits, rows, config_.vocab_size, d);
+}
+
+}  // namespace linserve

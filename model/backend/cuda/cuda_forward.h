@@ -1,0 +1,56 @@
+// CudaForward: the network on the device for one pass of rows whose inputs (token, position,
+// slot) are in the workspace's device row buffers: the embedding, the layer list
+// (cuda_layer.h) and the LM head. GEMMs run on cuBLASLt over the whole pass with fp32
+// accumulation (activations are rounded to the weight type on the way in), everything else in
+// kernels/cuda. It only enqueues on the stream it is given: the caller orders and synchronises.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_FORWARD_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_CUDA_FORWARD_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/cuda/dtype.h"
+#include "kernels/cuda/gemm.h"
+#include "model/backend/cuda/cuda_layer.h"
+#include "model/backend/cuda/cuda_weights.h"
+#include "model/backend/cuda/cuda_workspace.h"
+#include "model/format/config.h"
+
+namespace linserve {
+
+class CudaForward {
+ public:
+  // Keeps references to `config`, `weights`, `workspace` and `gemm`; `layers` were made with
+  // the same weights and gemm, and their scratch is in `workspace`.
+  CudaForward(const ModelConfig& config, cuda::DType dtype, const CudaWeights& weights,
+              const CudaWorkspace& workspace, cuda::Gemm& gemm, CudaLayers layers);
+
+  // INVALID_ARGUMENT unless the kernels can run every layer.
+  absl::Status Check() const;
+
+  // Copies the pinned row inputs of `rows` rows to the device.
+  absl::Status EnqueueRowInputs(cudaStream_t stream, int rows);
+  // Enqueues embedding + every layer for `rows` rows. No pieces: decode (row i updates the
+  // state of device_rows.slots[i], a negative slot is padding); otherwise the rows are the
+  // pieces' (prefill). Leaves the LM head's input (T) in act.xt.
+  absl::Status EnqueueLayers(cudaStream_t stream, int rows,
+                             absl::Span<const CudaPrefillPiece> pieces);
+  // logits[rows, vocab] = the LM head of act.xt's rows [first_row, first_row + rows).
+  absl::Status EnqueueHead(cudaStream_t stream, int64_t first_row, int64_t rows, float* logits);
+
+ private:
+  const ModelConfig& config_;
+  const cuda::DType dtype_;
+  const int64_t state_floats_;  // per slot
+  const CudaWeights& weights_;
+  const CudaWorkspace& ws_;
+  cuda::Gemm& gemm_;
+  CudaLayers layers_;
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_FORWARD_H_

@@ -1,0 +1,104 @@
+// The CUDA backend's layer components: one object per mixer, norm and MLP of the model, made by
+// CreateCudaLayers from the layer list (model/layers/) by kind, as the CPU backend's are
+// (model/backend/cpu/cpu_layer.h). CudaForward runs them in order over the rows of a pass; each
+// mixer finds its slice of a slot's device state at its offset (ModelConfig::StateOffsets).
+//
+// The residual add is fused into the norm that follows it (one kernel), so a mixer or MLP
+// writes its output delta without its output bias and names that bias; the norm adds both.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "kernels/cuda/dtype.h"
+#include "kernels/cuda/gemm.h"
+#include "model/backend/backend.h"
+#include "model/backend/cuda/cuda_weights.h"
+#include "model/backend/cuda/cuda_workspace.h"
+#include "model/model.h"
+
+namespace linserve {
+
+// Consecutive rows of one prefill pass: tokens of one slot, starting at a multiple of the
+// chunk size from the first token of the call's item (so a chunked kernel, which chunks from
+// its first row, sees the chunks of the item fed alone).
+struct CudaPrefillPiece {
+  int32_t slot;
+  int first_row;
+  int rows;
+};
+
+// The rows of one pass and where their sessions' states are.
+struct CudaPass {
+  int rows = 0;
+  // Prefill: the rows are these pieces. Decode (no pieces): row i is one token of the slot
+  // workspace.device_rows.slots[i]; a negative slot is padding (zero state, no write).
+  absl::Span<const CudaPrefillPiece> pieces;
+  const CudaWorkspace* workspace = nullptr;  // its state pool and scratch
+  int64_t state_floats = 0;                  // per slot
+};
+
+// What every component is built with.
+struct CudaLayerContext {
+  const Model& model;
+  const BackendOptions& options;
+  cuda::DType dtype;
+  int max_rows = 0;  // rows of one pass at most
+  int segment = 0;   // prefill rows of one pass at most
+  cuda::Gemm& gemm;
+  ScratchPlan& scratch;  // components reserve their scratch here
+};
+
+class CudaNorm {
+ public:
+  virtual ~CudaNorm() = default;
+  // The residual add and the norm over `rows` rows of act.x: with `pre` (pre-norm)
+  // x += delta (+ delta_bias) and act.xt = norm(x); else x = norm(x + delta (+ delta_bias)) and
+  // act.xt its copy in T. `delta` may be null (nothing to add).
+  virtual absl::Status Apply(cudaStream_t stream, const Activations& act, int rows, bool pre,
+                             const float* delta, const float* delta_bias) const = 0;
+};
+
+class CudaMixer {
+ public:
+  virtual ~CudaMixer() = default;
+  // INVALID_ARGUMENT when the kernels cannot run this mixer's shape.
+  virtual absl::Status Check() const = 0;
+  // Reads act.xt (T) for the pass's rows, advances the state slices of their slots and writes
+  // its output, less output_bias(), to act.proj.
+  virtual absl::Status Forward(cudaStream_t stream, const CudaPass& pass) = 0;
+  virtual const float* output_bias() const = 0;
+};
+
+class CudaMlp {
+ public:
+  virtual ~CudaMlp() = default;
+  // Reads act.xt (T) for `rows` rows and writes mlp(xt), less output_bias(), to act.proj.
+  virtual absl::Status Forward(cudaStream_t stream, const CudaWorkspace& workspace, int rows) = 0;
+  virtual const float* output_bias() const = 0;
+};
+
+struct CudaLayer {
+  std::unique_ptr<CudaNorm> norm1, norm2;
+  std::unique_ptr<CudaMixer> mixer;
+  std::unique_ptr<CudaMlp> mlp;
+};
+
+struct CudaLayers {
+  std::vector<CudaLayer> layers;
+  std::unique_ptr<CudaNorm> final_norm;  // pre-norm models only
+};
+
+// One CudaLayer per layer of the model and its final norm, by kind (cuda_layer.cc holds the
+// table of kinds), reading their weights from `weights`.
+CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& weights);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_H_

@@ -1,0 +1,152 @@
+#include "model/backend/cuda/cuda_weights.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/elementwise.h"
+#include "model/backend/cuda/buffer_layout.h"
+
+namespace linserve {
+
+using cuda::DeviceBuffer;
+using cuda::DType;
+
+DType WeightDType(WeightPrecision precision) {
+  switch (precision) {
+    case WeightPrecision::kBf16:
+      return DType::kBf16;
+    case WeightPrecision::kFp16:
+      return DType::kF16;
+    case WeightPrecision::kFp32:
+      return DType::kF32;
+  }
+  return DType::kBf16;
+}
+
+absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaStream_t stream) {
+  const ModelConfig& config = model.config;
+  const ModelWeights& w = model.weights;
+  const size_t element = cuda::DTypeSize(dtype);
+  BufferLayout layout;
+  // Offsets of every tensor in the one weights allocation, recorded in upload order.
+  struct Upload {
+    const Tensor* tensor;
+    size_t offset;
+    bool convert;  // stored in dtype (matrices) or kept fp32 (vectors, favor projections)
+  };
+  std::vector<Upload> uploads;
+  auto add = [&](const Tensor& t, bool convert) -> size_t {
+    const size_t offset = layout.Reserve(t.data.size() * (convert ? element : sizeof(float)));
+    uploads.push_back({&t, offset, convert});
+    return offset;
+  };
+  // q, k, v must be adjacent rows of one matrix (and their biases one vector): reserve the
+  // fused block, then place the three parts inside it.
+  auto add_fused = [&](const Tensor& q, const Tensor& k, const Tensor& v, bool convert) {
+    const size_t part = q.data.size() * (convert ? element : sizeof(float));
+    const size_t offset = layout.Reserve(3 * part);
+    uploads.push_back({&q, offset, convert});
+    uploads.push_back({&k, offset + part, convert});
+    uploads.push_back({&v, offset + 2 * part, convert});
+    return offset;
+  };
+
+  struct LayerOffsets {
+    size_t qkv_weight, qkv_bias, o_weight, o_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias,
+        ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor;
+  };
+  constexpr size_t kAbsent = static_cast<size_t>(-1);
+  auto optional = [&](const Tensor& t, bool convert) {
+    return t.empty() ? kAbsent : add(t, convert);
+  };
+  std::vector<LayerOffsets> offsets;
+  const size_t embedding = add(w.token_embedding, true);
+  const size_t position =
+      config.position == PositionEmbedding::kLearned ? add(w.position_embedding, true) : kAbsent;
+  for (const LayerWeights& l : w.layers) {
+    LayerOffsets o;
+    o.qkv_weight = add_fused(l.q_weight, l.k_weight, l.v_weight, true);
+    o.qkv_bias = l.q_bias.empty() ? kAbsent : add_fused(l.q_bias, l.k_bias, l.v_bias, false);
+    o.o_weight = add(l.o_weight, true);
+    o.o_bias = optional(l.o_bias, false);
+    o.fc1_weight = add(l.fc1_weight, true);
+    o.fc1_bias = optional(l.fc1_bias, false);
+    o.fc2_weight = add(l.fc2_weight, true);
+    o.fc2_bias = optional(l.fc2_bias, false);
+    o.ln1_weight = add(l.ln1_weight, false);
+    o.ln1_bias = add(l.ln1_bias, false);
+    o.ln2_weight = add(l.ln2_weight, false);
+    o.ln2_bias = add(l.ln2_bias, false);
+    o.favor = optional(l.favor_projection, false);
+    offsets.push_back(o);
+  }
+  const size_t final_weight = optional(w.final_norm_weight, false);
+  const size_t final_bias = optional(w.final_norm_bias, false);
+  const size_t head = config.tie_embeddings ? embedding : add(w.lm_head, true);
+
+  CudaWeights weights;
+  absl::StatusOr<DeviceBuffer> buffer =
+      DeviceBuffer::Allocate(layout.size(), absl::StrCat("the weights (", cuda::DTypeName(dtype),
+                                                         ", ", w.ParameterCount(), " parameters)"));
+  if (!buffer.ok()) return buffer.status();
+  weights.buffer = *std::move(buffer);
+
+  // Matrices go through an fp32 staging buffer and are rounded on the device.
+  size_t staging_floats = 0;
+  for (const Upload& u : uploads) {
+    if (u.convert && dtype != DType::kF32)
+      staging_floats = std::max(staging_floats, u.tensor->data.size());
+  }
+  absl::StatusOr<DeviceBuffer> staging =
+      DeviceBuffer::Allocate(staging_floats * sizeof(float), "the weight upload staging buffer");
+  if (!staging.ok()) return staging.status();
+  char* base = weights.buffer.as<char>();
+  for (const Upload& u : uploads) {
+    const Tensor& t = *u.tensor;
+    const size_t bytes = t.data.size() * sizeof(float);
+    if (!u.convert || dtype == DType::kF32) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(base + u.offset, t.data.data(), bytes, cudaMemcpyHostToDevice, stream));
+    } else {
+      LINSERVE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(staging->data(), t.data.data(), bytes, cudaMemcpyHostToDevice, stream));
+      // Stream order keeps the next tensor's copy into staging behind this conversion.
+      LINSERVE_RETURN_IF_ERROR(cuda::LaunchConvert(stream, staging->as<float>(),
+                                                   static_cast<int64_t>(t.data.size()), dtype,
+                                                   base + u.offset));
+    }
+  }
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
+
+  auto at = [&](size_t offset) -> const char* {
+    return offset == kAbsent ? nullptr : base + offset;
+  };
+  auto at_f = [&](size_t offset) { return reinterpret_cast<const float*>(at(offset)); };
+  weights.embedding = at(embedding);
+  weights.position_embedding = at(position);
+  weights.head = at(head);
+  weights.final_norm_weight = at_f(final_weight);
+  weights.final_norm_bias = at_f(final_bias);
+  for (const LayerOffsets& o : offsets) {
+    CudaLayerWeights p;
+    p.qkv_weight = at(o.qkv_weight);
+    p.qkv_bias = at_f(o.qkv_bias);
+    p.o_weight = at(o.o_weight);
+    p.o_bias = at_f(o.o_bias);
+    p.fc1_weight = at(o.fc1_weight);
+    p.fc1_bias = at_f(o.fc1_bias);
+    p.fc2_weight = at(o.fc2_weight);
+    p.fc2_bias = at_f(o.fc2_bias);
+    p.ln1_weight = at_f(o.ln1_weight);
+    p.ln1_bias = at_f(o.ln1_bias);
+    p.ln2_weight = at_f(o.ln2_weight);
+    p.ln2_bias = at_f(o.ln2_bias);
+    p.favor = at_f(o.favor);
+    weights.layers.push_back(p);
+  }
+  return weights;
+}
+
+}  // namespace linserve

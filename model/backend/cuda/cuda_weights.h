@@ -1,0 +1,58 @@
+// CudaWeights: a model's weights on the device, uploaded once into one allocation. Matrices are
+// stored in BackendOptions::weight_precision, with q/k/v fused into one [3·H·Dh, d_model] matrix
+// (and their biases into one vector) so that a layer's projections are one GEMM; LayerNorm
+// parameters, biases and the favor_plus projections stay fp32.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/dtype.h"
+#include "model/backend/backend.h"
+#include "model/model.h"
+
+namespace linserve {
+
+// The element type of the device matrices for `precision`.
+cuda::DType WeightDType(WeightPrecision precision);
+
+// One layer's tensors; an optional tensor the model lacks is null. T is the weights' type.
+struct CudaLayerWeights {
+  const void* qkv_weight = nullptr;  // T [3·H·Dh, d]: q rows, then k, then v
+  const float* qkv_bias = nullptr;   // [3·H·Dh] or null
+  const void* o_weight = nullptr;
+  const float* o_bias = nullptr;
+  const void* fc1_weight = nullptr;
+  const float* fc1_bias = nullptr;
+  const void* fc2_weight = nullptr;
+  const float* fc2_bias = nullptr;
+  const float* ln1_weight = nullptr;
+  const float* ln1_bias = nullptr;
+  const float* ln2_weight = nullptr;
+  const float* ln2_bias = nullptr;
+  const float* favor = nullptr;
+};
+
+struct CudaWeights {
+  cuda::DeviceBuffer buffer;  // every pointer below points into it
+  std::vector<CudaLayerWeights> layers;
+  const void* embedding = nullptr;           // T [vocab, d]
+  const void* position_embedding = nullptr;  // T [max_position, d], learned positions only
+  const void* head = nullptr;                // T [vocab, d]: the embedding when tied
+  const float* final_norm_weight = nullptr;  // pre-norm only
+  const float* final_norm_bias = nullptr;
+};
+
+// Uploads `model`'s weights on `stream` (matrices through an fp32 staging buffer, rounded to
+// `dtype` on the device) and waits for the copies. RESOURCE_EXHAUSTED, naming the weights, when
+// they do not fit.
+absl::StatusOr<CudaWeights> UploadWeights(const Model& model, cuda::DType dtype,
+                                          cudaStream_t stream);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_

@@ -1,0 +1,109 @@
+// CudaWorkspace: everything a CudaBackend allocates at creation besides the weights — the state
+// pool, the per-slot sampler state, the activations of one pass through the layers, and a
+// step's row inputs and samples, on the device and mirrored in pinned host memory (so that
+// their copies are asynchronous and can be captured in a CUDA graph). One plan, checked
+// against the device's free memory before anything is allocated: an out-of-memory names every
+// part with its size instead of failing on the third cudaMalloc.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "kernels/cuda/device_memory.h"
+#include "kernels/cuda/dtype.h"
+#include "kernels/cuda/sampling.h"
+#include "model/backend/backend.h"
+#include "model/format/config.h"
+
+namespace linserve {
+
+// cuBLASLt's workspace: the Gemm owns it, the plan counts it with the activations.
+inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
+
+// The per-row inputs of a pass (token, position, slot), in pinned host memory or on the device.
+struct RowInputs {
+  int32_t* tokens = nullptr;
+  int64_t* positions = nullptr;
+  int32_t* slots = nullptr;
+};
+
+// A step's samples as they cross PCIe, in pinned host memory and (same shape) on the device:
+// a token per row and, only when some row asks for them, how many alternatives each row wants,
+// the sampled token's logprob and the alternatives.
+struct SampleBuffers {
+  int32_t* tokens = nullptr;
+  int32_t* top_n = nullptr;       // [rows]
+  float* logprobs = nullptr;      // [rows]
+  int32_t* top_ids = nullptr;     // [rows, kMaxTopLogprobs]
+  float* top_logprobs = nullptr;  // [rows, kMaxTopLogprobs]
+};
+
+// One pass's activations on the device, between the layer components; T is the weights' type.
+struct Activations {
+  float* x = nullptr;       // [rows, d] residual stream
+  void* xt = nullptr;       // T [rows, d] next component's input (normalised / cast)
+  float* proj = nullptr;    // [rows, d] a mixer's or MLP's output
+  float* logits = nullptr;  // [max_batch_size, vocab]
+};
+
+// The layer components' own scratch, reserved before the workspace is allocated: numbered
+// buffers per role, each as large as the largest request for it. The mixers share theirs (one
+// runs at a time), and so do the MLPs.
+enum class ScratchRole { kMixer, kMlp };
+class ScratchPlan {
+ public:
+  void Reserve(ScratchRole role, int index, size_t bytes);
+  const std::vector<size_t>& sizes(ScratchRole role) const {
+    return sizes_[static_cast<size_t>(role)];
+  }
+
+ private:
+  std::array<std::vector<size_t>, 2> sizes_;
+};
+
+struct CudaWorkspace {
+  // Slot i's state, in StateBlob layout (fork/export/import are plain copies), at
+  // state + i · state floats per slot.
+  float* state = nullptr;
+  cuda::SamplerSlots sampler;
+  Activations act;
+  std::array<std::vector<void*>, 2> scratch;  // per ScratchRole, per index
+  RowInputs device_rows;
+  RowInputs host_rows;
+  SampleBuffers device_samples;
+  SampleBuffers host_samples;
+
+  int64_t state_pool_bytes = 0;
+  int64_t sampler_bytes = 0;
+  int64_t activation_bytes = 0;  // with the GEMM workspace
+
+  // The allocations the pointers above point into.
+  cuda::DeviceBuffer state_buffer;
+  cuda::DeviceBuffer sampler_buffer;
+  cuda::DeviceBuffer activation_buffer;
+  cuda::PinnedBuffer pinned;
+};
+
+// The scratch buffer `index` of `role` that a component reserved.
+inline void* Scratch(const CudaWorkspace& workspace, ScratchRole role, int index) {
+  return workspace.scratch[static_cast<size_t>(role)][static_cast<size_t>(index)];
+}
+
+// Allocates a workspace for `capacity` slots, passes of `rows` rows and the components'
+// `scratch`. RESOURCE_EXHAUSTED when it does not fit in what
+// `device` (its description) has free after the weights (`weights_bytes`), naming the options
+// that size it.
+absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
+                                                const BackendOptions& options, int32_t capacity,
+                                                int rows, const ScratchPlan& scratch,
+                                                cuda::DType dtype, absl::string_view device,
+                                                int64_t weights_bytes);
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_

@@ -1,0 +1,173 @@
+#include "model/backend/cuda/device_sampler.h"
+
+#include <algorithm>
+#include <limits>
+#include <memory>
+
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/logprobs.h"
+#include "kernels/cuda/mt19937_64.h"
+#include "kernels/cuda/sampling.h"
+#include "model/backend/slot_pool.h"
+
+namespace linserve {
+
+DeviceSampler::DeviceSampler(int32_t capacity, int32_t vocab, int rows,
+                             const CudaWorkspace& workspace)
+    : vocab_(vocab),
+      rows_(rows),
+      ws_(workspace),
+      ready_(static_cast<size_t>(capacity), 0),
+      top_logprobs_(static_cast<size_t>(capacity), 0) {}
+
+absl::Status DeviceSampler::EnqueueClear(cudaStream_t stream, int32_t slot) {
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemsetAsync(counts(slot), 0, static_cast<size_t>(vocab_) * sizeof(int32_t), stream));
+  Forget(slot);
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSampler::EnqueueCopy(cudaStream_t s, int32_t from, int32_t to) const {
+  const cuda::SamplerSlots& sampler = ws_.sampler;
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts(to), counts(from),
+                                                static_cast<size_t>(vocab_) * sizeof(int32_t),
+                                                cudaMemcpyDeviceToDevice, s));
+  if (ready_[static_cast<size_t>(from)]) {
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler.rngs + to, sampler.rngs + from,
+                                                  sizeof(cuda::Mt19937_64),
+                                                  cudaMemcpyDeviceToDevice, s));
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler.params + to, sampler.params + from,
+                                                  sizeof(cuda::DeviceSamplingParams),
+                                                  cudaMemcpyDeviceToDevice, s));
+  }
+  return absl::OkStatus();
+}
+
+void DeviceSampler::CopySettings(int32_t from, int32_t to) {
+  ready_[static_cast<size_t>(to)] = ready_[static_cast<size_t>(from)];
+  top_logprobs_[static_cast<size_t>(to)] = top_logprobs_[static_cast<size_t>(from)];
+}
+
+absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingParams& params,
+                                  int32_t top_logprobs, absl::Span<const TokenId> observed) {
+  const cuda::SamplerSlots& sampler = ws_.sampler;
+  cuda::DeviceSamplingParams device_params;
+  device_params.temperature = params.temperature;
+  device_params.top_k = params.top_k;
+  device_params.top_p = params.top_p;
+  device_params.min_p = params.min_p;
+  device_params.repetition_penalty = params.repetition_penalty;
+  device_params.presence_penalty = params.presence_penalty;
+  device_params.frequency_penalty = params.frequency_penalty;
+  auto rng = std::make_unique<cuda::Mt19937_64>();
+  rng->Seed(params.seed);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler.params + slot, &device_params,
+                                                sizeof(device_params), cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      sampler.rngs + slot, rng.get(), sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice, s));
+  // The observed tokens go through the pinned token buffer, rows_ at a time, and add to the
+  // counts the slot already has.
+  for (size_t first = 0; first < observed.size(); first += static_cast<size_t>(rows_)) {
+    const int n = static_cast<int>(std::min<size_t>(rows_, observed.size() - first));
+    // The previous piece has left the pinned buffer.
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+    std::copy_n(observed.begin() + first, n, ws_.host_rows.tokens);
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, ws_.host_rows.tokens,
+                                                  n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    LINSERVE_RETURN_IF_ERROR(
+        cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot, sampler.seen_counts));
+  }
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  ready_[static_cast<size_t>(slot)] = 1;
+  top_logprobs_[static_cast<size_t>(slot)] = top_logprobs;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSampler::SetSeenCounts(cudaStream_t s, int32_t slot,
+                                          absl::Span<const TokenCount> counts_in) {
+  dense_counts_.assign(static_cast<size_t>(vocab_), 0);
+  for (const TokenCount& c : counts_in) {
+    // The device counts are int32: a count past that saturates, which no penalty can tell apart.
+    const int64_t sum = dense_counts_[c.token] + c.count;
+    dense_counts_[c.token] =
+        static_cast<int32_t>(std::min<int64_t>(sum, std::numeric_limits<int32_t>::max()));
+  }
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts(slot), dense_counts_.data(),
+                                                dense_counts_.size() * sizeof(int32_t),
+                                                cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSampler::CheckOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
+                                        absl::string_view what) const {
+  bool logprobs = false;
+  for (int32_t slot : slots) {
+    if (!ready_[static_cast<size_t>(slot)]) return NoSamplerError(SlotId{slot}, what);
+    logprobs = logprobs || top_logprobs_[static_cast<size_t>(slot)] > 0;
+  }
+  return CheckSampleOutput(slots.size(), logprobs, out, what);
+}
+
+absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots) {
+  const int rows = static_cast<int>(slots.size());
+  const float* logits = ws_.act.logits;
+  const SampleBuffers& dev = ws_.device_samples;
+  const SampleBuffers& host = ws_.host_samples;
+  cuda::SampleArgs sample;
+  sample.logits = logits;
+  sample.slots = ws_.device_rows.slots;
+  sample.state = ws_.sampler;
+  sample.rows = rows;
+  sample.vocab = vocab_;
+  sample.tokens = dev.tokens;
+  LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host.tokens, dev.tokens, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  bool logprobs = false;
+  for (int i = 0; i < rows; ++i) {
+    host.top_n[i] = top_logprobs_[static_cast<size_t>(slots[i])];
+    logprobs = logprobs || host.top_n[i] > 0;
+  }
+  if (!logprobs) return false;
+  // The sample kernel leaves the logits as the LM head wrote them: before penalties and
+  // temperature.
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev.top_n, host.top_n, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  cuda::TopLogprobsArgs args;
+  args.logits = logits;
+  args.tokens = dev.tokens;
+  args.top_n = dev.top_n;
+  args.rows = rows;
+  args.vocab = vocab_;
+  args.max_top = kMaxTopLogprobs;
+  args.logprobs = dev.logprobs;
+  args.top_ids = dev.top_ids;
+  args.top_logprobs = dev.top_logprobs;
+  LINSERVE_RETURN_IF_ERROR(cuda::LaunchTopLogprobs(s, args));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.logprobs, dev.logprobs, rows * sizeof(float),
+                                                cudaMemcpyDeviceToHost, s));
+  const size_t top = static_cast<size_t>(rows) * kMaxTopLogprobs;
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(host.top_ids, dev.top_ids, top * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.top_logprobs, dev.top_logprobs,
+                                                top * sizeof(float), cudaMemcpyDeviceToHost, s));
+  return true;
+}
+
+void DeviceSampler::CopySamples(size_t rows, bool logprobs, const SampleOutput& out) const {
+  const SampleBuffers& host = ws_.host_samples;
+  std::copy(host.tokens, host.tokens + rows, out.tokens.begin());
+  if (!logprobs) return;
+  for (size_t i = 0; i < rows; ++i) {
+    const int32_t n = host.top_n[i];
+    if (n == 0) continue;
+    out.logprobs[i] = host.logprobs[i];
+    for (int32_t k = 0; k < n; ++k) {
+      const size_t at = i * kMaxTopLogprobs + static_cast<size_t>(k);
+      out.top_logprobs[at] = {host.top_ids[at], host.top_logprobs[at]};
+    }
+  }
+}
+
+}  // namespace linserve

@@ -1,0 +1,76 @@
+// DeviceSampler: a CudaBackend's sampling. Each slot's parameters, MT19937-64 and seen-token
+// counts live on the device, so that a step's picks (kernels/cuda/sampling.h) and the logprobs
+// of the rows that ask for them (kernels/cuda/logprobs.h) are made there: only tokens, and
+// those rows' 1 + 2n numbers, cross PCIe. For the same logits and seed the picks are the host
+// Sampler's except when a cumulative sum lands within rounding of top_p or of the draw.
+//
+// Enqueues on the stream it is given unless a method says it waits.
+#ifndef LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
+#define LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "model/backend/backend.h"
+#include "model/backend/cuda/cuda_workspace.h"
+#include "model/backend/sampler.h"
+
+namespace linserve {
+
+class DeviceSampler {
+ public:
+  // Keeps a reference to `workspace`: its sampler state, logits, row inputs and sample buffers
+  // (`rows` rows of them).
+  DeviceSampler(int32_t capacity, int32_t vocab, int rows, const CudaWorkspace& workspace);
+
+  // Zeroes the slot's seen counts; it has no parameters until the next Start.
+  absl::Status EnqueueClear(cudaStream_t stream, int32_t slot);
+  void Forget(int32_t slot) { ready_[static_cast<size_t>(slot)] = 0; }
+  // Copies `from`'s seen counts to `to`, and its parameters and random stream when it has them.
+  // Once the stream has run it, CopySettings(from, to) makes `to` sample as `from` does.
+  absl::Status EnqueueCopy(cudaStream_t stream, int32_t from, int32_t to) const;
+  void CopySettings(int32_t from, int32_t to);
+
+  // Sets the slot's parameters (already validated), seeds its stream and adds `observed`
+  // (tokens in the vocabulary) to its counts, staging them through the pinned token buffer;
+  // waits for the stream.
+  absl::Status Start(cudaStream_t stream, int32_t slot, const SamplingParams& params,
+                     int32_t top_logprobs, absl::Span<const TokenId> observed);
+  // Replaces the slot's seen counts (tokens in the vocabulary, counts >= 0, summed per token and
+  // saturated at int32); waits for the stream.
+  absl::Status SetSeenCounts(cudaStream_t stream, int32_t slot,
+                             absl::Span<const TokenCount> counts);
+
+  // Checks `out` for rows sampled from `slots` (tokens per row; logprob spans when a slot asks
+  // for them) and that every slot has had Start.
+  absl::Status CheckOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
+                           absl::string_view what) const;
+  // Enqueues the picks of logits rows [0, slots.size()) for the slots on the device row inputs
+  // (whose host mirror `slots` is), the logprobs of the rows whose slot asks for them, and their
+  // copy to the pinned samples; says whether any row asked.
+  absl::StatusOr<bool> Enqueue(cudaStream_t stream, absl::Span<const int32_t> slots);
+  // Copies the pinned samples of `rows` rows to `out` (the stream has run Enqueue's work).
+  void CopySamples(size_t rows, bool logprobs, const SampleOutput& out) const;
+
+ private:
+  int32_t* counts(int32_t slot) const {
+    return ws_.sampler.seen_counts + static_cast<int64_t>(slot) * vocab_;
+  }
+
+  const int32_t vocab_;
+  const int rows_;
+  const CudaWorkspace& ws_;
+  std::vector<char> ready_;            // per slot: Start since cleared
+  std::vector<int32_t> top_logprobs_;  // per slot
+  std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
