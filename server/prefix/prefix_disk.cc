@@ -126,10 +126,10 @@ void PrefixDisk::Drop(EntryList::iterator it) {
   lru_.erase(it);
 }
 
-bool PrefixDisk::Put(uint64_t key, absl::string_view owner, absl::Span<const TokenId> tokens,
+bool PrefixDisk::Put(uint64_t key, absl::string_view tenant, absl::Span<const TokenId> tokens,
                      const StateBlob& state, std::vector<uint64_t>& dropped) {
   if (auto held = by_key_.find(key); held != by_key_.end()) Drop(held->second);
-  const std::string bytes = Encode(owner, tokens, state);
+  const std::string bytes = Encode(tenant, tokens, state);
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size > options_.budget_bytes) return false;
   while (bytes_ + size > options_.budget_bytes) {
@@ -142,18 +142,18 @@ bool PrefixDisk::Put(uint64_t key, absl::string_view owner, absl::Span<const Tok
     return false;
   }
   lru_.push_front(
-      Entry{.key = key, .owner = std::string(owner), .length = tokens.size(), .bytes = size});
+      Entry{.key = key, .tenant = std::string(tenant), .length = tokens.size(), .bytes = size});
   by_key_[key] = lru_.begin();
   bytes_ += size;
   return true;
 }
 
-bool PrefixDisk::Holds(uint64_t key, absl::string_view owner, size_t length) const {
+bool PrefixDisk::Holds(uint64_t key, absl::string_view tenant, size_t length) const {
   auto it = by_key_.find(key);
-  return it != by_key_.end() && it->second->owner == owner && it->second->length == length;
+  return it != by_key_.end() && it->second->tenant == tenant && it->second->length == length;
 }
 
-std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view owner,
+std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view tenant,
                                           absl::Span<const TokenId> tokens) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
@@ -163,7 +163,7 @@ std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view owner,
     spdlog::warn("prefix disk {}: {}", options_.dir, bytes.status().ToString());
     return std::nullopt;
   }
-  std::optional<StateBlob> state = Decode(*bytes, owner, tokens);
+  std::optional<StateBlob> state = Decode(*bytes, tenant, tokens);
   if (!state.has_value()) {
     // A torn or corrupt file, or another prefix under a colliding key: a miss.
     spdlog::warn("prefix disk {}: a state file did not hold the prefix looked up; removed",

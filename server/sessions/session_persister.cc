@@ -225,7 +225,7 @@ absl::StatusOr<SessionRecordHeader> SessionPersister::ReadHeader(const SessionId
       }
       const SessionRecord& record = *it->second;
       return SessionRecordHeader{.id = record.id,
-                                 .owner = record.owner,
+                                 .tenant = record.tenant,
                                  .last_use_time = record.last_use_time,
                                  .create_time = record.snapshot.create_time,
                                  .num_tokens = record.snapshot.num_tokens};

@@ -36,13 +36,13 @@ absl::Status Corrupt(absl::string_view what) {
 std::string EncodeSessionRecord(const SessionRecord& record, absl::string_view model_fingerprint) {
   const std::string snapshot = EncodeSnapshot(record.snapshot, model_fingerprint);
   std::string out;
-  out.reserve(kMagic.size() + 4 + 8 + 4 + record.owner.size() + 8 + snapshot.size() +
+  out.reserve(kMagic.size() + 4 + 8 + 4 + record.tenant.size() + 8 + snapshot.size() +
               kSha256Bytes);
   out.append(kMagic.data(), kMagic.size());
   Put<uint32_t>(out, kSessionRecordVersion);
   Put<int64_t>(out, absl::ToUnixMicros(record.last_use_time));
-  Put<uint32_t>(out, static_cast<uint32_t>(record.owner.size()));
-  out.append(record.owner);
+  Put<uint32_t>(out, static_cast<uint32_t>(record.tenant.size()));
+  out.append(record.tenant);
   Put<uint64_t>(out, snapshot.size());
   out.append(snapshot);
   out.append(Sha256(out));
@@ -68,12 +68,12 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
   int64_t last_use_micros = 0;
   uint32_t owner_bytes = 0;
   if (!Get(in, last_use_micros) || !Get(in, owner_bytes)) return Corrupt("truncated");
-  if (owner_bytes > kMaxOwnerBytes || owner_bytes > in.size()) {
+  if (owner_bytes > kMaxTenantBytes || owner_bytes > in.size()) {
     return Corrupt(absl::StrCat("owner: ", owner_bytes, " bytes"));
   }
   SessionRecord record;
   record.id = std::move(id);
-  record.owner = std::string(in.substr(0, owner_bytes));
+  record.tenant = std::string(in.substr(0, owner_bytes));
   in.remove_prefix(owner_bytes);
   uint64_t snapshot_bytes = 0;
   if (!Get(in, snapshot_bytes) || snapshot_bytes != in.size()) {
@@ -111,12 +111,12 @@ absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view 
   uint32_t owner_bytes = 0;
   uint64_t snapshot_bytes = 0;
   if (!Get(in, last_use_micros) || !Get(in, owner_bytes)) return Corrupt("truncated");
-  if (owner_bytes > kMaxOwnerBytes || owner_bytes > in.size()) {
+  if (owner_bytes > kMaxTenantBytes || owner_bytes > in.size()) {
     return Corrupt(absl::StrCat("owner: ", owner_bytes, " bytes"));
   }
   SessionRecordHeader header;
   header.id = std::move(id);
-  header.owner = std::string(in.substr(0, owner_bytes));
+  header.tenant = std::string(in.substr(0, owner_bytes));
   in.remove_prefix(owner_bytes);
   if (!Get(in, snapshot_bytes)) return Corrupt("truncated");
   absl::StatusOr<SnapshotHeader> snapshot = DecodeSnapshotHeader(in, model_fingerprint, now);
