@@ -73,8 +73,7 @@ std::string_view ToString(PrefixMiss miss) {
 }
 
 PrefixStore::PrefixStore(const PrefixStoreOptions& options, absl::string_view model_fingerprint,
-                         ExtendKey extend, PrefixDisk* disk,
-                         const PrefixStoreCounters& counters)
+                         ExtendKey extend, PrefixDisk* disk, const PrefixStoreCounters& counters)
     : options_(options),
       extend_(extend != nullptr ? extend : &StrongExtend),
       disk_(disk),
@@ -176,7 +175,7 @@ bool PrefixStore::Insert(absl::string_view tenant, absl::Span<const TokenId> tok
                                              tokens.size() * sizeof(TokenId) + tenant.size()) +
                         kEntryOverheadBytes;
   const int64_t tenant_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
-                                                                : options_.memory_budget_bytes;
+                                                                 : options_.memory_budget_bytes;
   if (bytes > tenant_budget) return false;
   // The tenant's own oldest go first; an eviction that empties a share removes it.
   for (auto share = tenants_.find(tenant);

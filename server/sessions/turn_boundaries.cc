@@ -37,15 +37,13 @@ absl::Status ValidateTurnBoundaryOptions(const TurnBoundaryOptions& options) {
   return absl::OkStatus();
 }
 
-TurnBoundaries::TurnBoundaries(const TurnBoundaryOptions& options)
-    : options_(options) {}
+TurnBoundaries::TurnBoundaries(const TurnBoundaryOptions& options) : options_(options) {}
 
-void TurnBoundaries::Add(absl::string_view tenant, const SessionId& id,
-                             SessionSnapshot boundary) {
+void TurnBoundaries::Add(absl::string_view tenant, const SessionId& id, SessionSnapshot boundary) {
   if (options_.per_session == 0 || boundary.num_tokens == 0) return;
   const int64_t bytes = BytesOf(boundary);
   const int64_t tenant_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
-                                                                : options_.memory_budget_bytes;
+                                                                 : options_.memory_budget_bytes;
   if (bytes > tenant_budget) return;
   std::vector<BoundaryList::iterator>& mine = by_session_[id];
   for (size_t i = 0; i < mine.size(); ++i) {
@@ -90,7 +88,7 @@ int64_t TurnBoundaries::bytes(absl::string_view tenant) const {
 }
 
 absl::StatusOr<SessionSnapshot> TurnBoundaries::At(const SessionId& id, int64_t num_tokens,
-                                                       int64_t state_floats) const {
+                                                   int64_t state_floats) const {
   if (num_tokens == 0) {
     SessionSnapshot empty;
     empty.state.state.assign(static_cast<size_t>(state_floats), 0.0f);

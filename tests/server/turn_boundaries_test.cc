@@ -58,8 +58,8 @@ TEST(TurnBoundariesTest, WithoutATenantBudgetTheOldestOfAnySessionGoFirst) {
 TEST(TurnBoundariesTest, OptionsAreValidated) {
   EXPECT_TRUE(ValidateTurnBoundaryOptions({}).ok());
   for (int64_t tenant : {int64_t{-1}, int64_t{1001}}) {
-    const absl::Status status = ValidateTurnBoundaryOptions(
-        {.memory_budget_bytes = 1000, .tenant_budget_bytes = tenant});
+    const absl::Status status =
+        ValidateTurnBoundaryOptions({.memory_budget_bytes = 1000, .tenant_budget_bytes = tenant});
     EXPECT_TRUE(absl::IsInvalidArgument(status));
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr("tenant budget must be in [0, the memory budget = 1000] bytes"));
