@@ -300,13 +300,13 @@ absl::Status ApplyTenantQuotaFlags(EngineOptions& o) {
   }
   o.prefix.tenant_budget_bytes = prefix_mib << 20;
   const int64_t boundary_mib = absl::GetFlag(FLAGS_tenant_session_checkpoint_mib);
-  if (boundary_mib < 0 || boundary_mib > (o.session_checkpoints.memory_budget_bytes >> 20)) {
+  if (boundary_mib < 0 || boundary_mib > (o.turn_boundaries.memory_budget_bytes >> 20)) {
     return absl::InvalidArgumentError(
         absl::StrCat("--tenant_session_checkpoint_mib must be in [0, --session_checkpoint_mib = ",
-                     o.session_checkpoints.memory_budget_bytes >> 20, "] (0: a fair share), got ",
+                     o.turn_boundaries.memory_budget_bytes >> 20, "] (0: a fair share), got ",
                      boundary_mib));
   }
-  o.session_checkpoints.tenant_budget_bytes = boundary_mib << 20;
+  o.turn_boundaries.tenant_budget_bytes = boundary_mib << 20;
   return absl::OkStatus();
 }
 
@@ -401,18 +401,18 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
         absl::StrCat("--prefix_disk_mib must be in [1, 2^30], got ", prefix_disk_mib));
   }
   o.prefix.disk_budget_bytes = prefix_disk_mib << 20;
-  o.session_checkpoints.per_session = absl::GetFlag(FLAGS_session_checkpoints);
-  if (o.session_checkpoints.per_session < 0) {
+  o.turn_boundaries.per_session = absl::GetFlag(FLAGS_session_checkpoints);
+  if (o.turn_boundaries.per_session < 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--session_checkpoints must be >= 0 (0 keeps none), got ",
-                     o.session_checkpoints.per_session));
+                     o.turn_boundaries.per_session));
   }
   const int64_t boundary_mib = absl::GetFlag(FLAGS_session_checkpoint_mib);
   if (boundary_mib < 0 || boundary_mib > kMaxMib) {
     return absl::InvalidArgumentError(
         absl::StrCat("--session_checkpoint_mib must be in [0, 2^30], got ", boundary_mib));
   }
-  o.session_checkpoints.memory_budget_bytes = boundary_mib << 20;
+  o.turn_boundaries.memory_budget_bytes = boundary_mib << 20;
   if (absl::Status s = ApplyTenantQuotaFlags(o); !s.ok()) return s;
   return o;
 }
@@ -523,10 +523,10 @@ int Run(const sigset_t& signals) {
   ApplyFairTenantShares(tenants, *engine_options);
   spdlog::info(
       "tenant quotas ({} tenants named by token files; 0 = the global limit alone): "
-      "sessions {}, queued {}, prefix cache {} bytes, session checkpoints {} bytes",
+      "sessions {}, queued {}, prefix cache {} bytes, turn boundaries {} bytes",
       tenants, engine_options->sessions.tenant_max_sessions, engine_options->tenant_max_queued,
       engine_options->prefix.tenant_budget_bytes,
-      engine_options->session_checkpoints.tenant_budget_bytes);
+      engine_options->turn_boundaries.tenant_budget_bytes);
 
   const absl::Time load_start = absl::Now();
   absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(absl::GetFlag(FLAGS_model));

@@ -151,6 +151,8 @@ std::string_view ToString(FinishReason reason) {
       return "eos";
     case FinishReason::kCancelled:
       return "cancelled";
+    case FinishReason::kError:
+      return "error";
   }
   return "unknown";
 }

@@ -28,8 +28,8 @@ namespace linserve {
 // can fit max_prompt_tokens and still exceed it.
 inline constexpr int64_t kDefaultPromptBytesPerToken = 16;
 
-// Per-request limits the server enforces; every one but max_prompt_bytes is reported to
-// clients in ModelInfo (the wire schema has no field for it yet).
+// Per-request limits the server enforces; every one is reported to clients in ModelInfo's
+// limits (ServerLimits in proto/linserve/v1/model.proto).
 struct RequestLimits {
   // Upper bound of max_new_tokens. Default: 4096.
   int32_t max_new_tokens = 4096;
@@ -57,9 +57,9 @@ struct GenerateRequest {
   // Names the request in logs. Set by the caller (the transport draws a random one).
   std::string request_id;
   // The tenant the request runs for, as the transport authenticated it ("" without
-  // authentication). A session_id of another owner's session answers NOT_FOUND like an
+  // authentication). A session_id of another tenant's session answers NOT_FOUND like an
   // unknown id.
-  std::string owner;
+  std::string tenant;
   // The session to continue; nullopt = an ephemeral session freed when the request ends.
   std::optional<SessionId> session_id;
   // Token ids to feed, non-empty. BOS is prepended by the engine when the session is empty.

@@ -20,6 +20,7 @@ enum class FinishReason {
   kStop,       // a stop string matched or a stop token id was sampled
   kEos,        // the model's EOS token was sampled
   kCancelled,  // the server cancelled the request (shutdown past the drain deadline)
+  kError,      // the request failed: OnFinish's status (never OK with it) says why
 };
 
 std::string_view ToString(FinishReason reason);

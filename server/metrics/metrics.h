@@ -29,6 +29,12 @@ class Counter {
   std::atomic<double> value_{0};
 };
 
+// Counts into `counter` when there is one: a component that counts its own events is handed its
+// counters at construction, or none where nothing collects them (its tests).
+inline void Increment(Counter* counter, double delta = 1) {
+  if (counter != nullptr) counter->Increment(delta);
+}
+
 class Gauge {
  public:
   void Set(double value) { value_.store(value, std::memory_order_relaxed); }

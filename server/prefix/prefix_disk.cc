@@ -26,13 +26,13 @@ absl::Status Miss(absl::string_view what) {
   return absl::InvalidArgumentError(absl::StrCat(kFormat, ": ", what));
 }
 
-// magic | u32 n + n bytes: owner | u64 n + n i32: tokens | i64 position | u64 n + n f32: state |
+// magic | u32 n + n bytes: tenant | u64 n + n i32: tokens | i64 position | u64 n + n f32: state |
 // SHA-256 of everything before (little-endian, server/storage/byte_codec.h).
-std::string Encode(absl::string_view owner, absl::Span<const TokenId> tokens,
+std::string Encode(absl::string_view tenant, absl::Span<const TokenId> tokens,
                    const StateBlob& state) {
-  ByteWriter w(kMagic, kMagic.size() + 4 + owner.size() + 8 + tokens.size() * sizeof(TokenId) +
+  ByteWriter w(kMagic, kMagic.size() + 4 + tenant.size() + 8 + tokens.size() * sizeof(TokenId) +
                            8 + 8 + state.state.size() * sizeof(float) + kSha256Bytes);
-  w.PutString32(owner);
+  w.PutString32(tenant);
   w.PutU64(tokens.size());
   w.PutI32s(tokens);
   w.PutI64(state.position);
@@ -41,18 +41,18 @@ std::string Encode(absl::string_view owner, absl::Span<const TokenId> tokens,
   return std::move(w).Seal();
 }
 
-// The state, when `bytes` is an intact file of exactly `owner` and `tokens`.
-absl::StatusOr<StateBlob> Decode(absl::string_view bytes, absl::string_view owner,
+// The state, when `bytes` is an intact file of exactly `tenant` and `tokens`.
+absl::StatusOr<StateBlob> Decode(absl::string_view bytes, absl::string_view tenant,
                                  absl::Span<const TokenId> tokens) {
   ByteReader r(bytes, kFormat);
   r.ExpectMagic(kMagic);
   r.Unseal();
-  // No limit but the file's size: this process wrote the owner's name.
-  const absl::string_view file_owner =
-      r.ReadString32("owner", std::numeric_limits<uint32_t>::max());
+  // No limit but the file's size: this process wrote the tenant's name.
+  const absl::string_view file_tenant =
+      r.ReadString32("tenant", std::numeric_limits<uint32_t>::max());
   const uint64_t token_count = r.ReadU64("tokens");
   if (!r.ok()) return r.status();
-  if (file_owner != owner) return Miss("another owner's prefix (a colliding key)");
+  if (file_tenant != tenant) return Miss("another tenant's prefix (a colliding key)");
   if (token_count != tokens.size()) return Miss("another prefix's length (a colliding key)");
   std::vector<TokenId> file_tokens;
   r.ReadI32s("tokens", token_count, file_tokens);
@@ -118,10 +118,10 @@ void PrefixDisk::Drop(EntryList::iterator it) {
   lru_.erase(it);
 }
 
-bool PrefixDisk::Put(uint64_t key, absl::string_view owner, absl::Span<const TokenId> tokens,
+bool PrefixDisk::Put(uint64_t key, absl::string_view tenant, absl::Span<const TokenId> tokens,
                      const StateBlob& state, std::vector<uint64_t>& dropped) {
   if (auto held = by_key_.find(key); held != by_key_.end()) Drop(held->second);
-  const std::string bytes = Encode(owner, tokens, state);
+  const std::string bytes = Encode(tenant, tokens, state);
   const int64_t size = static_cast<int64_t>(bytes.size());
   if (size > options_.budget_bytes) return false;
   while (bytes_ + size > options_.budget_bytes) {
@@ -134,18 +134,18 @@ bool PrefixDisk::Put(uint64_t key, absl::string_view owner, absl::Span<const Tok
     return false;
   }
   lru_.push_front(
-      Entry{.key = key, .owner = std::string(owner), .length = tokens.size(), .bytes = size});
+      Entry{.key = key, .tenant = std::string(tenant), .length = tokens.size(), .bytes = size});
   by_key_[key] = lru_.begin();
   bytes_ += size;
   return true;
 }
 
-bool PrefixDisk::Holds(uint64_t key, absl::string_view owner, size_t length) const {
+bool PrefixDisk::Holds(uint64_t key, absl::string_view tenant, size_t length) const {
   auto it = by_key_.find(key);
-  return it != by_key_.end() && it->second->owner == owner && it->second->length == length;
+  return it != by_key_.end() && it->second->tenant == tenant && it->second->length == length;
 }
 
-std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view owner,
+std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view tenant,
                                           absl::Span<const TokenId> tokens) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return std::nullopt;
@@ -155,7 +155,7 @@ std::optional<StateBlob> PrefixDisk::Take(uint64_t key, absl::string_view owner,
     spdlog::warn("prefix disk {}: {}", options_.dir, bytes.status().ToString());
     return std::nullopt;
   }
-  absl::StatusOr<StateBlob> state = Decode(*bytes, owner, tokens);
+  absl::StatusOr<StateBlob> state = Decode(*bytes, tenant, tokens);
   if (!state.ok()) {
     // A torn or corrupt file, or another prefix under a colliding key: a miss.
     spdlog::warn("prefix disk {}: a state file did not hold the prefix looked up ({}); removed",

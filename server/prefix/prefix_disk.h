@@ -5,7 +5,7 @@
 //
 // A cache, not state: a file is named by the store's key, which is salted per process, so
 // Open clears the directory of an earlier process's files, and nothing is fsynced. A file is
-// trusted only whole: its SHA-256 must match, and it must hold the owner and tokens looked up
+// trusted only whole: its SHA-256 must match, and it must hold the tenant and tokens looked up
 // (a hash collision, a torn write or a corrupt file is a miss, and the file is removed).
 //
 // No threads and no locking: the engine thread owns it (through the store).
@@ -45,18 +45,18 @@ class PrefixDisk {
   // INVALID_ARGUMENT for a budget below 1.
   static absl::StatusOr<std::unique_ptr<PrefixDisk>> Open(const PrefixDiskOptions& options);
 
-  // Writes `state`, the state after `tokens` of `owner`, under `key` (replacing a file under
+  // Writes `state`, the state after `tokens` of `tenant`, under `key` (replacing a file under
   // the same key), dropping the least recently written files to stay within the budget; the
   // keys of dropped files are appended to `dropped`. Returns whether the state was written
   // (false when it is larger than the whole budget or the write failed, which is logged).
-  bool Put(uint64_t key, absl::string_view owner, absl::Span<const TokenId> tokens,
+  bool Put(uint64_t key, absl::string_view tenant, absl::Span<const TokenId> tokens,
            const StateBlob& state, std::vector<uint64_t>& dropped);
-  // Whether a file of `owner`'s prefix of `length` tokens is held under `key` (no I/O).
-  bool Holds(uint64_t key, absl::string_view owner, size_t length) const;
+  // Whether a file of `tenant`'s prefix of `length` tokens is held under `key` (no I/O).
+  bool Holds(uint64_t key, absl::string_view tenant, size_t length) const;
   // Reads the state under `key` and removes its file. nullopt when the file cannot be read,
-  // fails its checksum or does not hold exactly `owner` and `tokens` (logged; the file is
+  // fails its checksum or does not hold exactly `tenant` and `tokens` (logged; the file is
   // removed all the same).
-  std::optional<StateBlob> Take(uint64_t key, absl::string_view owner,
+  std::optional<StateBlob> Take(uint64_t key, absl::string_view tenant,
                                 absl::Span<const TokenId> tokens);
 
   int64_t bytes() const { return bytes_; }
@@ -67,7 +67,7 @@ class PrefixDisk {
  private:
   struct Entry {
     uint64_t key = 0;
-    std::string owner;
+    std::string tenant;
     size_t length = 0;
     int64_t bytes = 0;
   };

@@ -25,7 +25,7 @@ uint64_t StrongExtend(uint64_t key, TokenId token) {
              0x9e3779b97f4a7c15ULL * (static_cast<uint64_t>(static_cast<uint32_t>(token)) + 1));
 }
 
-// Bookkeeping charged per checkpoint beside its floats and tokens (list node, map slot, owner).
+// Bookkeeping charged per checkpoint beside its floats and tokens (list node, map slot, tenant).
 constexpr int64_t kEntryOverheadBytes = 128;
 
 }  // namespace
@@ -73,36 +73,39 @@ std::string_view ToString(PrefixMiss miss) {
 }
 
 PrefixStore::PrefixStore(const PrefixStoreOptions& options, absl::string_view model_fingerprint,
-                         ExtendKey extend, PrefixDisk* disk)
-    : options_(options), extend_(extend != nullptr ? extend : &StrongExtend), disk_(disk) {
+                         ExtendKey extend, PrefixDisk* disk, const PrefixStoreCounters& counters)
+    : options_(options),
+      extend_(extend != nullptr ? extend : &StrongExtend),
+      disk_(disk),
+      counters_(counters) {
   std::random_device random;
   const uint64_t salt = (uint64_t{random()} << 32) ^ random();
   seed_ = Mix(salt ^ absl::HashOf(model_fingerprint));
 }
 
-uint64_t PrefixStore::Seed(absl::string_view owner) const {
-  return Mix(seed_ ^ absl::HashOf(owner));
+uint64_t PrefixStore::Seed(absl::string_view tenant) const {
+  return Mix(seed_ ^ absl::HashOf(tenant));
 }
 
-uint64_t PrefixStore::KeyOf(absl::string_view owner, absl::Span<const TokenId> tokens) const {
-  uint64_t key = Seed(owner);
+uint64_t PrefixStore::KeyOf(absl::string_view tenant, absl::Span<const TokenId> tokens) const {
+  uint64_t key = Seed(tenant);
   for (TokenId token : tokens) key = extend_(key, token);
   return key;
 }
 
-PrefixStore::EntryList::iterator PrefixStore::Find(uint64_t key, absl::string_view owner,
+PrefixStore::EntryList::iterator PrefixStore::Find(uint64_t key, absl::string_view tenant,
                                                    absl::Span<const TokenId> tokens) {
   auto it = by_key_.find(key);
   if (it == by_key_.end()) return lru_.end();
   const Entry& entry = *it->second;
-  if (entry.owner != owner ||
+  if (entry.tenant != tenant ||
       !std::equal(entry.tokens.begin(), entry.tokens.end(), tokens.begin(), tokens.end())) {
     return lru_.end();  // a hash collision: another prefix holds this key
   }
   return it->second;
 }
 
-PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const TokenId> tokens) {
+PrefixLookup PrefixStore::Lookup(absl::string_view tenant, absl::Span<const TokenId> tokens) {
   PrefixLookup result;
   if (!enabled()) {
     result.miss = PrefixMiss::kNoPrefix;
@@ -110,16 +113,17 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   }
   // keys[i] is the key of tokens[0, i + 1).
   std::vector<uint64_t> keys(tokens.size());
-  uint64_t key = Seed(owner);
+  uint64_t key = Seed(tenant);
   for (size_t i = 0; i < tokens.size(); ++i) keys[i] = key = extend_(key, tokens[i]);
   // Usable lengths leave a token to feed: min_tokens .. size - 1.
   const size_t shortest = static_cast<size_t>(options_.min_tokens);
   for (size_t length = tokens.size() > 0 ? tokens.size() - 1 : 0; length >= shortest; --length) {
     const absl::Span<const TokenId> prefix = tokens.subspan(0, length);
-    auto it = Find(keys[length - 1], owner, prefix);
-    if (it == lru_.end() && disk_ != nullptr && disk_->Holds(keys[length - 1], owner, length)) {
-      std::optional<StateBlob> state = disk_->Take(keys[length - 1], owner, prefix);
-      if (state.has_value() && Insert(owner, prefix, *std::move(state))) it = lru_.begin();
+    auto it = Find(keys[length - 1], tenant, prefix);
+    if (it == lru_.end() && disk_ != nullptr && disk_->Holds(keys[length - 1], tenant, length)) {
+      std::optional<StateBlob> state = disk_->Take(keys[length - 1], tenant, prefix);
+      if (state.has_value()) Increment(counters_.disk_reads);
+      if (state.has_value() && Insert(tenant, prefix, *std::move(state))) it = lru_.begin();
     }
     if (it == lru_.end()) continue;
     Promote(it);
@@ -127,7 +131,7 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
     result.state = &it->state;
     return result;
   }
-  if (!tokens.empty() && Find(keys.back(), owner, tokens) != lru_.end()) {
+  if (!tokens.empty() && Find(keys.back(), tenant, tokens) != lru_.end()) {
     result.miss = PrefixMiss::kTooShort;
   } else if (tokens.size() <= shortest) {
     result.miss = PrefixMiss::kTooShort;
@@ -140,9 +144,9 @@ PrefixLookup PrefixStore::Lookup(absl::string_view owner, absl::Span<const Token
   return result;
 }
 
-bool PrefixStore::Touch(absl::string_view owner, absl::Span<const TokenId> tokens) {
+bool PrefixStore::Touch(absl::string_view tenant, absl::Span<const TokenId> tokens) {
   if (!enabled()) return false;
-  auto it = Find(KeyOf(owner, tokens), owner, tokens);
+  auto it = Find(KeyOf(tenant, tokens), tenant, tokens);
   if (it == lru_.end()) return false;
   Promote(it);
   return true;
@@ -154,37 +158,37 @@ void PrefixStore::Promote(EntryList::iterator it) {
   mine.splice(mine.begin(), mine, it->in_share);
 }
 
-int64_t PrefixStore::bytes(absl::string_view owner) const {
-  auto share = owners_.find(owner);
-  return share == owners_.end() ? 0 : share->second.bytes;
+int64_t PrefixStore::bytes(absl::string_view tenant) const {
+  auto share = tenants_.find(tenant);
+  return share == tenants_.end() ? 0 : share->second.bytes;
 }
 
-bool PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> tokens,
+bool PrefixStore::Insert(absl::string_view tenant, absl::Span<const TokenId> tokens,
                          StateBlob state) {
   if (!enabled() || tokens.size() < static_cast<size_t>(options_.min_tokens) ||
       state.position != static_cast<int64_t>(tokens.size())) {
     return false;
   }
-  const uint64_t key = KeyOf(owner, tokens);
+  const uint64_t key = KeyOf(tenant, tokens);
   if (by_key_.contains(key)) return false;  // held already, or a collision: keep the older one
   const int64_t bytes = static_cast<int64_t>(state.state.size() * sizeof(float) +
-                                             tokens.size() * sizeof(TokenId) + owner.size()) +
+                                             tokens.size() * sizeof(TokenId) + tenant.size()) +
                         kEntryOverheadBytes;
-  const int64_t owner_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
-                                                                : options_.memory_budget_bytes;
-  if (bytes > owner_budget) return false;
-  // The owner's own oldest go first; an eviction that empties a share removes it.
-  for (auto share = owners_.find(owner);
-       share != owners_.end() && share->second.bytes + bytes > owner_budget;
-       share = owners_.find(owner)) {
+  const int64_t tenant_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
+                                                                 : options_.memory_budget_bytes;
+  if (bytes > tenant_budget) return false;
+  // The tenant's own oldest go first; an eviction that empties a share removes it.
+  for (auto share = tenants_.find(tenant);
+       share != tenants_.end() && share->second.bytes + bytes > tenant_budget;
+       share = tenants_.find(tenant)) {
     Evict(by_key_.at(share->second.lru.back()));
   }
   while (bytes_ + bytes > options_.memory_budget_bytes) Evict(std::prev(lru_.end()));
-  OwnerShare& share = owners_[owner];
+  TenantShare& share = tenants_[tenant];
   share.lru.push_front(key);
   share.bytes += bytes;
   lru_.push_front(Entry{.key = key,
-                        .owner = std::string(owner),
+                        .tenant = std::string(tenant),
                         .tokens = std::vector<TokenId>(tokens.begin(), tokens.end()),
                         .state = std::move(state),
                         .bytes = bytes,
@@ -199,18 +203,19 @@ bool PrefixStore::Insert(absl::string_view owner, absl::Span<const TokenId> toke
 void PrefixStore::Evict(EntryList::iterator victim) {
   by_key_.erase(victim->key);
   bytes_ -= victim->bytes;
-  OwnerShare& share = *victim->share;
+  TenantShare& share = *victim->share;
   share.bytes -= victim->bytes;
   share.lru.erase(victim->in_share);
-  if (share.lru.empty()) owners_.erase(victim->owner);
+  if (share.lru.empty()) tenants_.erase(victim->tenant);
   std::vector<uint64_t> dropped;
   if (disk_ == nullptr ||
-      !disk_->Put(victim->key, victim->owner, victim->tokens, victim->state, dropped)) {
+      !disk_->Put(victim->key, victim->tenant, victim->tokens, victim->state, dropped)) {
     RememberEvicted(victim->key);
   }
   for (uint64_t key : dropped) RememberEvicted(key);
   lru_.erase(victim);
   ++evictions_;
+  Increment(counters_.evictions);
 }
 
 void PrefixStore::RememberEvicted(uint64_t key) {

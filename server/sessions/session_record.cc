@@ -21,7 +21,7 @@ absl::Status Corrupt(absl::string_view what) {
 // A record's own fields, between its magic and its snapshot.
 struct RecordFields {
   int64_t last_use_micros = 0;
-  std::string owner;
+  std::string tenant;
   uint64_t snapshot_bytes = 0;
 };
 
@@ -36,7 +36,7 @@ absl::StatusOr<RecordFields> ReadFields(ByteReader& r) {
   }
   RecordFields fields;
   fields.last_use_micros = r.ReadI64("last_use_time");
-  fields.owner = std::string(r.ReadString32("owner", kMaxOwnerBytes));
+  fields.tenant = std::string(r.ReadString32("tenant", kMaxTenantBytes));
   fields.snapshot_bytes = r.ReadU64("snapshot length");
   if (!r.ok()) return r.status();
   return fields;
@@ -60,11 +60,11 @@ absl::StatusOr<absl::Time> LastUseTime(int64_t last_use_micros, absl::Time creat
 
 std::string EncodeSessionRecord(const SessionRecord& record, absl::string_view model_fingerprint) {
   const std::string snapshot = EncodeSnapshot(record.snapshot, model_fingerprint);
-  ByteWriter w(kMagic, kMagic.size() + 4 + 8 + 4 + record.owner.size() + 8 + snapshot.size() +
+  ByteWriter w(kMagic, kMagic.size() + 4 + 8 + 4 + record.tenant.size() + 8 + snapshot.size() +
                            kSha256Bytes);
   w.PutU32(kSessionRecordVersion);
   w.PutI64(absl::ToUnixMicros(record.last_use_time));
-  w.PutString32(record.owner);
+  w.PutString32(record.tenant);
   w.PutU64(snapshot.size());
   w.PutBytes(snapshot);
   return std::move(w).Seal();
@@ -89,7 +89,7 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
       LastUseTime(fields->last_use_micros, snapshot->create_time, now);
   if (!last_use_time.ok()) return last_use_time.status();
   return SessionRecord{.id = std::move(id),
-                       .owner = std::move(fields->owner),
+                       .tenant = std::move(fields->tenant),
                        .last_use_time = *last_use_time,
                        .snapshot = *std::move(snapshot)};
 }
@@ -109,7 +109,7 @@ absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view 
       LastUseTime(fields->last_use_micros, snapshot->create_time, now);
   if (!last_use_time.ok()) return last_use_time.status();
   return SessionRecordHeader{.id = std::move(id),
-                             .owner = std::move(fields->owner),
+                             .tenant = std::move(fields->tenant),
                              .last_use_time = *last_use_time,
                              .create_time = snapshot->create_time,
                              .num_tokens = snapshot->num_tokens};
@@ -117,7 +117,7 @@ absl::StatusOr<SessionRecordHeader> DecodeSessionRecordHeader(absl::string_view 
 
 SessionRecordHeader HeaderOf(const SessionRecord& record) {
   return SessionRecordHeader{.id = record.id,
-                             .owner = record.owner,
+                             .tenant = record.tenant,
                              .last_use_time = record.last_use_time,
                              .create_time = record.snapshot.create_time,
                              .num_tokens = record.snapshot.num_tokens};

@@ -1,13 +1,13 @@
 // SessionRecord: what --state_dir holds for one session, one file per session ("ID.session").
 //
 // A record is a snapshot (snapshot.h, the portable export format) plus what belongs to this
-// server and not to the snapshot: the session's owner (the tenant that created or imported it)
+// server and not to the snapshot: the session's tenant (the one that created or imported it)
 // and its last use, so a restart changes nothing a client can see (create_time travels in the
 // snapshot).
 //
 // Layout (version 1, little-endian, server/storage/byte_codec.h):
 //   magic "LSVSREC\x1a" | u32 version | i64 last_use_time (µs since the Unix epoch) |
-//   u32 n + n bytes: owner | u64 n + n bytes: snapshot | 32 bytes: SHA-256 of everything before.
+//   u32 n + n bytes: tenant | u64 n + n bytes: snapshot | 32 bytes: SHA-256 of everything before.
 #ifndef LINSERVE_SERVER_SESSIONS_SESSION_RECORD_H_
 #define LINSERVE_SERVER_SESSIONS_SESSION_RECORD_H_
 
@@ -24,13 +24,13 @@
 namespace linserve {
 
 inline constexpr uint32_t kSessionRecordVersion = 1;
-// Longest owner name a record may carry.
-inline constexpr uint32_t kMaxOwnerBytes = 1024;
+// Longest tenant name a record may carry.
+inline constexpr uint32_t kMaxTenantBytes = 1024;
 
 struct SessionRecord {
   SessionId id;
   // The tenant the session belongs to; "" without authentication.
-  std::string owner;
+  std::string tenant;
   absl::Time last_use_time = absl::UnixEpoch();
   SessionSnapshot snapshot;
 };
@@ -51,13 +51,13 @@ absl::StatusOr<SessionRecord> DecodeSessionRecord(absl::string_view bytes, Sessi
 // What an index of the records needs, read from a record's first kMaxSessionRecordHeaderBytes.
 struct SessionRecordHeader {
   SessionId id;
-  std::string owner;
+  std::string tenant;
   absl::Time last_use_time = absl::UnixEpoch();
   absl::Time create_time = absl::UnixEpoch();
   int64_t num_tokens = 0;
 };
 inline constexpr size_t kMaxSessionRecordHeaderBytes =
-    8 + 4 + 8 + 4 + kMaxOwnerBytes + 8 + kMaxSnapshotHeaderBytes;
+    8 + 4 + 8 + 4 + kMaxTenantBytes + 8 + kMaxSnapshotHeaderBytes;
 
 // Parses the header of a record from its first bytes (the whole record is fine too), with the
 // checks DecodeSessionRecord makes on those fields; the checksum, which needs the whole record,

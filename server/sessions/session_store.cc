@@ -8,18 +8,15 @@
 #include "spdlog/spdlog.h"
 
 namespace linserve {
-namespace {
 
-// Session clocks are kept at the microsecond resolution of the persisted record, so a restart
-// shows a client exactly the times it saw before.
-absl::Time ToMicros(absl::Time t) { return absl::FromUnixMicros(absl::ToUnixMicros(t)); }
+absl::Time SessionStore::ToMicros(absl::Time t) {
+  return absl::FromUnixMicros(absl::ToUnixMicros(t));
+}
 
-absl::Status NotFound(const SessionId& id) {
+absl::Status SessionStore::NotFound(const SessionId& id) {
   return absl::NotFoundError(
       absl::StrCat("session ", id.value, " does not exist (never created, deleted or expired)"));
 }
-
-}  // namespace
 
 absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
   if (options.max_sessions < 1) {
@@ -44,144 +41,15 @@ absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options) {
 }
 
 SessionStore::SessionStore(Backend& backend, const SessionStoreOptions& options,
-                           SessionPersister* persister)
+                           SessionPersister* persister, const SessionStoreCounters& counters)
     : backend_(backend),
       options_(options),
       persister_(persister),
+      counters_(counters),
       host_budget_bytes_(options.host_state_memory_mib << 20) {}
 
 SessionStore::~SessionStore() {
   for (Session* session : resident_) backend_.FreeSlot(*session->slot);
-}
-
-// ---- Host memory ---------------------------------------------------------------------------
-
-int64_t SessionStore::HostCost(const Session& session, bool with_state) const {
-  const int64_t state_bytes =
-      with_state ? static_cast<int64_t>(backend_.config().StateFloatsPerSlot() * sizeof(float)) : 0;
-  return kSessionHostOverheadBytes + state_bytes +
-         static_cast<int64_t>(session.history.pending().size() * sizeof(TokenId) +
-                              session.history.distinct_tokens() * 16 + session.owner.size());
-}
-
-bool SessionStore::HostHasRoom(int64_t bytes) const {
-  return persister_ != nullptr || host_bytes_ + bytes <= host_budget_bytes_;
-}
-
-absl::Status SessionStore::HostFull(absl::string_view what) const {
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "host_state_memory_mib (", options_.host_state_memory_mib, " MiB) is full with ",
-      host_lru_.size(), " idle sessions, and without a state_dir there is no disk tier: ", what,
-      " does not fit; delete sessions, raise --host_state_memory_mib or set --state_dir"));
-}
-
-void SessionStore::AddToHost(Session& session) {
-  session.host_bytes = HostCost(session, session.hibernated.has_value());
-  host_bytes_ += session.host_bytes;
-  session.host_lru = host_lru_.insert(host_lru_.end(), &session);
-}
-
-void SessionStore::RemoveFromHost(Session& session) {
-  host_bytes_ -= session.host_bytes;
-  session.host_bytes = 0;
-  host_lru_.erase(session.host_lru);
-}
-
-void SessionStore::TouchInHost(Session& session) {
-  if (session.ephemeral || session.slot.has_value()) return;
-  host_lru_.splice(host_lru_.end(), host_lru_, session.host_lru);
-}
-
-void SessionStore::EnforceHostBudget(const Session* keep) {
-  if (persister_ == nullptr) return;
-  auto it = host_lru_.begin();
-  while (host_bytes_ > host_budget_bytes_ && it != host_lru_.end()) {
-    Session* victim = *it++;
-    if (victim == keep || victim->busy) continue;
-    Unload(index_.find(Pack(victim->id))->second);
-  }
-}
-
-void SessionStore::Unload(IndexEntry& entry) {
-  Session& session = *entry.session;
-  // Its record is with the persister already: every change was handed over when it happened.
-  entry.owner = InternOwner(session.owner);
-  entry.num_tokens = session.history.num_tokens();
-  entry.create_micros = absl::ToUnixMicros(session.create_time);
-  entry.last_use_micros = absl::ToUnixMicros(session.last_use_time);
-  RemoveFromHost(session);
-  entry.session.reset();
-  ++evictions_to_disk_;
-}
-
-std::unique_ptr<Session> SessionStore::FromSnapshot(SessionId id, std::string owner,
-                                                    SessionSnapshot snapshot) const {
-  auto session = std::make_unique<Session>();
-  session->id = std::move(id);
-  session->owner = std::move(owner);
-  session->hibernated = std::move(snapshot.state);
-  session->history =
-      SessionHistory(snapshot.num_tokens, std::move(snapshot.pending), snapshot.token_counts);
-  session->create_time = snapshot.create_time;
-  return session;
-}
-
-absl::StatusOr<Session*> SessionStore::Load(Index::iterator it, absl::Time now) {
-  const SessionId id = Unpack(it->first);
-  const bool replaced = persister_->ChangedElsewhere(id);
-  absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
-  if (!record.ok()) {
-    spdlog::error(
-        "session {}: its record could not be read back from state_dir (the session "
-        "is dropped from the index, its file left in place): {}",
-        id.value, record.status().ToString());
-    RemoveEntry(it);  // not EraseEntry: the file stays for inspection
-    if (absl::IsNotFound(record.status())) return NotFound(id);
-    return absl::DataLossError(
-        absl::StrCat("session ", id.value,
-                     ": its record in state_dir could not be read: ", record.status().message()));
-  }
-  IndexEntry& entry = it->second;
-  if (replaced) on_replaced_(id);
-  // Another server may have replaced the session by one of another owner (a delete, then an
-  // import under the same id): that is not this owner's session any more.
-  if (record->owner != owners_[entry.owner]) {
-    spdlog::info("session {}: now another owner's in state_dir; dropped here", id.value);
-    Forget(it);
-    return NotFound(id);
-  }
-  entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
-  entry.session->last_use_time = record->last_use_time;
-  AddToHost(*entry.session);
-  ++loads_from_disk_;
-  EnforceHostBudget(entry.session.get());
-  return entry.session.get();
-}
-
-absl::StatusOr<Session*> SessionStore::Adopt(const SessionId& id, absl::string_view owner,
-                                             absl::Time now) {
-  if (persister_ == nullptr) return NotFound(id);
-  absl::StatusOr<SessionRecord> record = persister_->Read(id, now);
-  if (!record.ok()) {
-    if (!absl::IsNotFound(record.status())) {
-      spdlog::warn("session {}: a file in state_dir, not usable: {}", id.value,
-                   record.status().ToString());
-    }
-    return NotFound(id);
-  }
-  if (record->owner != owner || now - record->last_use_time >= options_.idle_timeout) {
-    return NotFound(id);
-  }
-  if (absl::Status s = CheckCapacity(owner); !s.ok()) return s;
-  on_replaced_(id);  // what this server kept of an earlier history of the id is stale
-  IndexEntry& entry = AddEntry(Pack(id), owner).first->second;
-  entry.session = FromSnapshot(id, std::move(record->owner), std::move(record->snapshot));
-  entry.session->last_use_time = record->last_use_time;
-  AddToHost(*entry.session);
-  ++loads_from_disk_;
-  spdlog::info("session {}: loaded from state_dir on first use", id.value);
-  EnforceHostBudget(entry.session.get());
-  return entry.session.get();
 }
 
 absl::Status SessionStore::CheckIdFree(const SessionId& id, absl::Time now) {
@@ -193,50 +61,51 @@ absl::Status SessionStore::CheckIdFree(const SessionId& id, absl::Time now) {
   return absl::OkStatus();
 }
 
-// ---- Owners --------------------------------------------------------------------------------
+// ---- Tenants --------------------------------------------------------------------------------
 
-uint32_t SessionStore::InternOwner(absl::string_view owner) {
+uint32_t SessionStore::InternTenant(absl::string_view tenant) {
   auto [it, inserted] =
-      owner_numbers_.try_emplace(std::string(owner), static_cast<uint32_t>(owners_.size()));
-  if (inserted) owners_.emplace_back(owner);
+      tenant_numbers_.try_emplace(std::string(tenant), static_cast<uint32_t>(tenants_.size()));
+  if (inserted) tenants_.emplace_back(tenant);
   return it->second;
 }
 
-std::optional<uint32_t> SessionStore::FindOwner(absl::string_view owner) const {
-  auto it = owner_numbers_.find(owner);
-  if (it == owner_numbers_.end()) return std::nullopt;
+std::optional<uint32_t> SessionStore::FindTenant(absl::string_view tenant) const {
+  auto it = tenant_numbers_.find(tenant);
+  if (it == tenant_numbers_.end()) return std::nullopt;
   return it->second;
 }
 
 std::pair<SessionStore::Index::iterator, bool> SessionStore::AddEntry(const PackedSessionId& key,
-                                                                      absl::string_view owner) {
+                                                                      absl::string_view tenant) {
   auto [it, inserted] = index_.try_emplace(key);
   if (inserted) {
-    it->second.owner = InternOwner(owner);
-    by_owner_[it->second.owner].insert(key);
+    it->second.tenant = InternTenant(tenant);
+    by_tenant_[it->second.tenant].insert(key);
   }
   return {it, inserted};
 }
 
 SessionStore::Index::iterator SessionStore::RemoveEntry(Index::iterator it) {
-  auto mine = by_owner_.find(it->second.owner);
+  auto mine = by_tenant_.find(it->second.tenant);
   mine->second.erase(it->first);
-  if (mine->second.empty()) by_owner_.erase(mine);
+  if (mine->second.empty()) by_tenant_.erase(mine);
   return index_.erase(it);
 }
 
-int32_t SessionStore::named_sessions(absl::string_view owner) const {
-  const std::optional<uint32_t> number = FindOwner(owner);
+int32_t SessionStore::named_sessions(absl::string_view tenant) const {
+  const std::optional<uint32_t> number = FindTenant(tenant);
   if (!number.has_value()) return 0;
-  auto mine = by_owner_.find(*number);
-  return mine == by_owner_.end() ? 0 : static_cast<int32_t>(mine->second.size());
+  auto mine = by_tenant_.find(*number);
+  return mine == by_tenant_.end() ? 0 : static_cast<int32_t>(mine->second.size());
 }
 
 // ---- Sessions ------------------------------------------------------------------------------
 
-absl::Status SessionStore::CheckCapacity(absl::string_view owner) {
-  if (options_.tenant_max_sessions > 0 && named_sessions(owner) >= options_.tenant_max_sessions) {
+absl::Status SessionStore::CheckCapacity(absl::string_view tenant) {
+  if (options_.tenant_max_sessions > 0 && named_sessions(tenant) >= options_.tenant_max_sessions) {
     ++tenant_quota_rejections_;
+    Increment(counters_.tenant_quota_rejections);
     return absl::ResourceExhaustedError(
         absl::StrCat("this tenant holds tenant_max_sessions (", options_.tenant_max_sessions,
                      ") sessions, its quota; delete some or let idle ones expire"));
@@ -250,8 +119,8 @@ absl::Status SessionStore::CheckCapacity(absl::string_view owner) {
 }
 
 absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, absl::Time now,
-                                                std::string owner) {
-  if (absl::Status s = CheckCapacity(owner); !s.ok()) return s;
+                                                std::string tenant) {
+  if (absl::Status s = CheckCapacity(tenant); !s.ok()) return s;
   const bool proposed = id.has_value();
   if (!proposed) {
     absl::StatusOr<SessionId> fresh = NewSessionId();
@@ -263,25 +132,25 @@ absl::StatusOr<Session*> SessionStore::NewNamed(std::optional<SessionId> id, abs
   if (proposed) {
     if (absl::Status s = CheckIdFree(*id, now); !s.ok()) return s;
   }
-  auto [it, inserted] = AddEntry(Pack(*id), owner);
+  auto [it, inserted] = AddEntry(Pack(*id), tenant);
   if (!inserted) {
     return absl::AlreadyExistsError(absl::StrCat("session ", id->value, " already exists"));
   }
   auto session = std::make_unique<Session>();
   session->id = *std::move(id);
-  session->owner = std::move(owner);
+  session->tenant = std::move(tenant);
   session->create_time = ToMicros(now);
   session->last_use_time = ToMicros(now);
   it->second.session = std::move(session);
   return it->second.session.get();
 }
 
-absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string owner,
+absl::StatusOr<Session*> SessionStore::Create(absl::Time now, std::string tenant,
                                               std::optional<SessionId> id) {
-  if (!HostHasRoom(kSessionHostOverheadBytes + static_cast<int64_t>(owner.size()))) {
+  if (!HostHasRoom(kSessionHostOverheadBytes + static_cast<int64_t>(tenant.size()))) {
     return HostFull("a new session");
   }
-  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, std::move(owner));
+  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, std::move(tenant));
   if (!session.ok()) return session;
   AddToHost(**session);
   Persist(**session);
@@ -310,14 +179,14 @@ absl::StatusOr<Session*> SessionStore::CreateEphemeral(absl::Time now) {
   return session;
 }
 
-absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view owner) {
+absl::StatusOr<Session*> SessionStore::Find(const SessionId& id, absl::string_view tenant) {
   const absl::Time now = absl::Now();
   // Before anything is checked: another server cannot change the session while it is held.
   if (absl::Status s = HoldLock(id); !s.ok()) return s;
   auto it = index_.find(Pack(id));
-  if (it == index_.end()) return Adopt(id, owner, now);
+  if (it == index_.end()) return Adopt(id, tenant, now);
   IndexEntry& entry = it->second;
-  if (owners_[entry.owner] != owner) return NotFound(id);
+  if (tenants_[entry.tenant] != tenant) return NotFound(id);
   if (entry.session == nullptr) return Load(it, now);
   Session& held = *entry.session;
   if (held.busy || persister_ == nullptr || !persister_->ChangedElsewhere(id)) return &held;
@@ -365,10 +234,10 @@ SessionStore::Index::iterator SessionStore::Forget(Index::iterator it) {
   return it;
 }
 
-absl::StatusOr<SessionInfo> SessionStore::Info(const SessionId& id, absl::string_view owner) {
+absl::StatusOr<SessionInfo> SessionStore::Info(const SessionId& id, absl::string_view tenant) {
   auto it = index_.find(Pack(id));
   if (it != index_.end() && (persister_ == nullptr || !persister_->ChangedElsewhere(id))) {
-    if (owners_[it->second.owner] != owner) return NotFound(id);
+    if (tenants_[it->second.tenant] != tenant) return NotFound(id);
     return InfoOf(*it);
   }
   if (persister_ == nullptr) return NotFound(id);
@@ -377,7 +246,7 @@ absl::StatusOr<SessionInfo> SessionStore::Info(const SessionId& id, absl::string
   on_replaced_(id);
   const absl::Time now = absl::Now();
   absl::StatusOr<SessionRecordHeader> header = persister_->ReadHeader(id, now);
-  if (!header.ok() || header->owner != owner ||
+  if (!header.ok() || header->tenant != tenant ||
       now - header->last_use_time >= options_.idle_timeout) {
     return NotFound(id);
   }
@@ -408,91 +277,12 @@ SessionInfo SessionStore::InfoOf(const Index::value_type& entry) const {
   };
 }
 
-bool SessionStore::SlotWaitHelps() const {
-  // An ephemeral request frees its slot when it ends; a named one leaves its session idle in
-  // the slot, to be hibernated, which needs room in host memory or a disk tier.
-  for (const Session* session : resident_) {
-    if (!session->busy) continue;
-    if (session->ephemeral || HostHasRoom(HostCost(*session, /*with_state=*/true))) return true;
-  }
-  return false;
-}
-
-absl::StatusOr<SlotId> SessionStore::AcquireSlot(Session* for_session) {
-  if (backend_.free_slots() == 0) {
-    Session* victim = nullptr;
-    for (Session* candidate : resident_) {
-      if (candidate->busy || candidate == for_session) continue;
-      if (victim == nullptr || candidate->last_use_time < victim->last_use_time ||
-          (candidate->last_use_time == victim->last_use_time && candidate->id < victim->id)) {
-        victim = candidate;
-      }
-    }
-    if (victim == nullptr) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("all ", backend_.slot_capacity(),
-                       " state slots belong to sessions with requests in flight"));
-    }
-    if (!HostHasRoom(HostCost(*victim, /*with_state=*/true))) {
-      return HostFull("hibernating an idle session to free a state slot");
-    }
-    if (absl::Status status = Hibernate(*victim); !status.ok()) return status;
-  }
-  absl::StatusOr<SlotId> slot = backend_.AllocateSlot();
-  EnforceHostBudget(for_session);
-  return slot;
-}
-
-absl::Status SessionStore::Hibernate(Session& session) {
-  StateBlob blob;
-  if (absl::Status status = backend_.ReadSlot(*session.slot, blob); !status.ok()) return status;
-  session.hibernated = std::move(blob);
-  ReleaseSlot(session);
-  AddToHost(session);
-  ++hibernations_;
-  return absl::OkStatus();
-}
-
-void SessionStore::ReleaseSlot(Session& session) {
-  if (!session.slot.has_value()) return;
-  backend_.FreeSlot(*session.slot);
-  session.slot.reset();
-  resident_.erase(&session);
-}
-
-absl::Status SessionStore::MakeResident(Session& session, absl::Time now) {
-  session.last_use_time = ToMicros(now);
-  if (session.slot.has_value()) return absl::OkStatus();
-  return LoadIntoSlot(session);
-}
-
-absl::Status SessionStore::LoadIntoSlot(Session& session) {
-  // Out of host memory first, so that making room there never evicts it.
-  RemoveFromHost(session);
-  absl::StatusOr<SlotId> slot = AcquireSlot(&session);
-  absl::Status status = slot.status();
-  if (status.ok() && session.hibernated.has_value()) {
-    // The slot's penalty counts come back with the state, in O(distinct tokens).
-    status = backend_.WriteSlot(*slot, *session.hibernated);
-    if (status.ok()) status = backend_.SetSeenCounts(*slot, session.history.SeenCounts());
-    if (!status.ok()) backend_.FreeSlot(*slot);
-  }
-  if (!status.ok()) {
-    AddToHost(session);
-    return status;
-  }
-  session.hibernated.reset();
-  session.slot = *slot;
-  resident_.insert(&session);
-  return absl::OkStatus();
-}
-
 absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time now) {
   const bool slot_copy = source.slot.has_value() && backend_.free_slots() > 0;
   if (!slot_copy && !HostHasRoom(HostCost(source, /*with_state=*/true))) {
     return HostFull("the fork");
   }
-  absl::StatusOr<Session*> fork = NewNamed(std::nullopt, now, source.owner);
+  absl::StatusOr<Session*> fork = NewNamed(std::nullopt, now, source.tenant);
   if (!fork.ok()) return fork.status();
   Session& copy = **fork;
   copy.history = source.history;
@@ -573,12 +363,12 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
 }
 
 absl::StatusOr<Session*> SessionStore::Insert(SessionSnapshot snapshot, absl::Time now,
-                                              std::string owner, std::optional<SessionId> id) {
-  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, owner);
+                                              std::string tenant, std::optional<SessionId> id) {
+  absl::StatusOr<Session*> session = NewNamed(std::move(id), now, tenant);
   if (!session.ok()) return session.status();
   Session& s = **session;
   IndexEntry& entry = index_.find(Pack(s.id))->second;
-  entry.session = FromSnapshot(s.id, std::move(owner), std::move(snapshot));
+  entry.session = FromSnapshot(s.id, std::move(tenant), std::move(snapshot));
   entry.session->last_use_time = ToMicros(now);
   Session& inserted = *entry.session;
   if (!HostHasRoom(HostCost(inserted, /*with_state=*/true))) {
@@ -599,7 +389,7 @@ void SessionStore::Persist(const Session& session) {
     return;
   }
   persister_->Put(SessionRecord{.id = session.id,
-                                .owner = session.owner,
+                                .tenant = session.tenant,
                                 .last_use_time = session.last_use_time,
                                 .snapshot = *std::move(snapshot)});
 }
@@ -654,12 +444,12 @@ int64_t SessionStore::Restore(absl::Time now) {
       continue;
     }
     if (index_.contains(Pack(header.id))) continue;
-    if (absl::Status s = CheckCapacity(header.owner); !s.ok()) {
+    if (absl::Status s = CheckCapacity(header.tenant); !s.ok()) {
       spdlog::warn("state_dir: not restoring session {} (left in place): {}", header.id.value,
                    s.ToString());
       continue;
     }
-    auto it = AddEntry(Pack(header.id), header.owner).first;
+    auto it = AddEntry(Pack(header.id), header.tenant).first;
     it->second.num_tokens = header.num_tokens;
     it->second.create_micros = absl::ToUnixMicros(header.create_time);
     it->second.last_use_micros = absl::ToUnixMicros(header.last_use_time);
@@ -730,12 +520,12 @@ std::vector<SessionId> SessionStore::ExpireIdle(absl::Time now) {
 }
 
 std::vector<SessionInfo> SessionStore::List(const std::optional<SessionId>& after, int32_t limit,
-                                            absl::string_view owner) const {
+                                            absl::string_view tenant) const {
   std::vector<SessionInfo> out;
-  const std::optional<uint32_t> number = FindOwner(owner);
+  const std::optional<uint32_t> number = FindTenant(tenant);
   if (!number.has_value()) return out;
-  auto mine = by_owner_.find(*number);
-  if (mine == by_owner_.end()) return out;
+  auto mine = by_tenant_.find(*number);
+  if (mine == by_tenant_.end()) return out;
   const absl::btree_set<PackedSessionId>& ids = mine->second;
   auto it = after.has_value() ? ids.upper_bound(Pack(*after)) : ids.begin();
   for (; it != ids.end() && out.size() < static_cast<size_t>(limit); ++it) {
@@ -744,11 +534,11 @@ std::vector<SessionInfo> SessionStore::List(const std::optional<SessionId>& afte
   return out;
 }
 
-bool SessionStore::HasAfter(const SessionId& after, absl::string_view owner) const {
-  const std::optional<uint32_t> number = FindOwner(owner);
+bool SessionStore::HasAfter(const SessionId& after, absl::string_view tenant) const {
+  const std::optional<uint32_t> number = FindTenant(tenant);
   if (!number.has_value()) return false;
-  auto mine = by_owner_.find(*number);
-  return mine != by_owner_.end() && mine->second.upper_bound(Pack(after)) != mine->second.end();
+  auto mine = by_tenant_.find(*number);
+  return mine != by_tenant_.end() && mine->second.upper_bound(Pack(after)) != mine->second.end();
 }
 
 int32_t SessionStore::resident_named_sessions() const {

@@ -7,7 +7,7 @@
 // least recently used idle resident session is hibernated: its state copied to host memory, its
 // slot freed. When the sessions in host memory outgrow the budget, the least recently used idle
 // ones leave it for the disk tier: with a SessionPersister every change of a session is already
-// written behind, so evicting one frees its memory and keeps a small index entry (id, owner,
+// written behind, so evicting one frees its memory and keeps a small index entry (id, tenant,
 // token count, times: what lookups, listing and expiry need). A session on disk is read back
 // on its next use (a request, a fork, an export). Restore at start reads only the index from
 // the files, and loads the most recently used sessions into the free slots.
@@ -19,8 +19,8 @@
 //
 // A new session starts without a slot (its state is all zeros) and so does a restored or
 // imported one. Sessions unused for idle_timeout are deleted; at most max_sessions named
-// sessions exist at once, and at most tenant_max_sessions of one owner. Each owner's session
-// ids are indexed apart, so listing an owner's sessions costs what that owner's sessions cost.
+// sessions exist at once, and at most tenant_max_sessions of one tenant. Each tenant's session
+// ids are indexed apart, so listing a tenant's sessions costs what that tenant's sessions cost.
 //
 // With a SessionPersister (--state_dir) every change of a named session is handed to it as it
 // happens (create, fork, insert, the end of each request, an export's touch, erase, expiry),
@@ -39,7 +39,7 @@
 // the persister (each queued change keeps its own use until written); a busy session's use is
 // kept until its request ends (Release). Expiry re-reads a session's file before deleting it:
 // one another server used since is not idle. A loaded copy replaced by another server's version,
-// or of another owner, is dropped; the callback set by set_on_replaced hears of it.
+// or of another tenant, is dropped; the callback set by set_on_replaced hears of it.
 //
 // A Session* stays valid while its session is busy, and otherwise until the next call that
 // may move sessions between tiers (any non-const call).
@@ -66,6 +66,7 @@
 #include "absl/time/time.h"
 #include "model/backend/backend.h"
 #include "model/types.h"
+#include "server/metrics/metrics.h"
 #include "server/sessions/session_history.h"
 #include "server/sessions/session_id.h"
 #include "server/sessions/session_persister.h"
@@ -78,7 +79,7 @@ struct SessionStoreOptions {
   // importing beyond it fails with RESOURCE_EXHAUSTED. Ephemeral sessions do not count. Default:
   // 4096.
   int32_t max_sessions = 4096;
-  // Named sessions one owner (tenant) may hold at once, within max_sessions; creating, forking,
+  // Named sessions one tenant may hold at once, within max_sessions; creating, forking,
   // importing or adopting beyond it fails with RESOURCE_EXHAUSTED naming tenant_max_sessions.
   // 0: no quota of its own (max_sessions alone applies). In [0, max_sessions]. Default: 0.
   int32_t tenant_max_sessions = 0;
@@ -100,11 +101,23 @@ inline constexpr int64_t kSessionHostOverheadBytes = 256;
 // Errors name the field and its range.
 absl::Status ValidateSessionStoreOptions(const SessionStoreOptions& options);
 
+// Where a SessionStore counts its events (metrics.h); they must outlive the store. nullptr
+// counts nothing.
+struct SessionStoreCounters {
+  // Sessions moved from a slot to host memory, from host memory to disk, and read back from
+  // disk.
+  Counter* hibernations = nullptr;
+  Counter* evictions_to_disk = nullptr;
+  Counter* loads_from_disk = nullptr;
+  // Creates, forks, imports, adoptions and restores refused for tenant_max_sessions.
+  Counter* tenant_quota_rejections = nullptr;
+};
+
 struct Session {
   SessionId id;
   // The tenant that created or imported the session; "" without authentication. Lookups on
   // behalf of anyone else answer NOT_FOUND.
-  std::string owner;
+  std::string tenant;
   // Ephemeral sessions serve one request without a session_id; they are invisible to lookups.
   bool ephemeral = false;
   // Resident: the slot holding the state. Otherwise `hibernated` holds it, or, when that is
@@ -134,7 +147,7 @@ struct SessionInfo {
   absl::Time create_time;
   absl::Time last_use_time;
   // The num_tokens RewindSession and ForkSessionAt can return to, ascending (0 always); the
-  // engine fills it from its SessionCheckpoints (the store leaves it empty).
+  // engine fills it from its TurnBoundaries (the store leaves it empty).
   std::vector<int64_t> boundaries = {};
 };
 
@@ -143,34 +156,34 @@ class SessionStore {
   // `backend` and `persister` (nullptr: nothing persisted) must outlive the store. Slots of
   // remaining sessions are freed on destruction.
   SessionStore(Backend& backend, const SessionStoreOptions& options,
-               SessionPersister* persister = nullptr);
+               SessionPersister* persister = nullptr, const SessionStoreCounters& counters = {});
   ~SessionStore();
   SessionStore(const SessionStore&) = delete;
   SessionStore& operator=(const SessionStore&) = delete;
 
-  // A new empty named session of `owner`, under `id` (ALREADY_EXISTS when a session, held or in
+  // A new empty named session of `tenant`, under `id` (ALREADY_EXISTS when a session, held or in
   // the persister's directory, has it) or a fresh random id. RESOURCE_EXHAUSTED at
-  // max_sessions or the owner's tenant_max_sessions, or without a persister when host memory
+  // max_sessions or the tenant's tenant_max_sessions, or without a persister when host memory
   // has no room.
-  absl::StatusOr<Session*> Create(absl::Time now, std::string owner = "",
+  absl::StatusOr<Session*> Create(absl::Time now, std::string tenant = "",
                                   std::optional<SessionId> id = std::nullopt);
   // A new empty ephemeral session, resident at once (busy, since a request owns it).
   // RESOURCE_EXHAUSTED when no slot can be freed.
   absl::StatusOr<Session*> CreateEphemeral(absl::Time now);
-  // The named session `id` of `owner`, in a slot or in host memory (read back from disk if it
+  // The named session `id` of `tenant`, in a slot or in host memory (read back from disk if it
   // was there). An id the store does not hold is looked up in the persister's directory
   // (Adopt): the session of another server sharing the directory is found on its first use.
-  // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another owner
+  // NOT_FOUND (naming the id) for unknown and ephemeral ids, and for sessions of another tenant
   // (the same message: existence is not revealed); DATA_LOSS when its record cannot be read
   // back (the session is then dropped from the index, its file left in place);
   // RESOURCE_EXHAUSTED at max_sessions or tenant_max_sessions for a session adopted from the
   // directory. A loaded idle session whose file another server changed or removed since is read
   // again (or NOT_FOUND).
-  absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view owner = "");
+  absl::StatusOr<Session*> Find(const SessionId& id, absl::string_view tenant = "");
   // What Find's session would show a client, without reading a session on disk back and
   // without its lock: a session the store does not hold, or that another server changed since,
   // is described from its file's header.
-  absl::StatusOr<SessionInfo> Info(const SessionId& id, absl::string_view owner = "");
+  absl::StatusOr<SessionInfo> Info(const SessionId& id, absl::string_view tenant = "");
   static SessionInfo InfoOf(const Session& session);
 
   // Gives the session a slot with its state, hibernating the least recently used idle resident
@@ -211,7 +224,7 @@ class SessionStore {
   }
   // Indexes the sessions the persister holds (reading each file's header only), keeping every
   // field as persisted. Those idle for idle_timeout or more at `now` are not added and their
-  // files are removed; those beyond max_sessions or their owner's tenant_max_sessions are not
+  // files are removed; those beyond max_sessions or their tenant's tenant_max_sessions are not
   // added and their files left in place. The most recently used ones are loaded into the free
   // slots (as the LRU would have kept them), the rest stay on disk until used. Returns the
   // number restored.
@@ -219,10 +232,10 @@ class SessionStore {
 
   // The session's state and continuation data.
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
-  // A new named, hibernated session of `owner` from an imported snapshot, under `id` (as
-  // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions or the owner's
+  // A new named, hibernated session of `tenant` from an imported snapshot, under `id` (as
+  // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions or the tenant's
   // tenant_max_sessions, or without a persister when host memory has no room.
-  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now, std::string owner = "",
+  absl::StatusOr<Session*> Insert(SessionSnapshot snapshot, absl::Time now, std::string tenant = "",
                                   std::optional<SessionId> id = std::nullopt);
 
   // Deletes idle named sessions whose last use is idle_timeout or more before `now`; returns
@@ -234,17 +247,17 @@ class SessionStore {
   static constexpr size_t kExpiryScanAll = 4096;
   static constexpr size_t kExpirySweepCalls = 60;
 
-  // Up to `limit` named sessions of `owner` with ids greater than `after` (all when nullopt),
+  // Up to `limit` named sessions of `tenant` with ids greater than `after` (all when nullopt),
   // by id; sessions on disk are described from the index. O(limit log n), whatever the other
-  // owners hold.
+  // tenants hold.
   std::vector<SessionInfo> List(const std::optional<SessionId>& after, int32_t limit,
-                                absl::string_view owner = "") const;
-  // Whether a named session of `owner` with an id greater than `after` exists.
-  bool HasAfter(const SessionId& after, absl::string_view owner = "") const;
+                                absl::string_view tenant = "") const;
+  // Whether a named session of `tenant` with an id greater than `after` exists.
+  bool HasAfter(const SessionId& after, absl::string_view tenant = "") const;
 
   int32_t named_sessions() const { return static_cast<int32_t>(index_.size()); }
-  // Named sessions of `owner`.
-  int32_t named_sessions(absl::string_view owner) const;
+  // Named sessions of `tenant`.
+  int32_t named_sessions(absl::string_view tenant) const;
   // Creates, forks, imports, adoptions and restores refused for tenant_max_sessions.
   int64_t tenant_quota_rejections() const { return tenant_quota_rejections_; }
   // Named sessions holding a slot / not holding one (in host memory or on disk).
@@ -267,25 +280,31 @@ class SessionStore {
   // (bench/results/sessions.md: 129 bytes of memory a session at a million).
   struct IndexEntry {
     std::unique_ptr<Session> session;
-    uint32_t owner = 0;  // in owners_, kept while loaded too
+    uint32_t tenant = 0;  // in tenants_, kept while loaded too
     int64_t num_tokens = 0;
     int64_t create_micros = 0;
     int64_t last_use_micros = 0;
   };
   using Index = absl::btree_map<PackedSessionId, IndexEntry>;
 
-  absl::StatusOr<Session*> NewNamed(std::optional<SessionId> id, absl::Time now, std::string owner);
+  // Session clocks are kept at the microsecond resolution of the persisted record, so a restart
+  // shows a client exactly the times it saw before.
+  static absl::Time ToMicros(absl::Time t);
+  // NOT_FOUND naming the id, the same whether it never existed or is another tenant's.
+  static absl::Status NotFound(const SessionId& id);
+  absl::StatusOr<Session*> NewNamed(std::optional<SessionId> id, absl::Time now,
+                                    std::string tenant);
   // With a persister: takes a use of `id`'s lock for the current operation (SettleLocks).
   absl::Status HoldLock(const SessionId& id);
   // Drops the index entry of a session another server removed or replaced, without touching
   // its file. Returns the entry after it.
   Index::iterator Forget(Index::iterator it);
-  // RESOURCE_EXHAUSTED naming max_sessions or tenant_max_sessions when `owner` may not have
+  // RESOURCE_EXHAUSTED naming max_sessions or tenant_max_sessions when `tenant` may not have
   // another session (counting a tenant_max_sessions refusal).
-  absl::Status CheckCapacity(absl::string_view owner);
-  // Adds an index entry for `key` of `owner` (found, not added, when `key` is taken); every
-  // entry is added here and removed by RemoveEntry, which keep by_owner_ in step.
-  std::pair<Index::iterator, bool> AddEntry(const PackedSessionId& key, absl::string_view owner);
+  absl::Status CheckCapacity(absl::string_view tenant);
+  // Adds an index entry for `key` of `tenant` (found, not added, when `key` is taken); every
+  // entry is added here and removed by RemoveEntry, which keep by_tenant_ in step.
+  std::pair<Index::iterator, bool> AddEntry(const PackedSessionId& key, absl::string_view tenant);
   // Removes the entry from the index (nothing else); returns the entry after it.
   Index::iterator RemoveEntry(Index::iterator it);
   // ALREADY_EXISTS when a session the store does not hold has `id` in the persister's directory
@@ -318,20 +337,21 @@ class SessionStore {
   // Reads a session on disk back into host memory.
   absl::StatusOr<Session*> Load(Index::iterator it, absl::Time now);
   // Indexes and loads a session the persister's directory holds but the store does not.
-  absl::StatusOr<Session*> Adopt(const SessionId& id, absl::string_view owner, absl::Time now);
+  absl::StatusOr<Session*> Adopt(const SessionId& id, absl::string_view tenant, absl::Time now);
   // A session from a decoded record, or a snapshot, in host memory.
-  std::unique_ptr<Session> FromSnapshot(SessionId id, std::string owner,
+  std::unique_ptr<Session> FromSnapshot(SessionId id, std::string tenant,
                                         SessionSnapshot snapshot) const;
   // Returns the entry after it.
   Index::iterator EraseEntry(Index::iterator it);
-  uint32_t InternOwner(absl::string_view owner);
-  // The owner's number, nullopt when no session ever had it.
-  std::optional<uint32_t> FindOwner(absl::string_view owner) const;
+  uint32_t InternTenant(absl::string_view tenant);
+  // The tenant's number, nullopt when no session ever had it.
+  std::optional<uint32_t> FindTenant(absl::string_view tenant) const;
   SessionInfo InfoOf(const Index::value_type& entry) const;
 
   Backend& backend_;
   const SessionStoreOptions options_;
   SessionPersister* const persister_;
+  const SessionStoreCounters counters_;
   const int64_t host_budget_bytes_;
   Index index_;
   absl::flat_hash_map<Session*, std::unique_ptr<Session>> ephemeral_;
@@ -339,11 +359,11 @@ class SessionStore {
   // Named sessions in host memory, least recently used first.
   std::list<Session*> host_lru_;
   int64_t host_bytes_ = 0;
-  // Owner names, interned: an index entry holds a number.
-  std::vector<std::string> owners_;
-  absl::flat_hash_map<std::string, uint32_t> owner_numbers_;
-  // Each owner's named session ids (by owner number); owners without sessions have no entry.
-  absl::flat_hash_map<uint32_t, absl::btree_set<PackedSessionId>> by_owner_;
+  // Tenant names, interned: an index entry holds a number.
+  std::vector<std::string> tenants_;
+  absl::flat_hash_map<std::string, uint32_t> tenant_numbers_;
+  // Each tenant's named session ids (by tenant number); tenants without sessions have no entry.
+  absl::flat_hash_map<uint32_t, absl::btree_set<PackedSessionId>> by_tenant_;
   int64_t tenant_quota_rejections_ = 0;
   int64_t hibernations_ = 0;
   int64_t evictions_to_disk_ = 0;

@@ -154,11 +154,11 @@ absl::StatusOr<std::string> Authenticator::Authenticate(
     const std::vector<grpc::string_ref> subjects =
         auth == nullptr ? std::vector<grpc::string_ref>()
                         : auth->FindPropertyValues(GRPC_X509_SUBJECT_PROPERTY_NAME);
-    if (subjects.size() == 1 && !subjects[0].empty() && subjects[0].size() <= kMaxOwnerBytes) {
+    if (subjects.size() == 1 && !subjects[0].empty() && subjects[0].size() <= kMaxTenantBytes) {
       return std::string(subjects[0].data(), subjects[0].size());
     }
     return absl::UnauthenticatedError(absl::StrCat(
-        "the client certificate has no subject of 1 to ", kMaxOwnerBytes,
+        "the client certificate has no subject of 1 to ", kMaxTenantBytes,
         " bytes to name the caller", tokens_.empty() ? "" : ", and no bearer token was sent"));
   }
   if (tokens_.empty()) return std::string();

@@ -58,7 +58,7 @@ GenerateReactor::GenerateReactor(const ServiceEnv& env, grpc::CallbackServerCont
                               env_.engine().options().requests, request_id_)
                   : absl::StatusOr<GenerateRequest>(status);
   if (parsed.ok()) {
-    parsed->owner = tenant_;
+    parsed->tenant = tenant_;
     absl::StatusOr<JobId> job =
         env_.engine().Submit(*std::move(parsed), std::make_shared<GenerateSink>(this));
     if (job.ok()) {

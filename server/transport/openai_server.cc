@@ -914,7 +914,7 @@ void OpenAiServer::Impl::Submit(const std::shared_ptr<Exchange>& exchange,
     ReplyError(*exchange, request.status());
     return;
   }
-  request->generate.owner = tenant;
+  request->generate.tenant = tenant;
   // The engine checks again; checking here names the OpenAI field in the error.
   if (absl::Status valid =
           ValidateGenerateRequest(request->generate, context_.limits, engine_.model().config);

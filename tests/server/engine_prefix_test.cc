@@ -65,10 +65,10 @@ class EnginePrefixTest : public ::testing::TestWithParam<bool> {
   }
 
   static GenerateRequest Request(std::vector<TokenId> prompt, int32_t max_new_tokens, uint64_t seed,
-                                 std::string owner = "") {
+                                 std::string tenant = "") {
     GenerateRequest r;
     r.request_id = "test";
-    r.owner = std::move(owner);
+    r.tenant = std::move(tenant);
     r.prompt = std::move(prompt);
     r.max_new_tokens = max_new_tokens;
     r.sampling.seed = seed;

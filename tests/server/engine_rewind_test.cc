@@ -120,7 +120,7 @@ TEST_P(EngineRewindTest, ForkAtABoundaryBranchesWithoutChangingTheSource) {
 
 TEST_P(EngineRewindTest, ErrorsNameNumTokensAndTheKeptBoundaries) {
   EngineOptions options;
-  options.session_checkpoints.per_session = 2;
+  options.turn_boundaries.per_session = 2;
   std::unique_ptr<Engine> engine = Start(options);
   const SessionId id = CreateSession(*engine)->id;
   std::vector<int64_t> lengths;
@@ -185,7 +185,7 @@ TEST_P(EngineRewindTest, DeletedSessionsLeaveNoBoundariesAndOptionsAreValidated)
   EXPECT_THAT(metrics_.RenderPrometheus(), HasSubstr("linserve_session_checkpoint_bytes 0\n"));
 
   EngineOptions bad;
-  bad.session_checkpoints.per_session = -1;
+  bad.turn_boundaries.per_session = -1;
   absl::StatusOr<std::unique_ptr<Engine>> refused =
       Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), bad, metrics_);
   EXPECT_TRUE(absl::IsInvalidArgument(refused.status()));

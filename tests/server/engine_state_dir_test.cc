@@ -134,14 +134,14 @@ TEST_P(EngineStateDirTest, AReloadDropsTurnBoundariesOfAnotherHistory) {
   const SessionId id = CreateSession(*a, "tenant")->id;
   for (uint64_t seed : {1, 2}) {
     GenerateRequest turn = Turn({1, 2, 3}, 3, seed, id);
-    turn.owner = "tenant";
+    turn.tenant = "tenant";
     ASSERT_TRUE(RunRequest(*a, turn).status.ok());
   }
   EXPECT_EQ(GetSession(*a, id, "tenant")->boundaries, (std::vector<int64_t>{0, 6, 12}));
   // B rewinds to the start and goes another way, to the same length.
   ASSERT_TRUE(RewindSession(*b, id, 0, "tenant").ok());
   GenerateRequest other = Turn({9, 9, 9, 9, 9, 9}, 6, 3, id);
-  other.owner = "tenant";
+  other.tenant = "tenant";
   ASSERT_TRUE(RunRequest(*b, other).status.ok());
   absl::StatusOr<SessionInfo> reloaded = GetSession(*a, id, "tenant");
   ASSERT_TRUE(reloaded.ok()) << reloaded.status();

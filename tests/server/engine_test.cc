@@ -497,7 +497,7 @@ TEST_P(EngineTest, ReplicasSharingStateDirHandASessionBackAndForthExactly) {
   Harness b = Start(options);
   auto turn = [&](Harness& h, std::vector<TokenId> prompt, uint64_t seed) {
     GenerateRequest r = Request(std::move(prompt), 6, seed, id);
-    r.owner = "tenant";
+    r.tenant = "tenant";
     return RunRequest(*h.engine, r);
   };
   ASSERT_TRUE(CreateSession(*a.engine, "tenant", id).ok());
@@ -794,7 +794,7 @@ TEST_P(EngineTest, SessionsOfAnotherOwnerAreNotFoundExactlyLikeUnknownIds) {
   const SessionId a = CreateSession(*h.engine, "alice")->id;
   ASSERT_TRUE(RunRequest(*h.engine, [&] {
                 GenerateRequest r = Request({3, 1, 4}, 5, 1, a);
-                r.owner = "alice";
+                r.tenant = "alice";
                 return r;
               }()).status.ok());
   const SessionInfo before = *GetSession(*h.engine, a, "alice");
@@ -809,7 +809,7 @@ TEST_P(EngineTest, SessionsOfAnotherOwnerAreNotFoundExactlyLikeUnknownIds) {
   };
   auto generate = [&](const SessionId& id) {
     GenerateRequest r = Request({2}, 3, 1, id);
-    r.owner = "bob";
+    r.tenant = "bob";
     return RunRequest(*h.engine, r).status;
   };
   const std::vector<std::pair<std::string, std::function<absl::Status(const SessionId&)>>> ops = {
@@ -892,11 +892,11 @@ TEST_P(EngineTest, ATenantExhaustingItsQuotasLeavesAnotherTenantUntouched) {
                     .tenant_budget_bytes = 4 * unit,
                     .checkpoint_interval = 0,
                     .min_tokens = 4};
-  options.session_checkpoints = {
+  options.turn_boundaries = {
       .per_session = 8, .memory_budget_bytes = 6 * unit, .tenant_budget_bytes = 3 * unit};
   Harness h = Start(options);
   auto as = [](std::string owner, GenerateRequest r) {
-    r.owner = std::move(owner);
+    r.tenant = std::move(owner);
     return r;
   };
 
@@ -967,7 +967,7 @@ TEST(FairTenantSharesTest, DivideEachGlobalLimitAmongTheTenantsAndKeepExplicitQu
   options.sessions.max_sessions = 4096;
   options.max_queue_depth = 256;
   options.prefix.memory_budget_bytes = int64_t{1} << 30;
-  options.session_checkpoints.memory_budget_bytes = 0;
+  options.turn_boundaries.memory_budget_bytes = 0;
   options.tenant_max_queued = 100;
   EngineOptions one = options;
   ApplyFairTenantShares(1, one);
@@ -977,7 +977,7 @@ TEST(FairTenantSharesTest, DivideEachGlobalLimitAmongTheTenantsAndKeepExplicitQu
   EXPECT_EQ(options.sessions.tenant_max_sessions, 1365);
   EXPECT_EQ(options.tenant_max_queued, 100);  // set explicitly
   EXPECT_EQ(options.prefix.tenant_budget_bytes, (int64_t{1} << 30) / 3);
-  EXPECT_EQ(options.session_checkpoints.tenant_budget_bytes, 0);  // a budget of 0 stays off
+  EXPECT_EQ(options.turn_boundaries.tenant_budget_bytes, 0);  // a budget of 0 stays off
   EngineOptions many;
   many.max_queue_depth = 4;
   ApplyFairTenantShares(10, many);

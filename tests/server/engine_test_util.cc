@@ -70,37 +70,37 @@ absl::StatusOr<T> Call(Start start) {
 
 }  // namespace
 
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner,
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& tenant,
                                           std::optional<SessionId> id) {
-  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(owner, std::move(cb), id); });
+  return Call<SessionInfo>([&](auto cb) { engine.CreateSession(tenant, std::move(cb), id); });
 }
 
 absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
-                                       const std::string& owner) {
-  return Call<SessionInfo>([&](auto cb) { engine.GetSession(owner, id, std::move(cb)); });
+                                       const std::string& tenant) {
+  return Call<SessionInfo>([&](auto cb) { engine.GetSession(tenant, id, std::move(cb)); });
 }
 
 absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
-                                        const std::string& owner) {
-  return Call<SessionInfo>([&](auto cb) { engine.ForkSession(owner, id, std::move(cb)); });
+                                        const std::string& tenant) {
+  return Call<SessionInfo>([&](auto cb) { engine.ForkSession(tenant, id, std::move(cb)); });
 }
 
 absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id, int64_t num_tokens,
-                                          const std::string& owner) {
+                                          const std::string& tenant) {
   return Call<SessionInfo>(
-      [&](auto cb) { engine.ForkSessionAt(owner, id, num_tokens, std::move(cb)); });
+      [&](auto cb) { engine.ForkSessionAt(tenant, id, num_tokens, std::move(cb)); });
 }
 
 absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id, int64_t num_tokens,
-                                          const std::string& owner) {
+                                          const std::string& tenant) {
   return Call<SessionInfo>(
-      [&](auto cb) { engine.RewindSession(owner, id, num_tokens, std::move(cb)); });
+      [&](auto cb) { engine.RewindSession(tenant, id, num_tokens, std::move(cb)); });
 }
 
-absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& owner) {
+absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& tenant) {
   absl::Notification done;
   absl::Status out;
-  engine.DeleteSession(owner, id, [&](absl::Status status) {
+  engine.DeleteSession(tenant, id, [&](absl::Status status) {
     out = status;
     done.Notify();
   });
@@ -109,19 +109,20 @@ absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::strin
 }
 
 absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
-                                          const std::string& owner) {
-  return Call<std::string>([&](auto cb) { engine.ExportSession(owner, id, std::move(cb)); });
+                                          const std::string& tenant) {
+  return Call<std::string>([&](auto cb) { engine.ExportSession(tenant, id, std::move(cb)); });
 }
 
 absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
-                                          const std::string& owner, std::optional<SessionId> id) {
-  return Call<SessionInfo>([&](auto cb) { engine.ImportSession(owner, bytes, std::move(cb), id); });
+                                          const std::string& tenant, std::optional<SessionId> id) {
+  return Call<SessionInfo>(
+      [&](auto cb) { engine.ImportSession(tenant, bytes, std::move(cb), id); });
 }
 
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,
-                                         int32_t limit, const std::string& owner) {
+                                         int32_t limit, const std::string& tenant) {
   return Call<SessionPage>(
-      [&](auto cb) { engine.ListSessions(owner, after, limit, std::move(cb)); });
+      [&](auto cb) { engine.ListSessions(tenant, after, limit, std::move(cb)); });
 }
 
 bool IsValidUtf8(std::string_view text) {

@@ -47,26 +47,26 @@ class RecordingSink : public TokenSink {
 // Submits and waits; a Submit error is returned as the outcome's status.
 Outcome RunRequest(Engine& engine, GenerateRequest request);
 
-// Session operations waited for, on behalf of `owner` ("" = the default tenant).
+// Session operations waited for, on behalf of `tenant` ("" = the default tenant).
 // `id`: the id the client proposes (nullopt: the engine picks one).
-absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& owner = "",
+absl::StatusOr<SessionInfo> CreateSession(Engine& engine, const std::string& tenant = "",
                                           std::optional<SessionId> id = std::nullopt);
 absl::StatusOr<SessionInfo> GetSession(Engine& engine, const SessionId& id,
-                                       const std::string& owner = "");
+                                       const std::string& tenant = "");
 absl::StatusOr<SessionInfo> ForkSession(Engine& engine, const SessionId& id,
-                                        const std::string& owner = "");
+                                        const std::string& tenant = "");
 absl::StatusOr<SessionInfo> ForkSessionAt(Engine& engine, const SessionId& id, int64_t num_tokens,
-                                          const std::string& owner = "");
+                                          const std::string& tenant = "");
 absl::StatusOr<SessionInfo> RewindSession(Engine& engine, const SessionId& id, int64_t num_tokens,
-                                          const std::string& owner = "");
-absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& owner = "");
+                                          const std::string& tenant = "");
+absl::Status DeleteSession(Engine& engine, const SessionId& id, const std::string& tenant = "");
 absl::StatusOr<std::string> ExportSession(Engine& engine, const SessionId& id,
-                                          const std::string& owner = "");
+                                          const std::string& tenant = "");
 absl::StatusOr<SessionInfo> ImportSession(Engine& engine, const std::string& bytes,
-                                          const std::string& owner = "",
+                                          const std::string& tenant = "",
                                           std::optional<SessionId> id = std::nullopt);
 absl::StatusOr<SessionPage> ListSessions(Engine& engine, std::optional<SessionId> after,
-                                         int32_t limit, const std::string& owner = "");
+                                         int32_t limit, const std::string& tenant = "");
 
 // True if `text` is well-formed UTF-8.
 bool IsValidUtf8(std::string_view text);

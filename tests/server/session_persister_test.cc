@@ -27,11 +27,11 @@ using ::testing::HasSubstr;
 constexpr absl::string_view kFingerprint = "persister-test";
 const absl::Time kT0 = absl::FromUnixSeconds(1700000000);
 
-SessionRecord Record(const SessionId& id, int64_t tokens, const std::string& owner = "") {
+SessionRecord Record(const SessionId& id, int64_t tokens, const std::string& tenant = "") {
   const ModelConfig config = TinyConfig();
   SessionRecord r;
   r.id = id;
-  r.owner = owner;
+  r.tenant = tenant;
   r.last_use_time = kT0 + absl::Seconds(tokens);
   r.snapshot.create_time = kT0;
   r.snapshot.state.position = tokens;
@@ -75,7 +75,7 @@ TEST(SessionPersisterTest, WritesRemovesAndLoadsRecordsExactly) {
   ASSERT_EQ(loaded.size(), 2u);
   std::sort(loaded.begin(), loaded.end(),
             [](const SessionRecord& x, const SessionRecord& y) { return x.id < y.id; });
-  EXPECT_EQ(loaded[0].owner, "alice");
+  EXPECT_EQ(loaded[0].tenant, "alice");
   EXPECT_EQ(loaded[0].last_use_time, kT0 + absl::Seconds(3));
   EXPECT_EQ(loaded[0].snapshot.create_time, kT0);
   EXPECT_EQ(loaded[0].snapshot.state.state, Record(Id('a'), 3).snapshot.state.state);

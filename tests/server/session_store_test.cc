@@ -237,7 +237,7 @@ TEST(SessionStoreTenantTest, ListsOnlyTheOwnersSessionsInPages) {
   std::set<SessionId> alice;
   for (int i = 0; i < 30; ++i) {
     Session* s = *store.Create(kT0, i % 3 == 0 ? "alice" : "bob");
-    if (s->owner == "alice") alice.insert(s->id);
+    if (s->tenant == "alice") alice.insert(s->id);
   }
   std::vector<SessionId> listed;
   std::optional<SessionId> after;

@@ -177,7 +177,7 @@ TEST(SessionTiersTest, RestoreIndexesTheFilesAndReadsOnlyWhatGetsASlot) {
     Server first(dir.path(), 1, Options(/*host_mib=*/0));
     for (int i = 0; i < 20; ++i) {
       Session* s = *first.store.Create(kT0, i % 2 == 0 ? "alice" : "bob");
-      owners[s->id] = s->owner;
+      owners[s->id] = s->tenant;
       first.Feed(*s, {static_cast<TokenId>(i + 1)}, kT0 + absl::Seconds(i));
       want[s->id] = *first.store.Snapshot(*s);
     }

@@ -1,4 +1,4 @@
-#include "server/sessions/session_checkpoints.h"
+#include "server/sessions/turn_boundaries.h"
 
 #include <algorithm>
 #include <utility>
@@ -18,35 +18,33 @@ int64_t BytesOf(const SessionSnapshot& s) {
 
 }  // namespace
 
-absl::Status ValidateSessionCheckpointOptions(const SessionCheckpointOptions& options) {
+absl::Status ValidateTurnBoundaryOptions(const TurnBoundaryOptions& options) {
   if (options.per_session < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "session checkpoints per session must be >= 0 (0 keeps none), got ", options.per_session));
+        "turn boundaries per session must be >= 0 (0 keeps none), got ", options.per_session));
   }
   if (options.memory_budget_bytes < 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "session checkpoint memory budget must be >= 0 bytes, got ", options.memory_budget_bytes));
+        "turn boundary memory budget must be >= 0 bytes, got ", options.memory_budget_bytes));
   }
   if (options.tenant_budget_bytes < 0 ||
       options.tenant_budget_bytes > options.memory_budget_bytes) {
     return absl::InvalidArgumentError(
-        absl::StrCat("session checkpoint tenant budget must be in [0, the memory budget = ",
+        absl::StrCat("turn boundary tenant budget must be in [0, the memory budget = ",
                      options.memory_budget_bytes, "] bytes (0: the memory budget alone), got ",
                      options.tenant_budget_bytes));
   }
   return absl::OkStatus();
 }
 
-SessionCheckpoints::SessionCheckpoints(const SessionCheckpointOptions& options)
-    : options_(options) {}
+TurnBoundaries::TurnBoundaries(const TurnBoundaryOptions& options) : options_(options) {}
 
-void SessionCheckpoints::Add(absl::string_view owner, const SessionId& id,
-                             SessionSnapshot boundary) {
+void TurnBoundaries::Add(absl::string_view tenant, const SessionId& id, SessionSnapshot boundary) {
   if (options_.per_session == 0 || boundary.num_tokens == 0) return;
   const int64_t bytes = BytesOf(boundary);
-  const int64_t owner_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
-                                                                : options_.memory_budget_bytes;
-  if (bytes > owner_budget) return;
+  const int64_t tenant_budget = options_.tenant_budget_bytes > 0 ? options_.tenant_budget_bytes
+                                                                 : options_.memory_budget_bytes;
+  if (bytes > tenant_budget) return;
   std::vector<BoundaryList::iterator>& mine = by_session_[id];
   for (size_t i = 0; i < mine.size(); ++i) {
     if (mine[i]->snapshot.num_tokens == boundary.num_tokens) {
@@ -56,41 +54,41 @@ void SessionCheckpoints::Add(absl::string_view owner, const SessionId& id,
   }
   std::vector<BoundaryList::iterator>& kept = by_session_[id];
   all_.push_back(Boundary{.id = id,
-                          .owner = std::string(owner),
+                          .tenant = std::string(tenant),
                           .snapshot = std::move(boundary),
                           .bytes = bytes,
                           .sequence = next_sequence_++});
   kept.push_back(std::prev(all_.end()));
-  OwnerShare& share = owners_[owner];
+  TenantShare& share = tenants_[tenant];
   share.oldest_first.emplace(all_.back().sequence, std::prev(all_.end()));
   share.bytes += bytes;
   bytes_ += bytes;
   while (kept.size() > static_cast<size_t>(options_.per_session)) Remove(kept.front());
-  // The owner's share holds the new boundary, which fits its budget: it is never emptied here.
-  while (share.bytes > owner_budget) Remove(share.oldest_first.begin()->second);
+  // The tenant's share holds the new boundary, which fits its budget: it is never emptied here.
+  while (share.bytes > tenant_budget) Remove(share.oldest_first.begin()->second);
   while (bytes_ > options_.memory_budget_bytes) Remove(all_.begin());
 }
 
-void SessionCheckpoints::Remove(BoundaryList::iterator it) {
+void TurnBoundaries::Remove(BoundaryList::iterator it) {
   auto session = by_session_.find(it->id);
   std::vector<BoundaryList::iterator>& mine = session->second;
   mine.erase(std::find(mine.begin(), mine.end(), it));
   if (mine.empty()) by_session_.erase(session);
-  auto share = owners_.find(it->owner);
+  auto share = tenants_.find(it->tenant);
   share->second.oldest_first.erase(it->sequence);
   share->second.bytes -= it->bytes;
-  if (share->second.oldest_first.empty()) owners_.erase(share);
+  if (share->second.oldest_first.empty()) tenants_.erase(share);
   bytes_ -= it->bytes;
   all_.erase(it);
 }
 
-int64_t SessionCheckpoints::bytes(absl::string_view owner) const {
-  auto share = owners_.find(owner);
-  return share == owners_.end() ? 0 : share->second.bytes;
+int64_t TurnBoundaries::bytes(absl::string_view tenant) const {
+  auto share = tenants_.find(tenant);
+  return share == tenants_.end() ? 0 : share->second.bytes;
 }
 
-absl::StatusOr<SessionSnapshot> SessionCheckpoints::At(const SessionId& id, int64_t num_tokens,
-                                                       int64_t state_floats) const {
+absl::StatusOr<SessionSnapshot> TurnBoundaries::At(const SessionId& id, int64_t num_tokens,
+                                                   int64_t state_floats) const {
   if (num_tokens == 0) {
     SessionSnapshot empty;
     empty.state.state.assign(static_cast<size_t>(state_floats), 0.0f);
@@ -106,7 +104,7 @@ absl::StatusOr<SessionSnapshot> SessionCheckpoints::At(const SessionId& id, int6
                    "; kept: ", absl::StrJoin(Boundaries(id), ", ")));
 }
 
-std::vector<int64_t> SessionCheckpoints::Boundaries(const SessionId& id) const {
+std::vector<int64_t> TurnBoundaries::Boundaries(const SessionId& id) const {
   std::vector<int64_t> out = {0};
   if (auto session = by_session_.find(id); session != by_session_.end()) {
     for (const BoundaryList::iterator& it : session->second) {
@@ -117,7 +115,7 @@ std::vector<int64_t> SessionCheckpoints::Boundaries(const SessionId& id) const {
   return out;
 }
 
-void SessionCheckpoints::DropAfter(const SessionId& id, int64_t num_tokens) {
+void TurnBoundaries::DropAfter(const SessionId& id, int64_t num_tokens) {
   auto session = by_session_.find(id);
   if (session == by_session_.end()) return;
   std::vector<BoundaryList::iterator> later;
@@ -127,7 +125,7 @@ void SessionCheckpoints::DropAfter(const SessionId& id, int64_t num_tokens) {
   for (const BoundaryList::iterator& it : later) Remove(it);
 }
 
-void SessionCheckpoints::Erase(const SessionId& id) {
+void TurnBoundaries::Erase(const SessionId& id) {
   auto session = by_session_.find(id);
   if (session == by_session_.end()) return;
   const std::vector<BoundaryList::iterator> mine = session->second;

@@ -1,5 +1,5 @@
-// SessionCheckpoints: per-session and per-tenant limits on the turn boundaries kept.
-#include "server/sessions/session_checkpoints.h"
+// TurnBoundaries: per-session and per-tenant limits on the turn boundaries kept.
+#include "server/sessions/turn_boundaries.h"
 
 #include <cstdint>
 #include <string>
@@ -26,8 +26,8 @@ SessionSnapshot BoundaryAt(int64_t num_tokens) {
 SessionId Id(char c) { return SessionId{std::string(32, c)}; }
 
 // Tenant B's turns beyond its budget drop its own oldest boundaries; tenant A's stay.
-TEST(SessionCheckpointsTest, ATenantOverItsBudgetDropsItsOwnOldestFirst) {
-  SessionCheckpoints boundaries(
+TEST(TurnBoundariesTest, ATenantOverItsBudgetDropsItsOwnOldestFirst) {
+  TurnBoundaries boundaries(
       {.per_session = 8, .memory_budget_bytes = 8 * 4128, .tenant_budget_bytes = 3 * 4128});
   boundaries.Add("alice", Id('a'), BoundaryAt(10));
   boundaries.Add("alice", Id('a'), BoundaryAt(20));
@@ -47,19 +47,19 @@ TEST(SessionCheckpointsTest, ATenantOverItsBudgetDropsItsOwnOldestFirst) {
 }
 
 // Without a tenant budget the whole budget is shared, the oldest of anyone's first.
-TEST(SessionCheckpointsTest, WithoutATenantBudgetTheOldestOfAnySessionGoFirst) {
-  SessionCheckpoints boundaries({.per_session = 8, .memory_budget_bytes = 3 * 4128});
+TEST(TurnBoundariesTest, WithoutATenantBudgetTheOldestOfAnySessionGoFirst) {
+  TurnBoundaries boundaries({.per_session = 8, .memory_budget_bytes = 3 * 4128});
   boundaries.Add("alice", Id('a'), BoundaryAt(10));
   for (int64_t n = 1; n <= 3; ++n) boundaries.Add("bob", Id('b'), BoundaryAt(n));
   EXPECT_THAT(boundaries.Boundaries(Id('a')), ElementsAre(0));
   EXPECT_THAT(boundaries.Boundaries(Id('b')), ElementsAre(0, 1, 2, 3));
 }
 
-TEST(SessionCheckpointsTest, OptionsAreValidated) {
-  EXPECT_TRUE(ValidateSessionCheckpointOptions({}).ok());
+TEST(TurnBoundariesTest, OptionsAreValidated) {
+  EXPECT_TRUE(ValidateTurnBoundaryOptions({}).ok());
   for (int64_t tenant : {int64_t{-1}, int64_t{1001}}) {
-    const absl::Status status = ValidateSessionCheckpointOptions(
-        {.memory_budget_bytes = 1000, .tenant_budget_bytes = tenant});
+    const absl::Status status =
+        ValidateTurnBoundaryOptions({.memory_budget_bytes = 1000, .tenant_budget_bytes = tenant});
     EXPECT_TRUE(absl::IsInvalidArgument(status));
     EXPECT_THAT(std::string(status.message()),
                 HasSubstr("tenant budget must be in [0, the memory budget = 1000] bytes"));
