@@ -8,7 +8,7 @@ export DEBIAN_FRONTEND=noninteractive
 apt-get update -q
 apt-get install -y -q --no-install-recommends \
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9 libssl3 \
-  libopenblas0-pthread libsentencepiece0 libcpp-httplib0.11 libevent-core-2.1-7 \
+  libopenblas0-pthread libsentencepiece0 libevent-core-2.1-7 \
   libevent-extra-2.1-7 libevent-pthreads-2.1-7 ca-certificates
 apt-get clean
 rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log

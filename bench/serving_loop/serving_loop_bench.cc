@@ -245,8 +245,9 @@ absl::StatusOr<nlohmann::json> RunGrpc(const Model& model, int32_t batch) {
   GrpcServerOptions grpc_options;
   grpc_options.address = "127.0.0.1:0";
   grpc_options.reflection = false;
+  const Authenticator auth({}, /*certificate_principals=*/false);
   absl::StatusOr<std::unique_ptr<GrpcServer>> server =
-      GrpcServer::Start(*stack.engine, stack.metrics, grpc_options);
+      GrpcServer::Start(*stack.engine, auth, stack.metrics, grpc_options);
   if (!server.ok()) return server.status();
   ClientOptions client_options;
   client_options.target = absl::StrCat("127.0.0.1:", (*server)->port());

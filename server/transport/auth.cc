@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -114,11 +115,38 @@ absl::StatusOr<std::vector<TenantToken>> ReadTenantTokensFile(const std::string&
   return ParseTenantTokens(out.str(), path);
 }
 
+absl::StatusOr<std::unique_ptr<Authenticator>> Authenticator::Create(
+    const AuthOptions& options) {
+  for (const TenantToken& t : options.tenant_tokens) {
+    if (t.tenant.empty() || t.token.empty()) {
+      return absl::InvalidArgumentError(
+          "tenant_tokens: every entry needs a tenant name and a token");
+    }
+  }
+  std::vector<TenantToken> tokens = options.tenant_tokens;
+  if (!options.auth_token.empty()) tokens.push_back(TenantToken{"", options.auth_token});
+  absl::flat_hash_set<absl::string_view> distinct;
+  for (const TenantToken& t : tokens) {
+    if (!distinct.insert(t.token).second) {
+      return absl::InvalidArgumentError(
+          "auth_token (--auth_token_file) and tenant_tokens (--auth_tokens_file): a token "
+          "appears twice; every token names one tenant");
+    }
+  }
+  return std::make_unique<Authenticator>(tokens, options.certificate_principals);
+}
+
 Authenticator::Authenticator(const std::vector<TenantToken>& tokens,
                              bool certificate_principals)
     : certificate_principals_(certificate_principals) {
   tokens_.reserve(tokens.size());
   for (const TenantToken& t : tokens) tokens_.push_back(Entry{Sha256(t.token), t.tenant});
+}
+
+int32_t Authenticator::tenant_count() const {
+  absl::flat_hash_set<absl::string_view> tenants;
+  for (const Entry& entry : tokens_) tenants.insert(entry.tenant);
+  return static_cast<int32_t>(tenants.size());
 }
 
 absl::StatusOr<std::string> Authenticator::Match(absl::string_view authorization) const {

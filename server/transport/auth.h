@@ -15,6 +15,7 @@
 
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -44,8 +45,27 @@ absl::StatusOr<std::vector<TenantToken>> ParseTenantTokens(absl::string_view con
 // Reads and parses the tokens file at `path` (errors name the path).
 absl::StatusOr<std::vector<TenantToken>> ReadTenantTokensFile(const std::string& path);
 
+// Who may call, from the server's flags (main.cc builds the one Authenticator both front ends
+// share).
+struct AuthOptions {
+  // A bearer token of the default tenant (""): the only tenant when tenant_tokens is empty.
+  // "" = none. Default: "".
+  std::string auth_token;
+  // Bearer tokens of named tenants (ReadTenantTokensFile). With these or auth_token, every
+  // call must send "authorization: Bearer <token>" (under mutual TLS, or else its certificate
+  // names it) and reaches only its tenant's sessions. Every token, auth_token included, must be
+  // distinct. Default: none.
+  std::vector<TenantToken> tenant_tokens;
+  // Callers without a token are named by their client certificate's subject: set it exactly
+  // when the gRPC server requires verified client certificates (mutual TLS). Default: false.
+  bool certificate_principals = false;
+};
+
 class Authenticator {
  public:
+  // INVALID_ARGUMENT when a tenant token lacks its tenant or token, or a token appears twice
+  // (never quoting it).
+  static absl::StatusOr<std::unique_ptr<Authenticator>> Create(const AuthOptions& options);
   // `tokens`: every accepted bearer token and its tenant (empty: no token is checked); tokens
   // must be distinct. `certificate_principals`: callers without a token are named by their
   // client certificate's subject (set it exactly when the server requires verified client
@@ -53,6 +73,9 @@ class Authenticator {
   Authenticator(const std::vector<TenantToken>& tokens, bool certificate_principals);
 
   bool tokens_required() const { return !tokens_.empty(); }
+  // Distinct tenants with a token, the default tenant included. Tenants named by a client
+  // certificate alone are not known in advance and not counted.
+  int32_t tenant_count() const;
 
   // The principal of the call (see the file comment). UNAUTHENTICATED, saying which metadata is
   // expected, when tokens are configured and the call sends a token that matches none, or sends

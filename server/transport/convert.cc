@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "openssl/rand.h"
+#include "server/transport/request_context.h"
 
 namespace linserve {
 namespace {
@@ -20,14 +20,6 @@ absl::Status TooMany(absl::string_view field, size_t count, absl::string_view un
                      absl::string_view limit_name) {
   return absl::InvalidArgumentError(absl::StrCat(
       field, ": ", count, " ", unit, " exceed the limit of ", limit, " (", limit_name, ")"));
-}
-
-absl::StatusOr<uint64_t> RandomSeed() {
-  uint64_t seed = 0;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
-    return absl::InternalError("RAND_bytes failed drawing a seed");
-  }
-  return seed;
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <chrono>
 #include <utility>
 
-#include "server/sessions/session_id.h"
 #include "server/transport/convert.h"
 
 namespace linserve {
@@ -27,38 +26,18 @@ class GenerateSink : public TokenSink {
   GenerateReactor* const reactor_;
 };
 
-// A client-chosen request id (x-request-id metadata, 1..64 printable ASCII characters) or a
-// fresh random one.
-std::string RequestIdFor(const grpc::CallbackServerContext& context) {
-  const auto& metadata = context.client_metadata();
-  if (auto it = metadata.find("x-request-id"); it != metadata.end()) {
-    const std::string id(it->second.data(), it->second.size());
-    bool printable = !id.empty() && id.size() <= 64;
-    for (char c : id) printable = printable && c > ' ' && c < 127;
-    if (printable) return id;
-  }
-  absl::StatusOr<std::string> random = RandomHex(8);
-  return random.ok() ? *random : "unnamed";
-}
-
 }  // namespace
 
 GenerateReactor::GenerateReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
                                  const v1::GenerateRequest* request)
-    : env_(env), context_(context), request_id_(RequestIdFor(*context)) {
-  absl::Status status = absl::OkStatus();
-  if (absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
-      principal.ok()) {
-    tenant_ = *std::move(principal);
-  } else {
-    status = principal.status();
-  }
+    : env_(env), context_(context), call_(RequestContext::ForGrpc(env.auth(), *context)) {
+  absl::Status status = call_.auth_status();
   absl::StatusOr<GenerateRequest> parsed =
       status.ok() ? FromProto(*request, *env_.engine().model().tokenizer,
-                              env_.engine().options().requests, request_id_)
+                              env_.engine().options().requests, call_.request_id())
                   : absl::StatusOr<GenerateRequest>(status);
   if (parsed.ok()) {
-    parsed->tenant = tenant_;
+    call_.Apply(*parsed);
     absl::StatusOr<JobId> job =
         env_.engine().Submit(*std::move(parsed), std::make_shared<GenerateSink>(this));
     if (job.ok()) {
@@ -137,7 +116,7 @@ void GenerateReactor::Complete(const absl::Status& status, const GenerationResul
       next_.mutable_text()->append(result.text);
       next_.set_finish_reason(ToProto(result.reason));
       ToProto(result.usage, next_.mutable_usage());
-      next_.set_request_id(request_id_);
+      next_.set_request_id(call_.request_id());
       has_next_ = true;
       next_is_last_ = true;
     } else {
@@ -196,7 +175,7 @@ void GenerateReactor::OnDone() {
       context_->deadline() <= std::chrono::system_clock::now() + kDeadlineGrace) {
     status = grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED, "deadline exceeded");
   }
-  env_.RecordRpc("Generate", tenant_, status);
+  env_.RecordRpc("Generate", call_.tenant(), status);
   Release();
 }
 

@@ -22,6 +22,7 @@
 #include "linserve/v1/generate.pb.h"
 #include "server/engine/job_id.h"
 #include "server/engine/token_sink.h"
+#include "server/transport/request_context.h"
 #include "server/transport/service_env.h"
 
 namespace linserve {
@@ -55,10 +56,8 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
 
   const ServiceEnv& env_;
   grpc::CallbackServerContext* const context_;
-  std::string request_id_;
-  // The caller's principal once authenticated ("" before or without); set by the constructor
-  // before anything can call back, read-only afterwards.
-  std::string tenant_;
+  // Set before anything can call back, read-only afterwards.
+  const RequestContext call_;
   std::optional<JobId> job_;
   std::atomic<int> holds_{2};
 

@@ -6,7 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -50,29 +49,15 @@ absl::StatusOr<std::string> ReadPem(const std::string& path, const char* flag) {
   return out.str();
 }
 
-// Every bearer token the server accepts with its tenant.
-std::vector<TenantToken> AllTokens(const GrpcServerOptions& options) {
-  std::vector<TenantToken> tokens = options.tenant_tokens;
-  if (!options.auth_token.empty()) tokens.push_back(TenantToken{"", options.auth_token});
-  return tokens;
-}
-
-// Distinct tenants with a token, the default tenant included.
-size_t TenantCount(const GrpcServerOptions& options) {
-  absl::flat_hash_set<std::string> tenants;
-  for (const TenantToken& t : AllTokens(options)) tenants.insert(t.tenant);
-  return tenants.size();
-}
-
 }  // namespace
 
-GrpcServer::GrpcServer(Engine& engine, MetricsRegistry& metrics,
+GrpcServer::GrpcServer(Engine& engine, const Authenticator& auth, MetricsRegistry& metrics,
                        const GrpcServerOptions& options)
-    : auth_(AllTokens(options), !options.tls_client_ca_file.empty()),
-      env_(engine, auth_, metrics, options.export_chunk_bytes),
+    : env_(engine, auth, metrics, options.export_chunk_bytes),
       service_(env_) {}
 
 absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
+                                                              const Authenticator& auth,
                                                               MetricsRegistry& metrics,
                                                               const GrpcServerOptions& options) {
   if (options.max_receive_message_bytes < 1) {
@@ -90,20 +75,6 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
   if (!options.tls_client_ca_file.empty() && options.tls_cert_file.empty()) {
     return absl::InvalidArgumentError(
         "tls_client_ca: client certificates need TLS (tls_cert and tls_key)");
-  }
-  for (const TenantToken& t : options.tenant_tokens) {
-    if (t.tenant.empty() || t.token.empty()) {
-      return absl::InvalidArgumentError(
-          "tenant_tokens: every entry needs a tenant name and a token");
-    }
-  }
-  absl::flat_hash_set<std::string> tokens;
-  for (TenantToken& t : AllTokens(options)) {
-    if (!tokens.insert(std::move(t.token)).second) {
-      return absl::InvalidArgumentError(
-          "auth_token (--auth_token_file) and tenant_tokens (--auth_tokens_file): a token "
-          "appears twice; every token names one tenant");
-    }
   }
   std::shared_ptr<grpc::ServerCredentials> credentials = grpc::InsecureServerCredentials();
   if (!options.tls_cert_file.empty()) {
@@ -123,7 +94,7 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
     credentials = grpc::SslServerCredentials(ssl);
   }
 
-  std::unique_ptr<GrpcServer> server(new GrpcServer(engine, metrics, options));
+  std::unique_ptr<GrpcServer> server(new GrpcServer(engine, auth, metrics, options));
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   builder.AddListeningPort(options.address, credentials, &server->port_);
@@ -142,8 +113,8 @@ absl::StatusOr<std::unique_ptr<GrpcServer>> GrpcServer::Start(Engine& engine,
                options.tls_cert_file.empty()          ? "plaintext"
                : options.tls_client_ca_file.empty() ? "TLS"
                                                     : "mutual TLS",
-               server->auth_.tokens_required()
-                   ? absl::StrCat(", bearer tokens of ", TenantCount(options), " tenant(s)")
+               auth.tokens_required()
+                   ? absl::StrCat(", bearer tokens of ", auth.tenant_count(), " tenant(s)")
                    : std::string(),
                options.reflection ? ", reflection" : "");
   return server;

@@ -9,7 +9,6 @@
 #include <cstdint>
 #include <memory>
 #include <string>
-#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -32,17 +31,9 @@ struct GrpcServerOptions {
   std::string tls_key_file;
   // With TLS: PEM CA certificates that must have signed every client's certificate (mutual
   // TLS; clients without a valid certificate cannot connect); "" = clients need none. A caller
-  // sending no bearer token is then the tenant named by its certificate's subject.
-  // Default: "".
+  // sending no bearer token is then the tenant named by its certificate's subject (the
+  // Authenticator's certificate_principals must be set exactly then). Default: "".
   std::string tls_client_ca_file;
-  // A bearer token of the default tenant (""): the only tenant when tenant_tokens is empty.
-  // "" = none. Default: "".
-  std::string auth_token;
-  // Bearer tokens of named tenants (ReadTenantTokensFile). With these or auth_token, every
-  // linserve.v1 call must send "authorization: Bearer <token>" (under mutual TLS, or else its
-  // certificate names it) and reaches only its tenant's sessions. Every token, auth_token
-  // included, must be distinct. Default: none.
-  std::vector<TenantToken> tenant_tokens;
   // Serve grpc.reflection.v1alpha (grpcurl, grpc_cli). Default: true.
   bool reflection = true;
   // Bytes per ExportSession message. Default: 1 MiB.
@@ -56,9 +47,11 @@ struct GrpcServerOptions {
 
 class GrpcServer {
  public:
-  // Starts serving (health: SERVING). `engine` and `metrics` must outlive the server. Errors
-  // name the option at fault (unreadable TLS files, an address that cannot be bound).
+  // Starts serving (health: SERVING). `engine`, `auth` (shared with the HTTP API) and
+  // `metrics` must outlive the server. Errors name the option at fault (unreadable TLS files,
+  // an address that cannot be bound).
   static absl::StatusOr<std::unique_ptr<GrpcServer>> Start(Engine& engine,
+                                                           const Authenticator& auth,
                                                            MetricsRegistry& metrics,
                                                            const GrpcServerOptions& options);
   ~GrpcServer();
@@ -67,8 +60,6 @@ class GrpcServer {
 
   // The bound port.
   int port() const { return port_; }
-  // Who a caller is (its tenant); the HTTP API shares it.
-  const Authenticator& auth() const { return auth_; }
   // Health status of the server and of linserve.v1.LinServe.
   void SetServing(bool serving);
   bool serving() const;
@@ -77,9 +68,9 @@ class GrpcServer {
   void Shutdown(absl::Duration deadline);
 
  private:
-  GrpcServer(Engine& engine, MetricsRegistry& metrics, const GrpcServerOptions& options);
+  GrpcServer(Engine& engine, const Authenticator& auth, MetricsRegistry& metrics,
+             const GrpcServerOptions& options);
 
-  Authenticator auth_;
   ServiceEnv env_;
   LinServeService service_;
   std::unique_ptr<grpc::Server> server_;

@@ -1,20 +1,17 @@
-// HttpServer: the operator's HTTP endpoint on its own port (cpp-httplib): Prometheus metrics at
-// /metrics, liveness at /healthz (200 while the process serves HTTP) and readiness at /readyz
-// (200 while the server accepts work, 503 once it drains).
+// HttpServer: the operator's HTTP endpoint on its own port (libevent's evhttp, like the OpenAI
+// API, on its own loop thread): Prometheus metrics at /metrics, liveness at /healthz (200 while
+// the process serves HTTP) and readiness at /readyz (200 while the server accepts work, 503
+// once it drains). Any other path is 404.
 #ifndef LINSERVE_SERVER_TRANSPORT_HTTP_SERVER_H_
 #define LINSERVE_SERVER_TRANSPORT_HTTP_SERVER_H_
 
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
 #include "absl/status/statusor.h"
 #include "server/metrics/metrics.h"
-
-namespace httplib {
-class Server;
-}
+#include "server/transport/http_listener.h"
 
 namespace linserve {
 
@@ -27,7 +24,7 @@ struct HttpServerOptions {
 
 class HttpServer {
  public:
-  // `metrics` must outlive the server; `ready` is called (from HTTP threads) for /readyz.
+  // `metrics` must outlive the server; `ready` is called (from the loop thread) for /readyz.
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const HttpServerOptions& options,
                                                            const MetricsRegistry& metrics,
                                                            std::function<bool()> ready);
@@ -36,14 +33,20 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const { return port_; }
-  // Stops listening and joins the server thread. Idempotent.
+  // Stops listening and joins the loop thread. Idempotent.
   void Stop();
 
  private:
-  HttpServer();
+  HttpServer(const MetricsRegistry& metrics, std::function<bool()> ready);
 
-  std::unique_ptr<httplib::Server> server_;
-  std::thread thread_;
+  static void OnMetrics(evhttp_request* req, void* arg);
+  static void OnHealth(evhttp_request* req, void* arg);
+  static void OnReady(evhttp_request* req, void* arg);
+  static void OnOther(evhttp_request* req, void* arg);
+
+  const MetricsRegistry& metrics_;
+  const std::function<bool()> ready_;
+  std::unique_ptr<HttpListener> listener_;
   int port_ = 0;
 };
 

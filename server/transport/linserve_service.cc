@@ -18,28 +18,46 @@ namespace {
 constexpr int32_t kDefaultPageSize = 100;
 constexpr int32_t kMaxPageSize = 1000;
 
-// Finishes a unary call of `tenant` and counts it.
-void FinishUnary(const ServiceEnv& env, grpc::ServerUnaryReactor* reactor, const char* method,
-                 const std::string& tenant, const grpc::Status& status) {
-  env.RecordRpc(method, tenant, status);
-  reactor->Finish(status);
-}
+// One unary call: its default reactor, its caller (RequestContext) and its method's name, said
+// once. Copied into the engine's callbacks, which finish the call.
+class UnaryCall {
+ public:
+  // A caller not authenticated is answered at once: then rejected() is true.
+  UnaryCall(const ServiceEnv& env, grpc::CallbackServerContext* context, const char* method)
+      : UnaryCall(env, context->DefaultReactor(), method,
+                  RequestContext::ForGrpc(env.auth(), *context)) {}
 
-// The default reactor of a unary call and, in *tenant, the caller's principal (auth.h). When
-// the call is not authenticated the reactor is already finished with UNAUTHENTICATED and
-// *rejected is true.
-grpc::ServerUnaryReactor* Begin(const ServiceEnv& env, grpc::CallbackServerContext* context,
-                                const char* method, std::string* tenant, bool* rejected) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::string> principal = env.auth().Authenticate(*context);
-  *rejected = !principal.ok();
-  if (*rejected) {
-    FinishUnary(env, reactor, method, "", ToGrpcStatus(principal.status()));
-  } else {
-    *tenant = *std::move(principal);
+  bool rejected() const { return rejected_; }
+  const std::string& tenant() const { return tenant_; }
+  grpc::ServerUnaryReactor* reactor() const { return reactor_; }
+
+  // Finishes the call with `status` and counts it; returns the reactor for the handler to return.
+  grpc::ServerUnaryReactor* Finish(const absl::Status& status) const {
+    return Finish(ToGrpcStatus(status));
   }
-  return reactor;
-}
+  grpc::ServerUnaryReactor* Finish(const grpc::Status& status) const {
+    env_->RecordRpc(method_, tenant_, status);
+    reactor_->Finish(status);
+    return reactor_;
+  }
+
+ private:
+  const ServiceEnv* env_;
+  grpc::ServerUnaryReactor* reactor_;
+  const char* method_;
+  std::string tenant_;
+  bool rejected_ = false;
+
+  UnaryCall(const ServiceEnv& env, grpc::ServerUnaryReactor* reactor, const char* method,
+            const RequestContext& call)
+      : env_(&env),
+        reactor_(reactor),
+        method_(method),
+        tenant_(call.tenant()),
+        rejected_(!call.authenticated()) {
+    if (rejected_) Finish(call.auth_status());
+  }
+};
 
 }  // namespace
 
@@ -51,212 +69,174 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* LinServeService::Generate(
 grpc::ServerUnaryReactor* LinServeService::Tokenize(grpc::CallbackServerContext* context,
                                                     const v1::TokenizeRequest* request,
                                                     v1::TokenizeResponse* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Tokenize", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "Tokenize");
+  if (call.rejected()) return call.reactor();
   // Bounded like a prompt: a text that could not be one is refused before costing more.
   absl::StatusOr<std::vector<TokenId>> ids = TokenizeText(
       request->text(), "text", *env_.engine().model().tokenizer, env_.engine().options().requests);
   if (!ids.ok()) {
-    FinishUnary(env_, reactor, "Tokenize", tenant, ToGrpcStatus(ids.status()));
-    return reactor;
+    return call.Finish(ids.status());
   }
   response->mutable_token_ids()->Assign(ids->begin(), ids->end());
-  FinishUnary(env_, reactor, "Tokenize", tenant, grpc::Status::OK);
-  return reactor;
+  return call.Finish(grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* LinServeService::Detokenize(grpc::CallbackServerContext* context,
                                                       const v1::DetokenizeRequest* request,
                                                       v1::DetokenizeResponse* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "Detokenize", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "Detokenize");
+  if (call.rejected()) return call.reactor();
   // Bounded like a prompt: the text grows with the ids (up to a token's longest piece each).
   const int32_t max_ids = env_.engine().options().requests.max_prompt_tokens;
   if (request->token_ids_size() > max_ids) {
-    FinishUnary(env_, reactor, "Detokenize", tenant,
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("token_ids: ", request->token_ids_size(),
-                                          " ids exceed the limit of ", max_ids,
-                                          " (max_prompt_tokens)")));
-    return reactor;
+    return call.Finish(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("token_ids: ", request->token_ids_size(),
+                                  " ids exceed the limit of ", max_ids, " (max_prompt_tokens)")));
   }
   const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
   absl::StatusOr<std::string> text = env_.engine().model().tokenizer->Decode(ids);
   if (!text.ok()) {
-    FinishUnary(env_, reactor, "Detokenize", tenant,
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("token_ids: ", text.status().message())));
-    return reactor;
+    return call.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                    absl::StrCat("token_ids: ", text.status().message())));
   }
   response->set_text(*std::move(text));
-  FinishUnary(env_, reactor, "Detokenize", tenant, grpc::Status::OK);
-  return reactor;
+  return call.Finish(grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* LinServeService::GetModelInfo(grpc::CallbackServerContext* context,
                                                         const v1::GetModelInfoRequest*,
                                                         v1::GetModelInfoResponse* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetModelInfo", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "GetModelInfo");
+  if (call.rejected()) return call.reactor();
   ToProto(env_.engine(), response);
-  FinishUnary(env_, reactor, "GetModelInfo", tenant, grpc::Status::OK);
-  return reactor;
+  return call.Finish(grpc::Status::OK);
 }
 
 grpc::ServerUnaryReactor* LinServeService::CreateSession(grpc::CallbackServerContext* context,
                                                          const v1::CreateSessionRequest* request,
                                                          v1::Session* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "CreateSession", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "CreateSession");
+  if (call.rejected()) return call.reactor();
   std::optional<SessionId> proposed;
   if (!request->session_id().empty()) {
     absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
     if (!id.ok()) {
-      FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(id.status()));
-      return reactor;
+      return call.Finish(id.status());
     }
     proposed = *std::move(id);
   }
   env_.engine().CreateSession(
-      tenant,
-      [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+      call.tenant(),
+      [call, response](absl::StatusOr<SessionInfo> info) {
         if (info.ok()) ToProto(*info, response);
-        FinishUnary(env_, reactor, "CreateSession", tenant, ToGrpcStatus(info.status()));
+        call.Finish(info.status());
       },
       std::move(proposed));
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* LinServeService::GetSession(grpc::CallbackServerContext* context,
                                                       const v1::GetSessionRequest* request,
                                                       v1::Session* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "GetSession", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "GetSession");
+  if (call.rejected()) return call.reactor();
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(id.status()));
-    return reactor;
+    return call.Finish(id.status());
   }
-  env_.engine().GetSession(
-      tenant, *id, [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
-        if (info.ok()) ToProto(*info, response);
-        FinishUnary(env_, reactor, "GetSession", tenant, ToGrpcStatus(info.status()));
-      });
-  return reactor;
+  env_.engine().GetSession(call.tenant(), *id, [call, response](absl::StatusOr<SessionInfo> info) {
+    if (info.ok()) ToProto(*info, response);
+    call.Finish(info.status());
+  });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* LinServeService::ListSessions(grpc::CallbackServerContext* context,
                                                         const v1::ListSessionsRequest* request,
                                                         v1::ListSessionsResponse* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ListSessions", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "ListSessions");
+  if (call.rejected()) return call.reactor();
   if (request->page_size() < 0) {
-    FinishUnary(env_, reactor, "ListSessions", tenant,
-                grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                             absl::StrCat("page_size: must be in [0, ", kMaxPageSize,
-                                          "] (0 = ", kDefaultPageSize, "), got ",
-                                          request->page_size())));
-    return reactor;
+    return call.Finish(
+        grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                     absl::StrCat("page_size: must be in [0, ", kMaxPageSize,
+                                  "] (0 = ", kDefaultPageSize, "), got ", request->page_size())));
   }
-  const int32_t limit = request->page_size() == 0
-                            ? kDefaultPageSize
-                            : std::min(request->page_size(), kMaxPageSize);
+  const int32_t limit =
+      request->page_size() == 0 ? kDefaultPageSize : std::min(request->page_size(), kMaxPageSize);
   std::optional<SessionId> after;
   if (!request->page_token().empty()) {
     absl::StatusOr<SessionId> token = ParseSessionId(request->page_token(), "page_token");
     if (!token.ok()) {
-      FinishUnary(env_, reactor, "ListSessions", tenant,
-                  grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                               "page_token: not a token from a previous ListSessions page"));
-      return reactor;
+      return call.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                      "page_token: not a token from a previous ListSessions page"));
     }
     after = *std::move(token);
   }
-  env_.engine().ListSessions(
-      tenant, std::move(after), limit,
-      [this, reactor, response, tenant](absl::StatusOr<SessionPage> page) {
-        if (page.ok()) {
-          for (const SessionInfo& info : page->sessions) ToProto(info, response->add_sessions());
-          if (page->next_after.has_value()) response->set_next_page_token(page->next_after->value);
-        }
-        FinishUnary(env_, reactor, "ListSessions", tenant, ToGrpcStatus(page.status()));
-      });
-  return reactor;
+  env_.engine().ListSessions(call.tenant(), std::move(after), limit,
+                             [call, response](absl::StatusOr<SessionPage> page) {
+                               if (page.ok()) {
+                                 for (const SessionInfo& info : page->sessions)
+                                   ToProto(info, response->add_sessions());
+                                 if (page->next_after.has_value())
+                                   response->set_next_page_token(page->next_after->value);
+                               }
+                               call.Finish(page.status());
+                             });
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* LinServeService::ForkSession(grpc::CallbackServerContext* context,
                                                        const v1::ForkSessionRequest* request,
                                                        v1::Session* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "ForkSession", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "ForkSession");
+  if (call.rejected()) return call.reactor();
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(id.status()));
-    return reactor;
+    return call.Finish(id.status());
   }
-  auto done = [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+  auto done = [call, response](absl::StatusOr<SessionInfo> info) {
     if (info.ok()) ToProto(*info, response);
-    FinishUnary(env_, reactor, "ForkSession", tenant, ToGrpcStatus(info.status()));
+    call.Finish(info.status());
   };
   if (request->has_num_tokens()) {
-    env_.engine().ForkSessionAt(tenant, *id, request->num_tokens(), std::move(done));
+    env_.engine().ForkSessionAt(call.tenant(), *id, request->num_tokens(), std::move(done));
   } else {
-    env_.engine().ForkSession(tenant, *id, std::move(done));
+    env_.engine().ForkSession(call.tenant(), *id, std::move(done));
   }
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* LinServeService::RewindSession(grpc::CallbackServerContext* context,
                                                          const v1::RewindSessionRequest* request,
                                                          v1::Session* response) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "RewindSession", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "RewindSession");
+  if (call.rejected()) return call.reactor();
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "RewindSession", tenant, ToGrpcStatus(id.status()));
-    return reactor;
+    return call.Finish(id.status());
   }
-  env_.engine().RewindSession(tenant, *id, request->num_tokens(),
-                              [this, reactor, response, tenant](absl::StatusOr<SessionInfo> info) {
+  env_.engine().RewindSession(call.tenant(), *id, request->num_tokens(),
+                              [call, response](absl::StatusOr<SessionInfo> info) {
                                 if (info.ok()) ToProto(*info, response);
-                                FinishUnary(env_, reactor, "RewindSession", tenant,
-                                            ToGrpcStatus(info.status()));
+                                call.Finish(info.status());
                               });
-  return reactor;
+  return call.reactor();
 }
 
 grpc::ServerUnaryReactor* LinServeService::DeleteSession(grpc::CallbackServerContext* context,
                                                          const v1::DeleteSessionRequest* request,
                                                          v1::DeleteSessionResponse*) {
-  bool rejected = false;
-  std::string tenant;
-  grpc::ServerUnaryReactor* reactor = Begin(env_, context, "DeleteSession", &tenant, &rejected);
-  if (rejected) return reactor;
+  const UnaryCall call(env_, context, "DeleteSession");
+  if (call.rejected()) return call.reactor();
   absl::StatusOr<SessionId> id = ParseSessionId(request->session_id(), "session_id");
   if (!id.ok()) {
-    FinishUnary(env_, reactor, "DeleteSession", tenant, ToGrpcStatus(id.status()));
-    return reactor;
+    return call.Finish(id.status());
   }
-  env_.engine().DeleteSession(tenant, *id, [this, reactor, tenant](absl::Status status) {
-    FinishUnary(env_, reactor, "DeleteSession", tenant, ToGrpcStatus(status));
-  });
-  return reactor;
+  env_.engine().DeleteSession(call.tenant(), *id,
+                              [call](absl::Status status) { call.Finish(status); });
+  return call.reactor();
 }
 
 grpc::ServerWriteReactor<v1::ExportSessionChunk>* LinServeService::ExportSession(

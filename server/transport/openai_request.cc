@@ -12,8 +12,8 @@
 #include "absl/strings/strip.h"
 #include "model/format/json_parse.h"
 #include "nlohmann/json.hpp"
-#include "openssl/rand.h"
 #include "server/sessions/session_id.h"
+#include "server/transport/request_context.h"
 
 namespace linserve {
 namespace {
@@ -72,14 +72,6 @@ absl::StatusOr<bool> Bool(const json& body, const char* name) {
   if (v == nullptr) return false;
   if (!v->is_boolean()) return Invalid(name, "must be true or false");
   return v->get<bool>();
-}
-
-absl::StatusOr<uint64_t> RandomSeed() {
-  uint64_t seed = 0;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
-    return absl::InternalError("RAND_bytes failed drawing a seed");
-  }
-  return seed;
 }
 
 // The text of a chat message's content: a string, or an array of {"type": "text", "text"}

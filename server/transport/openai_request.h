@@ -62,8 +62,8 @@ struct OpenAiContext {
 // INVALID_ARGUMENT naming the field and its limit (a body nested deeper than kMaxJsonDepth; a
 // non-streamed request with logprobs whose answer could hold more than kMaxWholeAnswerLogprobs
 // entries); NOT_FOUND for another model. Value ranges of
-// the sampling fields are the engine's (ValidateGenerateRequest), checked here too so that the
-// error names the OpenAI field (RenameEngineError).
+// the sampling fields are the engine's, checked once, by Engine::Submit
+// (ValidateGenerateRequest); RenameEngineError names the OpenAI field in its error.
 absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::string_view body,
                                                  const OpenAiContext& context,
                                                  std::string request_id);

@@ -2,14 +2,15 @@
 // POST /v1/completions, POST /v1/chat/completions (streamed as server-sent events or whole),
 // GET /v1/models[/{id}], and sessions: POST /v1/sessions, GET and DELETE /v1/sessions/{id}.
 //
-// Built on libevent's evhttp: one event-loop thread holds every connection (no thread per
+// Built on libevent's evhttp (HttpListener): one event-loop thread holds every connection (no thread per
 // connection, so thousands of streams cost file descriptors and buffers only). The engine's
 // callbacks never touch a connection: they queue the tokens on the request's exchange and wake
 // the loop, which formats and writes them, so the engine thread never waits for a client. A
 // client that disconnects cancels its job (Engine::Cancel: its slot is free within one step).
 //
-// Same engine, admission, limits and tenants as gRPC: requests go through Engine::Submit,
-// callers are authenticated by the gRPC server's Authenticator (Authorization: Bearer).
+// Same engine, admission, limits and tenants as gRPC: requests go through Engine::Submit, and
+// each request's caller and id are established as gRPC's are (RequestContext, with the
+// Authenticator main.cc hands to both servers; Authorization: Bearer).
 //
 // Parsing a request body and tokenizing its prompt run on worker threads, never on the loop
 // thread that serves every stream.

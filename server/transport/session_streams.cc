@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "server/sessions/session_id.h"
 #include "server/transport/convert.h"
+#include "server/transport/request_context.h"
 
 namespace linserve {
 
@@ -14,11 +15,11 @@ namespace linserve {
 ExportReactor::ExportReactor(const ServiceEnv& env, grpc::CallbackServerContext* context,
                              const v1::ExportSessionRequest* request)
     : env_(env) {
-  absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
-  grpc::Status rejected = ToGrpcStatus(principal.status());
+  const RequestContext call = RequestContext::ForGrpc(env_.auth(), *context);
+  grpc::Status rejected = ToGrpcStatus(call.auth_status());
   absl::StatusOr<SessionId> id = absl::UnknownError("unreachable");
   if (rejected.ok()) {
-    tenant_ = *std::move(principal);
+    tenant_ = call.tenant();
     id = ParseSessionId(request->session_id(), "session_id");
     if (!id.ok()) rejected = ToGrpcStatus(id.status());
   }
@@ -122,12 +123,12 @@ ImportReactor::ImportReactor(const ServiceEnv& env, grpc::CallbackServerContext*
       context_(context),
       response_(response),
       max_bytes_(env.engine().max_snapshot_bytes()) {
-  absl::StatusOr<std::string> principal = env_.auth().Authenticate(*context);
-  if (!principal.ok()) {
-    FinishWith(ToGrpcStatus(principal.status()));
+  const RequestContext call = RequestContext::ForGrpc(env_.auth(), *context);
+  if (!call.authenticated()) {
+    FinishWith(ToGrpcStatus(call.auth_status()));
     return;
   }
-  tenant_ = *std::move(principal);
+  tenant_ = call.tenant();
   StartRead(&chunk_);
 }
 

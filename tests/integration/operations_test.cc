@@ -223,7 +223,7 @@ TEST_F(OperationsTest, HealthAndReflection) {
 
 TEST_F(OperationsTest, BearerTokenGuardsEveryCallButHealth) {
   TestServerOptions options = Options();
-  options.grpc.auth_token = "s3cret";
+  options.auth.auth_token = "s3cret";
   options.client.auth_token = "s3cret";
   TestServer server(model_, options);
   EXPECT_TRUE(server.client().GetModelInfo().ok());
@@ -271,7 +271,7 @@ TEST_F(OperationsTest, MalformedRequestBytesAreRefusedBeforeAnyHandler) {
 // than one space; anything else, or the right token under another scheme, is refused.
 TEST_F(OperationsTest, BearerSchemeMatchesInAnyLetterCase) {
   TestServerOptions options = Options();
-  options.grpc.auth_token = "s3cret";
+  options.auth.auth_token = "s3cret";
   TestServer server(model_, options);
   std::unique_ptr<v1::LinServe::Stub> stub = v1::LinServe::NewStub(grpc::CreateChannel(
       absl::StrCat("127.0.0.1:", server.port()), grpc::InsecureChannelCredentials()));
@@ -346,24 +346,25 @@ TEST_F(OperationsTest, BadTlsOrAddressOptionsFailToStart) {
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(model_, *std::move(backend), {}, metrics);
   ASSERT_TRUE(engine.ok());
+  const Authenticator auth({}, /*certificate_principals=*/false);
   GrpcServerOptions half;
   half.address = "127.0.0.1:0";
   half.tls_cert_file = "/nonexistent.crt";
-  EXPECT_THAT(std::string(GrpcServer::Start(**engine, metrics, half).status().message()),
+  EXPECT_THAT(std::string(GrpcServer::Start(**engine, auth, metrics, half).status().message()),
               HasSubstr("tls_cert and tls_key"));
   GrpcServerOptions missing = half;
   missing.tls_key_file = "/nonexistent.key";
-  EXPECT_THAT(std::string(GrpcServer::Start(**engine, metrics, missing).status().message()),
+  EXPECT_THAT(std::string(GrpcServer::Start(**engine, auth, metrics, missing).status().message()),
               HasSubstr("tls_cert: cannot read"));
   GrpcServerOptions client_ca_without_tls;
   client_ca_without_tls.address = "127.0.0.1:0";
   client_ca_without_tls.tls_client_ca_file = "/some/ca.crt";
   EXPECT_THAT(
-      std::string(GrpcServer::Start(**engine, metrics, client_ca_without_tls).status().message()),
+      std::string(GrpcServer::Start(**engine, auth, metrics, client_ca_without_tls).status().message()),
       HasSubstr("tls_client_ca"));
   GrpcServerOptions bad_address;
   bad_address.address = "256.1.1.1:99999";
-  EXPECT_EQ(GrpcServer::Start(**engine, metrics, bad_address).status().code(),
+  EXPECT_EQ(GrpcServer::Start(**engine, auth, metrics, bad_address).status().code(),
             absl::StatusCode::kUnavailable);
 }
 

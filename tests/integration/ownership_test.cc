@@ -105,7 +105,7 @@ class OwnershipTest : public ::testing::Test {
 
 TEST_F(OwnershipTest, TenantsOfATokensFileReachOnlyTheirOwnSessionsThroughEveryRpc) {
   TestServerOptions options = Options();
-  options.grpc.tenant_tokens = {{"alice", "token-of-alice"}, {"bob", "token-of-bob"}};
+  options.auth.tenant_tokens = {{"alice", "token-of-alice"}, {"bob", "token-of-bob"}};
   options.client.auth_token = "token-of-alice";
   TestServer server(model_, options);
   Client& alice = server.client();
@@ -153,7 +153,7 @@ TEST_F(OwnershipTest, TenantsOfATokensFileReachOnlyTheirOwnSessionsThroughEveryR
 // untouched.
 TEST_F(OwnershipTest, ATenantAtItsSessionQuotaLeavesTheOtherTenantsSessionsUntouched) {
   TestServerOptions options = Options();
-  options.grpc.tenant_tokens = {{"alice", "token-of-alice"}, {"bob", "token-of-bob"}};
+  options.auth.tenant_tokens = {{"alice", "token-of-alice"}, {"bob", "token-of-bob"}};
   options.client.auth_token = "token-of-alice";
   options.engine.sessions.max_sessions = 4;
   options.engine.sessions.tenant_max_sessions = 2;
@@ -185,8 +185,8 @@ TEST_F(OwnershipTest, ATenantAtItsSessionQuotaLeavesTheOtherTenantsSessionsUntou
 
 TEST_F(OwnershipTest, TheSingleTokenOfAuthTokenFileIsADefaultTenantBesideNamedOnes) {
   TestServerOptions options = Options();
-  options.grpc.auth_token = "the-old-token";
-  options.grpc.tenant_tokens = {{"alice", "token-of-alice"}};
+  options.auth.auth_token = "the-old-token";
+  options.auth.tenant_tokens = {{"alice", "token-of-alice"}};
   options.client.auth_token = "the-old-token";
   TestServer server(model_, options);
   ClientOptions alice_options;
@@ -207,7 +207,7 @@ TEST_F(OwnershipTest, MutualTlsCertificateSubjectsArePrincipals) {
   options.grpc.tls_key_file = kTestData + "server.key";
   options.grpc.tls_client_ca_file = both_cas;
   // A token, when sent, names the caller whatever its certificate.
-  options.grpc.tenant_tokens = {{"carol", "token-of-carol"}};
+  options.auth.tenant_tokens = {{"carol", "token-of-carol"}};
   options.client.tls = true;
   options.client.tls_root_certs = ReadTestData("ca.crt");
   options.client.tls_client_cert_chain = ReadTestData("client.crt");
@@ -289,13 +289,10 @@ TEST(TenantTokensTest, ErrorsNameTheFileAndLineAndNeverQuoteAToken) {
 }
 
 TEST_F(OwnershipTest, TheSameTokenForTwoTenantsFailsTheStart) {
-  MetricsRegistry metrics;
-  TestServer server(model_, Options());
-  GrpcServerOptions options;
-  options.address = "127.0.0.1:0";
+  AuthOptions options;
   options.auth_token = "shared";
   options.tenant_tokens = {{"alice", "shared"}};
-  const absl::Status status = GrpcServer::Start(server.engine(), metrics, options).status();
+  const absl::Status status = Authenticator::Create(options).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("a token appears twice"));
   EXPECT_THAT(std::string(status.message()), Not(HasSubstr("shared")));

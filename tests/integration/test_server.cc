@@ -25,7 +25,9 @@ TestServer::TestServer(const Model& model, TestServerOptions options)
   std::unique_ptr<Backend> backend = OrDie(CreateCpuBackend(model, options.backend), "backend");
   engine_ = OrDie(Engine::Create(model, std::move(backend), options.engine, metrics_), "engine");
   options.grpc.address = "127.0.0.1:0";
-  grpc_ = OrDie(GrpcServer::Start(*engine_, metrics_, options.grpc), "gRPC server");
+  options.auth.certificate_principals = !options.grpc.tls_client_ca_file.empty();
+  auth_ = OrDie(Authenticator::Create(options.auth), "authenticator");
+  grpc_ = OrDie(GrpcServer::Start(*engine_, *auth_, metrics_, options.grpc), "gRPC server");
   if (options.http) {
     Engine* engine = engine_.get();
     GrpcServer* grpc = grpc_.get();

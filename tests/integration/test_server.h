@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "server/engine/engine.h"
 #include "server/metrics/metrics.h"
+#include "server/transport/auth.h"
 #include "server/transport/grpc_server.h"
 #include "server/transport/http_server.h"
 
@@ -20,6 +21,8 @@ struct TestServerOptions {
   EngineOptions engine;
   BackendOptions backend;
   GrpcServerOptions grpc;
+  // Its certificate_principals follows grpc.tls_client_ca_file, as in main.cc.
+  AuthOptions auth;
   // Client options other than the target.
   ClientOptions client;
   bool http = false;
@@ -46,6 +49,7 @@ class TestServer {
 
  private:
   MetricsRegistry metrics_;
+  std::unique_ptr<Authenticator> auth_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<GrpcServer> grpc_;
   std::unique_ptr<HttpServer> http_;
