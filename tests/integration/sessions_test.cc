@@ -64,8 +64,9 @@ TEST_F(SessionsTest, ProposedSessionIdsAreValidatedAndTakenOnce) {
   ASSERT_TRUE(create(id, &session).ok());
   EXPECT_EQ(session.id(), id);
   EXPECT_EQ(create(id, &session).error_code(), grpc::StatusCode::ALREADY_EXISTS);
-  for (const std::string& bad :
-       {"E" + std::string(31, 'e'), std::string(31, 'e'), std::string("x")}) {
+  std::string upper_case(32, 'e');
+  upper_case[0] = 'E';
+  for (const std::string& bad : {upper_case, std::string(31, 'e'), std::string("x")}) {
     const grpc::Status status = create(bad, &session);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << bad;
     EXPECT_THAT(status.error_message(), HasSubstr("session_id"));

@@ -26,7 +26,7 @@ namespace {
 constexpr char kFingerprint[] = "5f2c9a0e4b7d18362a1e0c9f7b3d5a8e6c4f2b0a9d8e7f6c5b4a39281706f5e4";
 constexpr int64_t kMaxPendingTokens = 64;
 const absl::Time kNow = absl::FromUnixSeconds(1700003600);
-constexpr char kOwner[] = "tenant-a";
+constexpr char kTenant[] = "tenant-a";
 const SessionId kSessionId{"0123456789abcdef0123456789abcdef"};
 constexpr uint64_t kPrefixKey = 0x0123456789abcdef;
 
@@ -77,7 +77,7 @@ SessionSnapshot FixtureSnapshot() {
 SessionRecord FixtureRecord() {
   SessionRecord r;
   r.id = kSessionId;
-  r.owner = kOwner;
+  r.tenant = kTenant;
   r.last_use_time = absl::FromUnixMicros(1700000090654321);
   r.snapshot = FixtureSnapshot();
   return r;
@@ -120,14 +120,14 @@ void ExpectSnapshotIsTheFixture(const SessionSnapshot& s) {
 
 void ExpectRecordIsTheFixture(const SessionRecord& r) {
   EXPECT_EQ(r.id, kSessionId);
-  EXPECT_EQ(r.owner, kOwner);
+  EXPECT_EQ(r.tenant, kTenant);
   EXPECT_EQ(r.last_use_time, FixtureRecord().last_use_time);
   ExpectSnapshotIsTheFixture(r.snapshot);
 }
 
 void ExpectHeaderIsTheFixture(const SessionRecordHeader& h) {
   EXPECT_EQ(h.id, kSessionId);
-  EXPECT_EQ(h.owner, kOwner);
+  EXPECT_EQ(h.tenant, kTenant);
   EXPECT_EQ(h.last_use_time, FixtureRecord().last_use_time);
   EXPECT_EQ(h.create_time, FixtureSnapshot().create_time);
   EXPECT_EQ(h.num_tokens, FixtureSnapshot().num_tokens);
@@ -218,13 +218,13 @@ TEST(DiskFormatsTest, ThePrefixStateLoadsAndIsWrittenAgainByteForByte) {
   absl::StatusOr<std::unique_ptr<PrefixDisk>> disk = PrefixDisk::Open({.dir = dir.path()});
   ASSERT_TRUE(disk.ok()) << disk.status();
   std::vector<uint64_t> dropped;
-  ASSERT_TRUE((*disk)->Put(kPrefixKey, kOwner, kPrefixTokens, FixturePrefixState(), dropped));
+  ASSERT_TRUE((*disk)->Put(kPrefixKey, kTenant, kPrefixTokens, FixturePrefixState(), dropped));
   const std::string path = dir.Join("0123456789abcdef.prefix");
   EXPECT_EQ(ReadBytes(path), Fixture("prefix_state.bin"));
 
   // The disk tier only reads files it wrote itself: the fixture replaces the one just written.
   WriteBytes(path, Fixture("prefix_state.bin"));
-  std::optional<StateBlob> state = (*disk)->Take(kPrefixKey, kOwner, kPrefixTokens);
+  std::optional<StateBlob> state = (*disk)->Take(kPrefixKey, kTenant, kPrefixTokens);
   ASSERT_TRUE(state.has_value());
   EXPECT_EQ(state->position, FixturePrefixState().position);
   EXPECT_EQ(state->state, FixturePrefixState().state);
