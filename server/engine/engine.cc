@@ -193,6 +193,9 @@ void Engine::AdmitWaiting() {
       continue;
     }
     if (status.ok()) status = job->Activate(options_.requests.max_prompt_tokens);
+    // Counted as running from the moment it is active, so that Complete's count of its end
+    // (inbox_.Ended(job->active())) matches even when StartSampling fails.
+    if (job->active()) inbox_.Activated(job->request().tenant);
     if (status.ok()) {
       status = backend_->StartSampling(*job->session()->slot, job->request().sampling,
                                        job->request().top_logprobs, job->new_prompt_tokens());
@@ -201,7 +204,6 @@ void Engine::AdmitWaiting() {
       failed.emplace_back(std::move(job), status);
       continue;
     }
-    inbox_.Activated(job->request().tenant);
     metrics_.prompt_tokens.Increment(job->usage().prompt_tokens);
     active_.push_back(std::move(job));
   }

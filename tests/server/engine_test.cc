@@ -684,6 +684,22 @@ TEST_P(EngineTest, BackendFailureFailsTheRequestAndDropsTheUntrustworthySession)
   EXPECT_EQ(h.engine->stats().free_slots, 8);
 }
 
+// A request that fails after it became active (StartSampling refused it) leaves the queue and
+// the running count as they were: neither counts it, so a drain does not wait for it.
+TEST_P(EngineTest, StartSamplingFailureLeavesNoRequestCounted) {
+  Harness h = Start();
+  h.backend->set_fail_start_sampling(true);
+  EXPECT_EQ(RunRequest(*h.engine, Request({1}, 5, 0)).status.code(), absl::StatusCode::kInternal);
+  const EngineStats stats = h.engine->stats();
+  EXPECT_EQ(stats.queued_requests, 0);
+  EXPECT_EQ(stats.active_requests, 0);
+  h.backend->set_fail_start_sampling(false);
+  EXPECT_TRUE(RunRequest(*h.engine, Request({1}, 5, 0)).status.ok());
+  const absl::Time start = absl::Now();
+  EXPECT_TRUE(h.engine->Shutdown(absl::Seconds(30)).ok());
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));  // nothing left to wait for
+}
+
 TEST_P(EngineTest, LongPromptNeverStallsADecodingSession) {
   EngineOptions options;
   options.scheduler.prefill_token_budget = 8;

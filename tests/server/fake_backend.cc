@@ -187,6 +187,12 @@ absl::Status FakeBackend::WriteSlot(SlotId slot, const StateBlob& in) {
 absl::Status FakeBackend::StartSampling(SlotId slot, const SamplingParams& params,
                                         int32_t top_logprobs, absl::Span<const TokenId> observed) {
   if (absl::Status s = Check(slot); !s.ok()) return s;
+  {
+    absl::MutexLock lock(&mu_);
+    if (fail_start_sampling_) {
+      return absl::InternalError("fake backend: injected StartSampling failure");
+    }
+  }
   return sampling_.Start(slot, params, top_logprobs, observed);
 }
 
@@ -226,6 +232,11 @@ absl::Status FakeBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId
 void FakeBackend::set_fail(bool fail) {
   absl::MutexLock lock(&mu_);
   fail_ = fail;
+}
+
+void FakeBackend::set_fail_start_sampling(bool fail) {
+  absl::MutexLock lock(&mu_);
+  fail_start_sampling_ = fail;
 }
 
 void FakeBackend::CloseGate() {

@@ -61,6 +61,8 @@ class FakeBackend : public Backend {
   // Thread-safe controls for tests.
   // Every later Prefill/Decode fails with INTERNAL while set.
   void set_fail(bool fail);
+  // Every later StartSampling fails with INTERNAL while set.
+  void set_fail_start_sampling(bool fail);
   // While closed, Decode blocks (on the engine thread) until Open().
   void CloseGate();
   void Open();
@@ -91,6 +93,7 @@ class FakeBackend : public Backend {
 
   mutable absl::Mutex mu_;
   bool fail_ ABSL_GUARDED_BY(mu_) = false;
+  bool fail_start_sampling_ ABSL_GUARDED_BY(mu_) = false;
   bool gate_closed_ ABSL_GUARDED_BY(mu_) = false;
   bool waiting_at_gate_ ABSL_GUARDED_BY(mu_) = false;
   int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;  // Decode calls Step() lets through the closed gate
