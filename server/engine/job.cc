@@ -141,20 +141,4 @@ absl::AnyInvocable<void(absl::Status written) &&> Job::Report(const absl::Status
   };
 }
 
-std::string_view ToString(FinishReason reason) {
-  switch (reason) {
-    case FinishReason::kLength:
-      return "length";
-    case FinishReason::kStop:
-      return "stop";
-    case FinishReason::kEos:
-      return "eos";
-    case FinishReason::kCancelled:
-      return "cancelled";
-    case FinishReason::kError:
-      return "error";
-  }
-  return "unknown";
-}
-
 }  // namespace linserve
