@@ -29,7 +29,7 @@ enum class TokenizerKind { kByte, kSentencePiece };    // "byte" | "sentencepiec
 // from n_heads to layer_norm_eps marked "single-block" describe every layer when `layers` is
 // empty; with "layers" in the file they must be absent there, and are filled from the layers
 // when every layer is that same block (else n_heads, head_dim, feature_dim and d_ff are 0), for
-// the code that still reads them (the CUDA backend).
+// the code that still reads them (GetModelInfo's fields, server/transport/convert.cc).
 struct ModelConfig {
   std::string architecture = "linear_transformer";  // must be exactly this
   int32_t vocab_size = 0;     // [1, 1 << 20]; for the byte tokenizer exactly 256 + specials
