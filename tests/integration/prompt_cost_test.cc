@@ -45,7 +45,7 @@ constexpr int kBadPrompts = 4;
 constexpr int kStreamTokens = 200;
 constexpr int kRepetitions = 7;
 // How much slower the stream may be beside the bad prompts (see the test).
-constexpr double kMaxSlowdown = 2.5;
+constexpr double kMaxSlowdown = 6;
 
 // Resident memory of `pid` in KiB (VmRSS or, with "VmHWM:", its peak), -1 if unreadable.
 int64_t StatusKib(pid_t pid, const std::string& key = "VmRSS:") {
@@ -168,8 +168,9 @@ TEST_F(PromptCostTest, FourPromptsOf4MbCostNeitherMemoryNorAConcurrentStreamsTim
   // machine is noisy, so a measurement over the bound is taken again, up to kAttempts times:
   // the defect this guards against (each prompt tokenized whole: x30) fails every attempt.
   // Refusing the prompts is not free (gRPC receives 16 MB on the core the stream's transport
-  // uses): with another test busy beside it the ratio measured x1.34-1.74, so the bound is
-  // kMaxSlowdown, far from the defect's x30 and clear of that noise.
+  // uses): with another test busy beside it the ratio measured x1.34-1.74, and x2.6-4.3 with the
+  // machine's load average at 14 (five builds beside it), so the bound is kMaxSlowdown, far from
+  // the defect's x30 and clear of that noise.
   constexpr int kAttempts = 3;
   double best_ratio = 0;
   int64_t largest_after_kib = 0;
