@@ -1,5 +1,5 @@
 // ByteWriter and ByteReader: the one byte codec of linserve's on-disk formats (session snapshots,
-// session records, prefix states; docs/architecture.md, "On-disk formats").
+// session records, prefix states; docs/architecture.md §3.3).
 //
 // A sealed format is its magic, its fields, then the SHA-256 of everything before: the seal
 // detects accidents (a torn write, a flipped bit), not forgery, so a reader still range-checks
