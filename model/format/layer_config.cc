@@ -112,8 +112,11 @@ absl::StatusOr<ComponentSpec> ParseFinalNorm(const Json& value, std::string_view
 nlohmann::ordered_json ComponentToJson(const ComponentSpec& component) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
   j["kind"] = component.kind;
-  for (const auto& [name, value] : component.params.entries()) {
-    std::visit([&j, &name](const auto& v) { j[name] = v; }, value);
+  for (const auto& entry : component.params.entries()) {
+    // A named reference, not a structured binding: clang before 16 (the fuzz build) cannot
+    // capture a binding in a lambda.
+    const std::string& name = entry.first;
+    std::visit([&j, &name](const auto& v) { j[name] = v; }, entry.second);
   }
   return j;
 }
