@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "server/transport/request_context.h"
+#include "server/transport/random_seed.h"
 
 namespace linserve {
 namespace {

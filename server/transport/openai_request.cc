@@ -13,7 +13,7 @@
 #include "model/format/json_parse.h"
 #include "nlohmann/json.hpp"
 #include "server/sessions/session_id.h"
-#include "server/transport/request_context.h"
+#include "server/transport/random_seed.h"
 
 namespace linserve {
 namespace {

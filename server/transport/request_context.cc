@@ -2,7 +2,6 @@
 
 #include <utility>
 
-#include "openssl/rand.h"
 #include "server/sessions/session_id.h"
 
 namespace linserve {
@@ -49,13 +48,5 @@ RequestContext RequestContext::ForHttp(const Authenticator& auth,
 }
 
 void RequestContext::Apply(GenerateRequest& request) const { request.tenant = tenant_; }
-
-absl::StatusOr<uint64_t> RandomSeed() {
-  uint64_t seed = 0;
-  if (RAND_bytes(reinterpret_cast<unsigned char*>(&seed), sizeof(seed)) != 1) {
-    return absl::InternalError("RAND_bytes failed drawing a seed");
-  }
-  return seed;
-}
 
 }  // namespace linserve

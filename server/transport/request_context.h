@@ -53,9 +53,6 @@ class RequestContext {
   std::string request_id_;
 };
 
-// A seed for a request that sets none. INTERNAL if the system's random source fails.
-absl::StatusOr<uint64_t> RandomSeed();
-
 }  // namespace linserve
 
 #endif  // LINSERVE_SERVER_TRANSPORT_REQUEST_CONTEXT_H_
