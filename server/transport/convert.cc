@@ -3,8 +3,11 @@
 #include <algorithm>
 #include <cstring>
 #include <utility>
+#include <variant>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
 #include "server/transport/random_seed.h"
 
 namespace linserve {
@@ -14,6 +17,27 @@ void ToTimestamp(absl::Time time, google::protobuf::Timestamp* out) {
   const int64_t micros = absl::ToUnixMicros(time);
   out->set_seconds(micros / 1000000);
   out->set_nanos(static_cast<int32_t>(micros % 1000000) * 1000);
+}
+
+// A parameter's value as config.json spells it; a string without its quotes.
+std::string ParamText(const ParamValue& value) {
+  struct Printer {
+    std::string operator()(int64_t v) const { return absl::StrCat(v); }
+    // JSON's shortest form that reads back as the same double.
+    std::string operator()(double v) const { return nlohmann::json(v).dump(); }
+    std::string operator()(bool v) const { return v ? "true" : "false"; }
+    std::string operator()(const std::string& v) const { return v; }
+  };
+  return std::visit(Printer{}, value);
+}
+
+void ToProto(const ComponentSpec& component, v1::LayerComponent* out) {
+  out->set_kind(component.kind);
+  for (const auto& [name, value] : component.params.entries()) {
+    v1::LayerParam* param = out->add_params();
+    param->set_name(name);
+    param->set_value(ParamText(value));
+  }
 }
 
 absl::Status TooMany(absl::string_view field, size_t count, absl::string_view unit, int64_t limit,
@@ -149,25 +173,41 @@ void ToProto(const SessionInfo& info, v1::Session* out) {
   for (int64_t boundary : info.boundaries) out->add_boundaries(boundary);
 }
 
+void ToProto(const ModelConfig& c, v1::ModelInfo* out) {
+  out->set_architecture(c.architecture);
+  out->set_vocab_size(c.vocab_size);
+  out->set_d_model(c.d_model);
+  out->set_n_layers(c.n_layers);
+  if (c.IsSingleBlock()) {
+    out->set_n_heads(c.n_heads);
+    out->set_head_dim(c.head_dim);
+    out->set_d_ff(c.d_ff);
+    out->set_feature_dim(c.feature_dim);
+    out->set_feature_map(std::string(ToString(c.feature_map)));
+    out->set_activation(std::string(ToString(c.activation)));
+  }
+  out->set_norm(std::string(ToString(c.norm)));
+  out->set_position(std::string(ToString(c.position)));
+  out->set_tokenizer(std::string(ToString(c.tokenizer)));
+  out->set_bos_token_id(c.bos_token_id);
+  out->set_eos_token_id(c.eos_token_id);
+  const std::vector<LayerSpec> layers = c.LayerList();
+  const std::vector<int64_t> offsets = c.StateOffsets();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    v1::LayerInfo* layer = out->add_layers();
+    ToProto(layers[i].mixer, layer->mutable_mixer());
+    ToProto(layers[i].norm, layer->mutable_norm());
+    ToProto(layers[i].mlp, layer->mutable_mlp());
+    layer->set_state_bytes((offsets[i + 1] - offsets[i]) * static_cast<int64_t>(sizeof(float)));
+  }
+  if (c.norm == NormPlacement::kPre) ToProto(c.FinalNorm(), out->mutable_final_norm());
+}
+
 void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
   const Model& model = engine.model();
   const ModelConfig& c = model.config;
   v1::ModelInfo* m = out->mutable_model();
-  m->set_architecture(c.architecture);
-  m->set_vocab_size(c.vocab_size);
-  m->set_d_model(c.d_model);
-  m->set_n_layers(c.n_layers);
-  m->set_n_heads(c.n_heads);
-  m->set_head_dim(c.head_dim);
-  m->set_d_ff(c.d_ff);
-  m->set_feature_dim(c.feature_dim);
-  m->set_feature_map(std::string(ToString(c.feature_map)));
-  m->set_norm(std::string(ToString(c.norm)));
-  m->set_activation(std::string(ToString(c.activation)));
-  m->set_position(std::string(ToString(c.position)));
-  m->set_tokenizer(std::string(ToString(c.tokenizer)));
-  m->set_bos_token_id(c.bos_token_id);
-  m->set_eos_token_id(c.eos_token_id);
+  ToProto(c, m);
   m->set_parameter_count(model.weights.ParameterCount());
   m->set_fingerprint(model.fingerprint);
 

@@ -11,6 +11,7 @@
 #include "linserve/v1/generate.pb.h"
 #include "linserve/v1/model.pb.h"
 #include "linserve/v1/session.pb.h"
+#include "model/format/config.h"
 #include "model/tokenizer/tokenizer.h"
 #include "server/engine/engine.h"
 #include "server/engine/request.h"
@@ -34,6 +35,11 @@ v1::FinishReason ToProto(FinishReason reason);
 void ToProto(const GeneratedToken& token, v1::GeneratedToken* out);
 void ToProto(const Usage& usage, v1::Usage* out);
 void ToProto(const SessionInfo& info, v1::Session* out);
+// What config.json says: the fields of the single-block schema (filled only when
+// config.IsSingleBlock(), else 0 and empty), the layer list with each layer's state bytes, and
+// the final norm of a pre-norm model. Whatever the layer kinds: each component is its kind's
+// name and parameters.
+void ToProto(const ModelConfig& config, v1::ModelInfo* out);
 // Model, limits and current load.
 void ToProto(const Engine& engine, v1::GetModelInfoResponse* out);
 

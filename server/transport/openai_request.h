@@ -1,6 +1,7 @@
 // OpenAI-compatible requests (POST /v1/completions and /v1/chat/completions) parsed into the
 // engine's GenerateRequest, and absl::Status mapped to OpenAI's error JSON and HTTP statuses.
-// JSON stays here and in openai_response.h: nothing below the transport sees it.
+// JSON stays here, in openai_response.h and in openai_model.h: nothing below the transport sees
+// it.
 //
 // Every error names the OpenAI field at fault ("temperature", "messages[2].role", "stop[1]") as
 // the first word of its message; ToApiError puts that word in the error's "param".

@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "nlohmann/json.hpp"
 #include "server/sessions/session_id.h"
+#include "server/transport/openai_model.h"
 #include "server/transport/openai_server_impl.h"
 #include "spdlog/spdlog.h"
 
@@ -262,10 +263,7 @@ void OpenAiServer::Impl::Route(evhttp_request* req) {
 }
 
 void OpenAiServer::Impl::Models(Exchange& exchange, absl::string_view id) {
-  const json model = {{"id", options_.model_id},
-                      {"object", "model"},
-                      {"created", created_},
-                      {"owned_by", "linserve"}};
+  const json model = OpenAiModelJson(options_.model_id, created_, engine_.model().config);
   if (id.empty()) {
     Reply(exchange, 200, json{{"object", "list"}, {"data", json::array({model})}}.dump());
   } else if (id == options_.model_id) {
