@@ -16,6 +16,16 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& t) {
   return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", time, absl::UTCTimeZone());
 }
 
+// "linear_attention(n_heads=4, head_dim=8, ...)".
+std::string FormatComponent(const v1::LayerComponent& component) {
+  return absl::StrCat(component.kind(), "(",
+                      absl::StrJoin(component.params(), ", ",
+                                    [](std::string* out, const v1::LayerParam& param) {
+                                      absl::StrAppend(out, param.name(), "=", param.value());
+                                    }),
+                      ")");
+}
+
 }  // namespace
 
 absl::StatusOr<Format> ParseFormat(absl::string_view text, absl::string_view flag) {
@@ -78,12 +88,23 @@ std::string FormatModelInfo(const v1::GetModelInfoResponse& info) {
   line("vocab size", m.vocab_size());
   line("layers", m.n_layers());
   line("d_model", m.d_model());
-  line("heads", absl::StrCat(m.n_heads(), " x ", m.head_dim()));
-  line("d_ff", m.d_ff());
-  line("feature map", absl::StrCat(m.feature_map(), " (", m.feature_dim(), " features)"));
+  // The single-block fields: 0 for a model whose layers differ, which only the list describes.
+  if (m.n_heads() > 0) {
+    line("heads", absl::StrCat(m.n_heads(), " x ", m.head_dim()));
+    line("d_ff", m.d_ff());
+    line("feature map", absl::StrCat(m.feature_map(), " (", m.feature_dim(), " features)"));
+  }
   line("norm", m.norm());
-  line("activation", m.activation());
+  if (m.n_heads() > 0) line("activation", m.activation());
   line("position", m.position());
+  for (int i = 0; i < m.layers_size(); ++i) {
+    const v1::LayerInfo& layer = m.layers(i);
+    line(absl::StrCat("layer ", i),
+         absl::StrCat("mixer ", FormatComponent(layer.mixer()), "; norm ",
+                      FormatComponent(layer.norm()), "; mlp ", FormatComponent(layer.mlp()),
+                      "; state ", layer.state_bytes(), " bytes"));
+  }
+  if (m.has_final_norm()) line("final norm", FormatComponent(m.final_norm()));
   line("tokenizer", m.tokenizer());
   line("bos token id", m.bos_token_id());
   line("eos token id", m.eos_token_id());

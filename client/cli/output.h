@@ -31,7 +31,9 @@ std::string FormatSession(const v1::Session& session);
 std::string SessionTableHeader();
 std::string FormatSessionRow(const v1::Session& session);
 
-// Model, server limits and load, as "key: value" lines.
+// Model, server limits and load, as "key: value" lines; one line per layer ("layer 3: mixer
+// KIND(PARAM=VALUE, ...); norm ...; mlp ...; state N bytes") and the final norm. The heads, d_ff,
+// feature map and activation lines only for a single-block model (docs/clients.md).
 std::string FormatModelInfo(const v1::GetModelInfoResponse& info);
 
 }  // namespace linserve::cli

@@ -354,9 +354,15 @@ TEST_F(CliTest, ModelHealthTokenizeDetokenize) {
   EXPECT_THAT(model, HasSubstr("architecture: linear_transformer\n"));
   EXPECT_THAT(model, HasSubstr("parameters: 25472\n"));
   EXPECT_THAT(model, HasSubstr("device: cpu\n"));
+  EXPECT_THAT(model, HasSubstr("\nlayer 1: mixer linear_attention(n_heads=4, head_dim=8, "
+                               "feature_dim=8, feature_map=elu_plus_one, eps=1e-06, bias=true); "
+                               "norm layer_norm(eps=1e-05); mlp ffn(d_ff=64, activation=gelu, "
+                               "bias=true); state 1152 bytes\n"
+                               "final norm: layer_norm(eps=1e-05)\n"));
   const nlohmann::json json = nlohmann::json::parse(Ok({"model", "--format=json"}));
   EXPECT_EQ(json["model"]["vocab_size"], 260);
   EXPECT_EQ(json["model"]["eos_token_id"], 257);
+  EXPECT_EQ(json["model"]["layers"][0]["state_bytes"], "1152");  // int64 is a string in JSON
   EXPECT_EQ(Ok({"health"}), "SERVING\n");
   EXPECT_EQ(Ok({"health", "--service=linserve.v1.LinServe"}), "SERVING\n");
   EXPECT_EQ(Ok({"tokenize", "--format=json", "hé"}), "{\"token_ids\":[104,195,169]}\n");

@@ -248,7 +248,17 @@ TEST_F(OpenAiTest, ChatAndModelsAndSessions) {
   Api api(model_, 4);
   httplib::Result models = api.Client().Get("/v1/models");
   ASSERT_TRUE(models);
-  EXPECT_EQ(Json::parse(models->body)["data"][0]["id"], "tiny");
+  const Json model = Json::parse(models->body)["data"][0];
+  EXPECT_EQ(model["id"], "tiny");
+  // linserve's extensions: the layer list and the state per session.
+  EXPECT_EQ(model["state_bytes_per_session"], TinyConfig().StateFloatsPerSlot() * 4);
+  ASSERT_EQ(model["layers"].size(), 2u);
+  EXPECT_EQ(model["layers"][0]["mixer"]["kind"], "linear_attention");
+  EXPECT_EQ(model["layers"][0]["mixer"]["n_heads"], 4);
+  EXPECT_EQ(model["final_norm"]["kind"], "layer_norm");
+  httplib::Result one = api.Client().Get("/v1/models/tiny");
+  ASSERT_TRUE(one);
+  EXPECT_EQ(Json::parse(one->body), model);
 
   httplib::Result created = api.Post("/v1/sessions", Json::object());
   ASSERT_TRUE(created);

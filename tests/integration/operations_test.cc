@@ -140,6 +140,12 @@ TEST_F(OperationsTest, ModelInfoTokenizeAndDetokenize) {
   EXPECT_EQ(info->model().parameter_count(), model_.weights.ParameterCount());
   EXPECT_EQ(info->device(), "cpu");
   EXPECT_EQ(info->state_bytes_per_session(), TinyConfig().StateFloatsPerSlot() * 4);
+  EXPECT_EQ(info->model().n_heads(), 4);
+  ASSERT_EQ(info->model().layers_size(), 2);
+  EXPECT_EQ(info->model().layers(1).mixer().kind(), "linear_attention");
+  EXPECT_EQ(info->model().layers(0).state_bytes() + info->model().layers(1).state_bytes(),
+            info->state_bytes_per_session());
+  EXPECT_EQ(info->model().final_norm().kind(), "layer_norm");
   EXPECT_EQ(info->slot_capacity(), 8);
   EXPECT_EQ(info->limits().max_new_tokens(), 4096);
   EXPECT_EQ(info->limits().max_prompt_bytes(), RequestLimits().max_prompt_bytes);
@@ -149,6 +155,38 @@ TEST_F(OperationsTest, ModelInfoTokenizeAndDetokenize) {
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ(ids->size(), 6u);  // bytes
   EXPECT_EQ(*server.client().Detokenize(*ids), "héllo");
+}
+
+// A model whose layers differ (the second has 2 heads of 16 instead of 4 of 8): the
+// single-block fields are 0, the layer list describes it and the state is the sum of its slices.
+TEST_F(OperationsTest, ModelInfoOfAModelWhoseLayersDiffer) {
+  ModelConfig mixed = TinyConfig();
+  mixed.layers = mixed.LayerList();
+  mixed.layers[1].mixer.params.Set("n_heads", int64_t{2});
+  mixed.layers[1].mixer.params.Set("head_dim", int64_t{16});
+  mixed.layers[1].mixer.params.Set("feature_dim", int64_t{16});
+  mixed.final_norm = mixed.layers.back().norm;
+  absl::StatusOr<ModelConfig> config = ParseModelConfig(ModelConfigToJson(mixed), "mixed");
+  ASSERT_TRUE(config.ok()) << config.status();
+  const Model model = MakeRandomModel(*config, 4);
+  TestServer server(model, Options());
+  absl::StatusOr<v1::GetModelInfoResponse> info = server.client().GetModelInfo();
+  ASSERT_TRUE(info.ok()) << info.status();
+  const v1::ModelInfo& m = info->model();
+  EXPECT_EQ(m.n_layers(), 2);
+  EXPECT_EQ(m.n_heads(), 0);
+  EXPECT_EQ(m.head_dim(), 0);
+  EXPECT_EQ(m.feature_map(), "");
+  ASSERT_EQ(m.layers_size(), 2);
+  ASSERT_GE(m.layers(1).mixer().params_size(), 2);
+  EXPECT_EQ(m.layers(0).mixer().params(0).value(), "4");
+  EXPECT_EQ(m.layers(1).mixer().params(0).name(), "n_heads");
+  EXPECT_EQ(m.layers(1).mixer().params(0).value(), "2");
+  EXPECT_EQ(m.layers(1).mixer().params(1).value(), "16");
+  EXPECT_EQ(m.layers(0).state_bytes(), 4 * 8 * 9 * 4);
+  EXPECT_EQ(m.layers(1).state_bytes(), 2 * 16 * 17 * 4);
+  EXPECT_EQ(info->state_bytes_per_session(), (4 * 8 * 9 + 2 * 16 * 17) * 4);
+  EXPECT_EQ(m.parameter_count(), model.weights.ParameterCount());
 }
 
 // Sends `request_bytes` as the one request message of `method` and returns the first response
