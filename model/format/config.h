@@ -23,7 +23,8 @@ namespace linserve {
 
 enum class NormPlacement { kPre, kPost };              // "pre" | "post"
 enum class PositionEmbedding { kLearned, kSinusoidal, kNone };   // "learned" | "sinusoidal" | "none"
-enum class TokenizerKind { kByte, kSentencePiece };    // "byte" | "sentencepiece"
+// "byte" | "sentencepiece" | "gpt2_bpe"
+enum class TokenizerKind { kByte, kSentencePiece, kGpt2Bpe };
 
 // config.json, field by field. Every field is required unless a default is given. The fields
 // from n_heads to layer_norm_eps marked "single-block" describe every layer when `layers` is
