@@ -186,9 +186,9 @@ bool SplitMerge(std::string_view line, Spelling::Merge& m) {
 absl::Status CheckField(const Json& object, const char* object_name, const char* field, bool ok,
                         const char* want, const std::string& path) {
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(path, ": ", object_name, field, " is ",
-                                                 DescribeJson(object[field]), "; linserve's ",
-                                                 "gpt2_bpe tokenizer needs ", want));
+  const std::string is = object.contains(field) ? DescribeJson(object[field]) : "absent";
+  return absl::InvalidArgumentError(absl::StrCat(path, ": ", object_name, field, " is ", is,
+                                                 "; linserve's gpt2_bpe tokenizer needs ", want));
 }
 
 }  // namespace

@@ -390,6 +390,13 @@ TEST_F(Gpt2BpeFilesTest, TokenizerJsonRefusals) {
   j["pre_tokenizer"]["add_prefix_space"] = true;
   EXPECT_THAT(std::string(error_with(j).message()), HasSubstr("pre_tokenizer.add_prefix_space"));
   j = good;
+  j.erase("pre_tokenizer");
+  EXPECT_THAT(std::string(error_with(j).message()),
+              AllOf(HasSubstr("pre_tokenizer is absent"), HasSubstr("\"ByteLevel\"")));
+  j = good;
+  j["normalizer"] = {{"type", "NFC"}};
+  EXPECT_THAT(std::string(error_with(j).message()), HasSubstr("normalizer is object"));
+  j = good;
   j["added_tokens"][0]["special"] = false;
   EXPECT_THAT(std::string(error_with(j).message()), AllOf(HasSubstr("added_tokens[0]"), HasSubstr("not special")));
   j = good;
