@@ -77,7 +77,7 @@ bool TokenToBytes(std::string_view token, const std::array<int, 0x144>& to_byte,
 
 // The vocabulary and merges as the files spell them, before checking.
 struct Spelling {
-  std::string vocab_source;   // "vocab.json" or "tokenizer.json model.vocab", for errors
+  std::string vocab_source;  // "vocab.json" or "tokenizer.json model.vocab", for errors
   std::vector<std::pair<std::string, int64_t>> vocab;
   absl::flat_hash_set<std::string> specials;
   struct Merge {
@@ -142,9 +142,9 @@ absl::StatusOr<Gpt2BpeVocab> Build(const Spelling& s) {
                                    {&merged, &merge.merged}}) {
       const auto it = ids.find(*part);
       if (it == ids.end() || s.specials.contains(*part)) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            s.merges_source, " ", m.where, ": merge \"", m.left, " ", m.right, "\" needs token \"",
-            *part, "\", which is not in the vocabulary"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(s.merges_source, " ", m.where, ": merge \"", m.left, " ", m.right,
+                         "\" needs token \"", *part, "\", which is not in the vocabulary"));
       }
       *id = it->second;
     }
@@ -219,9 +219,9 @@ absl::StatusOr<Gpt2BpeVocab> ReadGpt2VocabAndMerges(const std::string& vocab_pat
     Spelling::Merge m;
     m.where = absl::StrCat("line ", i + 1);
     if (!SplitMerge(line, m)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          merges_path, " line ", i + 1, ": \"", std::string(line.substr(0, 64)),
-          "\" is not a merge (two tokens separated by one space)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(merges_path, " line ", i + 1, ": \"", std::string(line.substr(0, 64)),
+                       "\" is not a merge (two tokens separated by one space)"));
     }
     s.merges.push_back(std::move(m));
   }
@@ -239,9 +239,9 @@ absl::StatusOr<Gpt2BpeVocab> ReadHfTokenizerJson(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": has no \"model\" object"));
   }
   const Json& model = j["model"];
-  if (absl::Status st = CheckField(model, "model.", "type",
-                                   !model.contains("type") || model["type"] == "BPE",
-                                   "\"BPE\"", path);
+  if (absl::Status st =
+          CheckField(model, "model.", "type", !model.contains("type") || model["type"] == "BPE",
+                     "\"BPE\"", path);
       !st.ok()) {
     return st;
   }
@@ -249,28 +249,27 @@ absl::StatusOr<Gpt2BpeVocab> ReadHfTokenizerJson(const std::string& path) {
     const bool ok = null_or_absent(model, f) || (model[f].is_string() && model[f] == "");
     if (absl::Status st = CheckField(model, "model.", f, ok, "null", path); !st.ok()) return st;
   }
-  if (absl::Status st = CheckField(model, "model.", "ignore_merges",
-                                   null_or_absent(model, "ignore_merges") ||
-                                       model["ignore_merges"] == false,
-                                   "false", path);
+  if (absl::Status st = CheckField(
+          model, "model.", "ignore_merges",
+          null_or_absent(model, "ignore_merges") || model["ignore_merges"] == false, "false", path);
       !st.ok()) {
     return st;
   }
-  if (absl::Status st = CheckField(j, "", "normalizer", null_or_absent(j, "normalizer"), "null",
-                                   path);
+  if (absl::Status st =
+          CheckField(j, "", "normalizer", null_or_absent(j, "normalizer"), "null", path);
       !st.ok()) {
     return st;
   }
   const bool byte_level = j.contains("pre_tokenizer") && j["pre_tokenizer"].is_object() &&
                           j["pre_tokenizer"].value("type", Json()) == "ByteLevel";
-  if (absl::Status st = CheckField(j, "", "pre_tokenizer", byte_level,
-                                   "an object of type \"ByteLevel\"", path);
+  if (absl::Status st =
+          CheckField(j, "", "pre_tokenizer", byte_level, "an object of type \"ByteLevel\"", path);
       !st.ok()) {
     return st;
   }
   const Json& pre = j["pre_tokenizer"];
-  for (const auto& [f, want] : {std::pair<const char*, bool>{"add_prefix_space", false},
-                                {"use_regex", true}}) {
+  for (const auto& [f, want] :
+       {std::pair<const char*, bool>{"add_prefix_space", false}, {"use_regex", true}}) {
     const bool ok = !pre.contains(f) || pre[f] == want;
     if (absl::Status st = CheckField(pre, "pre_tokenizer.", f, ok, want ? "true" : "false", path);
         !st.ok()) {
@@ -306,8 +305,8 @@ absl::StatusOr<Gpt2BpeVocab> ReadHfTokenizerJson(const std::string& path) {
       const int64_t id = t["id"].get<int64_t>();
       if (model["vocab"].contains(content)) {
         if (model["vocab"][content] != id) {
-          return absl::InvalidArgumentError(absl::StrCat(where, " (\"", content, "\") has id ",
-                                                         id, " but model.vocab gives it ",
+          return absl::InvalidArgumentError(absl::StrCat(where, " (\"", content, "\") has id ", id,
+                                                         " but model.vocab gives it ",
                                                          DescribeJson(model["vocab"][content])));
         }
       } else {
@@ -333,9 +332,9 @@ absl::StatusOr<Gpt2BpeVocab> ReadHfTokenizerJson(const std::string& path) {
       ok = !merge.left.empty() && !merge.right.empty();
     }
     if (!ok) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": model.merges[", i, "] is ", DescribeJson(m),
-          "; a merge is \"a b\" (one space) or an array of two non-empty strings"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": model.merges[", i, "] is ", DescribeJson(m),
+                       "; a merge is \"a b\" (one space) or an array of two non-empty strings"));
     }
     s.merges.push_back(std::move(merge));
   }
@@ -352,9 +351,9 @@ absl::StatusOr<Gpt2BpeVocab> ReadGpt2BpeFiles(const std::string& model_dir) {
   const std::string merges = (dir / kGpt2MergesFile).string();
   for (const std::string& f : {vocab, merges}) {
     if (!std::filesystem::exists(f, ec)) {
-      return absl::NotFoundError(absl::StrCat(
-          f, ": no such file; config.json says tokenizer \"gpt2_bpe\", which needs ",
-          kHfTokenizerFile, " or ", kGpt2VocabFile, " + ", kGpt2MergesFile));
+      return absl::NotFoundError(
+          absl::StrCat(f, ": no such file; config.json says tokenizer \"gpt2_bpe\", which needs ",
+                       kHfTokenizerFile, " or ", kGpt2VocabFile, " + ", kGpt2MergesFile));
     }
   }
   return ReadGpt2VocabAndMerges(vocab, merges);

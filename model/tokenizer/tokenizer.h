@@ -25,8 +25,8 @@ class Tokenizer {
   static constexpr size_t kNoTokenLimit = std::numeric_limits<size_t>::max();
 
   virtual int32_t vocab_size() const = 0;
-  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece and GPT-2 BPE. Time and
-  // memory grow with the text: callers serving untrusted text use EncodeAtMost.
+  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece and GPT-2
+  // BPE. Time and memory grow with the text: callers serving untrusted text use EncodeAtMost.
   absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const {
     return EncodeAtMost(text, kNoTokenLimit);
   }

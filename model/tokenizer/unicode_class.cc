@@ -31,9 +31,9 @@ UnicodeClass ClassOf(char32_t cp) {
   }
   if (IsWhiteSpace(cp)) return UnicodeClass::kWhiteSpace;
   // The last range starting at or before cp.
-  const auto* it = std::upper_bound(
-      std::begin(kUnicodeClassRanges), std::end(kUnicodeClassRanges), cp,
-      [](char32_t c, const UnicodeClassRange& r) { return c < r.first; });
+  const auto* it =
+      std::upper_bound(std::begin(kUnicodeClassRanges), std::end(kUnicodeClassRanges), cp,
+                       [](char32_t c, const UnicodeClassRange& r) { return c < r.first; });
   if (it == std::begin(kUnicodeClassRanges)) return UnicodeClass::kOther;
   --it;
   return cp <= it->last ? it->cls : UnicodeClass::kOther;

@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/model.h"
 #include "model/tokenizer/gpt2_bpe_files.h"
 #include "model/tokenizer/gpt2_pretokenizer.h"
-#include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
@@ -75,8 +75,7 @@ TEST(Gpt2PretokenizerTest, SplitsAsGpt2sRegex) {
   EXPECT_THAT(Pieces("Hello  world's\n\nend  "),
               ElementsAre("Hello", " ", " world", "'s", "\n", "\n", "end", "  "));
   EXPECT_THAT(Pieces("I'M don't 're"), ElementsAre("I", "'", "M", " don", "'t", " '", "re"));
-  EXPECT_THAT(Pieces("a1 22 !?x  \t y"),
-              ElementsAre("a", "1", " 22", " !?", "x", "  \t", " y"));
+  EXPECT_THAT(Pieces("a1 22 !?x  \t y"), ElementsAre("a", "1", " 22", " !?", "x", "  \t", " y"));
   // Unicode classes: letters (CJK, astral), numbers (Arabic-Indic), a combining mark (Mn: other).
   EXPECT_THAT(Pieces("\xE6\x97\xA5\xE6\x9C\xAC \xF0\x9D\x90\x80 \xD9\xA1\xD9\xA2 e\xCC\x81"),
               ElementsAre("\xE6\x97\xA5\xE6\x9C\xAC", " \xF0\x9D\x90\x80", " \xD9\xA1\xD9\xA2",
@@ -213,20 +212,26 @@ TEST_F(Gpt2NpmTest, TokenizerJsonGivesWhatVocabAndMergesGive) {
   }
   for (const Json* merge_list : {&strings, &pairs}) {
     ScopedTempDir dir;
-    Json j = {
-        {"version", "1.0"},
-        {"added_tokens", Json::array({{{"id", kEndOfText},
-                                       {"content", "<|endoftext|>"},
-                                       {"single_word", false},
-                                       {"special", true}}})},
-        {"normalizer", nullptr},
-        {"pre_tokenizer",
-         {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
-          {"use_regex", true}}},
-        {"model",
-         {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-          {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""},
-          {"fuse_unk", false}, {"vocab", vocab}, {"merges", *merge_list}}}};
+    Json j = {{"version", "1.0"},
+              {"added_tokens", Json::array({{{"id", kEndOfText},
+                                             {"content", "<|endoftext|>"},
+                                             {"single_word", false},
+                                             {"special", true}}})},
+              {"normalizer", nullptr},
+              {"pre_tokenizer",
+               {{"type", "ByteLevel"},
+                {"add_prefix_space", false},
+                {"trim_offsets", true},
+                {"use_regex", true}}},
+              {"model",
+               {{"type", "BPE"},
+                {"dropout", nullptr},
+                {"unk_token", nullptr},
+                {"continuing_subword_prefix", ""},
+                {"end_of_word_suffix", ""},
+                {"fuse_unk", false},
+                {"vocab", vocab},
+                {"merges", *merge_list}}}};
     WriteText(dir.Join("tokenizer.json"), j.dump());
     absl::StatusOr<Gpt2BpeVocab> from_json = ReadGpt2BpeFiles(dir.path());
     ASSERT_TRUE(from_json.ok()) << from_json.status();
@@ -326,8 +331,8 @@ TEST_F(Gpt2BpeFilesTest, ASmallVocabularyEncodes) {
 TEST_F(Gpt2BpeFilesTest, MissingFiles) {
   absl::Status s = Error();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
-  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr(dir_.Join("vocab.json")), HasSubstr("gpt2_bpe"),
-                                 HasSubstr("tokenizer.json")));
+  EXPECT_THAT(std::string(s.message()), AllOf(HasSubstr(dir_.Join("vocab.json")),
+                                              HasSubstr("gpt2_bpe"), HasSubstr("tokenizer.json")));
   WriteText(dir_.Join("vocab.json"), SmallVocab().dump());
   s = Error();
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound);
@@ -350,14 +355,16 @@ TEST_F(Gpt2BpeFilesTest, BadJson) {
   v = SmallVocab();
   v["\xE6\x97\xA5"] = 300;
   Write(v, "");
-  EXPECT_THAT(std::string(Error().message()), HasSubstr("outside GPT-2's byte-to-unicode alphabet"));
+  EXPECT_THAT(std::string(Error().message()),
+              HasSubstr("outside GPT-2's byte-to-unicode alphabet"));
 }
 
 TEST_F(Gpt2BpeFilesTest, AByteWithoutAToken) {
   Json v = SmallVocab();
   v.erase(ByteSpellings()['\n']);
   Write(v, "");
-  EXPECT_THAT(std::string(Error().message()), AllOf(HasSubstr("vocab.json"), HasSubstr("no token for byte 0x0A")));
+  EXPECT_THAT(std::string(Error().message()),
+              AllOf(HasSubstr("vocab.json"), HasSubstr("no token for byte 0x0A")));
 }
 
 TEST_F(Gpt2BpeFilesTest, UnknownMergeTokens) {
@@ -366,15 +373,17 @@ TEST_F(Gpt2BpeFilesTest, UnknownMergeTokens) {
               AllOf(HasSubstr("merges.txt line 3"), HasSubstr("merge \"ab zz\" needs token \"zz\""),
                     HasSubstr("not in the vocabulary")));
   Write(SmallVocab(), "b c\n");  // "bc" is not a token
-  EXPECT_THAT(std::string(Error().message()), AllOf(HasSubstr("line 1"), HasSubstr("needs token \"bc\"")));
+  EXPECT_THAT(std::string(Error().message()),
+              AllOf(HasSubstr("line 1"), HasSubstr("needs token \"bc\"")));
   Write(SmallVocab(), "a b\nabc\n");
-  EXPECT_THAT(std::string(Error().message()), AllOf(HasSubstr("line 2"), HasSubstr("is not a merge")));
+  EXPECT_THAT(std::string(Error().message()),
+              AllOf(HasSubstr("line 2"), HasSubstr("is not a merge")));
 }
 
 TEST_F(Gpt2BpeFilesTest, TokenizerJsonRefusals) {
   const Json good = {
-      {"added_tokens", Json::array({{{"id", 258}, {"content", "<|endoftext|>"},
-                                     {"special", true}}})},
+      {"added_tokens",
+       Json::array({{{"id", 258}, {"content", "<|endoftext|>"}, {"special", true}}})},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
       {"model", {{"type", "BPE"}, {"vocab", SmallVocab()}, {"merges", {"a b", "ab c"}}}}};
   auto error_with = [&](const Json& j) {
@@ -398,7 +407,8 @@ TEST_F(Gpt2BpeFilesTest, TokenizerJsonRefusals) {
   EXPECT_THAT(std::string(error_with(j).message()), HasSubstr("normalizer is object"));
   j = good;
   j["added_tokens"][0]["special"] = false;
-  EXPECT_THAT(std::string(error_with(j).message()), AllOf(HasSubstr("added_tokens[0]"), HasSubstr("not special")));
+  EXPECT_THAT(std::string(error_with(j).message()),
+              AllOf(HasSubstr("added_tokens[0]"), HasSubstr("not special")));
   j = good;
   j["model"]["merges"] = Json::array({Json::array({"a", "b"}), Json::array({"ab", "q"})});
   EXPECT_THAT(std::string(error_with(j).message()),

@@ -24,6 +24,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -100,15 +101,32 @@ DIVERGENT = [
 ]
 
 
+def table_classes():
+    """Letter/number per code point from our generated table (unicode_class_table.inc)."""
+    path = os.path.join(HERE, "..", "..", "..", "model", "tokenizer", "unicode_class_table.inc")
+    classes = {}
+    with open(path, encoding="utf-8") as f:
+        entry = r"\{0x([0-9A-F]+), 0x([0-9A-F]+), UnicodeClass::k(\w+)\}"
+        for first, last, cls in re.findall(entry, f.read()):
+            for cp in range(int(first, 16), int(last, 16) + 1):
+                classes[cp] = {"Letter": "L", "Number": "N"}[cls]
+    return classes
+
+
 def assigned_pools():
-    """Assigned code points (Unicode of this Python), by plane, without surrogates, U+0085 and
-    U+FEFF (their \\s differs in JavaScript; DIVERGENT covers them)."""
+    """Assigned code points by plane, without surrogates, U+0085 and U+FEFF (their \\s differs
+    in JavaScript; DIVERGENT covers them), and only those whose letter/number class this
+    Python's Unicode gives as our table (generated from Unicode 14) does: a newer Python's new
+    letters are not drawn."""
+    table = table_classes()
     pools = {}
     for cp in range(0x110000):
         if cp in (0x85, 0xFEFF):
             continue
         cat = unicodedata.category(chr(cp))
         if cat in ("Cn", "Cs"):
+            continue
+        if table.get(cp, "other") != (cat[0] if cat[0] in "LN" else "other"):
             continue
         pools.setdefault(cp >> 16, []).append(cp)
     return pools
