@@ -37,9 +37,10 @@ constexpr std::array<EnumName<PositionEmbedding>, 3> kPositionNames = {{
     {PositionEmbedding::kSinusoidal, "sinusoidal"},
     {PositionEmbedding::kNone, "none"},
 }};
-constexpr std::array<EnumName<TokenizerKind>, 2> kTokenizerNames = {{
+constexpr std::array<EnumName<TokenizerKind>, 3> kTokenizerNames = {{
     {TokenizerKind::kByte, "byte"},
     {TokenizerKind::kSentencePiece, "sentencepiece"},
+    {TokenizerKind::kGpt2Bpe, "gpt2_bpe"},
 }};
 
 template <typename Enum, size_t N>

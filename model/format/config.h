@@ -23,7 +23,8 @@ namespace linserve {
 
 enum class NormPlacement { kPre, kPost };              // "pre" | "post"
 enum class PositionEmbedding { kLearned, kSinusoidal, kNone };   // "learned" | "sinusoidal" | "none"
-enum class TokenizerKind { kByte, kSentencePiece };    // "byte" | "sentencepiece"
+// "byte" | "sentencepiece" | "gpt2_bpe"
+enum class TokenizerKind { kByte, kSentencePiece, kGpt2Bpe };
 
 // config.json, field by field. Every field is required unless a default is given. The fields
 // from n_heads to layer_norm_eps marked "single-block" describe every layer when `layers` is
@@ -32,7 +33,9 @@ enum class TokenizerKind { kByte, kSentencePiece };    // "byte" | "sentencepiec
 // the code that still reads them (GetModelInfo's fields, server/transport/convert.cc).
 struct ModelConfig {
   std::string architecture = "linear_transformer";  // must be exactly this
-  int32_t vocab_size = 0;     // [1, 1 << 20]; for the byte tokenizer exactly 256 + specials
+  // [1, 1 << 20]; for the byte tokenizer exactly 256 + specials; for gpt2_bpe at least the
+  // tokenizer's vocabulary (LoadTokenizer checks)
+  int32_t vocab_size = 0;
   int32_t d_model = 0;        // [1, 65536]; single-block: == n_heads * head_dim
   int32_t n_layers = 0;       // [1, 1024]; with "layers", optional and equal to its length
   int32_t n_heads = 0;        // [1, 1024]; single-block

@@ -1,6 +1,6 @@
-// Tokenizer: text <-> token ids, the interface. Two implementations: ByteTokenizer (one id per
-// byte, plus specials) and SentencePieceTokenizer (Debian's libsentencepiece); LoadTokenizer
-// (load_tokenizer.h) picks one.
+// Tokenizer: text <-> token ids, the interface. Three implementations: ByteTokenizer (one id per
+// byte, plus specials), SentencePieceTokenizer (Debian's libsentencepiece) and Gpt2BpeTokenizer
+// (GPT-2's byte-level BPE); LoadTokenizer (load_tokenizer.h) picks one.
 #ifndef LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 #define LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 
@@ -25,8 +25,8 @@ class Tokenizer {
   static constexpr size_t kNoTokenLimit = std::numeric_limits<size_t>::max();
 
   virtual int32_t vocab_size() const = 0;
-  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece. Time and
-  // memory grow with the text: callers serving untrusted text use EncodeAtMost.
+  // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece and GPT-2
+  // BPE. Time and memory grow with the text: callers serving untrusted text use EncodeAtMost.
   absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const {
     return EncodeAtMost(text, kNoTokenLimit);
   }

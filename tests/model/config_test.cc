@@ -134,6 +134,7 @@ TEST(ConfigTest, EnumNamesRoundTrip) {
   }
   EXPECT_EQ(ToString(NormPlacement::kPost), "post");
   EXPECT_EQ(ToString(TokenizerKind::kSentencePiece), "sentencepiece");
+  EXPECT_EQ(ToString(TokenizerKind::kGpt2Bpe), "gpt2_bpe");
 }
 
 TEST(ConfigTest, RejectsTextThatIsNotAJsonObject) {
