@@ -27,6 +27,12 @@ void ApplyActivation(Activation act, float* x, int64_t n) {
     case Activation::kRelu:
       simd::MapInPlace(x, n, simd::Relu);
       return;
+    case Activation::kSilu:
+      simd::MapInPlace(x, n, simd::Silu);
+      return;
+    case Activation::kSigmoid:
+      simd::MapInPlace(x, n, simd::Sigmoid);
+      return;
   }
 }
 
@@ -49,6 +55,46 @@ void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, co
     const float meanf = static_cast<float>(mean);
     const float rstd = static_cast<float>(1.0 / std::sqrt(var + static_cast<double>(eps)));
     for (int64_t i = 0; i < dim; ++i) yr[i] = (xr[i] - meanf) * rstd * gamma[i] + beta[i];
+  }
+}
+
+void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    double sq = 0.0;
+#pragma omp simd reduction(+ : sq)
+    for (int64_t i = 0; i < dim; ++i) sq += static_cast<double>(xr[i]) * xr[i];
+    const double ms = sq / static_cast<double>(dim);
+    const float rstd = static_cast<float>(1.0 / std::sqrt(ms + static_cast<double>(eps)));
+    for (int64_t i = 0; i < dim; ++i) yr[i] = xr[i] * rstd * gamma[i];
+  }
+}
+
+void GatedProduct(Activation act, const float* a, int64_t rows, int64_t width, float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* value = a + r * 2 * width;
+    float* yr = y + r * width;
+    std::copy(value + width, value + 2 * width, yr);
+    ApplyActivation(act, yr, width);
+    for (int64_t i = 0; i < width; ++i) yr[i] *= value[i];
+  }
+}
+
+void TaylorFeatureMap(const float* x, int64_t vectors, int dim, float* out) {
+  const float linear = static_cast<float>(1.0 / std::pow(static_cast<double>(dim), 0.25));
+  const float quadratic = static_cast<float>(1.0 / (std::sqrt(2.0) * std::sqrt(dim)));
+  const int64_t features = 1 + dim + int64_t{dim} * dim;
+  for (int64_t v = 0; v < vectors; ++v) {
+    const float* xv = x + v * dim;
+    float* o = out + v * features;
+    o[0] = 1.0f;
+    for (int i = 0; i < dim; ++i) o[1 + i] = xv[i] * linear;
+    float* q = o + 1 + dim;
+    for (int i = 0; i < dim; ++i) {
+      const float xi = xv[i] * quadratic;
+      for (int j = 0; j < dim; ++j) q[i * dim + j] = xi * xv[j];
+    }
   }
 }
 

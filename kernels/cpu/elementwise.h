@@ -10,15 +10,30 @@
 
 namespace linserve::cpu {
 
-enum class Activation { kNone, kGelu, kGeluTanh, kRelu };
+enum class Activation { kNone, kGelu, kGeluTanh, kRelu, kSilu, kSigmoid };
 
-// x[i] = act(x[i]); gelu uses erf, gelu_tanh the tanh approximation (PyTorch's two forms).
+// x[i] = act(x[i]); gelu uses erf, gelu_tanh the tanh approximation (PyTorch's two forms);
+// silu is x · sigmoid(x), sigmoid 1 / (1 + exp(−x)).
 void ApplyActivation(Activation act, float* x, int64_t n);
 
 // y_r = (x_r − mean) / sqrt(var + eps) · gamma + beta per row (biased variance, as
 // nn.LayerNorm); mean and variance are accumulated in double. y may alias x.
 void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, const float* beta,
                float eps, float* y);
+
+// y_r = x_r / sqrt(mean(x_r²) + eps) · gamma per row; the mean of the squares is accumulated
+// in double. y may alias x.
+void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* y);
+
+// The gated MLP's hidden rows: a holds `rows` rows of 2·width floats (value, then gate);
+// y[r][i] = a[r][i] · act(a[r][width + i]). y must not overlap a.
+void GatedProduct(Activation act, const float* a, int64_t rows, int64_t width, float* y);
+
+// Based's second-order Taylor feature map, for `vectors` contiguous vectors of `dim` floats:
+//   φ(x) = [1, x / dim^¼, vec(x xᵀ) / (√2·√dim)]   (vec row-major: feature 1 + dim + i·dim + j)
+// out holds `vectors` rows of 1 + dim + dim² floats. Each output depends on its own input vector
+// alone, bit for bit.
+void TaylorFeatureMap(const float* x, int64_t vectors, int dim, float* out);
 
 enum class FeatureMap { kEluPlusOne, kRelu, kExp, kFavorPlus };
 

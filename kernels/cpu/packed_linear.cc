@@ -35,6 +35,10 @@ inline __m256 Activate(Activation act, __m256 v) {
       return simd::GeluTanh(v);
     case Activation::kRelu:
       return simd::Relu(v);
+    case Activation::kSilu:
+      return simd::Silu(v);
+    case Activation::kSigmoid:
+      return simd::Sigmoid(v);
   }
   return v;
 }

@@ -39,6 +39,15 @@ inline __m256 GeluTanh(__m256 x) {
 
 inline __m256 Relu(__m256 x) { return _mm256_max_ps(x, _mm256_setzero_ps()); }
 
+// 1 / (1 + exp(−x))
+inline __m256 Sigmoid(__m256 x) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  return _mm256_div_ps(one, _mm256_add_ps(one, Exp(_mm256_sub_ps(_mm256_setzero_ps(), x))));
+}
+
+// x · sigmoid(x)
+inline __m256 Silu(__m256 x) { return _mm256_mul_ps(x, Sigmoid(x)); }
+
 // Lane mask selecting the first `count` (0..8) lanes, for _mm256_maskload/maskstore.
 inline __m256i TailMask(int64_t count) {
   const __m256i lanes = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);

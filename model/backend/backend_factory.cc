@@ -8,6 +8,7 @@
 
 #if LINSERVE_WITH_CUDA
 #include "kernels/cuda/cuda_status.h"
+#include "model/backend/cuda_kinds.h"
 #include "model/backend/cuda/cuda_backend.h"
 #endif
 
@@ -41,6 +42,11 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
                                                        const BackendOptions& options,
                                                        DeviceSelection selection) {
   if (selection == DeviceSelection::kCpu) return CreateCpuBackend(model, options);
+  if (absl::Status kinds = CheckCudaImplementsKinds(model.config); !kinds.ok()) {
+    if (selection == DeviceSelection::kCuda) return kinds;
+    spdlog::info("device auto: {}; using the CPU backend", kinds.message());
+    return CreateCpuBackend(model, options);
+  }
   // The CUDA backend runs the layer list like the CPU backend, but its parity with the CPU
   // backend is tested (tests/gpu/cuda_backend_test.cc, under emulation) on single-block models
   // only: a list of differing layers stays on the CPU until a test covers it there.

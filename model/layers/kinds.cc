@@ -3,8 +3,12 @@
 #include <array>
 
 #include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
 namespace {
@@ -17,16 +21,17 @@ const Kind* Find(const std::array<const Kind*, N>& kinds, std::string_view name)
   return nullptr;
 }
 
-const std::array<const MixerKind*, 1>& Mixers() {
-  static const std::array<const MixerKind*, 1> kinds = {&LinearAttentionKind()};
+const std::array<const MixerKind*, 3>& Mixers() {
+  static const std::array<const MixerKind*, 3> kinds = {
+      &LinearAttentionKind(), &ShortConvKind(), &TaylorLinearAttentionKind()};
   return kinds;
 }
-const std::array<const NormKind*, 1>& Norms() {
-  static const std::array<const NormKind*, 1> kinds = {&LayerNormKind()};
+const std::array<const NormKind*, 2>& Norms() {
+  static const std::array<const NormKind*, 2> kinds = {&LayerNormKind(), &RmsNormKind()};
   return kinds;
 }
-const std::array<const MlpKind*, 1>& Mlps() {
-  static const std::array<const MlpKind*, 1> kinds = {&FfnKind()};
+const std::array<const MlpKind*, 2>& Mlps() {
+  static const std::array<const MlpKind*, 2> kinds = {&FfnKind(), &GatedMlpKind()};
   return kinds;
 }
 

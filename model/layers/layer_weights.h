@@ -29,8 +29,11 @@ struct LayerWeights {
   Tensor o_weight, o_bias;      // attn.o_proj.weight / .bias
   Tensor favor_projection;      // attn.favor_projection (feature_map favor_plus)
   Tensor ln2_weight, ln2_bias;  // ln2.weight / .bias (the MLP's norm)
-  Tensor fc1_weight, fc1_bias;  // ffn.fc1.weight / .bias (ffn)
+  Tensor fc1_weight, fc1_bias;  // ffn.fc1.weight / .bias (ffn; mlp.fc1.* for gated_mlp)
   Tensor fc2_weight, fc2_bias;  // ffn.fc2.weight / .bias
+  Tensor conv_in_weight, conv_in_bias;    // conv.in_proj.weight / .bias (short_conv)
+  Tensor conv_weight, conv_bias;          // conv.weight / .bias
+  Tensor conv_out_weight, conv_out_bias;  // conv.out_proj.weight / .bias
 };
 
 // A field of LayerWeights and its C++ name (for messages about tensors held in memory).
@@ -40,7 +43,7 @@ struct LayerWeightsField {
 };
 
 // Every field of LayerWeights: what a layer's kinds do not declare must stay empty.
-inline constexpr std::array<LayerWeightsField, 17> kLayerWeightsFields = {{
+inline constexpr std::array<LayerWeightsField, 23> kLayerWeightsFields = {{
     {"ln1_weight", &LayerWeights::ln1_weight},
     {"ln1_bias", &LayerWeights::ln1_bias},
     {"q_weight", &LayerWeights::q_weight},
@@ -58,6 +61,12 @@ inline constexpr std::array<LayerWeightsField, 17> kLayerWeightsFields = {{
     {"fc1_bias", &LayerWeights::fc1_bias},
     {"fc2_weight", &LayerWeights::fc2_weight},
     {"fc2_bias", &LayerWeights::fc2_bias},
+    {"conv_in_weight", &LayerWeights::conv_in_weight},
+    {"conv_in_bias", &LayerWeights::conv_in_bias},
+    {"conv_weight", &LayerWeights::conv_weight},
+    {"conv_bias", &LayerWeights::conv_bias},
+    {"conv_out_weight", &LayerWeights::conv_out_weight},
+    {"conv_out_bias", &LayerWeights::conv_out_bias},
 }};
 
 }  // namespace linserve

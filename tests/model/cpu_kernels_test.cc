@@ -12,6 +12,7 @@
 #include "kernels/cpu/linear_attention.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
@@ -35,6 +36,10 @@ double ActivationRef(Activation act, double x) {
       return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
     case Activation::kRelu:
       return x > 0 ? x : 0.0;
+    case Activation::kSilu:
+      return x / (1.0 + std::exp(-x));
+    case Activation::kSigmoid:
+      return 1.0 / (1.0 + std::exp(-x));
   }
   return x;
 }
@@ -142,6 +147,8 @@ INSTANTIATE_TEST_SUITE_P(
                       LinearCase{5, 3, 1, true, Activation::kRelu, LinearOutput::kStore},
                       LinearCase{6, 64, 48, true, Activation::kGelu, LinearOutput::kStore},
                       LinearCase{13, 50, 33, true, Activation::kGeluTanh, LinearOutput::kStore},
+                      LinearCase{9, 24, 20, true, Activation::kSilu, LinearOutput::kStore},
+                      LinearCase{3, 11, 17, false, Activation::kSigmoid, LinearOutput::kStore},
                       LinearCase{7, 40, 24, true, Activation::kNone, LinearOutput::kAccumulate},
                       LinearCase{20, 17, 70, false, Activation::kNone,
                                  LinearOutput::kAccumulate},
@@ -176,7 +183,8 @@ TEST(GemmTest, AllTransposesMatchNaiveLoop) {
 }
 
 TEST(ElementwiseTest, ActivationsMatchReferenceFormulasIncludingTail) {
-  for (Activation act : {Activation::kGelu, Activation::kGeluTanh, Activation::kRelu}) {
+  for (Activation act : {Activation::kGelu, Activation::kGeluTanh, Activation::kRelu,
+                         Activation::kSilu, Activation::kSigmoid}) {
     std::vector<float> x = Random(101, 8, 3.0f);  // 101: a ragged 8-lane tail
     x[0] = 0.0f;
     x[1] = -12.0f;
@@ -211,6 +219,57 @@ TEST(ElementwiseTest, LayerNormMatchesDoubleReferenceAndAllowsAliasing) {
   }
   LayerNorm(x.data(), rows, dim, g.data(), b.data(), 1e-5f, x.data());
   EXPECT_EQ(x, y);
+}
+
+TEST(ElementwiseTest, RmsNormMatchesDoubleReferenceAndAllowsAliasing) {
+  const int64_t rows = 3, dim = 45;
+  std::vector<float> x = Random(rows * dim, 12, 4.0f);
+  const std::vector<float> g = Random(dim, 13);
+  std::vector<float> y(x.size());
+  RmsNorm(x.data(), rows, dim, g.data(), 1e-5f, y.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    double sq = 0;
+    for (int64_t i = 0; i < dim; ++i) sq += static_cast<double>(x[r * dim + i]) * x[r * dim + i];
+    for (int64_t i = 0; i < dim; ++i) {
+      const double expect = x[r * dim + i] / std::sqrt(sq / dim + 1e-5) * g[i];
+      EXPECT_NEAR(y[r * dim + i], expect, 2e-6 * (1 + std::abs(expect)));
+    }
+  }
+  RmsNorm(x.data(), rows, dim, g.data(), 1e-5f, x.data());
+  EXPECT_EQ(x, y);
+}
+
+// Kernels 2 (a history of one row) and 4, over three tokens from a zero history.
+TEST(ShortConvTest, StepMatchesTheFormulaAndShiftsTheHistory) {
+  const int64_t channels = 11;
+  for (int kernel : {2, 4}) {
+    SCOPED_TRACE(kernel);
+    const std::vector<float> taps = Random(kernel * channels, 14);
+    const std::vector<float> bias = Random(channels, 15);
+    const std::vector<float> u = Random(3 * channels, 16);
+    const std::vector<float> gate = Random(3 * channels, 17);
+    std::vector<float> history(static_cast<size_t>((kernel - 1) * channels), 0.0f);
+    std::vector<float> y(static_cast<size_t>(channels));
+    for (int t = 0; t < 3; ++t) {
+      ShortConvStep(u.data() + t * channels, gate.data() + t * channels, channels, kernel,
+                    taps.data(), bias.data(), history.data(), y.data());
+      for (int64_t ch = 0; ch < channels; ++ch) {
+        double c = bias[ch];
+        for (int j = 0; j < kernel; ++j) {
+          const int s = t - (kernel - 1) + j;
+          if (s >= 0) c += static_cast<double>(taps[j * channels + ch]) * u[s * channels + ch];
+        }
+        const double expect = c / (1.0 + std::exp(-c)) * gate[t * channels + ch];
+        EXPECT_NEAR(y[ch], expect, 1e-5 * (1 + std::abs(expect))) << t << " " << ch;
+      }
+      for (int r = 0; r < kernel - 1; ++r) {
+        const int s = t - (kernel - 2) + r;
+        for (int64_t ch = 0; ch < channels; ++ch) {
+          EXPECT_EQ(history[r * channels + ch], s >= 0 ? u[s * channels + ch] : 0.0f);
+        }
+      }
+    }
+  }
 }
 
 std::vector<double> FeatureMapRef(FeatureMap map, const float* x, int dh, const float* w,

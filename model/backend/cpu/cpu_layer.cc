@@ -5,11 +5,19 @@
 #include <string_view>
 
 #include "model/backend/cpu/cpu_ffn.h"
+#include "model/backend/cpu/cpu_gated_mlp.h"
 #include "model/backend/cpu/cpu_layer_norm.h"
 #include "model/backend/cpu/cpu_linear_attention.h"
+#include "model/backend/cpu/cpu_rms_norm.h"
+#include "model/backend/cpu/cpu_short_conv.h"
+#include "model/backend/cpu/cpu_taylor_linear_attention.h"
 #include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
 namespace {
@@ -21,18 +29,26 @@ std::unique_ptr<CpuMixer> CreateMixer(const CpuLayerContext& context, const Comp
   if (spec.kind == LinearAttentionKind().name) {
     return CreateCpuLinearAttention(context, spec, weights, state_offset);
   }
+  if (spec.kind == ShortConvKind().name) {
+    return CreateCpuShortConv(context, spec, weights, state_offset);
+  }
+  if (spec.kind == TaylorLinearAttentionKind().name) {
+    return CreateCpuTaylorLinearAttention(context, spec, weights, state_offset);
+  }
   std::abort();
 }
 
 std::unique_ptr<CpuNorm> CreateNorm(const CpuLayerContext& context, const ComponentSpec& spec,
                                     const Tensor& scale, const Tensor& shift) {
   if (spec.kind == LayerNormKind().name) return CreateCpuLayerNorm(context, spec, scale, shift);
+  if (spec.kind == RmsNormKind().name) return CreateCpuRmsNorm(context, spec, scale);
   std::abort();
 }
 
 std::unique_ptr<CpuMlp> CreateMlp(const CpuLayerContext& context, const ComponentSpec& spec,
                                   const LayerWeights& weights) {
   if (spec.kind == FfnKind().name) return CreateCpuFfn(context, spec, weights);
+  if (spec.kind == GatedMlpKind().name) return CreateCpuGatedMlp(context, spec, weights);
   std::abort();
 }
 

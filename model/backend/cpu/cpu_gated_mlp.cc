@@ -1,0 +1,71 @@
+#include "model/backend/cpu/cpu_gated_mlp.h"
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/packed_linear.h"
+#include "model/layers/gated_mlp.h"
+
+namespace linserve {
+namespace {
+
+// Workspace buffers (CpuWorkspace indices): fc1's output (value and gate) and the hidden rows.
+enum Buffer { kFc1, kHidden };
+
+cpu::Activation ToKernel(GateActivation a) {
+  switch (a) {
+    case GateActivation::kSilu:
+      return cpu::Activation::kSilu;
+    case GateActivation::kGelu:
+      return cpu::Activation::kGelu;
+    case GateActivation::kSigmoid:
+      return cpu::Activation::kSigmoid;
+  }
+  return cpu::Activation::kSilu;
+}
+
+const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
+
+class CpuGatedMlp final : public CpuMlp {
+ public:
+  CpuGatedMlp(const CpuLayerContext& context, const GatedMlpParams& p, const LayerWeights& w)
+      : w_(w),
+        workspace_(context.workspace),
+        threads_(context.threads),
+        d_model_(context.model.config.d_model),
+        d_ff_(p.d_ff),
+        activation_(ToKernel(p.activation)),
+        fc1_(cpu::PackedMatrix::Pack(w.fc1_weight.data.data(), w.fc1_weight.shape[0],
+                                     w.fc1_weight.shape[1])),
+        fc2_(cpu::PackedMatrix::Pack(w.fc2_weight.data.data(), w.fc2_weight.shape[0],
+                                     w.fc2_weight.shape[1])) {
+    workspace_.Reserve(kFc1, int64_t{context.max_rows} * 2 * d_ff_);
+    workspace_.Reserve(kHidden, int64_t{context.max_rows} * d_ff_);
+  }
+
+  void Forward(const float* in, int rows, float* residual) override {
+    float* a = workspace_.buffer(kFc1);
+    float* hidden = workspace_.buffer(kHidden);
+    cpu::Linear(in, rows, d_model_, fc1_, OrNull(w_.fc1_bias), cpu::Activation::kNone,
+                cpu::LinearOutput::kStore, a, 2 * d_ff_, threads_);
+    cpu::GatedProduct(activation_, a, rows, d_ff_, hidden);
+    cpu::Linear(hidden, rows, d_ff_, fc2_, OrNull(w_.fc2_bias), cpu::Activation::kNone,
+                cpu::LinearOutput::kAccumulate, residual, d_model_, threads_);
+  }
+
+ private:
+  const LayerWeights& w_;
+  CpuWorkspace& workspace_;
+  const int threads_;
+  const int64_t d_model_;
+  const int64_t d_ff_;
+  const cpu::Activation activation_;
+  const cpu::PackedMatrix fc1_, fc2_;
+};
+
+}  // namespace
+
+std::unique_ptr<CpuMlp> CreateCpuGatedMlp(const CpuLayerContext& context, const ComponentSpec& spec,
+                                          const LayerWeights& weights) {
+  return std::make_unique<CpuGatedMlp>(context, GatedMlpParams::From(spec.params), weights);
+}
+
+}  // namespace linserve

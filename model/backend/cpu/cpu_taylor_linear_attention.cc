@@ -1,0 +1,128 @@
+#include "model/backend/cpu/cpu_taylor_linear_attention.h"
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/elementwise.h"
+#include "kernels/cpu/linear_attention.h"
+#include "kernels/cpu/packed_linear.h"
+#include "model/layers/taylor_linear_attention.h"
+
+namespace linserve {
+namespace {
+
+// Workspace buffers (CpuWorkspace indices).
+enum Buffer { kQ, kK, kV, kPhiQ, kPhiK, kAttn, kChunkScratch };
+
+cpu::PackedMatrix Pack(const Tensor& t) {
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
+}
+
+class CpuTaylorLinearAttention final : public CpuMixer {
+ public:
+  CpuTaylorLinearAttention(const CpuLayerContext& context, const TaylorLinearAttentionParams& p,
+                           const LayerWeights& w, int64_t state_offset)
+      : workspace_(context.workspace),
+        threads_(context.threads),
+        chunk_(context.options.prefill_chunk_size),
+        d_model_(context.model.config.d_model),
+        params_(p),
+        shape_{p.n_heads, static_cast<int>(p.Features()), p.head_dim, static_cast<float>(p.eps)},
+        state_offset_(state_offset),
+        q_(Pack(w.q_weight)),
+        k_(Pack(w.k_weight)),
+        v_(Pack(w.v_weight)),
+        o_(Pack(w.o_weight)),
+        layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
+    const int64_t rows = context.max_rows;
+    const int64_t hf = int64_t{p.n_heads} * p.feature_dim;
+    const int64_t hd = int64_t{p.n_heads} * p.head_dim;
+    const int64_t hphi = int64_t{p.n_heads} * p.Features();
+    for (Buffer b : {kQ, kK}) workspace_.Reserve(b, rows * hf);
+    for (Buffer b : {kV, kAttn}) workspace_.Reserve(b, rows * hd);
+    for (Buffer b : {kPhiQ, kPhiK}) workspace_.Reserve(b, rows * hphi);
+    workspace_.Reserve(kChunkScratch,
+                       cpu::LinearAttentionChunkScratchFloats(chunk_, context.threads));
+  }
+
+  void Forward(const float* in, const CpuPass& pass, float* residual) override {
+    using cpu::Linear;
+    using cpu::LinearOutput;
+    const int rows = pass.rows;
+    const int64_t d = d_model_;
+    const int64_t hf = int64_t{params_.n_heads} * params_.feature_dim;
+    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
+    const cpu::Activation none = cpu::Activation::kNone;
+    float* q = workspace_.buffer(kQ);
+    float* k = workspace_.buffer(kK);
+    float* v = workspace_.buffer(kV);
+    float* phi_q = workspace_.buffer(kPhiQ);
+    float* phi_k = workspace_.buffer(kPhiK);
+    float* attn = workspace_.buffer(kAttn);
+    Linear(in, rows, d, q_, nullptr, none, LinearOutput::kStore, q, hf, threads_);
+    Linear(in, rows, d, k_, nullptr, none, LinearOutput::kStore, k, hf, threads_);
+    Linear(in, rows, d, v_, nullptr, none, LinearOutput::kStore, v, hd, threads_);
+    const int64_t vectors = static_cast<int64_t>(rows) * params_.n_heads;
+    cpu::TaylorFeatureMap(q, vectors, params_.feature_dim, phi_q);
+    cpu::TaylorFeatureMap(k, vectors, params_.feature_dim, phi_k);
+    if (pass.prefill) {
+      for (const PrefillPiece& piece : pass.pieces) PieceAttention(piece, pass);
+    } else {
+      for (int i = 0; i < rows; ++i) layer_states_[i] = State(pass, pass.decode_slots[i]);
+      cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), attn,
+                                 threads_);
+    }
+    Linear(attn, rows, hd, o_, nullptr, none, LinearOutput::kAccumulate, residual, d, threads_);
+  }
+
+ private:
+  float* State(const CpuPass& pass, int32_t slot) const {
+    return pass.states + slot * pass.state_floats + state_offset_;
+  }
+
+  // One piece's attention, in position-aligned chunks (as CpuLinearAttention).
+  void PieceAttention(const PrefillPiece& piece, const CpuPass& pass) {
+    const int64_t hphi = int64_t{params_.n_heads} * shape_.feature_dim;
+    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
+    float* state = State(pass, piece.slot);
+    for (int r = 0; r < piece.rows;) {
+      const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk_));
+      const int64_t row = piece.first_row + r;
+      const float* phi_q = workspace_.buffer(kPhiQ) + row * hphi;
+      const float* phi_k = workspace_.buffer(kPhiK) + row * hphi;
+      const float* v = workspace_.buffer(kV) + row * hd;
+      float* out = workspace_.buffer(kAttn) + row * hd;
+      if (rows == 1) {
+        // A chunk of one token is a decode step, bitwise.
+        layer_states_[0] = state;
+        cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
+      } else {
+        cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out,
+                                  workspace_.buffer(kChunkScratch), threads_);
+      }
+      r += rows;
+    }
+  }
+
+  CpuWorkspace& workspace_;
+  const int threads_;
+  const int64_t chunk_;
+  const int64_t d_model_;
+  const TaylorLinearAttentionParams params_;
+  const cpu::AttentionShape shape_;
+  const int64_t state_offset_;
+  const cpu::PackedMatrix q_, k_, v_, o_;
+  std::vector<float*> layer_states_;  // per decode row: its slot's slice
+};
+
+}  // namespace
+
+std::unique_ptr<CpuMixer> CreateCpuTaylorLinearAttention(const CpuLayerContext& context,
+                                                         const ComponentSpec& spec,
+                                                         const LayerWeights& weights,
+                                                         int64_t state_offset) {
+  return std::make_unique<CpuTaylorLinearAttention>(
+      context, TaylorLinearAttentionParams::From(spec.params), weights, state_offset);
+}
+
+}  // namespace linserve
