@@ -5,6 +5,7 @@
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
@@ -17,8 +18,9 @@ const Kind* Find(const std::array<const Kind*, N>& kinds, std::string_view name)
   return nullptr;
 }
 
-const std::array<const MixerKind*, 1>& Mixers() {
-  static const std::array<const MixerKind*, 1> kinds = {&LinearAttentionKind()};
+const std::array<const MixerKind*, 2>& Mixers() {
+  static const std::array<const MixerKind*, 2> kinds = {&LinearAttentionKind(),
+                                                        &SlidingWindowAttentionKind()};
   return kinds;
 }
 const std::array<const NormKind*, 1>& Norms() {

@@ -7,9 +7,11 @@
 #include "model/backend/cpu/cpu_ffn.h"
 #include "model/backend/cpu/cpu_layer_norm.h"
 #include "model/backend/cpu/cpu_linear_attention.h"
+#include "model/backend/cpu/cpu_sliding_window_attention.h"
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
@@ -20,6 +22,9 @@ std::unique_ptr<CpuMixer> CreateMixer(const CpuLayerContext& context, const Comp
                                       const LayerWeights& weights, int64_t state_offset) {
   if (spec.kind == LinearAttentionKind().name) {
     return CreateCpuLinearAttention(context, spec, weights, state_offset);
+  }
+  if (spec.kind == SlidingWindowAttentionKind().name) {
+    return CreateCpuSlidingWindowAttention(context, spec, weights, state_offset);
   }
   std::abort();
 }
