@@ -1,9 +1,14 @@
 #include "model/backend/backend_factory.h"
 
 #include <string>
+#include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/layers/ffn.h"
+#include "model/layers/layer_norm.h"
+#include "model/layers/linear_attention.h"
 #include "spdlog/spdlog.h"
 
 #if LINSERVE_WITH_CUDA
@@ -35,6 +40,32 @@ absl::string_view ToString(DeviceSelection selection) {
 
 #if LINSERVE_WITH_CUDA
 
+namespace {
+
+// The first component of `config` whose kind the CUDA backend does not implement, as
+// "the kind \"sliding_window_attention\" of layers[2].mixer", or "" when it implements every
+// one.
+std::string KindWithoutCuda(const ModelConfig& config) {
+  const std::vector<LayerSpec> layers = config.LayerList();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    for (const auto& [role, spec, cuda_kind] :
+         {std::tuple{"mixer", &layers[i].mixer, &LinearAttentionKind().name},
+          std::tuple{"norm", &layers[i].norm, &LayerNormKind().name},
+          std::tuple{"mlp", &layers[i].mlp, &FfnKind().name}}) {
+      if (spec->kind != *cuda_kind) {
+        return absl::StrCat("the kind \"", spec->kind, "\" of layers[", i, "].", role);
+      }
+    }
+  }
+  const ComponentSpec final_norm = config.FinalNorm();
+  if (final_norm.kind != LayerNormKind().name) {
+    return absl::StrCat("the kind \"", final_norm.kind, "\" of final_norm");
+  }
+  return "";
+}
+
+}  // namespace
+
 bool CudaBackendBuilt() { return true; }
 
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
@@ -45,14 +76,16 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
   // backend is tested (tests/gpu/cuda_backend_test.cc, under emulation) on single-block models
   // only: a list of differing layers stays on the CPU until a test covers it there.
   if (!model.config.IsSingleBlock()) {
+    const std::string missing = KindWithoutCuda(model.config);
+    const std::string why =
+        missing.empty()
+            ? std::string("the CUDA backend is verified only on models whose layers are all one "
+                          "linear_attention / layer_norm / ffn block; this model's layers differ")
+            : absl::StrCat("the CUDA backend does not implement ", missing);
     if (selection == DeviceSelection::kCuda) {
-      return absl::UnimplementedError(
-          "device = cuda, but the CUDA backend is verified only on models whose layers are all "
-          "one linear_attention / layer_norm / ffn block; this model's layers differ (use the "
-          "CPU)");
+      return absl::UnimplementedError(absl::StrCat("device = cuda, but ", why, " (use the CPU)"));
     }
-    spdlog::info("device auto: the CUDA backend is not verified on this model's layer list; "
-                 "using the CPU backend");
+    spdlog::info("device auto: {}; using the CPU backend", why);
     return CreateCpuBackend(model, options);
   }
   if (selection == DeviceSelection::kAuto) {

@@ -27,12 +27,14 @@ namespace linserve {
 
 // The parameters of one sliding_window_attention mixer, typed.
 struct SlidingWindowAttentionParams {
-  int32_t n_heads = 0;
-  int32_t head_dim = 0;
-  int32_t window = 0;      // tokens a query sees, itself included
-  int32_t rotary_dim = 0;  // leading dims of each q and k head that RoPE rotates; even
-  double rope_base = 10000;
-  bool bias = false;  // biases on q/k/v/o
+  int32_t n_heads = 0;   // [1, 1024]; required
+  int32_t head_dim = 0;  // [1, 4096]; required
+  int32_t window = 0;    // [1, 65536]: tokens a query sees, itself included; required
+  // Leading dims of each q and k head that RoPE rotates: even, in [0, head_dim].
+  // Default: head_dim.
+  int32_t rotary_dim = 0;
+  double rope_base = 10000;  // (0, 1e9]. Default: 10000
+  bool bias = false;         // biases on q/k/v/o. Default: false
 
   static SlidingWindowAttentionParams From(const ParamValues& values);
   ParamValues ToValues() const;
