@@ -72,9 +72,8 @@ TEST(BackendFactoryTest, CudaRefusesAKindItLacksByName) {
   ASSERT_FALSE(cuda.ok());
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
   if (CudaBackendBuilt()) {
-    EXPECT_THAT(cuda.status().message(),
-                HasSubstr("device = cuda, but the CUDA backend does not implement the kind "
-                          "\"sliding_window_attention\" of layers[1].mixer (use the CPU)"));
+    EXPECT_THAT(cuda.status().message(), HasSubstr("\"sliding_window_attention\""));
+    EXPECT_THAT(cuda.status().message(), HasSubstr("layers[1].mixer"));
   } else {
     EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));
   }
