@@ -9,6 +9,7 @@
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/taylor_linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
@@ -21,9 +22,10 @@ const Kind* Find(const std::array<const Kind*, N>& kinds, std::string_view name)
   return nullptr;
 }
 
-const std::array<const MixerKind*, 3>& Mixers() {
-  static const std::array<const MixerKind*, 3> kinds = {
-      &LinearAttentionKind(), &ShortConvKind(), &TaylorLinearAttentionKind()};
+const std::array<const MixerKind*, 4>& Mixers() {
+  static const std::array<const MixerKind*, 4> kinds = {
+      &LinearAttentionKind(), &ShortConvKind(), &TaylorLinearAttentionKind(),
+      &SlidingWindowAttentionKind()};
   return kinds;
 }
 const std::array<const NormKind*, 2>& Norms() {

@@ -39,13 +39,18 @@ ParamSpec IntParam(std::string name, int64_t min, int64_t max, std::string doc,
 }
 
 ParamSpec EpsilonParam(std::string name, double default_value, std::string doc) {
+  return NumberParam(std::move(name), 0, 1, /*min_exclusive=*/true, default_value, std::move(doc));
+}
+
+ParamSpec NumberParam(std::string name, double min, double max, bool min_exclusive,
+                      double default_value, std::string doc) {
   ParamSpec spec;
   spec.name = std::move(name);
   spec.type = ParamType::kNumber;
   spec.doc = std::move(doc);
-  spec.min = 0;
-  spec.max = 1;
-  spec.min_exclusive = true;
+  spec.min = min;
+  spec.max = max;
+  spec.min_exclusive = min_exclusive;
   spec.default_value = default_value;
   return spec;
 }

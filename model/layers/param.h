@@ -62,6 +62,9 @@ ParamSpec IntParam(std::string name, int64_t min, int64_t max, std::string doc,
                    std::string default_from = "");
 // A number in (0, 1].
 ParamSpec EpsilonParam(std::string name, double default_value, std::string doc);
+// A number in [min, max], or (min, max] when min_exclusive.
+ParamSpec NumberParam(std::string name, double min, double max, bool min_exclusive,
+                      double default_value, std::string doc);
 ParamSpec BoolParam(std::string name, bool default_value, std::string doc);
 ParamSpec ChoiceParam(std::string name, std::vector<std::string> choices, std::string default_value,
                       std::string doc);

@@ -4,6 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/layers/sliding_window_attention.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -53,6 +54,33 @@ TEST(BackendFactoryTest, AutoFollowsWhetherCudaIsUsable) {
     EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA device"));
     EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
   }
+}
+
+// A model with a kind the CUDA backend lacks (sliding_window_attention) is refused on cuda with
+// the kind and the layer named, before any device is touched; auto runs it on the CPU.
+TEST(BackendFactoryTest, CudaRefusesAKindItLacksByName) {
+  ModelConfig config = TinyConfig();
+  const SlidingWindowAttentionParams window{
+      .n_heads = 2, .head_dim = 8, .window = 4, .rotary_dim = 8, .rope_base = 10000, .bias = false};
+  LayerSpec second = config.SingleBlockLayer();
+  second.mixer = {.kind = SlidingWindowAttentionKind().name, .params = window.ToValues()};
+  config.layers = {config.SingleBlockLayer(), second};
+  config.final_norm = second.norm;
+  const Model model = MakeRandomModel(config, 1);
+  absl::StatusOr<std::unique_ptr<Backend>> cuda =
+      CreateBackend(model, BackendOptions(), DeviceSelection::kCuda);
+  ASSERT_FALSE(cuda.ok());
+  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
+  if (CudaBackendBuilt()) {
+    EXPECT_THAT(cuda.status().message(), HasSubstr("\"sliding_window_attention\""));
+    EXPECT_THAT(cuda.status().message(), HasSubstr("layers[1].mixer"));
+  } else {
+    EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));
+  }
+  absl::StatusOr<std::unique_ptr<Backend>> automatic =
+      CreateBackend(model, BackendOptions(), DeviceSelection::kAuto);
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
 }
 
 // Option errors come from the chosen backend, naming the field.

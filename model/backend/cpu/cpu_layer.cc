@@ -10,6 +10,7 @@
 #include "model/backend/cpu/cpu_linear_attention.h"
 #include "model/backend/cpu/cpu_rms_norm.h"
 #include "model/backend/cpu/cpu_short_conv.h"
+#include "model/backend/cpu/cpu_sliding_window_attention.h"
 #include "model/backend/cpu/cpu_taylor_linear_attention.h"
 #include "model/layers/ffn.h"
 #include "model/layers/gated_mlp.h"
@@ -17,6 +18,7 @@
 #include "model/layers/linear_attention.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
 #include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
@@ -34,6 +36,9 @@ std::unique_ptr<CpuMixer> CreateMixer(const CpuLayerContext& context, const Comp
   }
   if (spec.kind == TaylorLinearAttentionKind().name) {
     return CreateCpuTaylorLinearAttention(context, spec, weights, state_offset);
+  }
+  if (spec.kind == SlidingWindowAttentionKind().name) {
+    return CreateCpuSlidingWindowAttention(context, spec, weights, state_offset);
   }
   std::abort();
 }
