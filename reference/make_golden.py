@@ -118,7 +118,7 @@ def make_case(directory, overrides, dtype, chunk_size, gen):
 
     stored = export.load_model_dir(directory, dtype=torch.float64)
     parallel, recurrent, state = _run(stored, tokens, chunk_size)
-    flat, position = state_to_flat(state, 0)
+    flat, position = state_to_flat(stored, state, 0)
 
     scale = recurrent.abs().max().item()
     agreement = (parallel - recurrent).abs().max().item() / scale
