@@ -190,20 +190,20 @@ class Block(nn.Module):
 
     @property
     def mixer(self):
-        return getattr(self, self.mixer_name)
+        return self._modules[self.mixer_name]
 
     @property
-    def mlp(self):
-        return getattr(self, self.mlp_name)
+    def feed_forward(self):
+        return self._modules[self.mlp_name]
 
     def _residual(self, x, attend):
         if self.pre_norm:
             a, state = attend(self.ln1(x))
             h = x + a
-            return h + self.mlp(self.ln2(h)), state
+            return h + self.feed_forward(self.ln2(h)), state
         a, state = attend(x)
         h = self.ln1(x + a)
-        return self.ln2(h + self.mlp(h)), state
+        return self.ln2(h + self.feed_forward(h)), state
 
     def forward(self, x, state, positions, chunk_size):
         return self._residual(x, lambda u: self.mixer(u, state, positions, chunk_size))
