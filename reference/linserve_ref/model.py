@@ -1,11 +1,14 @@
-"""The linear-attention decoder of docs/architecture.md §4, executable: the semantics the C++ backends match.
+"""The decoder of docs/architecture.md §4, executable: the semantics the C++ backends match.
 
 Two forward forms compute the same function:
-  * `forward`: chunked parallel. Within a chunk the causal product is a masked matmul
-    (φ(Q)φ(K)ᵀ ⊙ tril) V; across chunks the carried (S, z) supplies the past.
-  * `step`: the recurrence S += φ(k)vᵀ, z += φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps).
+  * `forward`: chunked parallel from a given state. For linear_attention, within a chunk the
+    causal product is a masked matmul (φ(Q)φ(K)ᵀ ⊙ tril) V; across chunks the carried (S, z)
+    supplies the past. Each other mixer kind's module gives its own (short_conv.py,
+    taylor_linear_attention.py, sliding_window_attention.py).
+  * `step`: the recurrence, one token: for linear_attention S += φ(k)vᵀ, z += φ(k),
+    o = φ(q)ᵀS / (φ(q)ᵀz + eps).
 
-The recurrent state (S, z) is kept in float32 whatever the weight dtype, as the C++ backends do;
+The recurrent state is kept in float32 whatever the weight dtype, as the C++ backends do;
 a model converted to float64 (the golden data) keeps it in float64 so that the reference itself
 adds no float32 rounding. Module and buffer names are the tensor names of model.safetensors
 (model/format/weights.h), so `state_dict()` is the file's contents. The layers are the config's

@@ -1,7 +1,7 @@
 """The short_conv mixer (the Based paper's BaseConv): a = in_proj(x), u = a[:d_inner],
 g = a[d_inner:]; a depthwise causal convolution of u over the last kernel_size tokens,
 
-    c_t[c] = Σ_{j=0}^{K-1} weight[c][j] · u_{t-(K-1)+j}[c]  (+ bias[c])   (u before position 0 is 0),
+    c_t[c] = Σ_{j=0}^{K-1} weight[c][j] · u_{t-(K-1)+j}[c]  (+ bias[c])   (u before 0 is 0),
 
 then y = out_proj(silu(c_t) ⊙ g). State slice: the last K−1 values of u, oldest first
 ((K−1) × d_inner; after token t row r holds u_{t-(K-2)+r})."""

@@ -223,8 +223,8 @@ class StateLayoutTest(unittest.TestCase):
             x = model.embed(ids)
             state = model.init_state(1)
             positions = torch.arange(ids.shape[1]).unsqueeze(0)
-            for layer, mixer_state in zip(model.layers[:index], state.layers):
-                x, _ = layer(x, mixer_state, positions, ids.shape[1])
+            for block, mixer_state in zip(model.layers[:index], state.layers):
+                x, _ = block(x, mixer_state, positions, ids.shape[1])
             return model.layers[index].ln1(x)
 
 

@@ -50,7 +50,8 @@ class LayerConfigTest(unittest.TestCase):
         a, sa = single(ids, chunk_size=4)
         b, sb = listed(ids, chunk_size=4)
         self.assertTrue(torch.equal(a, b))
-        self.assertTrue(torch.equal(state_to_flat(single, sa, 1)[0], state_to_flat(listed, sb, 1)[0]))
+        self.assertTrue(torch.equal(state_to_flat(single, sa, 1)[0],
+                                    state_to_flat(listed, sb, 1)[0]))
 
     def test_different_layers_agree_in_both_forms_and_flatten(self):
         cfg = layered(layer(3, 4), layer(1, 6, feature_map="favor_plus", feature_dim=5),

@@ -124,7 +124,8 @@ class ParallelVsRecurrentTest(unittest.TestCase):
         torch.testing.assert_close(block[:f * dh].view(f, dh), state.layers[1][0][1, 2].float())
         torch.testing.assert_close(block[f * dh:], state.layers[1][1][1, 2].float())
         back = state_from_flat(model, flat, position)
-        torch.testing.assert_close(back.layers[1][0][0], state.layers[1][0][1], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(back.layers[1][0][0], state.layers[1][0][1], rtol=1e-6,
+                                   atol=1e-6)
         with self.assertRaisesRegex(ValueError, "needs"):
             state_from_flat(model, flat[:-1], position)
 
