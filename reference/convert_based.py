@@ -352,8 +352,9 @@ def _check_options(cfg):
         raise ConvertError(f"config.json: 'mlp_fc1_bias' = {cfg['mlp_fc1_bias']} differs from "
                            f"mlp_fc2_bias = {cfg['mlp_fc2_bias']}")
     if cfg["n_positions"] != 0:
-        raise ConvertError(f"config.json: 'max_position_embeddings' = {cfg['n_positions']}: "
-                           f"position embeddings are not supported (Based uses none: 0)")
+        raise ConvertError(f"config.json: 'max_position_embeddings' (or 'n_positions') = "
+                           f"{cfg['n_positions']}: position embeddings are not supported (Based "
+                           f"uses none: 0)")
 
 
 def convert(config, tensors, tokenizer_eos=-1):

@@ -260,6 +260,10 @@ class RefusalTest(unittest.TestCase):
             with self.subTest(pattern=pattern):
                 self.refuse(pattern, overrides)
         config = based_authors.small_config()
+        del config["max_position_embeddings"]  # n_positions (2048) then decides
+        with self.assertRaisesRegex(convert_based.ConvertError, "'n_positions'\\) = 2048"):
+            convert_based.convert(config, dict(self.tensors))
+        config = based_authors.small_config()
         del config["n_embd"]
         with self.assertRaisesRegex(convert_based.ConvertError, "missing key 'n_embd'"):
             convert_based.convert(config, dict(self.tensors))
