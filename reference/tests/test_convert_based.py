@@ -2,7 +2,8 @@
 independent transcription of their parallel forward) converts into a model directory whose
 logits, from our reference in both its parallel and its recurrent form, equal the authors'
 model's within 1e-12 of the largest logit (both in float64 from the same float32 weights); every
-option the mapping reads changes the result as theirs does; every refusal names its key."""
+option the mapping reads changes the result as theirs does; greedy decoding picks the same 256
+tokens; every refusal names its key."""
 
 import contextlib
 import copy
@@ -134,6 +135,31 @@ class ConvertTest(unittest.TestCase):
         weights, _ = safetensors_io.load_file(os.path.join(dst, "model.safetensors"))
         self.assertEqual(tuple(weights["embed.weight"].shape), (300, 64))
         self.assertEqual({w.dtype for w in weights.values()}, {torch.float32})
+
+    def test_greedy_tokens_identical_for_256_steps(self):
+        """Our recurrent greedy decoding; the authors' parallel forward over the result (one pass
+        gives every prefix's logits, the model being causal) picks the same token at each step."""
+        config = based_authors.small_config()
+
+        def flatter(state):  # a small tied embedding: logits less peaked, greedy keeps moving
+            state["transformer.embeddings.word_embeddings.weight"] *= 0.05
+            state["lm_head.weight"] = state["transformer.embeddings.word_embeddings.weight"]
+
+        src, dst, _ = self.convert(config, edit=flatter)
+        ours = export.load_model_dir(dst, dtype=torch.float64)
+        prompt = torch.randint(0, 300, (1, 8), generator=torch.Generator().manual_seed(3))
+        with torch.no_grad():
+            logits, state = ours(prompt)
+            token = logits[:, -1].argmax(-1)
+            generated = [token]
+            for _ in range(255):
+                logits, state = ours.step(token, state)
+                token = logits.argmax(-1)
+                generated.append(token)
+        sequence = torch.cat([prompt, torch.stack(generated, dim=1)], dim=1)
+        theirs = self.authors_logits(src, config, sequence[:, :-1])[0, 7:].argmax(-1)
+        self.assertEqual(theirs.tolist(), sequence[0, 8:].tolist())
+        self.assertGreater(len(set(sequence[0, 8:].tolist())), 50)  # not a short cycle
 
     def test_variants(self):
         base = based_authors.small_config()
