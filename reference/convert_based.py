@@ -72,6 +72,7 @@ IGNORED_KEYS = {
     "sequence_parallel", "mlp_checkpoint_lvl", "return_dict", "output_hidden_states",
     "output_attentions", "torchscript", "use_return_dict", "task_specific_params",
     "is_encoder_decoder", "is_decoder", "decay_const", "decay_denom",
+    "ff_mult", "parallel_block_tied_norm",  # only read with mlp_type != "base" / parallel_block
 }
 # Keys read (and checked) below.
 READ_KEYS = {
@@ -80,7 +81,7 @@ READ_KEYS = {
     "out_proj_bias", "rotary_emb_fraction", "rotary_emb_base", "rotary_emb_interleaved",
     "rotary_emb_scale_base", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
     "n_head_kv", "tie_word_embeddings", "pad_vocab_size_multiple", "prenorm", "parallel_block",
-    "parallel_block_tied_norm", "fused_mlp", "fused_dense_sqrelu_dense", "mlp_type", "ff_mult",
+    "fused_mlp", "fused_dense_sqrelu_dense", "mlp_type",
     "alt_mixer_layers", "alt_mixer_2_layers", "mixer", "alt_mixer", "alt_mixer_2",
     "fixed_decay", "lm_head_bias", "word_embed_proj_dim", "head_dim", "attn_dwconv",
 }
@@ -107,7 +108,7 @@ class ConvertError(ValueError):
 
 
 class _Reader:
-    """The authors' config with GPT2Config's defaults and aliases; records what was read."""
+    """The authors' config with GPT2Config's defaults and aliases."""
 
     DEFAULTS = {"n_inner": None, "layer_norm_epsilon": 1e-5, "rms_norm": False,
                 "activation_function": "gelu_new", "mlp_fc1_bias": True, "mlp_fc2_bias": True,
@@ -263,6 +264,11 @@ def _sliding(cfg, t, i, d, out):
         raise ConvertError("config.json: 'alt_mixer_2.cross_attn' = true is not supported")
     h = cfg.int("n_head")
     dh = d // h
+    # Their softmax scale and rotary width use config.head_dim where set, SlidingAttention's
+    # heads n_embd / n_head: the two must agree.
+    if cfg.config.get("head_dim", dh) != dh:
+        raise ConvertError(f"config.json: 'head_dim' = {cfg['head_dim']} differs from "
+                           f"n_embd / n_head = {dh}")
     w = m.get("window_size", 128)
     if not isinstance(w, int) or isinstance(w, bool) or w < 0:
         raise ConvertError(f"config.json: 'alt_mixer_2.window_size' = {w!r} must be an integer "

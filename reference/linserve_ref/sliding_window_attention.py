@@ -81,12 +81,11 @@ class SlidingWindowAttention(nn.Module):
         return ring_k[b, order], ring_v[b, order]
 
     def _write(self, state, b, k, v):
-        """Row b's ring after writing k, v [T, H, hd] token by token."""
-        ring_k, ring_v, count, nxt = state
-        t = k.shape[0]
+        """Writes k, v [T, H, hd] into row b's ring in place, as T steps would."""
         if self.ring == 0:
             return
-        n = int(nxt[b])
+        ring_k, ring_v, count, nxt = state
+        t, n = k.shape[0], int(nxt[b])
         for j in range(max(0, t - self.ring), t):
             ring_k[b, (n + j) % self.ring] = k[j]
             ring_v[b, (n + j) % self.ring] = v[j]

@@ -280,6 +280,7 @@ class RefusalTest(unittest.TestCase):
             ({"alt_mixer": {**base["alt_mixer"], "decay": True}}, "'alt_mixer.decay'"),
             ({"rotary_emb_fraction": 0.3125}, "'rotary_emb_fraction'"),
             ({"mystery_option": 1}, "unknown key 'mystery_option'"),
+            ({"head_dim": 8}, "'head_dim' = 8"),
             ({"_target_": "other.Config"}, "'_target_'"),
         ]
         for overrides, pattern in cases:
