@@ -6,10 +6,11 @@ directory.
 
 SRC holds the authors' config.json and pytorch_model.bin or model.safetensors (their
 GPTLMHeadModel's state_dict, keys as from_pretrained_hf reads them: a leading "model." is
-stripped and the training-metric entries are dropped). DIR holds GPT-2's tokenizer, vocab.json +
-merges.txt or tokenizer.json (the published checkpoints name GPT-2's tokenizer instead of
-carrying it); without it the conversion is refused, since a model directory without its
-tokenizer cannot be served. DST gets config.json (the "layers" schema, tokenizer "gpt2_bpe"),
+stripped and the training-metric entries are dropped; with tied embeddings, a file holding only
+lm_head.weight, as safetensors conversions of a shared tensor do, is read too). DIR holds
+GPT-2's tokenizer, vocab.json + merges.txt or tokenizer.json (the published checkpoints name
+GPT-2's tokenizer instead of carrying it); without it the conversion is refused, since a model
+directory without its tokenizer cannot be served. DST gets config.json (the "layers" schema, tokenizer "gpt2_bpe"),
 model.safetensors (in the checkpoint's dtype when that is F32, F16 or BF16, else F32) and the
 tokenizer files.
 
@@ -376,15 +377,20 @@ def convert(config, tensors, tokenizer_eos=-1):
     tensors = {re.sub(r"^model\.", "", k): v for k, v in tensors.items() if "metrics" not in k}
     t = _Tensors(tensors)
     out = {}
-    embed = t.take("transformer.embeddings.word_embeddings.weight", (padded, d))
-    out["embed.weight"] = embed[:vocab]
     tied = cfg["tie_word_embeddings"]
-    if tied and t.has("lm_head.weight"):
-        if not torch.equal(t.take("lm_head.weight", (padded, d)), embed):
-            raise ConvertError("checkpoint: tensor 'lm_head.weight' differs from the embedding "
-                               "although tie_word_embeddings is true")
-    elif not tied:
-        out["lm_head.weight"] = t.take("lm_head.weight", (padded, d))[:vocab]
+    embed_key = "transformer.embeddings.word_embeddings.weight"
+    if t.has(embed_key) or not tied:
+        embed = t.take(embed_key, (padded, d))
+        if tied and t.has("lm_head.weight"):
+            if not torch.equal(t.take("lm_head.weight", (padded, d)), embed):
+                raise ConvertError("checkpoint: tensor 'lm_head.weight' differs from the "
+                                   "embedding although tie_word_embeddings is true")
+        elif not tied:
+            out["lm_head.weight"] = t.take("lm_head.weight", (padded, d))[:vocab]
+    else:
+        # A safetensors file keeps one name of a shared tensor: the tied head's.
+        embed = t.take("lm_head.weight", (padded, d))
+    out["embed.weight"] = embed[:vocab]
     if cfg["fixed_decay"]:
         print("convert_based.py: config.json sets fixed_decay; the released BaseConv, "
               "LinearAttention and SlidingAttention ignore the decay, so the converted model "
@@ -392,6 +398,10 @@ def convert(config, tensors, tokenizer_eos=-1):
         if t.has("transformer.decay.decay"):
             t.take("transformer.decay.decay", (n_head,))
     alt, alt2 = cfg["alt_mixer_layers"], cfg["alt_mixer_2_layers"]
+    if any(i in alt2 for i in range(n_layers)) and "rotary_emb_fraction" not in cfg.config:
+        print("convert_based.py: config.json has no rotary_emb_fraction; as in the authors' code "
+              "(default 0.0) the sliding-window layers get no rotary embedding (their training "
+              "configs set 1)", file=sys.stderr)
     layers = []
     for i in range(n_layers):
         if i in alt2:

@@ -193,8 +193,12 @@ class ConvertTest(unittest.TestCase):
                 state["model." + k] = state.pop(k)
             state["train_metrics.num-tokens.count"] = torch.zeros(1)
 
+        def head_only(state):  # a safetensors conversion keeps one name of the shared tensor
+            del state["transformer.embeddings.word_embeddings.weight"]
+
         for name, kwargs in {
             "safetensors_bf16": dict(weights="model.safetensors", dtype=torch.bfloat16),
+            "safetensors_head_only": dict(weights="model.safetensors", edit=head_only),
             "no_inv_freq_hf_prefix": dict(inv_freq=False, edit=hf_prefix),
         }.items():
             with self.subTest(layout=name):
@@ -215,6 +219,14 @@ class ConvertTest(unittest.TestCase):
         _, dst, err = self.convert(config, edit=decay)
         self.assertIn("fixed_decay", err)
         self.assertEqual(export.load_config(dst)["layers"][1]["mixer"]["eps"], 1e-6)
+
+    def test_without_rotary_emb_fraction_no_rotary_and_a_note(self):
+        config = based_authors.small_config()
+        del config["rotary_emb_fraction"]
+        src, dst, err = self.convert(config)
+        self.assertIn("no rotary_emb_fraction", err)
+        self.assertEqual(export.load_config(dst)["layers"][2]["mixer"]["rotary_dim"], 0)
+        self.assert_same_logits(src, dst, config)
 
     def test_tokenizer_json(self):
         write_tokenizer(os.path.join(self.tmp.name, "tj"), as_tokenizer_json=True)
