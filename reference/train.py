@@ -11,6 +11,12 @@ validation split) is printed. --checkpoint is written every --checkpoint-every s
 end; --resume continues from it and gives the same result as an uninterrupted run. With the same
 seed, device and thread count a run is deterministic. Without --tokenizer the byte tokenizer is
 used (ids 256 BOS, 257 EOS).
+
+The model is n_layers identical linear-attention blocks (--n-layers, --n-heads, --d-ff,
+--feature-map, --activation), or, with --layers-config FILE, the layer list of FILE: a JSON
+object {"layers": [...], "final_norm": {...}} in config.json's "layers" schema
+(docs/model-format.md), e.g. reference/layers/shakespeare_based.json; the single-block flags
+then do not apply and are refused.
 """
 
 import argparse
@@ -31,7 +37,7 @@ from linserve_ref.text_tokenizer import ByteTokenizer, SentencePieceTokenizer  #
 
 # Arguments that must match to resume a checkpoint (the rest, e.g. logging, may change).
 _RESUME_KEYS = ("corpus", "tokenizer", "d_model", "n_layers", "n_heads", "d_ff", "position",
-                "feature_map", "activation", "context", "batch_size", "steps", "lr",
+                "feature_map", "activation", "layers_config", "layers", "context", "batch_size", "steps", "lr",
                 "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed", "bos_fraction",
                 "max_start_position", "zero_start_fraction", "chunk_size", "betas")
 
@@ -44,13 +50,19 @@ def parse_args(argv):
     p.add_argument("--tokenizer", default=None,
                    help="SentencePiece .model (ids 1 BOS, 2 EOS); default: byte tokenizer")
     p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--n-layers", type=int, default=6)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=1024)
+    # The single-block flags default to None so that --layers-config can tell them apart from
+    # their defaults (_SINGLE_BLOCK_DEFAULTS, filled in after parsing).
+    p.add_argument("--n-layers", type=int, default=None, help="(default: 6)")
+    p.add_argument("--n-heads", type=int, default=None, help="(default: 4)")
+    p.add_argument("--d-ff", type=int, default=None, help="(default: 1024)")
     p.add_argument("--position", default="none", choices=("sinusoidal", "none"))
-    p.add_argument("--feature-map", default="elu_plus_one",
-                   choices=("elu_plus_one", "relu", "exp"))
-    p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh", "relu"))
+    p.add_argument("--feature-map", default=None, choices=("elu_plus_one", "relu", "exp"),
+                   help="(default: elu_plus_one)")
+    p.add_argument("--activation", default=None, choices=("gelu", "gelu_tanh", "relu"),
+                   help="(default: gelu)")
+    p.add_argument("--layers-config", default=None,
+                   help='JSON file {"layers": [...], "final_norm": {...}}: the layer list '
+                        '(default: none: --n-layers identical linear-attention blocks)')
     p.add_argument("--context", type=int, default=256, help="tokens per training window")
     p.add_argument("--batch-size", type=int, default=16, help="windows per step")
     p.add_argument("--chunk-size", type=int, default=64, help="chunk of the parallel forward")
@@ -81,11 +93,24 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--weights-dtype", default="float32", choices=tuple(export.WEIGHT_DTYPES))
     args = p.parse_args(argv)
+    args.layers = None
+    if args.layers_config:
+        given = [k for k in _SINGLE_BLOCK_DEFAULTS if getattr(args, k) is not None]
+        if given:
+            p.error(f"--layers-config replaces {', '.join(_flag(k) for k in given)}")
+        try:
+            args.layers = read_layers_config(args.layers_config)
+        except (OSError, ValueError) as e:
+            p.error(f"--layers-config {args.layers_config}: {e}")
+    else:
+        for k, v in _SINGLE_BLOCK_DEFAULTS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "context", "batch_size", "chunk_size",
                  "steps", "warmup", "eval_every", "log_every", "checkpoint_every", "threads"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.d_model % args.n_heads:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"{_flag(name)} must be >= 1")
+    if args.n_heads is not None and args.d_model % args.n_heads:
         p.error(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint")
@@ -95,7 +120,32 @@ def parse_args(argv):
     return args
 
 
+_SINGLE_BLOCK_DEFAULTS = {"n_layers": 6, "n_heads": 4, "d_ff": 1024,
+                         "feature_map": "elu_plus_one", "activation": "gelu"}
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def read_layers_config(path):
+    """The layer list of a --layers-config file: {"layers": [...]} (+ "final_norm")."""
+    with open(path, encoding="utf-8") as f:
+        layers = json.load(f)
+    if not isinstance(layers, dict) or "layers" not in layers:
+        raise ValueError('must be a JSON object with "layers" (and optionally "final_norm")')
+    unknown = sorted(set(layers) - {"layers", "final_norm"})
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown}; allowed: layers, final_norm")
+    return layers
+
+
 def model_config(args, vocab_size, tokenizer_kind, bos, eos):
+    if args.layers is not None:
+        return dict(vocab_size=vocab_size, d_model=args.d_model,
+                    n_layers=len(args.layers["layers"]), norm="pre", position=args.position,
+                    max_position=0, tie_embeddings=True, tokenizer=tokenizer_kind,
+                    bos_token_id=bos, eos_token_id=eos, **args.layers)
     return dict(vocab_size=vocab_size, d_model=args.d_model, n_layers=args.n_layers,
                 n_heads=args.n_heads, head_dim=args.d_model // args.n_heads, d_ff=args.d_ff,
                 norm="pre", activation=args.activation, feature_map=args.feature_map,

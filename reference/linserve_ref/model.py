@@ -233,10 +233,16 @@ class LinearTransformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers)."""
+        """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers).
+        short_conv's depthwise kernel keeps nn.Conv1d's default, U(−1/√K, 1/√K), as the Based
+        authors' BaseConv does (their GPT initialisation touches only linear and embedding
+        weights)."""
         residual_std = 0.02 / math.sqrt(2 * self.config["n_layers"])
         for name, p in self.named_parameters():
-            if name.endswith(".bias"):
+            if name.endswith("conv.weight"):
+                bound = 1.0 / math.sqrt(p.shape[1])
+                nn.init.uniform_(p, -bound, bound)
+            elif name.endswith(".bias"):
                 nn.init.zeros_(p)
             elif ".ln" in name or name.startswith("final_norm"):
                 nn.init.ones_(p)

@@ -68,11 +68,6 @@ class SlidingWindowAttention(nn.Module):
         return tuple(proj(x).view(shape).to(dtype)
                      for proj in (self.q_proj, self.k_proj, self.v_proj))
 
-    def _rope(self, x, positions):
-        """x [..., T, H, hd] rotated at positions [T]."""
-        cos, sin = rope_angles(positions, self.rotary_dim, self.rope_base)
-        return apply_rope(x, cos.to(x.dtype).unsqueeze(-2), sin.to(x.dtype).unsqueeze(-2))
-
     def _past(self, state, b):
         """Row b's stored tokens, oldest first: (k [c, H, hd], v [c, H, hd])."""
         ring_k, ring_v, count, nxt = state
@@ -92,30 +87,58 @@ class SlidingWindowAttention(nn.Module):
         count[b] = min(int(count[b]) + t, self.ring)
         nxt[b] = (n + t) % self.ring
 
+    def _ordered(self, state):
+        """Every row's stored tokens, oldest first: (k [B, R, H, hd], v [B, R, H, hd],
+        valid [B, R]); entry i of a row holds a token iff i < its count."""
+        ring_k, ring_v, count, nxt = state
+        i = torch.arange(self.ring, device=count.device)
+        full = (count == self.ring).unsqueeze(1)
+        order = torch.where(full, (nxt.unsqueeze(1) + i) % max(1, self.ring), i)
+        rows = torch.arange(count.shape[0], device=count.device).unsqueeze(1)
+        return ring_k[rows, order], ring_v[rows, order], i < count.unsqueeze(1)
+
+    def _written(self, state, k, v):
+        """The state after every row consumed k, v [B, t, H, hd], as t steps would leave it."""
+        ring_k, ring_v, count, nxt = state
+        t = k.shape[1]
+        if self.ring == 0:
+            return state
+        j = torch.arange(max(0, t - self.ring), t, device=count.device)
+        slots = (nxt.unsqueeze(1) + j) % self.ring
+        rows = torch.arange(count.shape[0], device=count.device).unsqueeze(1)
+        ring_k, ring_v = ring_k.clone(), ring_v.clone()
+        ring_k[rows, slots] = k[:, j]
+        ring_v[rows, slots] = v[:, j]
+        return ring_k, ring_v, torch.clamp(count + t, max=self.ring), (nxt + t) % self.ring
+
     def forward(self, x, state, positions, chunk_size):
-        """The defining form over each chunk: dense causal attention over the stored tokens and
-        the chunk's, masked to the window, at absolute positions."""
+        """The defining form over each chunk, all rows at once: dense causal attention over the
+        stored tokens and the chunk's, masked to the window, at absolute positions."""
         q, k, v = self._qkv(x, state[0].dtype)
-        state = tuple(s.clone() for s in state)
-        out = torch.empty_like(q)
-        for b in range(x.shape[0]):
-            for start in range(0, x.shape[1], chunk_size):
-                end = min(start + chunk_size, x.shape[1])
-                past_k, past_v = self._past(state, b)
-                keys = torch.cat([past_k, k[b, start:end]])
-                values = torch.cat([past_v, v[b, start:end]])
-                pos_q = positions[b, start:end]
-                pos_k = torch.cat([pos_q[0] - past_k.shape[0] + torch.arange(past_k.shape[0]),
-                                   pos_q])
-                rq = self._rope(q[b, start:end], pos_q).transpose(0, 1)  # [H, t, hd]
-                rk = self._rope(keys, pos_k).transpose(0, 1)           # [H, c + t, hd]
-                scores = torch.matmul(rq, rk.transpose(-1, -2)) / math.sqrt(self.head_dim)
-                dist = pos_q.unsqueeze(1) - pos_k.unsqueeze(0)
-                visible = (dist >= 0) & (dist < self.window)
-                p = torch.softmax(scores.masked_fill(~visible, float("-inf")), dim=-1)
-                out[b, start:end] = torch.matmul(p, values.transpose(0, 1)).transpose(0, 1)
-                self._write(state, b, k[b, start:end], v[b, start:end])
-        y = out.reshape(x.shape[0], x.shape[1], -1).to(x.dtype)
+        outs = []
+        for start in range(0, x.shape[1], chunk_size):
+            end = min(start + chunk_size, x.shape[1])
+            past_k, past_v, valid = self._ordered(state)
+            count = state[2]
+            pos_q = positions[:, start:end]                                       # [B, t]
+            pos_past = (pos_q[:, :1] - count.unsqueeze(1) +
+                        torch.arange(self.ring, device=count.device))             # [B, R]
+            pos_k = torch.cat([pos_past, pos_q], dim=1)                           # [B, R + t]
+            keys = torch.cat([past_k, k[:, start:end]], dim=1)
+            values = torch.cat([past_v, v[:, start:end]], dim=1)
+            cos_q, sin_q = rope_angles(pos_q, self.rotary_dim, self.rope_base)
+            cos_k, sin_k = rope_angles(pos_k, self.rotary_dim, self.rope_base)
+            rq = apply_rope(q[:, start:end], cos_q.to(q.dtype).unsqueeze(-2),
+                            sin_q.to(q.dtype).unsqueeze(-2))
+            rk = apply_rope(keys, cos_k.to(q.dtype).unsqueeze(-2), sin_k.to(q.dtype).unsqueeze(-2))
+            scores = torch.einsum("bthd,bshd->bhts", rq, rk) / math.sqrt(self.head_dim)
+            dist = pos_q.unsqueeze(2) - pos_k.unsqueeze(1)                        # [B, t, R + t]
+            stored = torch.cat([valid, torch.ones_like(pos_q, dtype=torch.bool)], dim=1)
+            visible = (dist >= 0) & (dist < self.window) & stored.unsqueeze(1)
+            p = torch.softmax(scores.masked_fill(~visible.unsqueeze(1), float("-inf")), dim=-1)
+            outs.append(torch.einsum("bhts,bshd->bthd", p, values))
+            state = self._written(state, k[:, start:end], v[:, start:end])
+        y = torch.cat(outs, dim=1).reshape(x.shape[0], x.shape[1], -1).to(x.dtype)
         return self.o_proj(y), state
 
     def step(self, x, state, positions):
