@@ -8,7 +8,8 @@ model is trained with the chunked parallel forward on random windows (see BatchS
 (weight decay on matrices only), linear warm-up then cosine decay, gradient-norm clipping.
 Every --eval-every steps the validation loss (nats/char on --eval-chars characters of the
 validation split) is printed. --checkpoint is written every --checkpoint-every steps and at the
-end; --resume continues from it and gives the same result as an uninterrupted run. With the same
+end; --resume continues from it and gives the same result as an uninterrupted run;
+--export-checkpoint writes the model directory from it as it stands (a run cut short). With the same
 seed, device and thread count a run is deterministic. Without --tokenizer the byte tokenizer is
 used (ids 256 BOS, 257 EOS).
 
@@ -88,6 +89,9 @@ def parse_args(argv):
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop (after checkpointing) once this step is reached")
+    p.add_argument("--export-checkpoint", action="store_true",
+                   help="write --out from --checkpoint's model at the step it holds, without "
+                        "training (a run cut short); the other arguments must match it")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
@@ -114,6 +118,8 @@ def parse_args(argv):
         p.error(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint")
+    if args.export_checkpoint and not (args.checkpoint and os.path.exists(args.checkpoint)):
+        p.error("--export-checkpoint needs an existing --checkpoint")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     args.betas = tuple(args.betas)
@@ -201,7 +207,7 @@ def main(argv=None):
         args.zero_start_fraction)
 
     step, tokens_seen, elapsed_before = 0, 0, 0.0
-    if args.resume and os.path.exists(args.checkpoint):
+    if (args.resume or args.export_checkpoint) and os.path.exists(args.checkpoint):
         ckpt = torch.load(args.checkpoint, map_location=device)
         changed = [k for k in _RESUME_KEYS if _normal(ckpt["args"].get(k)) != _normal(
             getattr(args, k))]
@@ -213,6 +219,12 @@ def main(argv=None):
         sampler.generator.set_state(ckpt["data_rng"])
         step, tokens_seen, elapsed_before = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
         print(f"resumed from {args.checkpoint} at step {step}", flush=True)
+    if args.export_checkpoint:
+        export.save_model_dir(model.cpu(), args.out, dtype=args.weights_dtype,
+                              tokenizer_model=args.tokenizer)
+        print(f"wrote {args.out} from step {step}/{args.steps}: {tokens_seen:,} tokens seen in "
+              f"{format_duration(elapsed_before)}", flush=True)
+        return
 
     print(f"model: {model.num_parameters():,} parameters; corpus: {len(train_text):,} train / "
           f"{len(val_text):,} validation characters, {train_tokens.numel():,} train tokens; "

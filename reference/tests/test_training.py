@@ -177,6 +177,25 @@ class TrainScriptTest(unittest.TestCase):
         quiet(train.main, self.args(other, "--seed", "6"))
         self.assertNotEqual(self.read(other), self.read(straight))
 
+    def test_export_checkpoint_writes_the_model_of_a_run_cut_short(self):
+        out = os.path.join(self.dir.name, "cut")
+        ckpt = os.path.join(self.dir.name, "ckpt.pt")
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            train.main(self.args(out, "--checkpoint", ckpt, "--export-checkpoint"))
+        quiet(train.main, self.args(out, "--checkpoint", ckpt, "--stop-after", "3"))
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            train.main(self.args(out, "--checkpoint", ckpt, "--export-checkpoint"))
+        self.assertIn("from step 3/6", log.getvalue())
+        saved = torch.load(ckpt)["model"]
+        model = export.load_model_dir(out)
+        self.assertEqual(set(model.state_dict()), set(saved))
+        for name, tensor in model.state_dict().items():
+            self.assertTrue(torch.equal(tensor, saved[name]), name)
+        with self.assertRaisesRegex(SystemExit, "different arguments: --lr"):
+            quiet(train.main, self.args(out, "--checkpoint", ckpt, "--export-checkpoint",
+                                        "--lr", "0.1"))
+
     def test_resume_refuses_different_arguments(self):
         out = os.path.join(self.dir.name, "m")
         ckpt = os.path.join(self.dir.name, "ckpt.pt")
