@@ -50,8 +50,8 @@ def layers_forward(model, ids, state, chunk):
     """forward() without the all-positions head: embed, layers, head on the last row."""
     positions = state.position.unsqueeze(1) + torch.arange(ids.shape[1])
     x = model._embed(ids, positions)
-    for layer, s, z in zip(model.layers, state.s, state.z):
-        x, s, z = layer(x, s, z, chunk)
+    for layer, mixer_state in zip(model.layers, state.layers):
+        x, _ = layer(x, mixer_state, positions, chunk)
     return model._logits(x[:, -1])
 
 
@@ -59,7 +59,7 @@ def layers_step(model, token, state):
     """step() without the head: the recurrent form of prefill, one token."""
     x = model._embed(token, state.position)
     for i, layer in enumerate(model.layers):
-        x, state.s[i], state.z[i] = layer.step(x, state.s[i], state.z[i])
+        x, state.layers[i] = layer.step(x, state.layers[i], state.position)
     state.position = state.position + 1
 
 

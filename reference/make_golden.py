@@ -13,6 +13,11 @@ Both logits are computed in float64 from the weights as stored (f16/bf16 weights
 exactly), then rounded to float32. DIR/cases.json lists every case:
     {"cases": [{"name", "dtype", "chunk_size", "tokens", "config"}, ...]}
 
+The cases are the single-block models (CASES, every value of every single-block variant) and
+then the layer-list models of the Based kinds (BASED_CASES: each kind alone in a small model, and
+mixed models with every kind; sliding windows shorter than the case so the ring wraps). Configs
+of the latter carry "layers".
+
 Deterministic: the same script writes the same bytes. Every value of every config variant appears
 in at least one case (checked), and every case is checked to be well conditioned: a float32
 evaluation of the reference stays within 1e-5 (relative to the largest logit) of float64, so the
@@ -76,6 +81,53 @@ CASES = [
 BASE = dict(vocab_size=258, d_model=16, n_layers=2, n_heads=2, head_dim=8, d_ff=32,
             tokenizer="byte", bos_token_id=256, eos_token_id=257)
 
+BASED_BASE = dict(vocab_size=258, d_model=16, norm="pre", position="none", tie_embeddings=True,
+                  tokenizer="byte", bos_token_id=256, eos_token_id=257,
+                  final_norm={"kind": "rms_norm"})
+
+
+def _conv(**p):
+    return {"kind": "short_conv", "d_inner": 24, **p}
+
+
+def _taylor(**p):
+    return {"kind": "taylor_linear_attention", "n_heads": 2, "feature_dim": 4, "head_dim": 8, **p}
+
+
+def _swa(window, **p):
+    return {"kind": "sliding_window_attention", "n_heads": 2, "head_dim": 8, "window": window,
+            **p}
+
+
+def _linear(**p):
+    return {"kind": "linear_attention", "n_heads": 2, "head_dim": 8, **p}
+
+
+def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
+    if mlp == "ffn":
+        mlp_spec = {"kind": "ffn", "d_ff": 32}
+    else:
+        mlp_spec = {"kind": "gated_mlp", "d_ff": 24, "activation": activation, "bias": bias}
+    return {"mixer": mixer, "norm": {"kind": norm}, "mlp": mlp_spec}
+
+
+# (layers, overrides of BASED_BASE, weight dtype, chunk size)
+BASED_CASES = [
+    ([_layer(_conv()), _layer(_conv())], {}, "float32", 16),
+    ([_layer(_conv(kernel_size=4, conv_bias=True, bias=False), "gelu", True),
+      _layer(_conv(d_inner=8, kernel_size=2), "sigmoid")], {}, "bfloat16", 5),
+    ([_layer(_taylor()), _layer(_taylor(n_heads=3, head_dim=5, eps=1e-6))], {}, "float32", 9),
+    ([_layer(_taylor(n_heads=1, feature_dim=16, head_dim=16))], {}, "float16", 64),
+    ([_layer(_swa(7)), _layer(_swa(7))], {}, "float32", 3),
+    ([_layer(_swa(1, bias=True), "gelu", True), _layer(_swa(33, rotary_dim=4, rope_base=500.0)),
+      _layer(_swa(80, rotary_dim=0))], {}, "bfloat16", 32),
+    ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
+      _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid")],
+     {}, "float32", 11),
+    ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
+     dict(norm="post", tie_embeddings=False), "float16", 7),
+]
+
 
 def _randomise(model, gen):
     """Weights far from their initial values so every parameter matters, at a stable scale."""
@@ -106,8 +158,8 @@ def _run(model, tokens, chunk_size):
     return parallel[0], torch.stack(steps), state
 
 
-def make_case(directory, overrides, dtype, chunk_size, gen):
-    cfg = config_lib.normalize_config({**BASE, **overrides})
+def make_case(directory, config, dtype, chunk_size, gen):
+    cfg = config_lib.normalize_config(config)
     with torch.random.fork_rng(devices=[]):
         model = LinearTransformer(cfg).double()
     _randomise(model, gen)
@@ -118,7 +170,7 @@ def make_case(directory, overrides, dtype, chunk_size, gen):
 
     stored = export.load_model_dir(directory, dtype=torch.float64)
     parallel, recurrent, state = _run(stored, tokens, chunk_size)
-    flat, position = state_to_flat(state, 0)
+    flat, position = state_to_flat(stored, state, 0)
 
     scale = recurrent.abs().max().item()
     agreement = (parallel - recurrent).abs().max().item() / scale
@@ -144,6 +196,8 @@ def make_case(directory, overrides, dtype, chunk_size, gen):
 
 def check_coverage(entries):
     """Every value of every variant field, and every weight dtype, appears in some case."""
+    check_based_coverage([e for e in entries if "layers" in e["config"]])
+    entries = [e for e in entries if "layers" not in e["config"]]
     variants = {
         "norm": config_lib.NORMS, "activation": config_lib.ACTIVATIONS,
         "feature_map": config_lib.FEATURE_MAPS, "position": config_lib.POSITIONS,
@@ -159,6 +213,49 @@ def check_coverage(entries):
         raise AssertionError(f"golden cases use weight dtypes {sorted(dtypes)} only")
 
 
+def check_based_coverage(entries):
+    """Every Based kind and each of its variants appears in some layer-list case, a sliding
+    window shorter than the case (the ring wraps), and one model mixes every mixer kind."""
+    if not any({layer["mixer"]["kind"] for layer in e["config"]["layers"]}
+               == set(config_lib.KINDS["mixer"]) for e in entries):
+        raise AssertionError("no Based golden case mixes every mixer kind")
+    mixers = [layer["mixer"] for e in entries for layer in e["config"]["layers"]]
+    mlps = [layer["mlp"] for e in entries for layer in e["config"]["layers"]]
+    swa = [m for m in mixers if m["kind"] == "sliding_window_attention"]
+    seen = {
+        "mixer kind": {m["kind"] for m in mixers},
+        "norm kind": {layer["norm"]["kind"] for e in entries for layer in e["config"]["layers"]},
+        "gated_mlp activation": {m["activation"] for m in mlps if m["kind"] == "gated_mlp"},
+        "gated_mlp bias": {m["bias"] for m in mlps if m["kind"] == "gated_mlp"},
+        "short_conv conv_bias": {m["conv_bias"] for m in mixers if m["kind"] == "short_conv"},
+        "short_conv bias": {m["bias"] for m in mixers if m["kind"] == "short_conv"},
+        "sliding_window_attention rotary": {
+            "none" if m["rotary_dim"] == 0 else "full" if m["rotary_dim"] == m["head_dim"]
+            else "partial" for m in swa},
+        "sliding_window_attention window": {
+            "1" if layer["mixer"]["window"] == 1
+            else "wraps" if layer["mixer"]["window"] < e["tokens"] else "whole"
+            for e in entries for layer in e["config"]["layers"]
+            if layer["mixer"]["kind"] == "sliding_window_attention"},
+        "norm": {e["config"]["norm"] for e in entries},
+    }
+    wanted = {
+        "mixer kind": set(config_lib.KINDS["mixer"]),
+        "norm kind": set(config_lib.KINDS["norm"]),
+        "gated_mlp activation": set(config_lib.GATED_ACTIVATIONS),
+        "gated_mlp bias": {True, False},
+        "short_conv conv_bias": {True, False},
+        "short_conv bias": {True, False},
+        "sliding_window_attention rotary": {"none", "full", "partial"},
+        "sliding_window_attention window": {"1", "wraps"},
+        "norm": set(config_lib.NORMS),
+    }
+    for what, values in wanted.items():
+        missing = sorted(map(str, values - seen[what]))
+        if missing:
+            raise AssertionError(f"Based golden cases never use {what} {missing}")
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, help="directory to write (created if absent)")
@@ -166,14 +263,21 @@ def main(argv=None):
     torch.set_num_threads(1)
     gen = torch.Generator().manual_seed(SEED)
     entries = []
-    for i, (overrides, dtype, chunk_size) in enumerate(CASES):
+    configs = [({**BASE, **overrides}, dtype, chunk) for overrides, dtype, chunk in CASES]
+    configs += [({**BASED_BASE, **overrides, "layers": layers}, dtype, chunk)
+                for layers, overrides, dtype, chunk in BASED_CASES]
+    for i, (config, dtype, chunk_size) in enumerate(configs):
         name = f"case_{i:02d}"
-        cfg, conditioning = make_case(os.path.join(args.out, name), overrides, dtype, chunk_size,
+        cfg, conditioning = make_case(os.path.join(args.out, name), config, dtype, chunk_size,
                                       gen)
         entries.append(dict(name=name, dtype=dtype, chunk_size=chunk_size, tokens=TOKENS,
                             config=cfg))
+        if "layers" in cfg:
+            what = " ".join(layer["mixer"]["kind"] for layer in cfg["layers"])
+        else:
+            what = f"{cfg['feature_map']}/{cfg['position']}/{cfg['activation']}"
         print(f"{name}: {dtype:8s} chunk {chunk_size:2d} fp32-vs-fp64 {conditioning:.1e}  "
-              f"{cfg['norm']}/{cfg['feature_map']}/{cfg['position']}/{cfg['activation']}")
+              f"{cfg['norm']} {what}")
     check_coverage(entries)
     with open(os.path.join(args.out, "cases.json"), "w", encoding="utf-8") as f:
         json.dump({"cases": entries}, f, indent=2)

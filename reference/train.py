@@ -8,9 +8,16 @@ model is trained with the chunked parallel forward on random windows (see BatchS
 (weight decay on matrices only), linear warm-up then cosine decay, gradient-norm clipping.
 Every --eval-every steps the validation loss (nats/char on --eval-chars characters of the
 validation split) is printed. --checkpoint is written every --checkpoint-every steps and at the
-end; --resume continues from it and gives the same result as an uninterrupted run. With the same
+end; --resume continues from it and gives the same result as an uninterrupted run;
+--export-checkpoint writes the model directory from it as it stands (a run cut short). With the same
 seed, device and thread count a run is deterministic. Without --tokenizer the byte tokenizer is
 used (ids 256 BOS, 257 EOS).
+
+The model is n_layers identical linear-attention blocks (--n-layers, --n-heads, --d-ff,
+--feature-map, --activation), or, with --layers-config FILE, the layer list of FILE: a JSON
+object {"layers": [...], "final_norm": {...}} in config.json's "layers" schema
+(docs/model-format.md), e.g. reference/layers/shakespeare_based.json; the single-block flags
+then do not apply and are refused.
 """
 
 import argparse
@@ -31,7 +38,7 @@ from linserve_ref.text_tokenizer import ByteTokenizer, SentencePieceTokenizer  #
 
 # Arguments that must match to resume a checkpoint (the rest, e.g. logging, may change).
 _RESUME_KEYS = ("corpus", "tokenizer", "d_model", "n_layers", "n_heads", "d_ff", "position",
-                "feature_map", "activation", "context", "batch_size", "steps", "lr",
+                "feature_map", "activation", "layers_config", "layers", "context", "batch_size", "steps", "lr",
                 "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed", "bos_fraction",
                 "max_start_position", "zero_start_fraction", "chunk_size", "betas")
 
@@ -44,13 +51,19 @@ def parse_args(argv):
     p.add_argument("--tokenizer", default=None,
                    help="SentencePiece .model (ids 1 BOS, 2 EOS); default: byte tokenizer")
     p.add_argument("--d-model", type=int, default=256)
-    p.add_argument("--n-layers", type=int, default=6)
-    p.add_argument("--n-heads", type=int, default=4)
-    p.add_argument("--d-ff", type=int, default=1024)
+    # The single-block flags default to None so that --layers-config can tell them apart from
+    # their defaults (_SINGLE_BLOCK_DEFAULTS, filled in after parsing).
+    p.add_argument("--n-layers", type=int, default=None, help="(default: 6)")
+    p.add_argument("--n-heads", type=int, default=None, help="(default: 4)")
+    p.add_argument("--d-ff", type=int, default=None, help="(default: 1024)")
     p.add_argument("--position", default="none", choices=("sinusoidal", "none"))
-    p.add_argument("--feature-map", default="elu_plus_one",
-                   choices=("elu_plus_one", "relu", "exp"))
-    p.add_argument("--activation", default="gelu", choices=("gelu", "gelu_tanh", "relu"))
+    p.add_argument("--feature-map", default=None, choices=("elu_plus_one", "relu", "exp"),
+                   help="(default: elu_plus_one)")
+    p.add_argument("--activation", default=None, choices=("gelu", "gelu_tanh", "relu"),
+                   help="(default: gelu)")
+    p.add_argument("--layers-config", default=None,
+                   help='JSON file {"layers": [...], "final_norm": {...}}: the layer list '
+                        '(default: none: --n-layers identical linear-attention blocks)')
     p.add_argument("--context", type=int, default=256, help="tokens per training window")
     p.add_argument("--batch-size", type=int, default=16, help="windows per step")
     p.add_argument("--chunk-size", type=int, default=64, help="chunk of the parallel forward")
@@ -76,26 +89,69 @@ def parse_args(argv):
     p.add_argument("--resume", action="store_true", help="continue from --checkpoint")
     p.add_argument("--stop-after", type=int, default=None,
                    help="stop (after checkpointing) once this step is reached")
+    p.add_argument("--export-checkpoint", action="store_true",
+                   help="write --out from --checkpoint's model at the step it holds, without "
+                        "training (a run cut short); the other arguments must match it")
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     p.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     p.add_argument("--weights-dtype", default="float32", choices=tuple(export.WEIGHT_DTYPES))
     args = p.parse_args(argv)
+    args.layers = None
+    if args.layers_config:
+        given = [k for k in _SINGLE_BLOCK_DEFAULTS if getattr(args, k) is not None]
+        if given:
+            p.error(f"--layers-config replaces {', '.join(_flag(k) for k in given)}")
+        try:
+            args.layers = read_layers_config(args.layers_config)
+        except (OSError, ValueError) as e:
+            p.error(f"--layers-config {args.layers_config}: {e}")
+    else:
+        for k, v in _SINGLE_BLOCK_DEFAULTS.items():
+            if getattr(args, k) is None:
+                setattr(args, k, v)
     for name in ("d_model", "n_layers", "n_heads", "d_ff", "context", "batch_size", "chunk_size",
                  "steps", "warmup", "eval_every", "log_every", "checkpoint_every", "threads"):
-        if getattr(args, name) < 1:
-            p.error(f"--{name.replace('_', '-')} must be >= 1")
-    if args.d_model % args.n_heads:
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            p.error(f"{_flag(name)} must be >= 1")
+    if args.n_heads is not None and args.d_model % args.n_heads:
         p.error(f"--d-model {args.d_model} is not a multiple of --n-heads {args.n_heads}")
     if args.resume and not args.checkpoint:
         p.error("--resume needs --checkpoint")
+    if args.export_checkpoint and not (args.checkpoint and os.path.exists(args.checkpoint)):
+        p.error("--export-checkpoint needs an existing --checkpoint")
     if args.device == "cuda" and not torch.cuda.is_available():
         p.error("--device cuda: no CUDA device is available")
     args.betas = tuple(args.betas)
     return args
 
 
+_SINGLE_BLOCK_DEFAULTS = {"n_layers": 6, "n_heads": 4, "d_ff": 1024,
+                         "feature_map": "elu_plus_one", "activation": "gelu"}
+
+
+def _flag(name):
+    return "--" + name.replace("_", "-")
+
+
+def read_layers_config(path):
+    """The layer list of a --layers-config file: {"layers": [...]} (+ "final_norm")."""
+    with open(path, encoding="utf-8") as f:
+        layers = json.load(f)
+    if not isinstance(layers, dict) or "layers" not in layers:
+        raise ValueError('must be a JSON object with "layers" (and optionally "final_norm")')
+    unknown = sorted(set(layers) - {"layers", "final_norm"})
+    if unknown:
+        raise ValueError(f"unknown field(s) {unknown}; allowed: layers, final_norm")
+    return layers
+
+
 def model_config(args, vocab_size, tokenizer_kind, bos, eos):
+    if args.layers is not None:
+        return dict(vocab_size=vocab_size, d_model=args.d_model,
+                    n_layers=len(args.layers["layers"]), norm="pre", position=args.position,
+                    max_position=0, tie_embeddings=True, tokenizer=tokenizer_kind,
+                    bos_token_id=bos, eos_token_id=eos, **args.layers)
     return dict(vocab_size=vocab_size, d_model=args.d_model, n_layers=args.n_layers,
                 n_heads=args.n_heads, head_dim=args.d_model // args.n_heads, d_ff=args.d_ff,
                 norm="pre", activation=args.activation, feature_map=args.feature_map,
@@ -151,7 +207,7 @@ def main(argv=None):
         args.zero_start_fraction)
 
     step, tokens_seen, elapsed_before = 0, 0, 0.0
-    if args.resume and os.path.exists(args.checkpoint):
+    if (args.resume or args.export_checkpoint) and os.path.exists(args.checkpoint):
         ckpt = torch.load(args.checkpoint, map_location=device)
         changed = [k for k in _RESUME_KEYS if _normal(ckpt["args"].get(k)) != _normal(
             getattr(args, k))]
@@ -163,6 +219,12 @@ def main(argv=None):
         sampler.generator.set_state(ckpt["data_rng"])
         step, tokens_seen, elapsed_before = ckpt["step"], ckpt["tokens_seen"], ckpt["elapsed"]
         print(f"resumed from {args.checkpoint} at step {step}", flush=True)
+    if args.export_checkpoint:
+        export.save_model_dir(model.cpu(), args.out, dtype=args.weights_dtype,
+                              tokenizer_model=args.tokenizer)
+        print(f"wrote {args.out} from step {step}/{args.steps}: {tokens_seen:,} tokens seen in "
+              f"{format_duration(elapsed_before)}", flush=True)
+        return
 
     print(f"model: {model.num_parameters():,} parameters; corpus: {len(train_text):,} train / "
           f"{len(val_text):,} validation characters, {train_tokens.numel():,} train tokens; "

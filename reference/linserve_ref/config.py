@@ -19,6 +19,7 @@ ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 FEATURE_MAPS = ("elu_plus_one", "relu", "exp", "favor_plus")
 POSITIONS = ("learned", "sinusoidal", "none")
 TOKENIZERS = ("byte", "sentencepiece", "gpt2_bpe")
+GATED_ACTIVATIONS = ("silu", "gelu", "sigmoid")
 
 # Byte tokenizer: ids 0..255 are the bytes, ids >= 256 are specials.
 BYTE_VOCAB = 256
@@ -83,7 +84,8 @@ _CHOICES = {
 
 # The layer component kinds of model/layers/: per role, per kind, its parameters in order as
 # (name, type, default, range). Default None: required; "=name": that parameter's value. Range:
-# (lo, hi) for "int", (lo, hi) meaning (lo, hi] for "eps", the choices for "choice".
+# (lo, hi) for "int", (lo, hi) meaning (lo, hi] for "eps", the choices for "choice"; "positive":
+# a finite number > 0.
 KINDS = {
     "mixer": {
         "linear_attention": (
@@ -94,9 +96,32 @@ KINDS = {
             ("eps", "eps", 1e-6, (0.0, 1.0)),
             ("bias", "bool", True, None),
         ),
+        "short_conv": (
+            ("d_inner", "int", None, (1, 1 << 20)),
+            ("kernel_size", "int", 3, (2, 64)),
+            ("bias", "bool", True, None),
+            ("conv_bias", "bool", False, None),
+        ),
+        "taylor_linear_attention": (
+            ("n_heads", "int", None, (1, 1024)),
+            ("feature_dim", "int", None, (1, 64)),
+            ("head_dim", "int", None, (1, 4096)),
+            ("eps", "eps", 1e-12, (0.0, 1.0)),
+        ),
+        "sliding_window_attention": (
+            ("n_heads", "int", None, (1, 1024)),
+            ("head_dim", "int", None, (1, 4096)),
+            ("window", "int", None, (1, 65536)),
+            ("rotary_dim", "int", "=head_dim", (0, 4096)),
+            ("rope_base", "positive", 10000.0, None),
+            ("bias", "bool", False, None),
+        ),
     },
     "norm": {
         "layer_norm": (
+            ("eps", "eps", 1e-5, (0.0, 1.0)),
+        ),
+        "rms_norm": (
             ("eps", "eps", 1e-5, (0.0, 1.0)),
         ),
     },
@@ -105,6 +130,11 @@ KINDS = {
             ("d_ff", "int", None, (1, 1 << 20)),
             ("activation", "choice", "gelu", ACTIVATIONS),
             ("bias", "bool", True, None),
+        ),
+        "gated_mlp": (
+            ("d_ff", "int", None, (1, 1 << 20)),
+            ("activation", "choice", "silu", GATED_ACTIVATIONS),
+            ("bias", "bool", False, None),
         ),
     },
 }
@@ -129,6 +159,15 @@ def _eps(config, key):
         raise ConfigError(f"config field '{key}' must be a number, got {value!r}")
     if not 0.0 < value <= 1.0:
         raise ConfigError(f"config field '{key}' = {value} is outside (0, 1]")
+    return float(value)
+
+
+def _positive(config, key):
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"config field '{key}' must be a number, got {value!r}")
+    if not 0.0 < value < float("inf"):
+        raise ConfigError(f"config field '{key}' = {value} must be a finite number > 0")
     return float(value)
 
 
@@ -165,11 +204,18 @@ def _component(value, role, path):
                 f"config field '{key}' = {out[name]!r}; must be one of {list(limits)}")
         elif kind_of == "bool" and not isinstance(out[name], bool):
             raise ConfigError(f"config field '{key}' must be true or false, got {out[name]!r}")
+        elif kind_of == "positive":
+            out[name] = _positive({key: out[name]}, key)
     if kind == "linear_attention" and out["feature_map"] != "favor_plus" and (
             out["feature_dim"] != out["head_dim"]):
         raise ConfigError(
             f"config field '{path}.feature_dim' = {out['feature_dim']} must equal head_dim = "
             f"{out['head_dim']} for feature_map '{out['feature_map']}'")
+    if kind == "sliding_window_attention" and (
+            out["rotary_dim"] > out["head_dim"] or out["rotary_dim"] % 2):
+        raise ConfigError(
+            f"config field '{path}.rotary_dim' = {out['rotary_dim']} must be even and at most "
+            f"head_dim = {out['head_dim']}")
     return out
 
 
@@ -230,10 +276,21 @@ def final_norm(config):
     return {"kind": "layer_norm", "eps": config["layer_norm_eps"]}
 
 
+def taylor_features(feature_dim):
+    """F of the Taylor feature map: 1 + d_f + d_f² (273 for d_f = 16)."""
+    return 1 + feature_dim + feature_dim * feature_dim
+
+
 def mixer_state_floats(mixer):
     """Floats of one mixer's state slice (model/layers/: its kind's state_floats)."""
     if mixer["kind"] == "linear_attention":
         return mixer["n_heads"] * mixer["feature_dim"] * (mixer["head_dim"] + 1)
+    if mixer["kind"] == "short_conv":
+        return (mixer["kernel_size"] - 1) * mixer["d_inner"]
+    if mixer["kind"] == "taylor_linear_attention":
+        return mixer["n_heads"] * taylor_features(mixer["feature_dim"]) * (mixer["head_dim"] + 1)
+    if mixer["kind"] == "sliding_window_attention":
+        return (mixer["window"] - 1) * mixer["n_heads"] * 2 * mixer["head_dim"] + 2
     raise ConfigError(f"mixer kind {mixer['kind']!r} has no state size")
 
 

@@ -1,11 +1,14 @@
-"""The linear-attention decoder of docs/architecture.md §4, executable: the semantics the C++ backends match.
+"""The decoder of docs/architecture.md §4, executable: the semantics the C++ backends match.
 
 Two forward forms compute the same function:
-  * `forward`: chunked parallel. Within a chunk the causal product is a masked matmul
-    (φ(Q)φ(K)ᵀ ⊙ tril) V; across chunks the carried (S, z) supplies the past.
-  * `step`: the recurrence S += φ(k)vᵀ, z += φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps).
+  * `forward`: chunked parallel from a given state. For linear_attention, within a chunk the
+    causal product is a masked matmul (φ(Q)φ(K)ᵀ ⊙ tril) V; across chunks the carried (S, z)
+    supplies the past. Each other mixer kind's module gives its own (short_conv.py,
+    taylor_linear_attention.py, sliding_window_attention.py).
+  * `step`: the recurrence, one token: for linear_attention S += φ(k)vᵀ, z += φ(k),
+    o = φ(q)ᵀS / (φ(q)ᵀz + eps).
 
-The recurrent state (S, z) is kept in float32 whatever the weight dtype, as the C++ backends do;
+The recurrent state is kept in float32 whatever the weight dtype, as the C++ backends do;
 a model converted to float64 (the golden data) keeps it in float64 so that the reference itself
 adds no float32 rounding. Module and buffer names are the tensor names of model.safetensors
 (model/format/weights.h), so `state_dict()` is the file's contents. The layers are the config's
@@ -19,18 +22,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from linserve_ref.config import final_norm, layer_list, normalize_config
+from linserve_ref import linear_recurrence
+from linserve_ref.config import final_norm, layer_list, mixer_state_floats, normalize_config
+from linserve_ref.gated_mlp import GatedMlp
+from linserve_ref.rms_norm import RMSNorm
+from linserve_ref.short_conv import ShortConv
+from linserve_ref.sliding_window_attention import SlidingWindowAttention
+from linserve_ref.taylor_linear_attention import TaylorLinearAttention
 
 
 @dataclasses.dataclass
 class State:
     """Recurrent state of a batch of sequences.
 
-    s: per layer, [B, H, F, Dh]; z: per layer, [B, H, F]; position: [B] int64, the number of
+    layers: per layer, its mixer's state, a tuple of tensors with the batch first (for
+    linear_attention: S [B, H, F, Dh] and z [B, H, F]); position: [B] int64, the number of
     tokens each row has consumed (the position index of its next token).
     """
-    s: list
-    z: list
+    layers: list
     position: torch.Tensor
 
     @property
@@ -75,6 +84,8 @@ class LinearAttention(nn.Module):
     """The linear_attention mixer: causal multi-head linear attention; parameters q/k/v/o_proj
     (+ favor_projection). `p`: its parameters (config.layer_list's "mixer")."""
 
+    prefix = "attn"
+
     def __init__(self, d, p):
         super().__init__()
         h, dh, f = p["n_heads"], p["head_dim"], p["feature_dim"]
@@ -106,37 +117,31 @@ class LinearAttention(nn.Module):
         return (feature_map(self.kind, q, self.favor_projection),
                 feature_map(self.kind, k, self.favor_projection), v)
 
-    def forward(self, x, s, z, chunk_size):
-        """x [B, T, d]; s [B, H, F, Dh]; z [B, H, F] -> (out [B, T, d], s', z')."""
-        t = x.shape[1]
+    def forward(self, x, state, positions, chunk_size):
+        """x [B, T, d]; state (S, z) -> (out [B, T, d], (S', z'))."""
+        s, z = state
         qf, kf, v = (a.transpose(1, 2) for a in self._qkv(x, s.dtype))  # [B, H, T, *]
-        outs = []
-        for start in range(0, t, chunk_size):
-            end = min(start + chunk_size, t)
-            qc, kc, vc = qf[:, :, start:end], kf[:, :, start:end], v[:, :, start:end]
-            mask = torch.ones(end - start, end - start, dtype=torch.bool, device=x.device).tril()
-            a = torch.matmul(qc, kc.transpose(-1, -2)).masked_fill(~mask, 0.0)
-            num = torch.matmul(a, vc) + torch.matmul(qc, s)
-            den = a.sum(dim=-1) + torch.matmul(qc, z.unsqueeze(-1)).squeeze(-1)
-            outs.append(num / (den + self.eps).unsqueeze(-1))
-            s = s + torch.matmul(kc.transpose(-1, -2), vc)
-            z = z + kc.sum(dim=-2)
-        o = torch.cat(outs, dim=2).transpose(1, 2).reshape(x.shape[0], t, -1).to(x.dtype)
-        return self.o_proj(o), s, z
+        o, s, z = linear_recurrence.chunked(qf, kf, v, s, z, self.eps, chunk_size)
+        o = o.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1).to(x.dtype)
+        return self.o_proj(o), (s, z)
 
-    def step(self, x, s, z):
-        """x [B, d] -> (out [B, d], s', z'): one token per row."""
-        qf, kf, v = self._qkv(x, s.dtype)  # [B, H, *]
-        s = s + kf.unsqueeze(-1) * v.unsqueeze(-2)
-        z = z + kf
-        num = torch.matmul(qf.unsqueeze(-2), s).squeeze(-2)
-        den = (qf * z).sum(dim=-1)
-        o = (num / (den + self.eps).unsqueeze(-1)).reshape(x.shape[0], -1).to(x.dtype)
-        return self.o_proj(o), s, z
+    def step(self, x, state, positions):
+        """x [B, d] -> (out [B, d], (S', z')): one token per row."""
+        s, z = state
+        o, s, z = linear_recurrence.step(*self._qkv(x, s.dtype), s, z, self.eps)
+        return self.o_proj(o.reshape(x.shape[0], -1).to(x.dtype)), (s, z)
+
+    def flatten(self, state, b):
+        return linear_recurrence.flatten(*state, b)
+
+    def unflatten(self, flat):
+        return linear_recurrence.unflatten(flat, self.n_heads, self.feature_dim, self.head_dim)
 
 
 class FeedForward(nn.Module):
     """The ffn MLP; `p`: its parameters (config.layer_list's "mlp")."""
+
+    prefix = "ffn"
 
     def __init__(self, d, p):
         super().__init__()
@@ -148,42 +153,66 @@ class FeedForward(nn.Module):
         return self.fc2(_activation(self.activation, self.fc1(x)))
 
 
-# The module of each kind (model/layers/), by role. Module names are the tensor names' prefixes.
-MIXERS = {"linear_attention": LinearAttention}
-MLPS = {"ffn": FeedForward}
+# The module of each kind (model/layers/), by role. A mixer module has a `prefix` (its tensors'
+# name under "layers.{i}."), init_state(batch, dtype, device) -> its state (a tuple of tensors,
+# batch first), forward(x, state, positions, chunk_size) (the parallel form, chunk by chunk from
+# the given state), step(x, state, positions) (the recurrence), and flatten(state, b) /
+# unflatten(flat): its slice of the C++ StateBlob layout.
+MIXERS = {
+    "linear_attention": LinearAttention,
+    "short_conv": ShortConv,
+    "taylor_linear_attention": TaylorLinearAttention,
+    "sliding_window_attention": SlidingWindowAttention,
+}
+MLPS = {"ffn": FeedForward, "gated_mlp": GatedMlp}
 
 
 def make_norm(d, p):
-    """A norm component (config.layer_list's "norm"); layer_norm is the one kind."""
+    """A norm component (config.layer_list's "norm")."""
+    if p["kind"] == "rms_norm":
+        return RMSNorm(d, eps=p["eps"])
     return nn.LayerNorm(d, eps=p["eps"])
 
 
 class Block(nn.Module):
-    """One layer: norm1 → mixer → residual, norm2 → mlp → residual (pre- or post-norm)."""
+    """One layer: norm1 → mixer → residual, norm2 → mlp → residual (pre- or post-norm). The mixer
+    and the MLP are registered under their kind's prefix ("attn", "conv"; "ffn", "mlp")."""
 
     def __init__(self, cfg, layer):
         super().__init__()
         d = cfg["d_model"]
         self.pre_norm = cfg["norm"] == "pre"
         self.ln1 = make_norm(d, layer["norm"])
-        self.attn = MIXERS[layer["mixer"]["kind"]](d, layer["mixer"])
+        mixer = MIXERS[layer["mixer"]["kind"]](d, layer["mixer"])
+        self.mixer_name = mixer.prefix
+        self.add_module(mixer.prefix, mixer)
         self.ln2 = make_norm(d, layer["norm"])
-        self.ffn = MLPS[layer["mlp"]["kind"]](d, layer["mlp"])
+        mlp = MLPS[layer["mlp"]["kind"]](d, layer["mlp"])
+        self.mlp_name = mlp.prefix
+        self.add_module(mlp.prefix, mlp)
+
+    @property
+    def mixer(self):
+        return self._modules[self.mixer_name]
+
+    @property
+    def feed_forward(self):
+        return self._modules[self.mlp_name]
 
     def _residual(self, x, attend):
         if self.pre_norm:
-            a, s, z = attend(self.ln1(x))
+            a, state = attend(self.ln1(x))
             h = x + a
-            return h + self.ffn(self.ln2(h)), s, z
-        a, s, z = attend(x)
+            return h + self.feed_forward(self.ln2(h)), state
+        a, state = attend(x)
         h = self.ln1(x + a)
-        return self.ln2(h + self.ffn(h)), s, z
+        return self.ln2(h + self.feed_forward(h)), state
 
-    def forward(self, x, s, z, chunk_size):
-        return self._residual(x, lambda u: self.attn(u, s, z, chunk_size))
+    def forward(self, x, state, positions, chunk_size):
+        return self._residual(x, lambda u: self.mixer(u, state, positions, chunk_size))
 
-    def step(self, x, s, z):
-        return self._residual(x, lambda u: self.attn.step(u, s, z))
+    def step(self, x, state, positions):
+        return self._residual(x, lambda u: self.mixer.step(u, state, positions))
 
 
 class LinearTransformer(nn.Module):
@@ -204,14 +233,20 @@ class LinearTransformer(nn.Module):
         self.reset_parameters()
 
     def reset_parameters(self):
-        """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers)."""
+        """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers).
+        short_conv's depthwise kernel keeps nn.Conv1d's default, U(−1/√K, 1/√K), as the Based
+        authors' BaseConv does (their GPT initialisation touches only linear and embedding
+        weights)."""
         residual_std = 0.02 / math.sqrt(2 * self.config["n_layers"])
         for name, p in self.named_parameters():
-            if name.endswith(".bias"):
+            if name.endswith("conv.weight"):
+                bound = 1.0 / math.sqrt(p.shape[1])
+                nn.init.uniform_(p, -bound, bound)
+            elif name.endswith(".bias"):
                 nn.init.zeros_(p)
             elif ".ln" in name or name.startswith("final_norm"):
                 nn.init.ones_(p)
-            elif name.endswith(("o_proj.weight", "fc2.weight")):
+            elif name.endswith(("o_proj.weight", "out_proj.weight", "fc2.weight")):
                 nn.init.normal_(p, std=residual_std)
             else:
                 nn.init.normal_(p, std=0.02)
@@ -230,9 +265,8 @@ class LinearTransformer(nn.Module):
         """Zeroed state; `position` (int or [B] tensor) is where each row's positions start."""
         dev = self.embed.weight.device
         pos = torch.as_tensor(position, dtype=torch.int64, device=dev)
-        slices = [layer.attn.init_state(batch_size, self.state_dtype, dev)
-                  for layer in self.layers]
-        return State(s=[s for s, _ in slices], z=[z for _, z in slices],
+        return State(layers=[layer.mixer.init_state(batch_size, self.state_dtype, dev)
+                             for layer in self.layers],
                      position=pos.expand(batch_size).clone())
 
     def _embed(self, ids, positions):
@@ -265,50 +299,41 @@ class LinearTransformer(nn.Module):
             raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
         positions = state.position.unsqueeze(1) + torch.arange(t, device=ids.device)
         x = self._embed(ids, positions)
-        new_s, new_z = [], []
-        for layer, s, z in zip(self.layers, state.s, state.z):
-            x, s, z = layer(x, s, z, chunk)
-            new_s.append(s)
-            new_z.append(z)
-        return self._logits(x), State(new_s, new_z, state.position + t)
+        slices = []
+        for layer, mixer_state in zip(self.layers, state.layers):
+            x, mixer_state = layer(x, mixer_state, positions, chunk)
+            slices.append(mixer_state)
+        return self._logits(x), State(slices, state.position + t)
 
     def step(self, ids, state):
         """ids [B] -> (logits [B, V], new state): the recurrent form, one token per row."""
         x = self._embed(ids, state.position)
-        new_s, new_z = [], []
-        for layer, s, z in zip(self.layers, state.s, state.z):
-            x, s, z = layer.step(x, s, z)
-            new_s.append(s)
-            new_z.append(z)
-        return self._logits(x), State(new_s, new_z, state.position + 1)
+        slices = []
+        for layer, mixer_state in zip(self.layers, state.layers):
+            x, mixer_state = layer.step(x, mixer_state, state.position)
+            slices.append(mixer_state)
+        return self._logits(x), State(slices, state.position + 1)
 
 
-def state_to_flat(state, b):
-    """Row b of `state` in the C++ StateBlob layout: per layer, per head, S (F×Dh) then z (F).
+def state_to_flat(model, state, b):
+    """Row b of `state` in the C++ StateBlob layout: the layers' slices, bottom layer first
+    (linear_attention: per head, S (F×Dh) then z (F); the other kinds: their modules' docstrings).
 
     Returns (float32 1-D tensor, position).
     """
-    parts = []
-    for s, z in zip(state.s, state.z):
-        for h in range(s.shape[1]):
-            parts.append(s[b, h].reshape(-1))
-            parts.append(z[b, h])
-    return torch.cat(parts).to(torch.float32), int(state.position[b])
+    flat = torch.cat([layer.mixer.flatten(mixer_state, b)
+                      for layer, mixer_state in zip(model.layers, state.layers)])
+    return flat.to(torch.float32), int(state.position[b])
 
 
 def state_from_flat(model, flat, position):
     """Inverse of state_to_flat for a batch of one (e.g. a state exported by the server)."""
-    sizes = [layer.attn.n_heads * layer.attn.feature_dim * (layer.attn.head_dim + 1)
-             for layer in model.layers]
+    mixers = [layer.mixer for layer in model.layers]
+    sizes = [mixer_state_floats(layer["mixer"]) for layer in layer_list(model.config)]
     expected = sum(sizes)
     flat = torch.as_tensor(flat)
     if flat.numel() != expected:
         raise ValueError(f"state has {flat.numel()} floats; this model needs {expected}")
     flat = flat.to(model.state_dtype)
-    s, z = [], []
-    for layer, part in zip(model.layers, torch.split(flat, sizes)):
-        h, f, dh = layer.attn.n_heads, layer.attn.feature_dim, layer.attn.head_dim
-        part = part.reshape(h, f * dh + f)
-        s.append(part[:, :f * dh].reshape(1, h, f, dh).clone())
-        z.append(part[:, f * dh:].reshape(1, h, f).clone())
-    return State(s, z, torch.tensor([position], dtype=torch.int64))
+    return State([mixer.unflatten(part) for mixer, part in zip(mixers, torch.split(flat, sizes))],
+                 torch.tensor([position], dtype=torch.int64))

@@ -1,6 +1,7 @@
 """make_golden.py: complete, well-formed and byte-for-byte deterministic golden data."""
 
 import contextlib
+import copy
 import filecmp
 import io
 import json
@@ -40,7 +41,23 @@ class GoldenTest(unittest.TestCase):
         make_golden.check_coverage(self.cases)
         with self.assertRaisesRegex(AssertionError, "never use feature_map"):
             make_golden.check_coverage(
-                [c for c in self.cases if c["config"]["feature_map"] != "favor_plus"])
+                [c for c in self.cases if c["config"].get("feature_map") != "favor_plus"])
+
+    def test_based_cases_cover_every_kind(self):
+        based = [c for c in self.cases if "layers" in c["config"]]
+        self.assertGreaterEqual(len(based), 6)
+        kinds = [{layer["mixer"]["kind"] for layer in c["config"]["layers"]} for c in based]
+        for kind in ("short_conv", "taylor_linear_attention", "sliding_window_attention"):
+            self.assertIn({kind}, kinds)  # the kind alone in a model
+        with self.assertRaisesRegex(AssertionError, "mixes every mixer kind"):
+            make_golden.check_based_coverage([c for c, k in zip(based, kinds) if len(k) < 4])
+        whole = copy.deepcopy(based)
+        for c in whole:
+            for layer in c["config"]["layers"]:
+                if "window" in layer["mixer"]:
+                    layer["mixer"]["window"] = c["tokens"]
+        with self.assertRaisesRegex(AssertionError, "window"):
+            make_golden.check_based_coverage(whole)
 
     def test_expected_tensors(self):
         for case in self.cases:

@@ -50,7 +50,8 @@ class LayerConfigTest(unittest.TestCase):
         a, sa = single(ids, chunk_size=4)
         b, sb = listed(ids, chunk_size=4)
         self.assertTrue(torch.equal(a, b))
-        self.assertTrue(torch.equal(state_to_flat(sa, 1)[0], state_to_flat(sb, 1)[0]))
+        self.assertTrue(torch.equal(state_to_flat(single, sa, 1)[0],
+                                    state_to_flat(listed, sb, 1)[0]))
 
     def test_different_layers_agree_in_both_forms_and_flatten(self):
         cfg = layered(layer(3, 4), layer(1, 6, feature_map="favor_plus", feature_dim=5),
@@ -62,11 +63,11 @@ class LayerConfigTest(unittest.TestCase):
         for t in range(ids.shape[1]):
             logits, rec_state = model.step(ids[:, t], rec_state)
         torch.testing.assert_close(logits, parallel[:, -1])
-        flat, position = state_to_flat(state, 0)
+        flat, position = state_to_flat(model, state, 0)
         self.assertEqual(flat.numel(), 3 * 4 * 5 + 1 * 5 * 7 + 2 * 2 * 3)
         self.assertEqual(flat.numel(), config_lib.state_floats_per_slot(model.config))
         back = state_from_flat(model, flat, position)
-        self.assertTrue(torch.equal(state_to_flat(back, 0)[0], flat))
+        self.assertTrue(torch.equal(state_to_flat(model, back, 0)[0], flat))
 
     def test_export_round_trips_a_layer_list(self):
         model = LinearTransformer(layered(layer(3, 4), layer(2, 6)))

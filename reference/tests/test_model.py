@@ -46,7 +46,7 @@ class ParallelVsRecurrentTest(unittest.TestCase):
 
     def assert_same_state(self, a, b):
         self.assertTrue(torch.equal(a.position, b.position))
-        for sa, sb, za, zb in zip(a.s, b.s, a.z, b.z):
+        for (sa, za), (sb, zb) in zip(a.layers, b.layers):
             torch.testing.assert_close(sa, sb, rtol=1e-10, atol=1e-12)
             torch.testing.assert_close(za, zb, rtol=1e-10, atol=1e-12)
 
@@ -105,26 +105,27 @@ class ParallelVsRecurrentTest(unittest.TestCase):
     def test_float32_state_for_reduced_precision_weights(self):
         model = make_model().to(torch.bfloat16)
         state = model.init_state(2)
-        self.assertEqual(state.s[0].dtype, torch.float32)
+        self.assertEqual(state.layers[0][0].dtype, torch.float32)
         _, state = model.step(torch.tensor([1, 2]), state)
-        self.assertEqual(state.z[1].dtype, torch.float32)
+        self.assertEqual(state.layers[1][1].dtype, torch.float32)
 
     def test_flat_state_layout(self):
         model = make_model(feature_map="favor_plus")
         ids = torch.randint(0, BASE["vocab_size"], (2, 9))
         with torch.no_grad():
             _, state = model(ids)
-        flat, position = state_to_flat(state, 1)
+        flat, position = state_to_flat(model, state, 1)
         self.assertEqual(position, 9)
         self.assertEqual(flat.numel(), config_lib.state_floats_per_slot(model.config))
         f, dh = 7, BASE["head_dim"]
         per_head = f * dh + f
         # Layer 1, head 2: S row-major then z.
         block = flat[(1 * 3 + 2) * per_head:(1 * 3 + 3) * per_head]
-        torch.testing.assert_close(block[:f * dh].view(f, dh), state.s[1][1, 2].float())
-        torch.testing.assert_close(block[f * dh:], state.z[1][1, 2].float())
+        torch.testing.assert_close(block[:f * dh].view(f, dh), state.layers[1][0][1, 2].float())
+        torch.testing.assert_close(block[f * dh:], state.layers[1][1][1, 2].float())
         back = state_from_flat(model, flat, position)
-        torch.testing.assert_close(back.s[1][0], state.s[1][1], rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(back.layers[1][0][0], state.layers[1][0][1], rtol=1e-6,
+                                   atol=1e-6)
         with self.assertRaisesRegex(ValueError, "needs"):
             state_from_flat(model, flat[:-1], position)
 

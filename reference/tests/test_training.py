@@ -18,6 +18,7 @@ import evaluate  # noqa: E402
 import train  # noqa: E402
 import train_tokenizer  # noqa: E402
 from linserve_ref import corpus, export, training  # noqa: E402
+from linserve_ref.config import normalize_config  # noqa: E402
 from linserve_ref.model import LinearTransformer  # noqa: E402
 from linserve_ref.text_tokenizer import ByteTokenizer, SentencePieceTokenizer  # noqa: E402
 
@@ -140,12 +141,12 @@ class TrainScriptTest(unittest.TestCase):
     def tearDown(self):
         self.dir.cleanup()
 
-    def args(self, out, *extra):
-        return ["--corpus", self.corpus, "--out", out, "--d-model", "16", "--n-layers", "2",
-                "--n-heads", "2", "--d-ff", "32", "--context", "24", "--batch-size", "3",
-                "--chunk-size", "7", "--steps", "6", "--warmup", "2", "--eval-every", "3",
-                "--eval-chars", "200", "--log-every", "2", "--threads", "1", "--seed", "5",
-                *extra]
+    def args(self, out, *extra, single_block=True):
+        block = ["--n-layers", "2", "--n-heads", "2", "--d-ff", "32"] if single_block else []
+        return ["--corpus", self.corpus, "--out", out, "--d-model", "16", *block,
+                "--context", "24", "--batch-size", "3", "--chunk-size", "7", "--steps", "6",
+                "--warmup", "2", "--eval-every", "3", "--eval-chars", "200", "--log-every", "2",
+                "--threads", "1", "--seed", "5", *extra]
 
     def read(self, out):
         with open(os.path.join(out, "model.safetensors"), "rb") as f:
@@ -176,6 +177,25 @@ class TrainScriptTest(unittest.TestCase):
         quiet(train.main, self.args(other, "--seed", "6"))
         self.assertNotEqual(self.read(other), self.read(straight))
 
+    def test_export_checkpoint_writes_the_model_of_a_run_cut_short(self):
+        out = os.path.join(self.dir.name, "cut")
+        ckpt = os.path.join(self.dir.name, "ckpt.pt")
+        with contextlib.redirect_stderr(io.StringIO()), self.assertRaises(SystemExit):
+            train.main(self.args(out, "--checkpoint", ckpt, "--export-checkpoint"))
+        quiet(train.main, self.args(out, "--checkpoint", ckpt, "--stop-after", "3"))
+        log = io.StringIO()
+        with contextlib.redirect_stdout(log):
+            train.main(self.args(out, "--checkpoint", ckpt, "--export-checkpoint"))
+        self.assertIn("from step 3/6", log.getvalue())
+        saved = torch.load(ckpt)["model"]
+        model = export.load_model_dir(out)
+        self.assertEqual(set(model.state_dict()), set(saved))
+        for name, tensor in model.state_dict().items():
+            self.assertTrue(torch.equal(tensor, saved[name]), name)
+        with self.assertRaisesRegex(SystemExit, "different arguments: --lr"):
+            quiet(train.main, self.args(out, "--checkpoint", ckpt, "--export-checkpoint",
+                                        "--lr", "0.1"))
+
     def test_resume_refuses_different_arguments(self):
         out = os.path.join(self.dir.name, "m")
         ckpt = os.path.join(self.dir.name, "ckpt.pt")
@@ -196,6 +216,41 @@ class TrainScriptTest(unittest.TestCase):
         self.assertEqual(model.config["vocab_size"], 1000)
         with open(os.path.join(out, "tokenizer.model"), "rb") as a, open(tokenizer, "rb") as b:
             self.assertEqual(a.read(), b.read())
+
+    def test_layers_config(self):
+        layers = os.path.join(self.dir.name, "layers.json")
+        norm = {"kind": "rms_norm", "eps": 1e-5}
+        mlp = {"kind": "gated_mlp", "d_ff": 24}
+        mixers = [{"kind": "short_conv", "d_inner": 16},
+                  {"kind": "taylor_linear_attention", "n_heads": 2, "feature_dim": 4,
+                   "head_dim": 8},
+                  {"kind": "sliding_window_attention", "n_heads": 2, "head_dim": 8, "window": 5}]
+        with open(layers, "w") as f:
+            json.dump({"layers": [{"mixer": m, "norm": norm, "mlp": mlp} for m in mixers],
+                       "final_norm": norm}, f)
+        out = os.path.join(self.dir.name, "layered")
+        base = self.args(out, "--steps", "2", "--layers-config", layers, single_block=False)
+        quiet(train.main, base)
+        model = export.load_model_dir(out)
+        self.assertEqual([layer["mixer"]["kind"] for layer in model.config["layers"]],
+                         [m["kind"] for m in mixers])
+        self.assertEqual(model.config["final_norm"]["kind"], "rms_norm")
+        self.assertEqual(model.config["n_layers"], 3)
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+            train.main(base + ["--d-ff", "32"])
+        self.assertIn("--layers-config replaces --d-ff", err.getvalue())
+        with open(layers, "w") as f:
+            json.dump({"layers": [], "extra": 1}, f)
+        with contextlib.redirect_stderr(io.StringIO()) as err, self.assertRaises(SystemExit):
+            train.main(base)
+        self.assertIn("unknown field(s) ['extra']", err.getvalue())
+
+    def test_default_model_is_the_bundled_recipe(self):
+        args = train.parse_args(["--out", "x"])
+        cfg = train.model_config(args, 2048, "sentencepiece", 1, 2)
+        with open(os.path.join(corpus.REPO_ROOT, "models", "shakespeare-linear",
+                               "config.json")) as f:
+            self.assertEqual(normalize_config(cfg), json.load(f))
 
     def test_bad_arguments(self):
         with contextlib.redirect_stderr(io.StringIO()):

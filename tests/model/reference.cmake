@@ -10,7 +10,8 @@ add_test(NAME golden_data
 set_tests_properties(golden_data PROPERTIES FIXTURES_SETUP golden LABELS "python")
 
 # One ctest test per unittest module: reference/tests/test_<name>.py -> reference_<name>.
-foreach(name model layers safetensors export golden convert_fast_transformers sampling training)
+foreach(name model layers based_layers safetensors export golden convert_fast_transformers
+             convert_based sampling training mqar)
   add_test(NAME reference_${name}
            COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_${name}.py
            WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
