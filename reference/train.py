@@ -9,9 +9,9 @@ model is trained with the chunked parallel forward on random windows (see BatchS
 Every --eval-every steps the validation loss (nats/char on --eval-chars characters of the
 validation split) is printed. --checkpoint is written every --checkpoint-every steps and at the
 end; --resume continues from it and gives the same result as an uninterrupted run;
---export-checkpoint writes the model directory from it as it stands (a run cut short). With the same
-seed, device and thread count a run is deterministic. Without --tokenizer the byte tokenizer is
-used (ids 256 BOS, 257 EOS).
+--export-checkpoint writes the model directory from it as it stands (a run cut short). With the
+same seed, device and thread count a run is deterministic. Without --tokenizer the byte tokenizer
+is used (ids 256 BOS, 257 EOS).
 
 The model is n_layers identical linear-attention blocks (--n-layers, --n-heads, --d-ff,
 --feature-map, --activation), or, with --layers-config FILE, the layer list of FILE: a JSON
@@ -37,8 +37,9 @@ from linserve_ref.config import BYTE_VOCAB  # noqa: E402
 from linserve_ref.text_tokenizer import ByteTokenizer, SentencePieceTokenizer  # noqa: E402
 
 # Arguments that must match to resume a checkpoint (the rest, e.g. logging, may change).
+# "layers" is the --layers-config file's contents (where the file lies does not matter).
 _RESUME_KEYS = ("corpus", "tokenizer", "d_model", "n_layers", "n_heads", "d_ff", "position",
-                "feature_map", "activation", "layers_config", "layers", "context", "batch_size", "steps", "lr",
+                "feature_map", "activation", "layers", "context", "batch_size", "steps", "lr",
                 "min_lr_ratio", "warmup", "weight_decay", "grad_clip", "seed", "bos_fraction",
                 "max_start_position", "zero_start_fraction", "chunk_size", "betas")
 

@@ -1,0 +1,65 @@
+"""models/shakespeare-based: what its MODEL_CARD.md states, checked: the Based layer pattern,
+a parameter count and file size comparable to shakespeare-linear's, the same tokenizer, and the
+validation loss of the fixed slice recorded in reference/based_model_slice.json."""
+
+import json
+import os
+import sys
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, HERE)
+
+from linserve_ref import corpus, export, training  # noqa: E402
+from linserve_ref.config import state_floats_per_slot  # noqa: E402
+from linserve_ref.text_tokenizer import load_tokenizer  # noqa: E402
+
+MODELS = os.path.join(corpus.REPO_ROOT, "models")
+MODEL_DIR = os.path.join(MODELS, "shakespeare-based")
+# evaluate.py --json output for the fixed slice quoted in MODEL_CARD.md.
+SLICE_RESULTS = os.path.join(HERE, "based_model_slice.json")
+
+
+class BasedModelTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls):
+        torch.set_num_threads(2)
+        cls.model = export.load_model_dir(MODEL_DIR)
+        cls.model.eval()
+        cls.tokenizer = load_tokenizer(cls.model.config, MODEL_DIR)
+
+    def test_layers_size_and_files(self):
+        cfg = self.model.config
+        self.assertEqual([layer["mixer"]["kind"] for layer in cfg["layers"]],
+                         ["short_conv", "taylor_linear_attention", "sliding_window_attention",
+                          "short_conv", "short_conv", "short_conv"])
+        self.assertEqual(self.model.num_parameters(), 5_191_936)
+        self.assertEqual(state_floats_per_slot(cfg), 107_846)
+        self.assertLessEqual(os.path.getsize(os.path.join(MODEL_DIR, "model.safetensors")),
+                             32 << 20)
+        for name in ("config.json", "model.safetensors", "tokenizer.model",
+                     "chat_template.json", "MODEL_CARD.md"):
+            self.assertTrue(os.path.exists(os.path.join(MODEL_DIR, name)), name)
+        for name in ("tokenizer.model", "chat_template.json"):
+            with open(os.path.join(MODEL_DIR, name), "rb") as a, \
+                    open(os.path.join(MODELS, "shakespeare-linear", name), "rb") as b:
+                self.assertEqual(a.read(), b.read(), name)
+
+    def test_validation_loss_of_the_fixed_slice(self):
+        with open(SLICE_RESULTS) as f:
+            recorded = json.load(f)
+        self.assertEqual(recorded["model"], "models/shakespeare-based")
+        _, val = corpus.split(corpus.read_text(corpus.DEFAULT_CORPUS))
+        text = val[recorded["slice_start"]:recorded["slice_start"] + recorded["slice_chars"]]
+        for row in recorded["results"]:
+            with self.subTest(window=row["window"], start=row["start_position"]):
+                npc, _ = training.nats_per_char(self.model, self.tokenizer, text, row["window"],
+                                                self.model.config["bos_token_id"],
+                                                row["start_position"])
+                self.assertAlmostEqual(npc, row["nats_per_char"], delta=1e-4)
+
+
+if __name__ == "__main__":
+    unittest.main()
