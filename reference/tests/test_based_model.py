@@ -1,9 +1,16 @@
 """models/shakespeare-based: what its MODEL_CARD.md states, checked: the Based layer pattern,
 a parameter count and file size comparable to shakespeare-linear's, the same tokenizer, and the
-validation loss of the fixed slice recorded in reference/based_model_slice.json."""
+validation loss of the fixed slice recorded in reference/based_model_slice.json.
 
+    test_based_model.py [--generate-bin PATH/linserve-generate] [unittest args]
+
+With --generate-bin, linserve-generate (the C++ CPU backend) must write exactly what generate.py
+writes for the same prompt, seed and sampling flags."""
+
+import argparse
 import json
 import os
+import subprocess
 import sys
 import unittest
 
@@ -12,7 +19,9 @@ import torch
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
+import generate  # noqa: E402
 from linserve_ref import corpus, export, training  # noqa: E402
+from linserve_ref.sampling import SamplingParams  # noqa: E402
 from linserve_ref.config import state_floats_per_slot  # noqa: E402
 from linserve_ref.text_tokenizer import load_tokenizer  # noqa: E402
 
@@ -61,5 +70,28 @@ class BasedModelTest(unittest.TestCase):
                 self.assertAlmostEqual(npc, row["nats_per_char"], delta=1e-4)
 
 
+    def test_reference_and_linserve_generate_write_the_same_text(self):
+        if GENERATE_BIN is None:
+            self.skipTest("no --generate-bin given")
+        for prompt, seed, flags in [("ROMEO:\n", 1, dict(temperature=0.8, top_k=50)),
+                                    ("First Citizen:\n", 2, dict(temperature=0)),
+                                    ("KING HENRY", 3, dict(temperature=0))]:
+            with self.subTest(prompt=prompt, seed=seed):
+                params = SamplingParams(seed=seed, **flags)
+                _, expected = generate.generate(self.model, self.tokenizer, prompt, params,
+                                                max_new_tokens=48)
+                cmd = [GENERATE_BIN, f"--model={MODEL_DIR}", f"--prompt={prompt}",
+                       f"--seed={seed}", "--max_new_tokens=48", "--threads=1"]
+                cmd += [f"--{k}={v}" for k, v in flags.items()]
+                got = subprocess.run(cmd, capture_output=True, check=True).stdout
+                self.assertEqual(got.decode("utf-8"), expected)
+
+
+GENERATE_BIN = None
+
 if __name__ == "__main__":
-    unittest.main()
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--generate-bin", default=None)
+    known, rest = parser.parse_known_args()
+    GENERATE_BIN = known.generate_bin
+    unittest.main(argv=[sys.argv[0]] + rest)

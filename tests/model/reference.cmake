@@ -11,7 +11,7 @@ set_tests_properties(golden_data PROPERTIES FIXTURES_SETUP golden LABELS "python
 
 # One ctest test per unittest module: reference/tests/test_<name>.py -> reference_<name>.
 foreach(name model layers based_layers safetensors export golden convert_fast_transformers
-             convert_based sampling training mqar based_model)
+             convert_based sampling training mqar)
   add_test(NAME reference_${name}
            COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_${name}.py
            WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
@@ -25,3 +25,11 @@ add_test(NAME reference_bundled_model
                  --generate-bin $<TARGET_FILE:linserve-generate>
          WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
 set_tests_properties(reference_bundled_model PROPERTIES LABELS "python")
+
+# The bundled Based model (issue 26): its layers, size and recorded validation loss, and the same
+# text from linserve-generate (the C++ Based kinds) as from the reference.
+add_test(NAME reference_based_model
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_based_model.py
+                 --generate-bin $<TARGET_FILE:linserve-generate>
+         WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+set_tests_properties(reference_based_model PROPERTIES LABELS "python")
