@@ -49,7 +49,7 @@ ABSL_FLAG(std::string, kv_contexts, "2048,8192,32768",
           "state: contexts of the softmax KV-cache columns, each in [1, 1 << 24].");
 ABSL_FLAG(std::string, contexts, "128,1024,4096,16384,65536",
           "context: contexts to decode at, each in [1, 1 << 20].");
-ABSL_FLAG(int32_t, context_steps, 48,
+ABSL_FLAG(int32_t, context_steps, 64,
           "context: timed decode steps per model and context, in [1, 10000] (in rounds of 8).");
 ABSL_FLAG(std::string, based_config, "",
           "throughput: the Based config.json (e.g. bench/based/based-360m.json); required.");
@@ -295,7 +295,11 @@ int ContextPart(int threads) {
                 Parameters(*c.model) / 1e6,
                 Mib(4.0 * c.model->config.StateFloatsPerSlot()).c_str());
   }
-  std::printf("\n| context | %s step | %s step | %s / %s | prefill to context (%s / %s) |\n",
+  std::printf("\n%d timed steps per model and context (rounds of 8, the models in turn), each "
+              "from a copy of the session prefilled to the context.\n",
+              steps);
+  std::printf("\n| context | %s step, median (min) | %s step, median (min) | %s / %s, medians "
+              "| prefill to context (%s / %s) |\n",
               cs[0].name.c_str(), cs[1].name.c_str(), cs[0].name.c_str(), cs[1].name.c_str(),
               cs[0].name.c_str(), cs[1].name.c_str());
   std::printf("|---:|---:|---:|---:|---:|\n");
@@ -320,8 +324,11 @@ int ContextPart(int threads) {
       }
     }
     const double a = 1e3 * Median(times[0]), b = 1e3 * Median(times[1]);
-    std::printf("| %lld | %.3f ms | %.3f ms | %.2f | %.1f s / %.1f s |\n",
-                static_cast<long long>(context), a, b, a / b, prefill_s[0], prefill_s[1]);
+    const double a_min = 1e3 * *std::min_element(times[0].begin(), times[0].end());
+    const double b_min = 1e3 * *std::min_element(times[1].begin(), times[1].end());
+    std::printf("| %lld | %.3f ms (%.3f) | %.3f ms (%.3f) | %.2f | %.1f s / %.1f s |\n",
+                static_cast<long long>(context), a, a_min, b, b_min, a / b, prefill_s[0],
+                prefill_s[1]);
     std::fflush(stdout);
   }
   return 0;

@@ -16,7 +16,7 @@ rounds=${LINSERVE_BENCH_ROUNDS:-3}
 parts=" ${LINSERVE_BENCH_PARTS:-state context throughput} "
 
 cmake --build "$build" --target based_bench >&2
-bench=$build/bench/based_bench
+bench=$(cd "$build" && pwd)/bench/based_bench
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 
 echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
@@ -27,7 +27,7 @@ if [[ $parts == *" state "* ]]; then
   echo
   echo "Softmax KV cache = 2 · n_layers · d_model · context · 4 B (fp32 keys and values)."
   echo
-  "$bench" --part=state --configs="$root/bench/based/based-360m.json,$root/bench/based/based-1b.json"
+  (cd "$root" && "$bench" --part=state --configs=bench/based/based-360m.json,bench/based/based-1b.json)
 fi
 if [[ $parts == *" context "* ]]; then
   echo
