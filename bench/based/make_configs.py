@@ -2,7 +2,8 @@
 """Writes bench/based/based-360m.json and based-1b.json: linserve's config.json for the shapes of
 Hazy Research's based-360m and based-1b, produced by reference/convert_based.py's own mapping.
 
-    python3 bench/based/make_configs.py
+    python3 bench/based/make_configs.py            (writes both files)
+    python3 bench/based/make_configs.py --check    (exit 1 when a file differs from the mapping)
 
 The authors' configs are transcribed from their training configs
 (HazyResearch/based: train/configs/experiment/reference/based-360m.yaml and based-1b.yaml, keys
@@ -90,16 +91,33 @@ def state_dict_shapes(cfg):
     return shapes
 
 
-def main():
+def config_text(cfg):
+    tensors = {k: torch.empty(s, device="meta") for k, s in state_dict_shapes(cfg).items()}
+    config, _ = convert_based.convert(cfg, tensors, tokenizer_eos=50256)
+    return json.dumps(config, indent=1, sort_keys=True) + "\n"
+
+
+def main(argv):
+    check = argv == ["--check"]
+    if argv and not check:
+        print("usage: make_configs.py [--check]", file=sys.stderr)
+        return 2
+    stale = 0
     for name, cfg in AUTHORS.items():
-        tensors = {k: torch.empty(s, device="meta") for k, s in state_dict_shapes(cfg).items()}
-        config, _ = convert_based.convert(cfg, tensors, tokenizer_eos=50256)
         path = os.path.join(os.path.dirname(os.path.abspath(__file__)), f"{name}.json")
-        with open(path, "w") as f:
-            json.dump(config, f, indent=1, sort_keys=True)
-            f.write("\n")
-        print(f"wrote {path}")
+        text = config_text(cfg)
+        if check:
+            with open(path) as f:
+                if f.read() != text:
+                    print(f"{path} differs from convert_based.py's mapping of the authors' "
+                          f"config: rerun bench/based/make_configs.py", file=sys.stderr)
+                    stale += 1
+        else:
+            with open(path, "w") as f:
+                f.write(text)
+            print(f"wrote {path}")
+    return 1 if stale else 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main(sys.argv[1:]))
