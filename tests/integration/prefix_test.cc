@@ -2,7 +2,9 @@
 // the byte tokenizer, so that it runs under the sanitizers too; CPU):
 // a stateless chat that resends its history reads only its new tokens and gets the tokens of a
 // server without the cache; RewindSession and ForkSession(num_tokens) return a session exactly
-// to a turn boundary; their errors reach the client with their codes.
+// to a turn boundary; their errors reach the client with their codes. Each test runs on
+// TinyConfig's linear-attention model and on TinyBasedConfig's short_conv /
+// taylor_linear_attention / sliding_window_attention layers (prompts longer than the window).
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -20,10 +22,10 @@ namespace {
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-class PrefixTest : public ::testing::Test {
+class PrefixTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const ModelConfig config = TinyConfig();
+    const ModelConfig config = GetParam() == "based" ? TinyBasedConfig() : TinyConfig();
     ASSERT_TRUE(WriteModelDirectory(model_dir_, config, MakeRandomWeights(config, 4)).ok());
   }
 
@@ -49,6 +51,11 @@ class PrefixTest : public ::testing::Test {
   const std::string model_dir_ = dir_.Join("model");
 };
 
+INSTANTIATE_TEST_SUITE_P(Models, PrefixTest, ::testing::Values("tiny", "based"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
 struct Reply {
   std::vector<int32_t> tokens;
   v1::Usage usage;
@@ -73,7 +80,7 @@ Reply Generate(Client& client, const std::vector<int32_t>& prompt, const std::st
   return reply;
 }
 
-TEST_F(PrefixTest, AResentChatReadsOnlyItsNewTokensAndMatchesAServerWithoutTheCache) {
+TEST_P(PrefixTest, AResentChatReadsOnlyItsNewTokensAndMatchesAServerWithoutTheCache) {
   std::unique_ptr<ServerProcess> cached = Start("cached", {"--prefix_checkpoint_interval=64"});
   std::unique_ptr<ServerProcess> plain = Start("plain", {"--prefix_cache_mib=0"});
   std::unique_ptr<Client> a = cached->Connect();
@@ -102,7 +109,7 @@ TEST_F(PrefixTest, AResentChatReadsOnlyItsNewTokensAndMatchesAServerWithoutTheCa
   }
 }
 
-TEST_F(PrefixTest, RewindAndForkReturnExactlyToATurnBoundary) {
+TEST_P(PrefixTest, RewindAndForkReturnExactlyToATurnBoundary) {
   std::unique_ptr<ServerProcess> server = Start("server", {"--session_checkpoints=4"});
   std::unique_ptr<Client> client = server->Connect();
   const std::string id = client->CreateSession()->id();

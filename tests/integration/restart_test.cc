@@ -1,6 +1,8 @@
 // Restarts of the real linserve binary change nothing a client can see (issue #18): every field
 // of every session is kept, sessions idle past the timeout while the server was down are gone
-// at the start (their files too), and the port file exists only while the server does.
+// at the start (their files too), and the port file exists only while the server does. A
+// session SIGKILLed after its acknowledged turns continues with exactly the tokens of an
+// uninterrupted run, on TinyConfig's model and on TinyBasedConfig's.
 #include <signal.h>
 
 #include <filesystem>
@@ -22,8 +24,9 @@ namespace {
 
 class RestartTest : public ::testing::Test {
  protected:
+  virtual ModelConfig Config() const { return TinyConfig(); }
   void SetUp() override {
-    const ModelConfig config = TinyConfig();
+    const ModelConfig config = Config();
     ASSERT_TRUE(
         WriteModelDirectory(dir_.Join("model"), config, MakeRandomWeights(config, 5)).ok());
   }
@@ -61,6 +64,61 @@ std::map<std::string, v1::Session> AllSessions(Client& client) {
     for (const v1::Session& s : page->sessions()) out[s.id()] = s;
   }
   return out;
+}
+
+class RestartModelsTest : public RestartTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  ModelConfig Config() const override {
+    return GetParam() == "based" ? TinyBasedConfig() : TinyConfig();
+  }
+};
+
+INSTANTIATE_TEST_SUITE_P(Models, RestartModelsTest, ::testing::Values("tiny", "based"),
+                         [](const ::testing::TestParamInfo<std::string>& info) {
+                           return info.param;
+                         });
+
+std::vector<int32_t> Turn(Client& client, const std::vector<int32_t>& prompt,
+                          const std::string& session, uint64_t seed) {
+  v1::GenerateRequest r = Tokens(prompt, session);
+  r.set_max_new_tokens(7);
+  r.set_ignore_eos(true);
+  r.mutable_sampling()->set_seed(seed);
+  r.mutable_sampling()->set_temperature(0.8f);
+  r.mutable_sampling()->set_repetition_penalty(1.3f);  // the token counts must survive too
+  std::vector<int32_t> out;
+  const absl::Status status = client.Generate(r, [&](const v1::GenerateResponse& m) {
+    for (const v1::GeneratedToken& t : m.tokens()) out.push_back(t.id());
+    return true;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return out;
+}
+
+// Session a takes two turns and the server is SIGKILLed; session b takes the same three turns
+// without interruption. After the restart on the same state_dir, a's third turn is b's.
+TEST_P(RestartModelsTest, ASessionContinuesAfterASigkillExactlyAsWithoutIt) {
+  const std::vector<std::vector<int32_t>> turns = {{1, 2, 3, 4, 5, 6}, {7, 8}, {9}};
+  std::string a;
+  std::vector<int32_t> uninterrupted;
+  {
+    std::unique_ptr<ServerProcess> server = Start("log1");
+    std::unique_ptr<Client> client = server->Connect();
+    a = client->CreateSession()->id();
+    const std::string b = client->CreateSession()->id();
+    for (uint64_t i = 0; i < 2; ++i) Turn(*client, turns[i], a, i);
+    for (uint64_t i = 0; i < 3; ++i) uninterrupted = Turn(*client, turns[i], b, i);
+    client.reset();
+    server->Signal(SIGKILL);
+    server->WaitForExit(absl::Seconds(30));
+  }
+  std::unique_ptr<ServerProcess> server = Start("log2");
+  std::unique_ptr<Client> client = server->Connect();
+  EXPECT_EQ(client->GetSession(a)->num_tokens(), 6 + 7 + 2 + 7);
+  EXPECT_EQ(Turn(*client, turns[2], a, 2), uninterrupted);
+  client.reset();
+  server->Signal(SIGTERM);
+  EXPECT_EQ(server->WaitForExit(absl::Seconds(30)), 0) << server->Log();
 }
 
 TEST_F(RestartTest, EverySessionFieldIsKeptAcrossSigtermAndSigkillRestarts) {

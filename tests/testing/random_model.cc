@@ -11,6 +11,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/format/file_io.h"
+#include "model/layers/gated_mlp.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
+#include "model/layers/taylor_linear_attention.h"
 #include "model/tokenizer/load_tokenizer.h"
 
 namespace linserve {
@@ -58,6 +63,39 @@ ModelConfig TinyConfig() {
   c.d_ff = 64;
   c.eos_token_id = 257;
   return c;
+}
+
+ModelConfig TinyBasedConfig() {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {
+      .kind = "gated_mlp",
+      .params = GatedMlpParams{.d_ff = 48, .activation = GateActivation::kSilu}.ToValues()};
+  const ComponentSpec conv = {
+      .kind = "short_conv",
+      .params = ShortConvParams{.d_inner = 32, .kernel_size = 3, .conv_bias = true}.ToValues()};
+  const ComponentSpec taylor = {
+      .kind = "taylor_linear_attention",
+      .params = TaylorLinearAttentionParams{.n_heads = 2, .feature_dim = 4, .head_dim = 16}
+                    .ToValues()};
+  const ComponentSpec window = {
+      .kind = "sliding_window_attention",
+      .params = SlidingWindowAttentionParams{.n_heads = 4, .head_dim = 8, .window = 4,
+                                             .rotary_dim = 8}
+                    .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 32;
+  c.position = PositionEmbedding::kNone;
+  c.eos_token_id = 257;
+  for (const ComponentSpec& mixer : {conv, taylor, window, conv}) {
+    c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
+  }
+  c.n_layers = static_cast<int32_t>(c.layers.size());
+  c.final_norm = norm;
+  // Through config.json text, so that the fields derived from the layers are filled in.
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "TinyBasedConfig");
+  if (!parsed.ok()) Die(parsed.status().ToString());
+  return *std::move(parsed);
 }
 
 ModelWeights MakeRandomWeights(const ModelConfig& config, uint64_t seed) {

@@ -18,6 +18,13 @@ namespace linserve {
 // d_model 32 = 4 heads × 8, d_ff 64, pre-norm, elu_plus_one, sinusoidal positions, biases, tied.
 ModelConfig TinyConfig();
 
+// A small valid Based-shaped config (the byte tokenizer of TinyConfig, d_model 32, no position
+// embeddings, rms_norm pre-norm and final norm, gated_mlp d_ff 48 silu): four layers whose
+// mixers are short_conv (d_inner 32, kernel 3, conv bias), taylor_linear_attention (2 heads,
+// feature_dim 4, head_dim 16), sliding_window_attention (4 heads × 8, window 4: a ring of 3
+// entries, which every prompt longer than 3 tokens wraps) and short_conv again.
+ModelConfig TinyBasedConfig();
+
 // Random weights for `config` (which must pass ParseModelConfig), deterministic in `seed` on
 // every platform. Not the N(0, 0.02) of GPT training recipes, which would leave a tiny model's
 // attention and FFN contributions invisible next to the residual: projections are
