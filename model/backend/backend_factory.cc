@@ -44,7 +44,7 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
   if (selection == DeviceSelection::kCpu) return CreateCpuBackend(model, options);
   if (absl::Status kinds = CheckCudaImplementsKinds(model.config); !kinds.ok()) {
     if (selection == DeviceSelection::kCuda) return kinds;
-    spdlog::info("device auto: {}; using the CPU backend", kinds.message());
+    spdlog::info("device auto: {}; using the CPU backend", std::string(kinds.message()));
     return CreateCpuBackend(model, options);
   }
   // The CUDA backend runs the layer list like the CPU backend, but its parity with the CPU
