@@ -37,27 +37,32 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
     bool convert;  // stored in dtype (matrices) or kept fp32 (vectors, favor projections)
   };
   std::vector<Upload> uploads;
+  constexpr size_t kAbsent = static_cast<size_t>(-1);
   auto add = [&](const Tensor& t, bool convert) -> size_t {
     const size_t offset = layout.Reserve(t.data.size() * (convert ? element : sizeof(float)));
     uploads.push_back({&t, offset, convert});
     return offset;
   };
   // q, k, v must be adjacent rows of one matrix (and their biases one vector): reserve the
-  // fused block, then place the three parts inside it.
+  // fused block, then place the three parts inside it. Their sizes may differ (the Taylor
+  // mixer's q and k are narrower than its v). Absent (a layer whose mixer has no q) or not.
   auto add_fused = [&](const Tensor& q, const Tensor& k, const Tensor& v, bool convert) {
-    const size_t part = q.data.size() * (convert ? element : sizeof(float));
-    const size_t offset = layout.Reserve(3 * part);
+    if (q.empty()) return kAbsent;
+    const size_t unit = convert ? element : sizeof(float);
+    const size_t q_bytes = q.data.size() * unit, k_bytes = k.data.size() * unit;
+    const size_t offset = layout.Reserve(q_bytes + k_bytes + v.data.size() * unit);
     uploads.push_back({&q, offset, convert});
-    uploads.push_back({&k, offset + part, convert});
-    uploads.push_back({&v, offset + 2 * part, convert});
+    uploads.push_back({&k, offset + q_bytes, convert});
+    uploads.push_back({&v, offset + q_bytes + k_bytes, convert});
     return offset;
   };
 
   struct LayerOffsets {
     size_t qkv_weight, qkv_bias, o_weight, o_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias,
-        ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor;
+        ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor, conv_in_weight, conv_in_bias,
+        conv_weight, conv_bias, conv_out_weight, conv_out_bias;
   };
-  constexpr size_t kAbsent = static_cast<size_t>(-1);
+  // Which tensors a layer has is declared by its kinds (model/layers/); the rest are empty.
   auto optional = [&](const Tensor& t, bool convert) {
     return t.empty() ? kAbsent : add(t, convert);
   };
@@ -68,18 +73,24 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   for (const LayerWeights& l : w.layers) {
     LayerOffsets o;
     o.qkv_weight = add_fused(l.q_weight, l.k_weight, l.v_weight, true);
-    o.qkv_bias = l.q_bias.empty() ? kAbsent : add_fused(l.q_bias, l.k_bias, l.v_bias, false);
-    o.o_weight = add(l.o_weight, true);
+    o.qkv_bias = add_fused(l.q_bias, l.k_bias, l.v_bias, false);
+    o.o_weight = optional(l.o_weight, true);
     o.o_bias = optional(l.o_bias, false);
-    o.fc1_weight = add(l.fc1_weight, true);
+    o.fc1_weight = optional(l.fc1_weight, true);
     o.fc1_bias = optional(l.fc1_bias, false);
-    o.fc2_weight = add(l.fc2_weight, true);
+    o.fc2_weight = optional(l.fc2_weight, true);
     o.fc2_bias = optional(l.fc2_bias, false);
-    o.ln1_weight = add(l.ln1_weight, false);
-    o.ln1_bias = add(l.ln1_bias, false);
-    o.ln2_weight = add(l.ln2_weight, false);
-    o.ln2_bias = add(l.ln2_bias, false);
+    o.ln1_weight = optional(l.ln1_weight, false);
+    o.ln1_bias = optional(l.ln1_bias, false);
+    o.ln2_weight = optional(l.ln2_weight, false);
+    o.ln2_bias = optional(l.ln2_bias, false);
     o.favor = optional(l.favor_projection, false);
+    o.conv_in_weight = optional(l.conv_in_weight, true);
+    o.conv_in_bias = optional(l.conv_in_bias, false);
+    o.conv_weight = optional(l.conv_weight, false);
+    o.conv_bias = optional(l.conv_bias, false);
+    o.conv_out_weight = optional(l.conv_out_weight, true);
+    o.conv_out_bias = optional(l.conv_out_bias, false);
     offsets.push_back(o);
   }
   const size_t final_weight = optional(w.final_norm_weight, false);
@@ -144,6 +155,12 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
     p.ln2_weight = at_f(o.ln2_weight);
     p.ln2_bias = at_f(o.ln2_bias);
     p.favor = at_f(o.favor);
+    p.conv_in_weight = at(o.conv_in_weight);
+    p.conv_in_bias = at_f(o.conv_in_bias);
+    p.conv_weight = at_f(o.conv_weight);
+    p.conv_bias = at_f(o.conv_bias);
+    p.conv_out_weight = at(o.conv_out_weight);
+    p.conv_out_bias = at_f(o.conv_out_bias);
     weights.layers.push_back(p);
   }
   return weights;

@@ -1,7 +1,8 @@
 // CudaWeights: a model's weights on the device, uploaded once into one allocation. Matrices are
-// stored in BackendOptions::weight_precision, with q/k/v fused into one [3·H·Dh, d_model] matrix
-// (and their biases into one vector) so that a layer's projections are one GEMM; LayerNorm
-// parameters, biases and the favor_plus projections stay fp32.
+// stored in BackendOptions::weight_precision, with q/k/v fused into one matrix (q rows, then k,
+// then v; their biases into one vector) so that a mixer's projections are one GEMM; norm
+// parameters, biases, the favor_plus projections and the short convolutions' depthwise kernels
+// stay fp32.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 
@@ -20,10 +21,11 @@ namespace linserve {
 // The element type of the device matrices for `precision`.
 cuda::DType WeightDType(WeightPrecision precision);
 
-// One layer's tensors; an optional tensor the model lacks is null. T is the weights' type.
+// One layer's tensors (model/layers/layer_weights.h names them); a tensor the layer's kinds do
+// not declare, or an optional one the model lacks, is null. T is the weights' type.
 struct CudaLayerWeights {
-  const void* qkv_weight = nullptr;  // T [3·H·Dh, d]: q rows, then k, then v
-  const float* qkv_bias = nullptr;   // [3·H·Dh] or null
+  const void* qkv_weight = nullptr;  // T [q rows + k rows + v rows, d]: q, then k, then v
+  const float* qkv_bias = nullptr;   // [q rows + k rows + v rows] or null
   const void* o_weight = nullptr;
   const float* o_bias = nullptr;
   const void* fc1_weight = nullptr;
@@ -35,6 +37,12 @@ struct CudaLayerWeights {
   const float* ln2_weight = nullptr;
   const float* ln2_bias = nullptr;
   const float* favor = nullptr;
+  const void* conv_in_weight = nullptr;  // T
+  const float* conv_in_bias = nullptr;
+  const float* conv_weight = nullptr;  // fp32 [d_inner, kernel] (short_conv)
+  const float* conv_bias = nullptr;
+  const void* conv_out_weight = nullptr;  // T
+  const float* conv_out_bias = nullptr;
 };
 
 struct CudaWeights {
