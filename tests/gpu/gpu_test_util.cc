@@ -1,8 +1,29 @@
 #include "tests/gpu/gpu_test_util.h"
 
+#include <cstdlib>
+
 #include "tests/testing/random_model.h"
 
 namespace linserve::gpu_test {
+
+ModelConfig LayerListConfig(const ComponentSpec& mixer, const ComponentSpec& norm,
+                            const ComponentSpec& mlp, int n_layers) {
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 32;
+  c.position = PositionEmbedding::kNone;
+  c.eos_token_id = 257;
+  for (int l = 0; l < n_layers; ++l) c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
+  c.n_layers = n_layers;
+  c.final_norm = norm;
+  // Through config.json text, so that the fields derived from the layers are filled in.
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "LayerListConfig");
+  if (!parsed.ok()) {
+    ADD_FAILURE() << parsed.status();
+    std::abort();
+  }
+  return *std::move(parsed);
+}
 
 std::vector<Variant> ModelVariants() {
   std::vector<Variant> v;

@@ -127,8 +127,14 @@ struct Variant {
 };
 
 // Every value of every architecture field appears at least once: norm placement, the four
-// feature maps, the three position schemes, the three activations, bias on/off, tied/untied.
+// feature maps, the three position schemes, the three activations, bias on/off, tied/untied;
+// and every layer kind (model/layers/kinds.cc), alone and mixed.
 std::vector<Variant> ModelVariants();
+
+// A model of `n_layers` equal layers of these kinds (TinyConfig's byte vocabulary, d_model 32,
+// no position embedding, pre-norm with a final `norm`), checked by ParseModelConfig.
+ModelConfig LayerListConfig(const ComponentSpec& mixer, const ComponentSpec& norm,
+                            const ComponentSpec& mlp, int n_layers = 2);
 
 }  // namespace linserve::gpu_test
 
