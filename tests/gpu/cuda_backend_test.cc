@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
@@ -392,6 +393,56 @@ TEST(CudaBackendTest, ChunkedPrefillEqualsRecurrence) {
         RelativeError(absl::MakeConstSpan(all).subspan((tokens.size() - 1) * vocab), step_logits),
         1e-5);
   }
+}
+
+// short_conv's prefill (all of a piece's outputs at once, then the state) against its decode
+// step, on both short_conv variants: 150 tokens prefilled in calls of 1, 2, 67 and 80 tokens (so
+// a call shorter than kernel − 1 keeps older state rows), at several chunk sizes, against the
+// same tokens decoded one at a time; state and last logits within 1e-5.
+TEST(CudaBackendTest, ShortConvPrefillInPiecesEqualsRecurrence) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  int tested = 0;
+  for (const Variant& variant : ModelVariants()) {
+    if (!absl::StartsWith(variant.name, "short_conv")) continue;
+    SCOPED_TRACE(variant.name);
+    ++tested;
+    const Model model = MakeRandomModel(variant.config, 25);
+    const int64_t vocab = model.config.vocab_size;
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kFp32;
+    std::unique_ptr<CudaBackend> recurrent = MakeCuda(model, options);
+    ASSERT_NE(recurrent, nullptr);
+    const std::vector<int32_t> tokens = RandomTokens(150, vocab, 26);
+    const SlotId r = Allocate(*recurrent);
+    std::vector<float> step_logits(vocab);
+    for (TokenId t : tokens) {
+      const DecodeItem item{r, t};
+      ASSERT_TRUE(recurrent->Decode({&item, 1}, absl::MakeSpan(step_logits)).ok());
+    }
+    const StateBlob expect = Read(*recurrent, r);
+    for (int chunk : {1, 7, 64}) {
+      SCOPED_TRACE(chunk);
+      options.prefill_chunk_size = chunk;
+      std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+      ASSERT_NE(gpu, nullptr);
+      const SlotId slot = Allocate(*gpu);
+      std::vector<float> last;
+      size_t first = 0;
+      for (size_t n : {1, 2, 67, 80}) {
+        last.assign(n * vocab, 0.0f);
+        ASSERT_TRUE(gpu->Prefill(slot, absl::MakeConstSpan(tokens).subspan(first, n),
+                                 absl::MakeSpan(last))
+                        .ok());
+        first += n;
+      }
+      ASSERT_EQ(first, tokens.size());
+      const StateBlob got = Read(*gpu, slot);
+      EXPECT_EQ(got.position, expect.position);
+      EXPECT_LE(RelativeError(got.state, expect.state), 1e-5);
+      EXPECT_LE(RelativeError(absl::MakeConstSpan(last).subspan(79 * vocab), step_logits), 1e-5);
+    }
+  }
+  EXPECT_EQ(tested, 2);
 }
 
 // A varlen batch: sessions at different positions, prompts from one token to more than one

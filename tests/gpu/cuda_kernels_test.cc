@@ -13,11 +13,13 @@
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear_attention.h"
+#include "kernels/cpu/short_conv.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
 #include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
+#include "kernels/cuda/short_conv.h"
 #include "model/backend/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -513,6 +515,192 @@ TEST(CudaKernelsTest, AttentionRejectsShapesOutOfRange) {
   args.shape.head_dim = args.shape.feature_dim = 8;
   args.chunk = cuda::kMaxPrefillChunk + 1;
   EXPECT_THAT(cuda::LaunchPrefillAttention(nullptr, args).message(), testing::HasSubstr("chunk"));
+}
+
+// ---- short_conv: against cpu::ShortConvStep token by token ----
+
+struct ConvCase {
+  const char* name;
+  int channels, kernel;
+  bool conv_bias;
+};
+
+// Channel counts below, at and across the 256-thread blocks.
+constexpr ConvCase kConvCases[] = {
+    {"k2_bias", 40, 2, true},
+    {"k3_bias", 300, 3, true},
+    {"k4_nobias", 37, 4, false},
+    {"k3_nobias_block", 256, 3, false},
+};
+
+struct ConvInputs {
+  std::vector<float> a;          // [rows, 2·channels], without in_proj's bias
+  std::vector<float> in_bias;    // [2·channels]
+  std::vector<float> weight;     // [channels, kernel] (conv.weight)
+  std::vector<float> taps;       // [kernel, channels], as cpu::ShortConvStep reads them
+  std::vector<float> conv_bias;  // [channels] or empty
+};
+
+ConvInputs MakeConvInputs(const ConvCase& c, int rows, uint64_t seed) {
+  ConvInputs in;
+  in.a = RandomFloats(static_cast<size_t>(rows) * 2 * c.channels, seed);
+  in.in_bias = RandomFloats(2 * static_cast<size_t>(c.channels), seed + 1, 0.1f);
+  in.weight = RandomFloats(static_cast<size_t>(c.channels) * c.kernel, seed + 2, 0.6f);
+  in.taps.resize(in.weight.size());
+  for (int ch = 0; ch < c.channels; ++ch) {
+    for (int j = 0; j < c.kernel; ++j) {
+      in.taps[static_cast<size_t>(j) * c.channels + ch] =
+          in.weight[static_cast<size_t>(ch) * c.kernel + j];
+    }
+  }
+  if (c.conv_bias) in.conv_bias = RandomFloats(static_cast<size_t>(c.channels), seed + 3, 0.1f);
+  return in;
+}
+
+// One CPU step of row `row` of in.a (in_proj's bias added first, as the CPU's Linear does).
+void ConvStep(const ConvCase& c, const ConvInputs& in, int row, float* history, float* y) {
+  std::vector<float> ug(2 * static_cast<size_t>(c.channels));
+  for (size_t i = 0; i < ug.size(); ++i) ug[i] = in.a[row * ug.size() + i] + in.in_bias[i];
+  cpu::ShortConvStep(ug.data(), ug.data() + c.channels, c.channels, c.kernel, in.taps.data(),
+                     in.conv_bias.empty() ? nullptr : in.conv_bias.data(), history, y);
+}
+
+cuda::ShortConvShape ConvShape(const ConvCase& c, const DeviceArray<float>& in_bias,
+                               const DeviceArray<float>& weight,
+                               const DeviceArray<float>& conv_bias) {
+  cuda::ShortConvShape shape;
+  shape.channels = c.channels;
+  shape.kernel = c.kernel;
+  shape.in_bias = in_bias.get();
+  shape.weight = weight.get();
+  shape.conv_bias = c.conv_bias ? conv_bias.get() : nullptr;
+  return shape;
+}
+
+TEST(CudaKernelsTest, DecodeShortConvMatchesCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(c.name);
+    const int real_rows = 6;
+    const int rows = real_rows + 1;  // + one padding row
+    const int slots = 9;
+    const std::vector<int32_t> slot_of_row = {7, 2, 0, 5, 8, 3, -1};
+    const int layers = 2, layer = 1;
+    const int64_t layer_floats = static_cast<int64_t>(c.kernel - 1) * c.channels;
+    const int64_t slot_floats = layers * layer_floats;
+    const std::vector<float> states = RandomFloats(static_cast<size_t>(slots * slot_floats), 31);
+    const ConvInputs in = MakeConvInputs(c, rows, 32);
+
+    std::vector<float> expect_states = states;
+    std::vector<float> expect_out(static_cast<size_t>(real_rows) * c.channels);
+    for (int r = 0; r < real_rows; ++r) {
+      ConvStep(c, in, r,
+               expect_states.data() + slot_of_row[r] * slot_floats + layer * layer_floats,
+               expect_out.data() + static_cast<size_t>(r) * c.channels);
+    }
+
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(cuda::DTypeName(dtype));
+      DeviceArray<float> a(in.a), in_bias(in.in_bias), weight(in.weight), state(states);
+      DeviceArray<float> conv_bias(in.conv_bias);
+      DeviceArray<int32_t> slot_dev(slot_of_row);
+      DeviceArray<uint8_t> out(static_cast<size_t>(rows) * c.channels * cuda::DTypeSize(dtype));
+      cuda::DecodeShortConvArgs args;
+      args.shape = ConvShape(c, in_bias, weight, conv_bias);
+      args.a = a.get();
+      args.slots = slot_dev.get();
+      args.state = state.get();
+      args.slot_stride = slot_floats;
+      args.layer_offset = layer * layer_floats;
+      args.rows = rows;
+      args.out_dtype = dtype;
+      args.out = out.get();
+      ASSERT_TRUE(cuda::LaunchDecodeShortConv(nullptr, args).ok());
+      std::vector<float> got = ToFloats(out, dtype, static_cast<size_t>(rows) * c.channels);
+      got.resize(expect_out.size());  // the padding row's output is unspecified
+      std::vector<float> expect_t = expect_out;
+      for (float& e : expect_t) e = Round(dtype, e);
+      // fp32: expf's last ulp (CUDA against libmvec); bf16/fp16: such an ulp can move a value
+      // across a rounding boundary of the narrow type.
+      EXPECT_LE(RelativeError(got, expect_t), dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+      // The state only moves u values (u = a + bias, one rounding on both sides): bitwise equal,
+      // the padding row's slot-free step writing nothing, untouched slots (1, 4, 6, layer 0)
+      // left as they were.
+      EXPECT_EQ(state.Download(), expect_states);
+    }
+  }
+}
+
+// Pieces of 1, 2, 5 and 70 tokens fed one after the other into one non-zero state (so pieces
+// shorter than kernel − 1 keep older state rows), each against the CPU's token-by-token steps.
+TEST(CudaKernelsTest, PrefillShortConvMatchesRecurrence) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<int> pieces = {1, 2, 5, 70};
+  int tokens = 0;
+  for (int n : pieces) tokens += n;
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t layer_floats = static_cast<int64_t>(c.kernel - 1) * c.channels;
+    const std::vector<float> initial = RandomFloats(static_cast<size_t>(layer_floats), 33);
+    const ConvInputs in = MakeConvInputs(c, tokens, 34);
+    std::vector<float> expect_state = initial;
+    std::vector<std::vector<float>> expect_states;  // after each piece
+    std::vector<float> expect_out(static_cast<size_t>(tokens) * c.channels);
+    for (int t = 0, p = 0; p < static_cast<int>(pieces.size()); ++p) {
+      for (int end = t + pieces[p]; t < end; ++t) {
+        ConvStep(c, in, t, expect_state.data(),
+                 expect_out.data() + static_cast<size_t>(t) * c.channels);
+      }
+      expect_states.push_back(expect_state);
+    }
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(cuda::DTypeName(dtype));
+      const size_t width = cuda::DTypeSize(dtype);
+      DeviceArray<float> a(in.a), in_bias(in.in_bias), weight(in.weight), state(initial);
+      DeviceArray<float> conv_bias(in.conv_bias);
+      DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * c.channels * width);
+      for (int first = 0, p = 0; p < static_cast<int>(pieces.size()); first += pieces[p++]) {
+        SCOPED_TRACE(testing::Message() << "piece of " << pieces[p]);
+        cuda::PrefillShortConvArgs args;
+        args.shape = ConvShape(c, in_bias, weight, conv_bias);
+        args.a = a.get() + static_cast<size_t>(first) * 2 * c.channels;
+        args.state = state.get();
+        args.tokens = pieces[p];
+        args.out_dtype = dtype;
+        args.out = out.get() + static_cast<size_t>(first) * c.channels * width;
+        ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
+        EXPECT_EQ(state.Download(), expect_states[p]);
+      }
+      std::vector<float> expect_t = expect_out;
+      for (float& e : expect_t) e = Round(dtype, e);
+      EXPECT_LE(RelativeError(ToFloats(out, dtype, expect_t.size()), expect_t),
+                dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+    }
+  }
+}
+
+TEST(CudaKernelsTest, ShortConvRejectsShapesOutOfRange) {
+  const float weight = 1.0f;
+  cuda::ShortConvShape shape;
+  shape.channels = 8;
+  shape.kernel = 3;
+  shape.weight = &weight;
+  EXPECT_TRUE(cuda::CheckShortConvShape(shape).ok());
+  shape.kernel = cuda::kMinShortConvKernel - 1;
+  EXPECT_THAT(cuda::CheckShortConvShape(shape).message(), testing::HasSubstr("kernel_size 1"));
+  shape.kernel = cuda::kMaxShortConvKernel + 1;
+  EXPECT_THAT(cuda::CheckShortConvShape(shape).message(), testing::HasSubstr("kernel_size 65"));
+  shape.kernel = 3;
+  shape.channels = 0;
+  EXPECT_THAT(cuda::CheckShortConvShape(shape).message(), testing::HasSubstr("d_inner 0"));
+  shape.channels = 8;
+  shape.weight = nullptr;
+  EXPECT_THAT(cuda::CheckShortConvShape(shape).message(), testing::HasSubstr("conv.weight"));
+  cuda::PrefillShortConvArgs args;
+  args.shape = shape;
+  args.tokens = 4;
+  EXPECT_EQ(cuda::LaunchPrefillShortConv(nullptr, args).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 // The device sampler against the host Sampler: the same logits and seed give the same tokens,

@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 
+#include "model/layers/ffn.h"
+#include "model/layers/layer_norm.h"
+#include "model/layers/short_conv.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve::gpu_test {
@@ -65,6 +68,19 @@ std::vector<Variant> ModelVariants() {
   c.d_ff = 200;
   c.n_layers = 3;
   v.push_back({"pre_elu_wide_heads", c});
+  // short_conv (Based's BaseConv) under TinyConfig's norm and MLP kinds: kernel 3 with the
+  // convolution's bias, and kernel 4 with no bias anywhere in the mixer.
+  const ComponentSpec layer_norm = {.kind = "layer_norm", .params = LayerNormParams{}.ToValues()};
+  const ComponentSpec ffn = {.kind = "ffn", .params = FfnParams{.d_ff = 64}.ToValues()};
+  const ComponentSpec conv3 = {
+      .kind = "short_conv",
+      .params = ShortConvParams{.d_inner = 48, .kernel_size = 3, .conv_bias = true}.ToValues()};
+  v.push_back({"short_conv_k3_conv_bias", LayerListConfig(conv3, layer_norm, ffn)});
+  const ComponentSpec conv4 = {
+      .kind = "short_conv",
+      .params = ShortConvParams{.d_inner = 32, .kernel_size = 4, .bias = false, .conv_bias = false}
+                    .ToValues()};
+  v.push_back({"short_conv_k4_nobias", LayerListConfig(conv4, layer_norm, ffn, 3)});
   return v;
 }
 

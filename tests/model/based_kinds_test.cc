@@ -590,9 +590,15 @@ TEST(BasedKindsTest, SessionStateValidationLocatesTheLayer) {
 
 TEST(BasedKindsTest, CudaRefusesKindsItLacksByName) {
   EXPECT_TRUE(CheckCudaImplementsKinds(TinyConfig()).ok());
+  ModelConfig conv_only = TinyConfig();
+  conv_only.final_norm = conv_only.FinalNorm();
+  conv_only.layers = conv_only.LayerList();
+  conv_only.layers[1].mixer = ShortConv(16, 3, true, true);
+  EXPECT_TRUE(CheckCudaImplementsKinds(conv_only).ok());
+  // Layer 0 is short_conv (implemented) under an rms_norm.
   const absl::Status s = CheckCudaImplementsKinds(MixedConfig());
   EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
-  EXPECT_THAT(s.message(), HasSubstr("layers[0].mixer.kind = \"short_conv\""));
+  EXPECT_THAT(s.message(), HasSubstr("layers[0].norm.kind = \"rms_norm\""));
   ModelConfig norm_only = TinyConfig();
   norm_only.layers = norm_only.LayerList();
   norm_only.final_norm = RmsNorm();

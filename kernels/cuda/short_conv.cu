@@ -1,0 +1,154 @@
+// The short_conv mixer's fused bias + depthwise causal convolution + silu + gate
+// (kernels/cuda/short_conv.h). Every kernel is one thread per channel of a token: the channels
+// are the innermost index of a, the state rows and the output, so a warp reads and writes 128
+// contiguous bytes of each. The taps w[ch][0 … kernel−1] are a thread's own run of `kernel`
+// floats (the warp's runs are contiguous, so they come through L1). The work is memory-bound
+// and tiny next to in_proj and out_proj; it exists to read a and the state once and to write
+// out_proj's input once, in T.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/short_conv.h"
+
+namespace linserve::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kMaxGridY = 65535;  // rows (decode) or tokens (prefill) are the grid's y
+
+// u (or, at channels + ch, g) of one token row of a, with in_proj's bias.
+__device__ __forceinline__ float LoadA(const float* a, const float* in_bias, int64_t row,
+                                       int64_t col, int channels) {
+  const float v = a[row * 2 * channels + col];
+  return in_bias != nullptr ? __fadd_rn(v, in_bias[col]) : v;
+}
+
+// y = silu(c + conv_bias) · g, in the CPU kernel's order of operations: silu(x) = x · 1/(1+e^−x).
+__device__ __forceinline__ float GatedSilu(float c, const float* conv_bias, int ch, float g) {
+  if (conv_bias != nullptr) c = __fadd_rn(c, conv_bias[ch]);
+  const float sigmoid = 1.0f / __fadd_rn(1.0f, expf(-c));
+  return __fmul_rn(__fmul_rn(c, sigmoid), g);
+}
+
+template <typename T>
+__global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortConvArgs args) {
+  const ShortConvShape& shape = args.shape;
+  const int channels = shape.channels;
+  const int kernel = shape.kernel;
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t row = blockIdx.y;
+  if (ch >= channels) return;
+  const int slot = args.slots[row];
+  float* history = slot >= 0 ? args.state + static_cast<int64_t>(slot) * args.slot_stride +
+                                   args.layer_offset + ch
+                             : nullptr;
+  const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
+  const float u = LoadA(args.a, shape.in_bias, row, ch, channels);
+  const float g = LoadA(args.a, shape.in_bias, row, static_cast<int64_t>(channels) + ch, channels);
+  // History row j holds u_{t−(kernel−1)+j}; after the step row j − 1 does, and u is row
+  // kernel − 2. This thread alone reads and writes this channel of the slot's rows.
+  float c = 0.0f;
+  for (int j = 0; j + 1 < kernel; ++j) {
+    const float h = history != nullptr ? history[static_cast<int64_t>(j) * channels] : 0.0f;
+    c = __fadd_rn(c, __fmul_rn(w[j], h));
+    if (history != nullptr && j > 0) history[static_cast<int64_t>(j - 1) * channels] = h;
+  }
+  c = __fadd_rn(c, __fmul_rn(w[kernel - 1], u));
+  if (history != nullptr) history[static_cast<int64_t>(kernel - 2) * channels] = u;
+  static_cast<T*>(args.out)[row * channels + ch] =
+      FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
+}
+
+// Token t, channel ch of a piece: taps before the piece come from the state (row
+// kernel − 1 + p for position p < 0), the rest from the piece's own rows of a.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortConvArgs args) {
+  const ShortConvShape& shape = args.shape;
+  const int channels = shape.channels;
+  const int kernel = shape.kernel;
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  const int64_t t = blockIdx.y;
+  if (ch >= channels) return;
+  const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
+  float c = 0.0f;
+  for (int j = 0; j < kernel; ++j) {
+    const int64_t p = t - (kernel - 1) + j;
+    const float u = p >= 0 ? LoadA(args.a, shape.in_bias, p, ch, channels)
+                           : args.state[(kernel - 1 + p) * channels + ch];
+    c = __fadd_rn(c, __fmul_rn(w[j], u));
+  }
+  const float g = LoadA(args.a, shape.in_bias, t, static_cast<int64_t>(channels) + ch, channels);
+  static_cast<T*>(args.out)[t * channels + ch] = FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
+}
+
+// After the piece: state row r holds u at position tokens − (kernel − 1) + r, from a when that
+// is inside the piece, else the old state row tokens + r. That row is above r, so ascending r
+// reads it before this thread overwrites it.
+__global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillShortConvArgs args) {
+  const ShortConvShape& shape = args.shape;
+  const int channels = shape.channels;
+  const int ch = blockIdx.x * blockDim.x + threadIdx.x;
+  if (ch >= channels) return;
+  for (int r = 0; r + 1 < shape.kernel; ++r) {
+    const int64_t p = static_cast<int64_t>(args.tokens) - (shape.kernel - 1) + r;
+    args.state[static_cast<int64_t>(r) * channels + ch] =
+        p >= 0 ? LoadA(args.a, shape.in_bias, p, ch, channels)
+               : args.state[(args.tokens + static_cast<int64_t>(r)) * channels + ch];
+  }
+}
+
+unsigned ChannelBlocks(int channels) {
+  return static_cast<unsigned>((channels + kThreads - 1) / kThreads);
+}
+
+}  // namespace
+
+absl::Status CheckShortConvShape(const ShortConvShape& shape) {
+  if (shape.channels < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("short_conv: d_inner ", shape.channels, " < 1"));
+  }
+  if (shape.kernel < kMinShortConvKernel || shape.kernel > kMaxShortConvKernel) {
+    return absl::InvalidArgumentError(absl::StrCat("short_conv: kernel_size ", shape.kernel,
+                                                   " outside [", kMinShortConvKernel, ", ",
+                                                   kMaxShortConvKernel, "]"));
+  }
+  if (shape.weight == nullptr) {
+    return absl::InvalidArgumentError("short_conv: the convolution needs its weight (conv.weight)");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArgs& args) {
+  if (absl::Status status = CheckShortConvShape(args.shape); !status.ok()) return status;
+  if (args.rows <= 0) return absl::OkStatus();
+  if (args.rows > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("short_conv decode: ", args.rows, " rows > ", kMaxGridY));
+  }
+  return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    DecodeShortConvKernel<T>
+        <<<dim3(ChannelBlocks(args.shape.channels), args.rows), kThreads, 0, stream>>>(args);
+    return LaunchStatus("DecodeShortConvKernel", __FILE__, __LINE__);
+  });
+}
+
+absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvArgs& args) {
+  if (absl::Status status = CheckShortConvShape(args.shape); !status.ok()) return status;
+  if (args.tokens <= 0) return absl::OkStatus();
+  if (args.tokens > kMaxGridY) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("short_conv prefill: ", args.tokens, " tokens > ", kMaxGridY));
+  }
+  const absl::Status outputs = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    PrefillShortConvKernel<T>
+        <<<dim3(ChannelBlocks(args.shape.channels), args.tokens), kThreads, 0, stream>>>(args);
+    return LaunchStatus("PrefillShortConvKernel", __FILE__, __LINE__);
+  });
+  if (!outputs.ok()) return outputs;
+  ShortConvAdvanceStateKernel<<<ChannelBlocks(args.shape.channels), kThreads, 0, stream>>>(args);
+  return LaunchStatus("ShortConvAdvanceStateKernel", __FILE__, __LINE__);
+}
+
+}  // namespace linserve::cuda

@@ -1,0 +1,73 @@
+// Host-side launchers for the short_conv mixer's convolution (Based's BaseConv,
+// model/layers/short_conv.h): from in_proj's output row a = u | g (2·channels fp32, without
+// in_proj's bias: added here), one fused kernel forms
+//   c[ch] = Σ_{j<kernel} w[ch][j] · u_{t−(kernel−1)+j}[ch] + conv_bias[ch]
+//   y[ch] = silu(c[ch]) · g[ch]
+// and writes y in T, out_proj's input. The sum runs over j in order and every operation rounds
+// as the CPU kernel's (cpu::ShortConvStep), so fp32 results differ only in expf's last ulp.
+//
+// State layout (the same as StateBlob and as the CPU backend): the last kernel − 1 values of u
+// (bias included), oldest first: (kernel − 1) rows of `channels` fp32, at
+//   state + slot * slot_stride + layer_offset.
+// u before a session's first token is zero (a fresh slot's state is zero).
+#ifndef LINSERVE_KERNELS_CUDA_SHORT_CONV_H_
+#define LINSERVE_KERNELS_CUDA_SHORT_CONV_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "kernels/cuda/dtype.h"
+
+namespace linserve::cuda {
+
+struct ShortConvShape {
+  int channels = 0;                  // d_inner
+  int kernel = 0;                    // taps, the current token's included
+  const float* in_bias = nullptr;    // optional [2·channels]: in_proj's bias (u's, then g's)
+  const float* weight = nullptr;     // [channels, kernel]: conv.weight as the checkpoint has it
+  const float* conv_bias = nullptr;  // optional [channels]
+};
+
+// The kernel sizes the kernels accept (short_conv's kernel_size parameter has the same range).
+constexpr int kMinShortConvKernel = 2;
+constexpr int kMaxShortConvKernel = 64;
+
+// INVALID_ARGUMENT unless channels >= 1, kMinShortConvKernel <= kernel <= kMaxShortConvKernel
+// and the weight is given.
+absl::Status CheckShortConvShape(const ShortConvShape& shape);
+
+struct DecodeShortConvArgs {
+  ShortConvShape shape;
+  const float* a = nullptr;        // [rows, 2·channels]: u | g
+  const int32_t* slots = nullptr;  // [rows]; a negative slot is padding: zero state, no write
+  float* state = nullptr;
+  int64_t slot_stride = 0;   // floats per slot
+  int64_t layer_offset = 0;  // floats from a slot's start to this layer's state
+  int rows = 0;
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;  // T [rows, channels]
+};
+// One token per row, each of a distinct slot: the output from the slot's history and the row's
+// u, then the history moves on one token. One thread per (row, channel) owns that channel of
+// the slot's history, so every history value is read once and written once.
+absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArgs& args);
+
+struct PrefillShortConvArgs {
+  ShortConvShape shape;
+  const float* a = nullptr;  // [tokens, 2·channels], consecutive tokens of one session
+  float* state = nullptr;    // this layer's state of the session's slot
+  int tokens = 0;
+  DType out_dtype = DType::kF32;
+  void* out = nullptr;  // T [tokens, channels]
+};
+// The tokens' outputs in parallel (token t reads the earlier tokens of the piece and, for the
+// taps before the piece, the state), then, in a second launch so that no output reads a state
+// value already replaced, the state becomes the piece's last kernel − 1 values of u, the older
+// state rows kept when the piece is shorter than that. Equals feeding the tokens one by one.
+absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvArgs& args);
+
+}  // namespace linserve::cuda
+
+#endif  // LINSERVE_KERNELS_CUDA_SHORT_CONV_H_
