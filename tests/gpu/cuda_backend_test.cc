@@ -394,6 +394,55 @@ TEST(CudaBackendTest, ChunkedPrefillEqualsRecurrence) {
   }
 }
 
+// taylor_linear_attention on the GPU: a prompt fed as prefill pieces of 1, 7, 64 and 150 tokens
+// (each continuing the state the previous one left; 64 and 150 cross chunk boundaries) gives the
+// logits at every position and the state of feeding it token by token through decode (1e-5,
+// the chunked-vs-recurrent bound), for both Taylor variants.
+TEST(CudaBackendTest, TaylorPrefillInPiecesEqualsTokenByTokenDecode) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  int variants = 0;
+  for (const Variant& variant : ModelVariants()) {
+    if (!variant.name.starts_with("taylor_")) continue;
+    ++variants;
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 25);
+    const int64_t vocab = model.config.vocab_size;
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kFp32;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<int> pieces = {1, 7, 64, 150};
+    const std::vector<int32_t> tokens = RandomTokens(1 + 7 + 64 + 150, vocab, 26);
+
+    const SlotId recurrent = Allocate(*gpu);
+    std::vector<float> step_logits(tokens.size() * vocab);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      const DecodeItem item{recurrent, tokens[t]};
+      ASSERT_TRUE(
+          gpu->Decode({&item, 1}, absl::MakeSpan(step_logits).subspan(t * vocab, vocab)).ok());
+    }
+
+    const SlotId slot = Allocate(*gpu);
+    size_t first = 0;
+    for (int piece : pieces) {
+      SCOPED_TRACE(piece);
+      std::vector<float> logits(piece * vocab);
+      ASSERT_TRUE(gpu->Prefill(slot, absl::MakeConstSpan(tokens).subspan(first, piece),
+                               absl::MakeSpan(logits))
+                      .ok());
+      EXPECT_LE(RelativeError(logits, absl::MakeConstSpan(step_logits)
+                                          .subspan(first * vocab, piece * vocab)),
+                1e-5);
+      first += piece;
+    }
+    const StateBlob expect = Read(*gpu, recurrent);
+    const StateBlob got = Read(*gpu, slot);
+    EXPECT_EQ(got.position, expect.position);
+    EXPECT_LE(RelativeError(got.state, expect.state), 1e-5);
+  }
+  EXPECT_EQ(variants, 2);
+}
+
 // A varlen batch: sessions at different positions, prompts from one token to more than one
 // 2048-row pass in all (so one item is cut between passes), every other item sampling (greedy;
 // one with top_logprobs). Each session's state equals feeding it alone, on the GPU (1e-5, the

@@ -2,6 +2,10 @@
 
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
+#include "model/layers/ffn.h"
+#include "model/layers/layer_norm.h"
+#include "model/layers/taylor_linear_attention.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve::gpu_test {
@@ -65,6 +69,21 @@ std::vector<Variant> ModelVariants() {
   c.d_ff = 200;
   c.n_layers = 3;
   v.push_back({"pre_elu_wide_heads", c});
+  // Based's Taylor linear attention between layer_norm and ffn, 2 heads: a small shape (d_f 4,
+  // 21 features, head_dim 16) and Based's real head shape (d_f 16, 273 features, head_dim 64).
+  const ComponentSpec norm = {.kind = LayerNormKind().name, .params = LayerNormParams{}.ToValues()};
+  const ComponentSpec ffn = {.kind = FfnKind().name,
+                             .params = FfnParams{.d_ff = 48, .activation = Activation::kGelu,
+                                                 .bias = true}
+                                           .ToValues()};
+  for (const TaylorLinearAttentionParams& p :
+       {TaylorLinearAttentionParams{.n_heads = 2, .feature_dim = 4, .head_dim = 16},
+        TaylorLinearAttentionParams{.n_heads = 2, .feature_dim = 16, .head_dim = 64}}) {
+    const ComponentSpec taylor = {.kind = TaylorLinearAttentionKind().name,
+                                  .params = p.ToValues()};
+    v.push_back({absl::StrCat("taylor_", p.feature_dim, "_", p.head_dim),
+                 LayerListConfig(taylor, norm, ffn)});
+  }
   return v;
 }
 
