@@ -555,6 +555,7 @@ TEST(CudaKernelsTest, AttentionRejectsShapesOutOfRange) {
   shape.feature_dim = 1 + 128 + 128 * 128;
   EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("feature_dim"));
   shape.key_dim = 8;
+  shape.feature_dim = 40;
   shape.feature_map = cuda::FeatureMapKind::kFavorPlus;
   EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("projection"));
   cuda::PrefillAttentionArgs args;
