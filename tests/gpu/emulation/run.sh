@@ -51,7 +51,8 @@ compile_one() {
   local extra=()
   [[ $flags == TEST ]] && extra=("${tests_defines[@]}") || read -ra extra <<<"$flags"
   if [[ ! -f $target || $src -nt $target || $here/cuda_emulation.h -nt $target ||
-        -n $(find "$root/kernels/cuda" "$root/model" "$root/tests/gpu" -name '*.h' -newer "$target" -print -quit) ]]; then
+        -n $(find "$root/kernels/cuda" "$root/model" "$root/tests/gpu" \
+               \( -name '*.h' -o -name '*.cuh' \) -newer "$target" -print -quit) ]]; then
     "${cxx[@]}" "${extra[@]}" -c "$src" -o "$target"
   fi
 }
