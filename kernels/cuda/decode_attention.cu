@@ -2,8 +2,9 @@
 // memory-bound on the recurrent state (feature_dim × (head_dim + 1) fp32 per head and session,
 // 2.4 MiB per session for the 125M shape against ~250 MB of bf16 weights shared by the whole
 // batch), so this kernel exists to touch each S and z element exactly twice: one load and one
-// store. q, k and v come straight from the fused QKV GEMM (bias added here), φ(q) and φ(k) are
-// evaluated into shared memory, and then each thread walks a column of S:
+// store (with Based's Taylor map, F = 273 rows of S per head against q and k 16 wide, all the
+// more so). q, k and v come straight from the fused QKV GEMM (bias added here), φ(q) and φ(k)
+// are evaluated into shared memory, and then each thread walks a column of S:
 //   s = S[f, c] + φk[f]·v[c];  S[f, c] = s;  num_c += φq[f]·s
 // with the block's threads split as (row group g, column c) so that a warp reads a contiguous
 // 128-256 B segment of a row of S; eight independent rows are loaded before use to keep enough
@@ -28,11 +29,12 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
   const AttentionShape& shape = args.shape;
   const int head = blockIdx.x;
   const int64_t row = blockIdx.y;
+  const int dk = shape.key_dim;
   const int dh = shape.head_dim;
   const int features = shape.feature_dim;
   float* xq = smem;
-  float* xk = xq + dh;
-  float* xv = xk + dh;
+  float* xk = xq + dk;
+  float* xv = xk + dk;
   float* phi_q = xv + dh;
   float* phi_k = phi_q + features;
   float* partial = phi_k + features;  // [kThreads]
@@ -102,7 +104,8 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
 absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArgs& args) {
   if (absl::Status status = CheckAttentionShape(args.shape); !status.ok()) return status;
   if (args.rows <= 0) return absl::OkStatus();
-  const size_t smem = sizeof(float) * (3 * static_cast<size_t>(args.shape.head_dim) +
+  const size_t smem = sizeof(float) * (2 * static_cast<size_t>(args.shape.key_dim) +
+                                       static_cast<size_t>(args.shape.head_dim) +
                                        2 * static_cast<size_t>(args.shape.feature_dim) + kThreads);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     if (smem > 48 * 1024) {

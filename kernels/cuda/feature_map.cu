@@ -18,11 +18,11 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ float scratch[32];
   const int head = blockIdx.x;
   const int64_t row = blockIdx.y;
-  const int dh = shape.head_dim;
+  const int dk = shape.key_dim;
   const int features = shape.feature_dim;
   float* xq = smem;
-  float* xk = xq + dh;
-  float* fq = xk + dh;
+  float* xk = xq + dk;
+  float* fq = xk + dk;
   float* fk = fq + features;
   LoadHeadQkv(shape, qkv, qkv_bias, row, head, xq, xk, nullptr);
   BlockFeatureMap(shape, xq, fq, scratch);
@@ -40,7 +40,7 @@ absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
                                const float* qkv_bias, int rows, float* phi_q, float* phi_k) {
   if (absl::Status status = CheckAttentionShape(shape); !status.ok()) return status;
   if (rows <= 0) return absl::OkStatus();
-  const size_t smem = sizeof(float) * (2 * static_cast<size_t>(shape.head_dim) +
+  const size_t smem = sizeof(float) * (2 * static_cast<size_t>(shape.key_dim) +
                                        2 * static_cast<size_t>(shape.feature_dim));
   if (smem > 48 * 1024) {
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(

@@ -1,12 +1,15 @@
-// Host-side launchers for causal linear attention ("Transformers are RNNs"): the feature maps,
-// the fused per-(session, head) decode update, and chunked prefill.
+// Host-side launchers for causal linear attention ("Transformers are RNNs", and Based's Taylor
+// linear attention): the feature maps, the fused per-(session, head) decode update, and chunked
+// prefill. Every feature map shares these kernels; a map only changes how φ is evaluated
+// (feature_map.cuh), and q/k may be narrower or wider than v (key_dim vs head_dim).
 //
 // State layout (the same as StateBlob and as the CPU backend): a slot is one contiguous run of
 // fp32; within it, for each layer, for each head: S (feature_dim × head_dim, row-major) then z
 // (feature_dim). Kernels address a head's state as
 //   state + slot * slot_stride + layer_offset + head * feature_dim * (head_dim + 1).
-// The q/k/v input is the fused projection's output: row r holds q (H·Dh) | k (H·Dh) | v (H·Dh),
-// head h at columns h·Dh ..., without bias (added here).
+// The q/k/v input is the fused projection's output: row r holds q (H·Dk) | k (H·Dk) | v (H·Dh)
+// (Dk = key_dim, Dh = head_dim), head h at columns h·Dk ... of q and k and h·Dh ... of v, without
+// bias (added here).
 #ifndef LINSERVE_KERNELS_CUDA_LINEAR_ATTENTION_H_
 #define LINSERVE_KERNELS_CUDA_LINEAR_ATTENTION_H_
 
@@ -19,25 +22,34 @@
 
 namespace linserve::cuda {
 
-// φ: elu_plus_one elu(x)+1; relu max(x,0); exp exp(x − max_i x_i) per head vector;
-// favor_plus exp(W x − ‖x‖²/2) / √m with W [feature_dim = m, head_dim].
-enum class FeatureMapKind { kEluPlusOne, kRelu, kExp, kFavorPlus };
+// φ of a head's q or k vector x (key_dim = d wide): elu_plus_one elu(x)+1; relu max(x,0); exp
+// exp(x − max_i x_i); favor_plus exp(W x − ‖x‖²/2) / √m with W [feature_dim = m, d]; taylor
+// [1, x/d^¼, vec(x xᵀ)/(√2·√d)] (vec row-major, feature_dim = 1 + d + d²).
+enum class FeatureMapKind { kEluPlusOne, kRelu, kExp, kFavorPlus, kTaylor };
 
 struct AttentionShape {
   int heads = 0;
-  int head_dim = 0;
-  int feature_dim = 0;
+  int key_dim = 0;      // Dk: the width of each head's q and k (φ's input)
+  int head_dim = 0;     // Dh: the width of each head's v and output
+  int feature_dim = 0;  // F: the width of φ, the rows of S
   FeatureMapKind feature_map = FeatureMapKind::kEluPlusOne;
-  const float* favor = nullptr;  // [feature_dim, head_dim], favor_plus only (this layer's)
+  const float* favor = nullptr;  // [feature_dim, key_dim], favor_plus only (this layer's)
   float eps = 1e-6f;             // φ(q)ᵀS / (φ(q)ᵀz + eps)
 };
 
-// Largest feature_dim / head_dim the attention kernels accept (the shared-memory footprint).
+// Columns of a fused q/k/v row: heads · (2 · key_dim + head_dim).
+int64_t QkvColumns(const AttentionShape& shape);
+
+// Largest feature_dim / key_dim and head_dim the attention kernels accept (the shared-memory
+// footprint: the kernels hold q, k, v and φ(q), φ(k) of one head in shared memory, never S, which
+// they stream from global memory).
 constexpr int kMaxAttentionFeatureDim = 16384;
 constexpr int kMaxAttentionHeadDim = 4096;
 
-// INVALID_ARGUMENT unless 1 <= head_dim <= kMaxAttentionHeadDim, 1 <= feature_dim <=
-// kMaxAttentionFeatureDim, heads >= 1 and favor_plus has its projection.
+// INVALID_ARGUMENT unless heads >= 1, 1 <= key_dim, head_dim <= kMaxAttentionHeadDim, 1 <=
+// feature_dim <= kMaxAttentionFeatureDim, feature_dim is what the map makes of key_dim
+// (key_dim for the elementwise maps, 1 + key_dim + key_dim² for taylor) and favor_plus has its
+// projection.
 absl::Status CheckAttentionShape(const AttentionShape& shape);
 
 // φ of q and k for `rows` token rows: phi_q/phi_k [rows, heads, feature_dim] fp32. Used by the
@@ -47,8 +59,8 @@ absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
 
 struct DecodeAttentionArgs {
   AttentionShape shape;
-  const float* qkv = nullptr;       // [rows, 3·H·Dh]
-  const float* qkv_bias = nullptr;  // optional [3·H·Dh]
+  const float* qkv = nullptr;       // [rows, QkvColumns(shape)]
+  const float* qkv_bias = nullptr;  // optional [QkvColumns(shape)]
   const int32_t* slots = nullptr;   // [rows]; a negative slot is padding: zero state, no write
   float* state = nullptr;
   int64_t slot_stride = 0;   // floats per slot
@@ -63,8 +75,8 @@ absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArg
 
 struct PrefillAttentionArgs {
   AttentionShape shape;
-  const float* qkv = nullptr;       // [tokens, 3·H·Dh], consecutive tokens of one session
-  const float* qkv_bias = nullptr;  // optional [3·H·Dh]
+  const float* qkv = nullptr;       // [tokens, QkvColumns(shape)], consecutive tokens of a session
+  const float* qkv_bias = nullptr;  // optional [QkvColumns(shape)]
   float* state = nullptr;  // this layer's state of the session's slot (H heads, S then z each)
   int tokens = 0;
   int chunk = 64;  // intra-chunk size, 1 ..= kMaxPrefillChunk

@@ -10,13 +10,15 @@
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
 namespace {
 
 // Keep in step with the tables of model/backend/cuda/cuda_layer.cc.
 bool Implemented(std::string_view kind) {
-  const std::array<const ComponentKind*, 4> kinds = {&LinearAttentionKind(), &ShortConvKind(),
+  const std::array<const ComponentKind*, 5> kinds = {&LinearAttentionKind(),
+                                                     &TaylorLinearAttentionKind(), &ShortConvKind(),
                                                      &LayerNormKind(), &FfnKind()};
   for (const ComponentKind* k : kinds) {
     if (k->name == kind) return true;
@@ -28,7 +30,8 @@ absl::Status Refuse(const std::string& field, const std::string& kind) {
   return absl::UnimplementedError(absl::StrCat(
       field, ".kind = \"", kind,
       "\": the CUDA backend does not implement this kind (it implements linear_attention, "
-      "short_conv, layer_norm and ffn); use the CPU backend (--device cpu)"));
+      "taylor_linear_attention, short_conv, layer_norm and ffn); use the CPU backend "
+      "(--device cpu)"));
 }
 
 }  // namespace

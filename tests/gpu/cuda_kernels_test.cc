@@ -5,7 +5,9 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <optional>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -315,17 +317,23 @@ TEST(CudaKernelsTest, BiasActivationMatchesCpu) {
 struct AttentionCase {
   const char* name;
   cuda::FeatureMapKind gpu_map;
-  cpu::FeatureMap cpu_map;
-  int heads, head_dim, feature_dim;
+  std::optional<cpu::FeatureMap> cpu_map;  // none: taylor, cpu::TaylorFeatureMap
+  int heads, key_dim, head_dim, feature_dim;
+
+  int64_t LayerFloats() const { return int64_t{heads} * feature_dim * (head_dim + 1); }
+  int64_t QkvColumns() const { return int64_t{heads} * (2 * key_dim + head_dim); }
 };
 
 constexpr AttentionCase kAttentionCases[] = {
-    {"elu_plus_one", cuda::FeatureMapKind::kEluPlusOne, cpu::FeatureMap::kEluPlusOne, 4, 8, 8},
-    {"relu", cuda::FeatureMapKind::kRelu, cpu::FeatureMap::kRelu, 3, 64, 64},
-    {"exp", cuda::FeatureMapKind::kExp, cpu::FeatureMap::kExp, 2, 48, 48},
-    {"favor_plus", cuda::FeatureMapKind::kFavorPlus, cpu::FeatureMap::kFavorPlus, 2, 16, 40},
+    {"elu_plus_one", cuda::FeatureMapKind::kEluPlusOne, cpu::FeatureMap::kEluPlusOne, 4, 8, 8, 8},
+    {"relu", cuda::FeatureMapKind::kRelu, cpu::FeatureMap::kRelu, 3, 64, 64, 64},
+    {"exp", cuda::FeatureMapKind::kExp, cpu::FeatureMap::kExp, 2, 48, 48, 48},
+    {"favor_plus", cuda::FeatureMapKind::kFavorPlus, cpu::FeatureMap::kFavorPlus, 2, 16, 16, 40},
     {"elu_plus_one_125m", cuda::FeatureMapKind::kEluPlusOne, cpu::FeatureMap::kEluPlusOne, 12, 64,
-     64},
+     64, 64},
+    // Based's Taylor map: q and k d_f wide, v head_dim wide, F = 1 + d_f + d_f² rows of S.
+    {"taylor_4_16", cuda::FeatureMapKind::kTaylor, std::nullopt, 2, 4, 16, 21},
+    {"taylor_16_64", cuda::FeatureMapKind::kTaylor, std::nullopt, 2, 16, 64, 273},
 };
 
 // The q/k/v rows, bias and favor projection of one attention test, plus the CPU's φ.
@@ -336,34 +344,72 @@ struct AttentionInputs {
 
 AttentionInputs MakeAttentionInputs(const AttentionCase& c, int rows, uint64_t seed) {
   AttentionInputs in;
-  const int hd = c.heads * c.head_dim;
-  in.qkv = RandomFloats(static_cast<size_t>(rows) * 3 * hd, seed, 0.7f);
-  in.bias = RandomFloats(static_cast<size_t>(3) * hd, seed + 1, 0.2f);
-  in.favor = RandomFloats(static_cast<size_t>(c.feature_dim) * c.head_dim, seed + 2,
-                          1.0f / std::sqrt(static_cast<float>(c.head_dim)));
-  std::vector<float> q(static_cast<size_t>(rows) * hd), k(q.size());
-  in.v.resize(q.size());
+  const int64_t hk = int64_t{c.heads} * c.key_dim;
+  const int64_t hd = int64_t{c.heads} * c.head_dim;
+  const int64_t columns = c.QkvColumns();
+  in.qkv = RandomFloats(static_cast<size_t>(rows * columns), seed, 0.7f);
+  in.bias = RandomFloats(static_cast<size_t>(columns), seed + 1, 0.2f);
+  in.favor = RandomFloats(static_cast<size_t>(c.feature_dim) * c.key_dim, seed + 2,
+                          1.0f / std::sqrt(static_cast<float>(c.key_dim)));
+  std::vector<float> q(static_cast<size_t>(rows * hk)), k(q.size());
+  in.v.resize(static_cast<size_t>(rows * hd));
   for (int r = 0; r < rows; ++r) {
-    for (int i = 0; i < hd; ++i) {
-      const float* row = in.qkv.data() + static_cast<size_t>(r) * 3 * hd;
-      q[static_cast<size_t>(r) * hd + i] = row[i] + in.bias[i];
-      k[static_cast<size_t>(r) * hd + i] = row[hd + i] + in.bias[hd + i];
-      in.v[static_cast<size_t>(r) * hd + i] = row[2 * hd + i] + in.bias[2 * hd + i];
+    const float* row = in.qkv.data() + r * columns;
+    for (int64_t i = 0; i < hk; ++i) {
+      q[r * hk + i] = row[i] + in.bias[i];
+      k[r * hk + i] = row[hk + i] + in.bias[hk + i];
     }
+    for (int64_t i = 0; i < hd; ++i) in.v[r * hd + i] = row[2 * hk + i] + in.bias[2 * hk + i];
   }
   const int64_t vectors = static_cast<int64_t>(rows) * c.heads;
   in.phi_q.resize(static_cast<size_t>(vectors) * c.feature_dim);
   in.phi_k.resize(in.phi_q.size());
-  cpu::ApplyFeatureMap(c.cpu_map, q.data(), vectors, c.head_dim, in.favor.data(), c.feature_dim,
-                       in.phi_q.data());
-  cpu::ApplyFeatureMap(c.cpu_map, k.data(), vectors, c.head_dim, in.favor.data(), c.feature_dim,
-                       in.phi_k.data());
+  for (auto [x, phi] : {std::pair{&q, &in.phi_q}, std::pair{&k, &in.phi_k}}) {
+    if (c.cpu_map.has_value()) {
+      cpu::ApplyFeatureMap(*c.cpu_map, x->data(), vectors, c.key_dim, in.favor.data(),
+                           c.feature_dim, phi->data());
+    } else {
+      cpu::TaylorFeatureMap(x->data(), vectors, c.key_dim, phi->data());
+    }
+  }
   return in;
+}
+
+// Feeds `tokens` rows of `in` to a layer state (the c.heads heads' S then z, as the kernels lay
+// them out) token by token with cpu::LinearAttentionStep; out [tokens, H·Dh] gets the outputs.
+void FeedRecurrence(const AttentionCase& c, const AttentionInputs& in, int tokens, float* state,
+                    float* out) {
+  const int64_t hd = int64_t{c.heads} * c.head_dim;
+  for (int t = 0; t < tokens; ++t) {
+    for (int h = 0; h < c.heads; ++h) {
+      float* s = state + static_cast<int64_t>(h) * c.feature_dim * (c.head_dim + 1);
+      const size_t phi = (static_cast<size_t>(t) * c.heads + h) * c.feature_dim;
+      const size_t v = static_cast<size_t>(t * hd) + static_cast<size_t>(h) * c.head_dim;
+      cpu::LinearAttentionStep(in.phi_q.data() + phi, in.phi_k.data() + phi, in.v.data() + v,
+                               c.feature_dim, c.head_dim, 1e-6f, s,
+                               s + static_cast<int64_t>(c.feature_dim) * c.head_dim, out + v);
+    }
+  }
+}
+
+// `count` layer states, each what the recurrence leaves after 5 random tokens: non-zero and
+// consistent (z is the sum of the φ(k) whose products with v make S), so that the denominators
+// φ(q)ᵀz stay away from zero even where φ has negative features (taylor).
+std::vector<float> FedStates(const AttentionCase& c, int count, uint64_t seed) {
+  const int tokens = 5;
+  std::vector<float> states(static_cast<size_t>(count * c.LayerFloats()), 0.0f);
+  std::vector<float> out(static_cast<size_t>(tokens) * c.heads * c.head_dim);
+  for (int n = 0; n < count; ++n) {
+    FeedRecurrence(c, MakeAttentionInputs(c, tokens, seed + 3 * n), tokens,
+                   states.data() + n * c.LayerFloats(), out.data());
+  }
+  return states;
 }
 
 cuda::AttentionShape GpuShape(const AttentionCase& c, const float* favor) {
   cuda::AttentionShape shape;
   shape.heads = c.heads;
+  shape.key_dim = c.key_dim;
   shape.head_dim = c.head_dim;
   shape.feature_dim = c.feature_dim;
   shape.feature_map = c.gpu_map;
@@ -380,6 +426,7 @@ TEST(CudaKernelsTest, FeatureMapsMatchCpu) {
     const AttentionInputs in = MakeAttentionInputs(c, rows, 20);
     DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor);
     DeviceArray<float> phi_q(in.phi_q.size()), phi_k(in.phi_k.size());
+    ASSERT_EQ(cuda::QkvColumns(GpuShape(c, favor.get())), c.QkvColumns());
     ASSERT_TRUE(cuda::LaunchFeatureMaps(nullptr, GpuShape(c, favor.get()), qkv.get(), bias.get(),
                                         rows, phi_q.get(), phi_k.get())
                     .ok());
@@ -400,11 +447,9 @@ TEST(CudaKernelsTest, DecodeAttentionMatchesCpu) {
     const int slots = 9;
     const std::vector<int32_t> slot_of_row = {7, 2, 0, 5, 8, 3, -1};
     const int layers = 2, layer = 1;
-    const int64_t layer_floats = static_cast<int64_t>(c.heads) * c.feature_dim * (c.head_dim + 1);
+    const int64_t layer_floats = c.LayerFloats();
     const int64_t slot_floats = layers * layer_floats;
-    // Non-negative states, as φ ≥ 0 accumulates them.
-    std::vector<float> states = RandomFloats(static_cast<size_t>(slots * slot_floats), 21);
-    for (float& s : states) s = std::abs(s);
+    const std::vector<float> states = FedStates(c, slots * layers, 21);
     const AttentionInputs in = MakeAttentionInputs(c, rows, 22);
 
     std::vector<float> expect_states = states;
@@ -448,53 +493,43 @@ TEST(CudaKernelsTest, DecodeAttentionMatchesCpu) {
   }
 }
 
-// Chunked prefill against the token-by-token recurrence (cpu::LinearAttentionStep), for chunk
-// sizes that divide the prompt, leave a ragged last chunk, and exceed it.
+// Chunked prefill of 1, 7, 64 and 150 tokens from a fed (non-zero) state against the
+// token-by-token recurrence (cpu::LinearAttentionStep), for chunk sizes that divide the prompt,
+// leave a ragged last chunk, and exceed it.
 TEST(CudaKernelsTest, PrefillAttentionMatchesRecurrence) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   for (const AttentionCase& c : kAttentionCases) {
     SCOPED_TRACE(c.name);
-    const int tokens = 150;
     const int hd = c.heads * c.head_dim;
-    const int64_t layer_floats = static_cast<int64_t>(c.heads) * c.feature_dim * (c.head_dim + 1);
-    std::vector<float> initial = RandomFloats(static_cast<size_t>(layer_floats), 23);
-    for (float& s : initial) s = std::abs(s);
-    const AttentionInputs in = MakeAttentionInputs(c, tokens, 24);
-
-    std::vector<float> expect_state = initial;
-    std::vector<float> expect_out(static_cast<size_t>(tokens) * hd);
-    for (int t = 0; t < tokens; ++t) {
-      for (int h = 0; h < c.heads; ++h) {
-        float* s = expect_state.data() + static_cast<int64_t>(h) * c.feature_dim * (c.head_dim + 1);
-        const size_t phi = (static_cast<size_t>(t) * c.heads + h) * c.feature_dim;
-        const size_t v = static_cast<size_t>(t) * hd + static_cast<size_t>(h) * c.head_dim;
-        cpu::LinearAttentionStep(in.phi_q.data() + phi, in.phi_k.data() + phi, in.v.data() + v,
-                                 c.feature_dim, c.head_dim, 1e-6f, s,
-                                 s + static_cast<int64_t>(c.feature_dim) * c.head_dim,
-                                 expect_out.data() + v);
+    const std::vector<float> initial = FedStates(c, 1, 23);
+    for (int tokens : {1, 7, 64, 150}) {
+      SCOPED_TRACE(tokens);
+      const AttentionInputs in = MakeAttentionInputs(c, tokens, 24);
+      std::vector<float> expect_state = initial;
+      std::vector<float> expect_out(static_cast<size_t>(tokens) * hd);
+      FeedRecurrence(c, in, tokens, expect_state.data(), expect_out.data());
+      for (int chunk : {1, 7, 64, 128}) {
+        SCOPED_TRACE(chunk);
+        DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor), state(initial);
+        DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * hd * sizeof(float));
+        const cuda::AttentionShape shape = GpuShape(c, favor.get());
+        DeviceArray<float> scratch(
+            static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
+        cuda::PrefillAttentionArgs args;
+        args.shape = shape;
+        args.qkv = qkv.get();
+        args.qkv_bias = bias.get();
+        args.state = state.get();
+        args.tokens = tokens;
+        args.chunk = chunk;
+        args.scratch = scratch.get();
+        args.out_dtype = DType::kF32;
+        args.out = out.get();
+        ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
+        EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
+                  kFp32Tolerance);
+        EXPECT_LE(RelativeError(state.Download(), expect_state), kFp32Tolerance);
       }
-    }
-    for (int chunk : {1, 7, 64, 128}) {
-      SCOPED_TRACE(chunk);
-      DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor), state(initial);
-      DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * hd * sizeof(float));
-      const cuda::AttentionShape shape = GpuShape(c, favor.get());
-      DeviceArray<float> scratch(
-          static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
-      cuda::PrefillAttentionArgs args;
-      args.shape = shape;
-      args.qkv = qkv.get();
-      args.qkv_bias = bias.get();
-      args.state = state.get();
-      args.tokens = tokens;
-      args.chunk = chunk;
-      args.scratch = scratch.get();
-      args.out_dtype = DType::kF32;
-      args.out = out.get();
-      ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
-      EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
-                kFp32Tolerance);
-      EXPECT_LE(RelativeError(state.Download(), expect_state), kFp32Tolerance);
     }
   }
 }
@@ -502,17 +537,32 @@ TEST(CudaKernelsTest, PrefillAttentionMatchesRecurrence) {
 TEST(CudaKernelsTest, AttentionRejectsShapesOutOfRange) {
   cuda::AttentionShape shape;
   shape.heads = 1;
+  shape.key_dim = 8;
   shape.head_dim = cuda::kMaxAttentionHeadDim + 1;
-  shape.feature_dim = shape.head_dim;
+  shape.feature_dim = 8;
   EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("head_dim"));
   shape.head_dim = 8;
+  shape.key_dim = 0;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("key_dim 0"));
+  shape.key_dim = 8;
   shape.feature_dim = 9;
-  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("must equal"));
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(),
+              testing::HasSubstr("must equal key_dim 8"));
+  shape.feature_map = cuda::FeatureMapKind::kTaylor;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(),
+              testing::HasSubstr("must equal 1 + key_dim + key_dim² = 73"));
+  shape.feature_dim = 73;
+  EXPECT_TRUE(cuda::CheckAttentionShape(shape).ok());
+  shape.key_dim = 128;  // 1 + 128 + 128² features exceed kMaxAttentionFeatureDim
+  shape.feature_dim = 1 + 128 + 128 * 128;
+  EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("feature_dim"));
+  shape.key_dim = 8;
+  shape.feature_dim = 40;
   shape.feature_map = cuda::FeatureMapKind::kFavorPlus;
   EXPECT_THAT(cuda::CheckAttentionShape(shape).message(), testing::HasSubstr("projection"));
   cuda::PrefillAttentionArgs args;
   args.shape.heads = 1;
-  args.shape.head_dim = args.shape.feature_dim = 8;
+  args.shape.key_dim = args.shape.head_dim = args.shape.feature_dim = 8;
   args.chunk = cuda::kMaxPrefillChunk + 1;
   EXPECT_THAT(cuda::LaunchPrefillAttention(nullptr, args).message(), testing::HasSubstr("chunk"));
 }

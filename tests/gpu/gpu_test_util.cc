@@ -2,9 +2,11 @@
 
 #include <cstdlib>
 
+#include "absl/strings/str_cat.h"
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/taylor_linear_attention.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve::gpu_test {
@@ -81,6 +83,16 @@ std::vector<Variant> ModelVariants() {
       .params = ShortConvParams{.d_inner = 32, .kernel_size = 4, .bias = false, .conv_bias = false}
                     .ToValues()};
   v.push_back({"short_conv_k4_nobias", LayerListConfig(conv4, layer_norm, ffn, 3)});
+  // Based's Taylor linear attention between layer_norm and ffn, 2 heads: a small shape (d_f 4,
+  // 21 features, head_dim 16) and Based's real head shape (d_f 16, 273 features, head_dim 64).
+  for (const TaylorLinearAttentionParams& p :
+       {TaylorLinearAttentionParams{.n_heads = 2, .feature_dim = 4, .head_dim = 16},
+        TaylorLinearAttentionParams{.n_heads = 2, .feature_dim = 16, .head_dim = 64}}) {
+    const ComponentSpec taylor = {.kind = TaylorLinearAttentionKind().name,
+                                  .params = p.ToValues()};
+    v.push_back({absl::StrCat("taylor_", p.feature_dim, "_", p.head_dim),
+                 LayerListConfig(taylor, layer_norm, ffn)});
+  }
   return v;
 }
 

@@ -28,7 +28,8 @@
 //
 // In parts: cuda_weights.h (the upload), cuda_workspace.h (every other allocation, checked as
 // one plan), cuda_forward.h (embedding, the layer list, LM head) running the components of
-// cuda_layer.h made by kind (cuda_linear_attention, cuda_layer_norm, cuda_ffn),
+// cuda_layer.h made by kind (cuda_linear_attention, cuda_taylor_linear_attention,
+// cuda_layer_norm, cuda_ffn),
 // prefill_passes.h (prompts in passes), device_sampler.h (picks and logprobs), decode_graphs.h
 // (the graph buckets); cuda_backend.cc validates, keeps the slots and runs the steps.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_

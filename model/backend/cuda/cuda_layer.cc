@@ -6,10 +6,12 @@
 #include "model/backend/cuda/cuda_layer_norm.h"
 #include "model/backend/cuda/cuda_linear_attention.h"
 #include "model/backend/cuda/cuda_short_conv.h"
+#include "model/backend/cuda/cuda_taylor_linear_attention.h"
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
 namespace {
@@ -23,6 +25,9 @@ std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const Co
   }
   if (spec.kind == ShortConvKind().name) {
     return CreateCudaShortConv(context, spec, weights, state_offset);
+  }
+  if (spec.kind == TaylorLinearAttentionKind().name) {
+    return CreateCudaTaylorLinearAttention(context, spec, weights, state_offset);
   }
   std::abort();
 }

@@ -26,23 +26,19 @@ cuda::FeatureMapKind ToKernel(FeatureMap m) {
 
 class CudaLinearAttention final : public CudaMixer {
  public:
-  CudaLinearAttention(const CudaLayerContext& context, const LinearAttentionParams& p,
+  CudaLinearAttention(const CudaLayerContext& context, const cuda::AttentionShape& shape,
                       const CudaLayerWeights& w, int64_t state_offset)
       : w_(w),
         gemm_(context.gemm),
         dtype_(context.dtype),
         chunk_(context.options.prefill_chunk_size),
         d_model_(context.model.config.d_model),
-        hd_(static_cast<int64_t>(p.n_heads) * p.head_dim),
-        state_offset_(state_offset) {
-    shape_.heads = p.n_heads;
-    shape_.head_dim = p.head_dim;
-    shape_.feature_dim = p.feature_dim;
-    shape_.feature_map = ToKernel(p.feature_map);
-    shape_.favor = w.favor;
-    shape_.eps = static_cast<float>(p.eps);
+        hd_(static_cast<int64_t>(shape.heads) * shape.head_dim),
+        qkv_columns_(cuda::QkvColumns(shape)),
+        state_offset_(state_offset),
+        shape_(shape) {
     const size_t rows = static_cast<size_t>(context.max_rows);
-    context.scratch.Reserve(ScratchRole::kMixer, kQkv, rows * 3 * hd_ * sizeof(float));
+    context.scratch.Reserve(ScratchRole::kMixer, kQkv, rows * qkv_columns_ * sizeof(float));
     context.scratch.Reserve(ScratchRole::kMixer, kAttn, rows * hd_ * cuda::DTypeSize(dtype_));
     context.scratch.Reserve(
         ScratchRole::kMixer, kPrefill,
@@ -57,7 +53,7 @@ class CudaLinearAttention final : public CudaMixer {
     float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kQkv));
     void* attn = Scratch(ws, ScratchRole::kMixer, kAttn);
     LINSERVE_RETURN_IF_ERROR(
-        gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, 3 * hd_, d_model_));
+        gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, qkv_columns_, d_model_));
     if (pass.pieces.empty()) {
       cuda::DecodeAttentionArgs a;
       a.shape = shape_;
@@ -76,7 +72,7 @@ class CudaLinearAttention final : public CudaMixer {
     for (const CudaPrefillPiece& piece : pass.pieces) {
       cuda::PrefillAttentionArgs a;
       a.shape = shape_;
-      a.qkv = qkv + piece.first_row * 3 * hd_;
+      a.qkv = qkv + piece.first_row * qkv_columns_;
       a.qkv_bias = w_.qkv_bias;
       a.state = ws.state + piece.slot * pass.state_floats + state_offset_;
       a.tokens = piece.rows;
@@ -98,19 +94,35 @@ class CudaLinearAttention final : public CudaMixer {
   const cuda::DType dtype_;
   const int chunk_;
   const int64_t d_model_;
-  const int64_t hd_;  // n_heads · head_dim
+  const int64_t hd_;           // n_heads · head_dim
+  const int64_t qkv_columns_;  // of the fused q/k/v GEMM's output
   const int64_t state_offset_;
-  cuda::AttentionShape shape_;
+  const cuda::AttentionShape shape_;
 };
 
 }  // namespace
+
+std::unique_ptr<CudaMixer> CreateCudaAttentionMixer(const CudaLayerContext& context,
+                                                    const cuda::AttentionShape& shape,
+                                                    const CudaLayerWeights& weights,
+                                                    int64_t state_offset) {
+  return std::make_unique<CudaLinearAttention>(context, shape, weights, state_offset);
+}
 
 std::unique_ptr<CudaMixer> CreateCudaLinearAttention(const CudaLayerContext& context,
                                                      const ComponentSpec& spec,
                                                      const CudaLayerWeights& weights,
                                                      int64_t state_offset) {
-  return std::make_unique<CudaLinearAttention>(context, LinearAttentionParams::From(spec.params),
-                                               weights, state_offset);
+  const LinearAttentionParams p = LinearAttentionParams::From(spec.params);
+  cuda::AttentionShape shape;
+  shape.heads = p.n_heads;
+  shape.key_dim = p.head_dim;
+  shape.head_dim = p.head_dim;
+  shape.feature_dim = p.feature_dim;
+  shape.feature_map = ToKernel(p.feature_map);
+  shape.favor = weights.favor;
+  shape.eps = static_cast<float>(p.eps);
+  return CreateCudaAttentionMixer(context, shape, weights, state_offset);
 }
 
 }  // namespace linserve

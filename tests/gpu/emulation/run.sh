@@ -51,7 +51,8 @@ compile_one() {
   local extra=()
   [[ $flags == TEST ]] && extra=("${tests_defines[@]}") || read -ra extra <<<"$flags"
   if [[ ! -f $target || $src -nt $target || $here/cuda_emulation.h -nt $target ||
-        -n $(find "$root/kernels/cuda" "$root/model" "$root/tests/gpu" -name '*.h' -newer "$target" -print -quit) ]]; then
+        -n $(find "$root/kernels/cuda" "$root/model" "$root/tests/gpu" \
+               \( -name '*.h' -o -name '*.cuh' \) -newer "$target" -print -quit) ]]; then
     "${cxx[@]}" "${extra[@]}" -c "$src" -o "$target"
   fi
 }
@@ -74,8 +75,7 @@ libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/lib
       /usr/lib/x86_64-linux-gnu/libsentencepiece_train.so /usr/lib/x86_64-linux-gnu/libcrypto.so
       -lpthread -ldl -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-pthread)
 shared=("$out"/obj/k_*.o "$out"/obj/c_*.o "$out"/obj/b_*.o "$out/obj/backend_factory.o"
-        "$out/obj/cuda_kinds.o"
-        "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
+        "$out/obj/cuda_kinds.o" "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
 status=0
 for t in "${tests[@]}"; do
   "${cxx[@]}" -o "$out/$t" "$out/obj/t_$t.o" "${shared[@]}" "${libs[@]}"
