@@ -1,7 +1,7 @@
 // Host-side launchers for the row-wise kernels of a transformer step: weight conversion,
-// embedding gather, fused residual-add + LayerNorm, bias + activation. Every launcher enqueues
-// on `stream` and returns the launch status; the work itself completes asynchronously.
-// Matrices are row-major; "T" buffers hold the weights' element type (`dtype`).
+// embedding gather, fused residual-add + LayerNorm / RMSNorm, bias + activation, bias + gate.
+// Every launcher enqueues on `stream` and returns the launch status; the work itself completes
+// asynchronously. Matrices are row-major; "T" buffers hold the weights' element type (`dtype`).
 #ifndef LINSERVE_KERNELS_CUDA_ELEMENTWISE_H_
 #define LINSERVE_KERNELS_CUDA_ELEMENTWISE_H_
 
@@ -15,7 +15,8 @@
 namespace linserve::cuda {
 
 enum class PositionKind { kLearned, kSinusoidal, kNone };
-enum class ActivationKind { kGelu, kGeluTanh, kRelu };
+enum class ActivationKind { kGelu, kGeluTanh, kRelu, kSilu, kSigmoid };
+enum class NormType { kLayerNorm, kRmsNorm };
 
 // out[i] = T(in[i]) for i < n, rounding to nearest even.
 absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DType dtype, void* out);
@@ -36,15 +37,17 @@ struct EmbedArgs {
 // in double so that it stays exact at positions in the millions.
 absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args);
 
-struct AddLayerNormArgs {
+struct AddNormArgs {
   // r = x + (delta + delta_bias) (delta_bias only with delta), per row of `d` floats.
   const float* x = nullptr;
   const float* delta = nullptr;       // optional [rows, d]
   const float* delta_bias = nullptr;  // optional [d]
   float* sum_out = nullptr;           // optional [rows, d]: r is stored here (may alias x)
-  // y = (r - mean(r)) / sqrt(var(r) + eps) * gamma + beta, var the biased (1/d) variance.
+  // kLayerNorm: y = (r - mean(r)) / sqrt(var(r) + eps) * gamma + beta, var the biased (1/d)
+  // variance. kRmsNorm: y = r / sqrt(mean(r²) + eps) * gamma (beta is not read).
+  NormType norm = NormType::kLayerNorm;
   const float* gamma = nullptr;  // [d]
-  const float* beta = nullptr;   // [d]
+  const float* beta = nullptr;   // [d], kLayerNorm only
   float eps = 1e-5f;
   float* y = nullptr;   // optional fp32 [rows, d] (may alias x)
   void* y_t = nullptr;  // optional T [rows, d]
@@ -52,13 +55,20 @@ struct AddLayerNormArgs {
   int d = 0;
   DType dtype = DType::kF32;
 };
-absl::Status LaunchAddLayerNorm(cudaStream_t stream, const AddLayerNormArgs& args);
+absl::Status LaunchAddNorm(cudaStream_t stream, const AddNormArgs& args);
 
 // out[r, c] = T(act(in[r, c] + bias[c])), bias optional. gelu is the erf form, gelu_tanh the
-// tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))).
+// tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), silu x·sigmoid(x), sigmoid
+// 1 / (1 + exp(−x)).
 absl::Status LaunchBiasActivation(cudaStream_t stream, const float* in, const float* bias,
                                   int64_t rows, int64_t cols, ActivationKind activation,
                                   DType dtype, void* out);
+
+// The gated MLP's hidden rows: in holds `rows` rows of 2·width floats (value, then gate) and bias
+// (optional) 2·width; with a = in[r] + bias, out[r, c] = T(a[c] · act(a[width + c])) (act one
+// of LaunchBiasActivation's).
+absl::Status LaunchBiasGate(cudaStream_t stream, const float* in, const float* bias, int64_t rows,
+                            int64_t width, ActivationKind activation, DType dtype, void* out);
 
 }  // namespace linserve::cuda
 

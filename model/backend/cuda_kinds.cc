@@ -7,8 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/taylor_linear_attention.h"
 
@@ -17,9 +19,9 @@ namespace {
 
 // Keep in step with the tables of model/backend/cuda/cuda_layer.cc.
 bool Implemented(std::string_view kind) {
-  const std::array<const ComponentKind*, 5> kinds = {&LinearAttentionKind(),
-                                                     &TaylorLinearAttentionKind(), &ShortConvKind(),
-                                                     &LayerNormKind(), &FfnKind()};
+  const std::array<const ComponentKind*, 7> kinds = {
+      &LinearAttentionKind(), &TaylorLinearAttentionKind(), &ShortConvKind(), &LayerNormKind(),
+      &RmsNormKind(),         &FfnKind(),                   &GatedMlpKind()};
   for (const ComponentKind* k : kinds) {
     if (k->name == kind) return true;
   }
@@ -30,8 +32,8 @@ absl::Status Refuse(const std::string& field, const std::string& kind) {
   return absl::UnimplementedError(absl::StrCat(
       field, ".kind = \"", kind,
       "\": the CUDA backend does not implement this kind (it implements linear_attention, "
-      "taylor_linear_attention, short_conv, layer_norm and ffn); use the CPU backend "
-      "(--device cpu)"));
+      "taylor_linear_attention, short_conv, layer_norm, rms_norm, ffn and gated_mlp); use the "
+      "CPU backend (--device cpu)"));
 }
 
 }  // namespace

@@ -257,10 +257,11 @@ TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
 
       DeviceArray<float> x(x0), delta_dev(delta), bias_dev(bias), gamma_dev(gamma), beta_dev(beta);
       DeviceArray<uint8_t> y_t(x0.size() * sizeof(float));
-      cuda::AddLayerNormArgs args;
+      cuda::AddNormArgs args;
       args.x = x.get();
       args.delta = delta_dev.get();
       args.delta_bias = bias_dev.get();
+      args.norm = cuda::NormType::kLayerNorm;
       args.gamma = gamma_dev.get();
       args.beta = beta_dev.get();
       args.eps = eps;
@@ -273,12 +274,77 @@ TEST(CudaKernelsTest, AddLayerNormMatchesCpuLayerNorm) {
       } else {
         args.sum_out = x.get();
       }
-      ASSERT_TRUE(cuda::LaunchAddLayerNorm(nullptr, args).ok());
+      ASSERT_TRUE(cuda::LaunchAddNorm(nullptr, args).ok());
       EXPECT_LE(RelativeError(ToFloats(y_t, DType::kF32, expect.size()), expect), kFp32Tolerance);
       if (post) {
         EXPECT_LE(RelativeError(x.Download(), expect), kFp32Tolerance);
       } else {
         EXPECT_EQ(x.Download(), sum);  // the residual sum is stored exactly
+      }
+    }
+  }
+}
+
+// Residual add + RMSNorm, the same fused kernel as LayerNorm's: pre-norm (store the residual sum,
+// normalise into the GEMM input), post-norm (normalise in place, with its copy in T), with and
+// without the delta's bias, and with no delta at all (a pre-norm model's first norm).
+TEST(CudaKernelsTest, AddRmsNormMatchesCpuRmsNorm) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  struct Case {
+    int d;
+    bool delta, bias;
+  };
+  for (const Case& c : {Case{32, true, true}, Case{768, true, false}, Case{1000, true, true},
+                        Case{1000, false, false}}) {
+    for (bool post : {false, true}) {
+      for (DType dtype : {DType::kF32, DType::kBf16}) {
+        SCOPED_TRACE(testing::Message()
+                     << "d " << c.d << (c.delta ? " delta" : "") << (c.bias ? " bias" : "")
+                     << (post ? " post " : " pre ") << cuda::DTypeName(dtype));
+        const int rows = 13, d = c.d;
+        const float eps = 1e-5f;
+        // A residual stream of a large mean and spread, as deep in a model.
+        std::vector<float> x0 = RandomFloats(static_cast<size_t>(rows) * d, 20, 20.0f);
+        for (float& v : x0) v += 30.0f;
+        const std::vector<float> delta = RandomFloats(x0.size(), 21);
+        const std::vector<float> bias = RandomFloats(d, 22);
+        const std::vector<float> gamma = RandomFloats(d, 23);
+        std::vector<float> sum = x0;
+        for (size_t i = 0; c.delta && i < sum.size(); ++i) {
+          sum[i] = x0[i] + (c.bias ? delta[i] + bias[i % d] : delta[i]);
+        }
+        std::vector<float> expect(x0.size());
+        cpu::RmsNorm(sum.data(), rows, d, gamma.data(), eps, expect.data());
+        std::vector<float> expect_t(expect.size());
+        for (size_t i = 0; i < expect.size(); ++i) expect_t[i] = Round(dtype, expect[i]);
+
+        DeviceArray<float> x(x0), delta_dev(delta), bias_dev(bias), gamma_dev(gamma);
+        DeviceArray<uint8_t> y_t(x0.size() * cuda::DTypeSize(dtype));
+        cuda::AddNormArgs args;
+        args.x = x.get();
+        args.delta = c.delta ? delta_dev.get() : nullptr;
+        args.delta_bias = c.bias ? bias_dev.get() : nullptr;
+        args.norm = cuda::NormType::kRmsNorm;
+        args.gamma = gamma_dev.get();
+        args.eps = eps;
+        args.y_t = y_t.get();
+        args.rows = rows;
+        args.d = d;
+        args.dtype = dtype;
+        if (post) {
+          args.y = x.get();
+        } else {
+          args.sum_out = x.get();
+        }
+        ASSERT_TRUE(cuda::LaunchAddNorm(nullptr, args).ok());
+        // bf16: a last-ulp difference in fp32 can move a value across a bf16 rounding boundary.
+        EXPECT_LE(RelativeError(ToFloats(y_t, dtype, expect.size()), expect_t),
+                  dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+        if (post) {
+          EXPECT_LE(RelativeError(x.Download(), expect), kFp32Tolerance);
+        } else {
+          EXPECT_EQ(x.Download(), sum);  // the residual sum is stored exactly
+        }
       }
     }
   }
@@ -310,6 +376,47 @@ TEST(CudaKernelsTest, BiasActivationMatchesCpu) {
       // move a value across a rounding boundary of the narrow type.
       EXPECT_LE(RelativeError(ToFloats(out, dtype, in.size()), expect),
                 dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+    }
+  }
+}
+
+// The gated MLP's bias + value ⊙ act(gate) against the CPU's GatedProduct, for each gate
+// activation, with and without fc1's bias, in every output type; one shape wider than the
+// kernel's column grid (64 blocks of 256) so that its column stride loop runs.
+TEST(CudaKernelsTest, BiasGateMatchesCpuGatedProduct) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::pair<cuda::ActivationKind, cpu::Activation> kinds[] = {
+      {cuda::ActivationKind::kSilu, cpu::Activation::kSilu},
+      {cuda::ActivationKind::kGelu, cpu::Activation::kGelu},
+      {cuda::ActivationKind::kSigmoid, cpu::Activation::kSigmoid}};
+  for (const auto& [rows, width] : {std::pair{17, 333}, std::pair{3, 17000}}) {
+    std::vector<float> in = RandomFloats(static_cast<size_t>(rows) * 2 * width, 24, 3.0f);
+    // A gate far in the negative tail, where exp(−x) overflows to inf (act → 0 or −0).
+    in[width] = -95.0f;
+    const std::vector<float> bias = RandomFloats(2 * static_cast<size_t>(width), 25);
+    DeviceArray<float> in_dev(in), bias_dev(bias);
+    for (const auto& [gpu_kind, cpu_kind] : kinds) {
+      for (bool with_bias : {true, false}) {
+        for (DType dtype : kTypes) {
+          SCOPED_TRACE(testing::Message()
+                       << rows << "x" << width << " " << static_cast<int>(cpu_kind)
+                       << (with_bias ? " bias " : " no bias ") << cuda::DTypeName(dtype));
+          std::vector<float> a = in;
+          for (size_t i = 0; with_bias && i < a.size(); ++i) a[i] += bias[i % (2 * width)];
+          std::vector<float> expect(static_cast<size_t>(rows) * width);
+          cpu::GatedProduct(cpu_kind, a.data(), rows, width, expect.data());
+          for (float& e : expect) e = Round(dtype, e);
+          DeviceArray<uint8_t> out(expect.size() * cuda::DTypeSize(dtype));
+          ASSERT_TRUE(cuda::LaunchBiasGate(nullptr, in_dev.get(),
+                                           with_bias ? bias_dev.get() : nullptr, rows, width,
+                                           gpu_kind, dtype, out.get())
+                          .ok());
+          // fp32: exp/erf differ by a few ulp between CUDA and libmvec; bf16/fp16: such an ulp
+          // can move a value across a rounding boundary of the narrow type.
+          EXPECT_LE(RelativeError(ToFloats(out, dtype, expect.size()), expect),
+                    dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+        }
+      }
     }
   }
 }

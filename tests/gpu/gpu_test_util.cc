@@ -4,7 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
 #include "model/layers/layer_norm.h"
+#include "model/layers/linear_attention.h"
+#include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/taylor_linear_attention.h"
 #include "tests/testing/random_model.h"
@@ -93,6 +96,29 @@ std::vector<Variant> ModelVariants() {
     v.push_back({absl::StrCat("taylor_", p.feature_dim, "_", p.head_dim),
                  LayerListConfig(taylor, layer_norm, ffn)});
   }
+  // Based's rms_norm and gated_mlp around a linear_attention mixer (pre-norm only: LayerListConfig
+  // makes pre-norm models; the post-norm placement is the kernel test's).
+  const auto linear_attention = [](bool bias) {
+    return ComponentSpec{
+        .kind = "linear_attention",
+        .params = LinearAttentionParams{.n_heads = 4, .head_dim = 8, .feature_dim = 8, .bias = bias}
+                      .ToValues()};
+  };
+  const ComponentSpec rms_norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const auto gated_mlp = [](int32_t d_ff, GateActivation activation, bool bias) {
+    return ComponentSpec{
+        .kind = "gated_mlp",
+        .params = GatedMlpParams{.d_ff = d_ff, .activation = activation, .bias = bias}.ToValues()};
+  };
+  v.push_back({"rms_gated_silu_bias", LayerListConfig(linear_attention(true), rms_norm,
+                                                      gated_mlp(48, GateActivation::kSilu, true))});
+  // An odd d_ff: ragged GEMM shapes and a gate row that does not fill the kernel's blocks.
+  v.push_back(
+      {"rms_gated_gelu_nobias", LayerListConfig(linear_attention(false), rms_norm,
+                                                gated_mlp(37, GateActivation::kGelu, false))});
+  v.push_back({"rms_gated_sigmoid_nobias",
+               LayerListConfig(linear_attention(true), rms_norm,
+                               gated_mlp(40, GateActivation::kSigmoid, false), 3)});
   return v;
 }
 

@@ -3,13 +3,17 @@
 #include <cstdlib>
 
 #include "model/backend/cuda/cuda_ffn.h"
+#include "model/backend/cuda/cuda_gated_mlp.h"
 #include "model/backend/cuda/cuda_layer_norm.h"
 #include "model/backend/cuda/cuda_linear_attention.h"
+#include "model/backend/cuda/cuda_rms_norm.h"
 #include "model/backend/cuda/cuda_short_conv.h"
 #include "model/backend/cuda/cuda_taylor_linear_attention.h"
 #include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/taylor_linear_attention.h"
 
@@ -35,16 +39,36 @@ std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const Co
 std::unique_ptr<CudaNorm> CreateNorm(const CudaLayerContext& context, const ComponentSpec& spec,
                                      const float* scale, const float* shift) {
   if (spec.kind == LayerNormKind().name) return CreateCudaLayerNorm(context, spec, scale, shift);
+  if (spec.kind == RmsNormKind().name) return CreateCudaRmsNorm(context, spec, scale);
   std::abort();
 }
 
 std::unique_ptr<CudaMlp> CreateMlp(const CudaLayerContext& context, const ComponentSpec& spec,
                                    const CudaLayerWeights& weights) {
   if (spec.kind == FfnKind().name) return CreateCudaFfn(context, spec, weights);
+  if (spec.kind == GatedMlpKind().name) return CreateCudaGatedMlp(context, spec, weights);
   std::abort();
 }
 
 }  // namespace
+
+cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, const float* delta,
+                                   const float* delta_bias, int d_model, cuda::DType dtype) {
+  cuda::AddNormArgs a;
+  a.x = act.x;
+  a.delta = delta;
+  a.delta_bias = delta_bias;
+  a.y_t = act.xt;
+  a.rows = rows;
+  a.d = d_model;
+  a.dtype = dtype;
+  if (pre) {
+    a.sum_out = act.x;  // x += delta; the normalised copy only feeds the next GEMM
+  } else {
+    a.y = act.x;  // x = norm(x + delta)
+  }
+  return a;
+}
 
 CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& weights) {
   const ModelConfig& config = context.model.config;

@@ -17,6 +17,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "model/backend/backend.h"
 #include "model/backend/cuda/cuda_weights.h"
@@ -64,6 +65,12 @@ class CudaNorm {
   virtual absl::Status Apply(cudaStream_t stream, const Activations& act, int rows, bool pre,
                              const float* delta, const float* delta_bias) const = 0;
 };
+
+// The fused add + norm kernel's arguments for CudaNorm::Apply's contract: the residual, delta and
+// outputs of `rows` rows of act in `pre` or post placement. The norm sets its own fields (norm,
+// gamma, beta, eps).
+cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, const float* delta,
+                                   const float* delta_bias, int d_model, cuda::DType dtype);
 
 class CudaMixer {
  public:

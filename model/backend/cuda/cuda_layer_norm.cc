@@ -18,23 +18,12 @@ class CudaLayerNorm final : public CudaNorm {
 
   absl::Status Apply(cudaStream_t s, const Activations& act, int rows, bool pre, const float* delta,
                      const float* delta_bias) const override {
-    cuda::AddLayerNormArgs a;
-    a.x = act.x;
-    a.delta = delta;
-    a.delta_bias = delta_bias;
+    cuda::AddNormArgs a = ResidualNormArgs(act, rows, pre, delta, delta_bias, d_model_, dtype_);
+    a.norm = cuda::NormType::kLayerNorm;
     a.gamma = scale_;
     a.beta = shift_;
     a.eps = eps_;
-    a.y_t = act.xt;
-    a.rows = rows;
-    a.d = d_model_;
-    a.dtype = dtype_;
-    if (pre) {
-      a.sum_out = act.x;  // x += delta; the normalised copy only feeds the next GEMM
-    } else {
-      a.y = act.x;  // x = LN(x + delta)
-    }
-    return cuda::LaunchAddLayerNorm(s, a);
+    return cuda::LaunchAddNorm(s, a);
   }
 
  private:

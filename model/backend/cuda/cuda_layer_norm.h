@@ -1,5 +1,5 @@
 // The CUDA implementation of the "layer_norm" norm (model/layers/layer_norm.h), fused with the
-// residual add before it (kernels/cuda/elementwise.h's LaunchAddLayerNorm).
+// residual add before it (kernels/cuda/elementwise.h's LaunchAddNorm).
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_NORM_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_NORM_H_
 

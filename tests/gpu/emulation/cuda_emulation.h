@@ -80,6 +80,7 @@ T atomicAdd(T* address, T value) {
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }
 inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fdiv_rn(float a, float b) { return a / b; }
 inline unsigned long long __double2ull_rn(double x) {
   return static_cast<unsigned long long>(std::nearbyint(x));
 }
