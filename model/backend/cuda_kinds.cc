@@ -9,14 +9,15 @@
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
 
 // Keep in step with the tables of model/backend/cuda/cuda_layer.cc.
 bool Implemented(std::string_view kind) {
-  const std::array<const ComponentKind*, 3> kinds = {&LinearAttentionKind(), &LayerNormKind(),
-                                                     &FfnKind()};
+  const std::array<const ComponentKind*, 4> kinds = {
+      &LinearAttentionKind(), &SlidingWindowAttentionKind(), &LayerNormKind(), &FfnKind()};
   for (const ComponentKind* k : kinds) {
     if (k->name == kind) return true;
   }
@@ -27,7 +28,7 @@ absl::Status Refuse(const std::string& field, const std::string& kind) {
   return absl::UnimplementedError(absl::StrCat(
       field, ".kind = \"", kind,
       "\": the CUDA backend does not implement this kind (it implements linear_attention, "
-      "layer_norm and ffn); use the CPU backend (--device cpu)"));
+      "sliding_window_attention, layer_norm and ffn); use the CPU backend (--device cpu)"));
 }
 
 }  // namespace

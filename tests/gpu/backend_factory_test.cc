@@ -4,7 +4,7 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/layers/sliding_window_attention.h"
+#include "model/layers/short_conv.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -56,14 +56,13 @@ TEST(BackendFactoryTest, AutoFollowsWhetherCudaIsUsable) {
   }
 }
 
-// A model with a kind the CUDA backend lacks (sliding_window_attention) is refused on cuda with
+// A model with a kind the CUDA backend lacks (short_conv) is refused on cuda with
 // the kind and the layer named, before any device is touched; auto runs it on the CPU.
 TEST(BackendFactoryTest, CudaRefusesAKindItLacksByName) {
   ModelConfig config = TinyConfig();
-  const SlidingWindowAttentionParams window{
-      .n_heads = 2, .head_dim = 8, .window = 4, .rotary_dim = 8, .rope_base = 10000, .bias = false};
+  const ShortConvParams conv{.d_inner = 24, .kernel_size = 3, .bias = true, .conv_bias = false};
   LayerSpec second = config.SingleBlockLayer();
-  second.mixer = {.kind = SlidingWindowAttentionKind().name, .params = window.ToValues()};
+  second.mixer = {.kind = ShortConvKind().name, .params = conv.ToValues()};
   config.layers = {config.SingleBlockLayer(), second};
   config.final_norm = second.norm;
   const Model model = MakeRandomModel(config, 1);
@@ -72,7 +71,7 @@ TEST(BackendFactoryTest, CudaRefusesAKindItLacksByName) {
   ASSERT_FALSE(cuda.ok());
   EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
   if (CudaBackendBuilt()) {
-    EXPECT_THAT(cuda.status().message(), HasSubstr("\"sliding_window_attention\""));
+    EXPECT_THAT(cuda.status().message(), HasSubstr("\"short_conv\""));
     EXPECT_THAT(cuda.status().message(), HasSubstr("layers[1].mixer"));
   } else {
     EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));

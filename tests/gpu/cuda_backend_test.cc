@@ -508,6 +508,58 @@ TEST(CudaBackendTest, StateMovesBetweenCpuAndGpu) {
   }
 }
 
+// sliding_window_attention (window 80, so the ring wraps): a prompt prefilled in pieces of 70,
+// 80 and 50 tokens equals feeding it token by token on the GPU (every position's logits and the
+// state), and a state the CPU exported after its ring wrapped continues on the GPU as on the CPU.
+TEST(CudaBackendTest, SlidingWindowPiecesEqualDecodeAndStateMovesFromTheCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<Variant> variants = ModelVariants();
+  const auto window80 = std::find_if(variants.begin(), variants.end(), [](const Variant& v) {
+    return v.name == "window80_layer_norm_ffn";
+  });
+  ASSERT_NE(window80, variants.end());
+  const Model model = MakeRandomModel(window80->config, 27);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model, options);
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int32_t> tokens = RandomTokens(200, vocab, 28);
+
+  const SlotId r = Allocate(*gpu);
+  std::vector<float> step_logits(tokens.size() * vocab);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const DecodeItem item{r, tokens[t]};
+    ASSERT_TRUE(
+        gpu->Decode({&item, 1}, absl::MakeSpan(step_logits).subspan(t * vocab, vocab)).ok());
+  }
+  const SlotId p = Allocate(*gpu);
+  std::vector<float> piece_logits(tokens.size() * vocab);
+  size_t at = 0;
+  for (size_t piece : {70, 80, 50}) {
+    ASSERT_TRUE(gpu->Prefill(p, absl::MakeConstSpan(tokens).subspan(at, piece),
+                             absl::MakeSpan(piece_logits).subspan(at * vocab, piece * vocab))
+                    .ok());
+    at += piece;
+  }
+  EXPECT_LE(RelativeError(piece_logits, step_logits), 1e-5);
+  EXPECT_LE(RelativeError(Read(*gpu, p).state, Read(*gpu, r).state), 1e-5);
+
+  const SlotId c = Allocate(*cpu);
+  ASSERT_TRUE(cpu->Prefill(c, tokens, {}).ok());
+  const SlotId g = Allocate(*gpu);
+  ASSERT_TRUE(gpu->WriteSlot(g, Read(*cpu, c)).ok());
+  for (TokenId t : RandomTokens(10, vocab, 29)) {
+    std::vector<float> lc(vocab), lg(vocab);
+    const DecodeItem ic{c, t}, ig{g, t};
+    ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
+    ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
+    EXPECT_LE(RelativeError(lg, lc), 1e-4);
+  }
+  EXPECT_LE(RelativeError(Read(*gpu, g).state, Read(*cpu, c).state), 1e-4);
+}
+
 TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   const Model model = MakeRandomModel(TinyConfig(), 20);

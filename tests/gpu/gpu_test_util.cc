@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 
+#include "model/layers/ffn.h"
+#include "model/layers/layer_norm.h"
+#include "model/layers/sliding_window_attention.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve::gpu_test {
@@ -65,6 +68,26 @@ std::vector<Variant> ModelVariants() {
   c.d_ff = 200;
   c.n_layers = 3;
   v.push_back({"pre_elu_wide_heads", c});
+  // sliding_window_attention between layer_norm and ffn: window 4 (the ring wraps at once,
+  // biases, full rotation) and window 80 (a 150-token prefill wraps it within a piece and across
+  // the pieces; rotary_dim below head_dim, no biases).
+  const ComponentSpec layer_norm = {.kind = LayerNormKind().name,
+                                    .params = LayerNormParams{.eps = 1e-5}.ToValues()};
+  const ComponentSpec ffn = {
+      .kind = FfnKind().name,
+      .params = FfnParams{.d_ff = 48, .activation = Activation::kGelu, .bias = true}.ToValues()};
+  const ComponentSpec window4 = {
+      .kind = SlidingWindowAttentionKind().name,
+      .params = SlidingWindowAttentionParams{.n_heads = 4, .head_dim = 8, .window = 4,
+                                             .rotary_dim = 8, .bias = true}
+                    .ToValues()};
+  v.push_back({"window4_layer_norm_ffn", LayerListConfig(window4, layer_norm, ffn)});
+  const ComponentSpec window80 = {
+      .kind = SlidingWindowAttentionKind().name,
+      .params = SlidingWindowAttentionParams{.n_heads = 2, .head_dim = 16, .window = 80,
+                                             .rotary_dim = 8, .bias = false}
+                    .ToValues()};
+  v.push_back({"window80_layer_norm_ffn", LayerListConfig(window80, layer_norm, ffn)});
   return v;
 }
 

@@ -5,9 +5,11 @@
 #include "model/backend/cuda/cuda_ffn.h"
 #include "model/backend/cuda/cuda_layer_norm.h"
 #include "model/backend/cuda/cuda_linear_attention.h"
+#include "model/backend/cuda/cuda_sliding_window_attention.h"
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
@@ -18,6 +20,9 @@ std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const Co
                                        const CudaLayerWeights& weights, int64_t state_offset) {
   if (spec.kind == LinearAttentionKind().name) {
     return CreateCudaLinearAttention(context, spec, weights, state_offset);
+  }
+  if (spec.kind == SlidingWindowAttentionKind().name) {
+    return CreateCudaSlidingWindowAttention(context, spec, weights, state_offset);
   }
   std::abort();
 }
