@@ -1,10 +1,11 @@
 // Sliding-window attention: one block per (token, head). A block holds its query (bias added)
 // and the output accumulator in shared memory and walks the query's keys oldest first in tiles
-// of kTile: each warp scores keys (lanes split the dims, the rotation by the key's distance
-// applied on the fly), the tile's scores update the running max and sum (online softmax, fp32),
-// and each thread adds the tile's weighted values to its columns of the accumulator, reading a
-// value row contiguously across the block. A key is a ring entry of the slot's state (stored
-// without bias) or a row of the q/k/v projection (bias added as it is read).
+// of kTile: each warp scores keys (lanes split the dims; the rotation by the key's distance is
+// read from a table of cos and sin the launch fills first), the tile's scores update the running
+// max and sum (online softmax, fp32), and each thread adds the tile's weighted values to its
+// columns of the accumulator, reading a value row contiguously across the block. A key is a ring
+// entry of the slot's state (stored without bias) or a row of the q/k/v projection (bias added as
+// it is read).
 //
 // Writes to the ring come after every read of the old ring: in decode each (row, head) block is
 // the only reader of its head's part of the entry it overwrites, so it writes after a barrier;
@@ -33,10 +34,12 @@ struct Geometry {
   int rotary_dim = 0;
   int ring = 0;  // R = window − 1
   double rope_base = 0;
-  float scale = 0;  // 1 / √head_dim, rounded to fp32 as the CPU does
+  float scale = 0;                   // 1 / √head_dim, rounded to fp32 as the CPU does
+  const float* cos_table = nullptr;  // [window, half]: cos(distance · inv_freq_i)
+  const float* sin_table = nullptr;  // [window, half]
 };
 
-Geometry MakeGeometry(const SlidingWindowShape& s) {
+Geometry MakeGeometry(const SlidingWindowShape& s, const float* table) {
   Geometry g;
   g.heads = s.heads;
   g.head_dim = s.head_dim;
@@ -45,6 +48,8 @@ Geometry MakeGeometry(const SlidingWindowShape& s) {
   g.ring = s.window - 1;
   g.rope_base = s.rope_base;
   g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  g.cos_table = table;
+  g.sin_table = table + static_cast<int64_t>(s.window) * g.half;
   return g;
 }
 
@@ -87,22 +92,33 @@ __device__ __forceinline__ Key KeyAt(const Geometry& g, const HeadKeys& keys, in
   return {k, k + hd, true, keys.query - t};
 }
 
-// Dynamic shared memory of an attention block: the rotary frequencies (double), q, the output
-// accumulator, the tile's scores.
+// The rotation table: cos and sin of distance · base^(−2i / rotary_dim) for every distance a
+// query sees, in double rounded to fp32 (the CPU's table).
+__global__ void RotationTableKernel(Geometry g, int window, float* table) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t entries = static_cast<int64_t>(window) * g.half;
+  if (n >= entries) return;
+  const int64_t distance = n / g.half;
+  const int64_t i = n % g.half;
+  const double inv_freq = pow(g.rope_base, -2.0 * static_cast<double>(i) / g.rotary_dim);
+  const double angle = static_cast<double>(distance) * inv_freq;
+  table[n] = static_cast<float>(cos(angle));
+  table[entries + n] = static_cast<float>(sin(angle));
+}
+
+// Dynamic shared memory of an attention block: q, the output accumulator, the tile's scores.
 size_t AttendSharedBytes(const Geometry& g) {
-  return sizeof(double) * static_cast<size_t>(g.half) +
-         sizeof(float) * (2 * static_cast<size_t>(g.head_dim) + kTile);
+  return sizeof(float) * (2 * static_cast<size_t>(g.head_dim) + kTile);
 }
 
 // softmax_n(q · RoPE_{−distance_n}(k_n) · scale) · v_n over the keys, into out (T [head_dim]).
 // Called by the whole block, from uniform control flow.
 template <typename T>
-__device__ void Attend(const Geometry& g, const HeadKeys& keys, int head, const float* q_row,
-                       const float* bias, T* out) {
+__device__ __forceinline__ void Attend(const Geometry& g, const HeadKeys& keys, int head,
+                                       const float* q_row, const float* bias, T* out) {
   extern __shared__ float smem[];
   __shared__ float reduce[32];
-  double* inv_freq = reinterpret_cast<double*>(smem);  // first: dynamic shared memory is aligned
-  float* q = reinterpret_cast<float*>(inv_freq + g.half);
+  float* q = smem;
   float* acc = q + g.head_dim;
   float* scores = acc + g.head_dim;
   const int dh = g.head_dim;
@@ -111,9 +127,6 @@ __device__ void Attend(const Geometry& g, const HeadKeys& keys, int head, const 
   const float* k_bias = bias == nullptr ? nullptr : bias + hd + static_cast<int64_t>(head) * dh;
   const float* v_bias = k_bias == nullptr ? nullptr : k_bias + hd;
   const float* q_in = q_row + static_cast<int64_t>(head) * dh;
-  for (int i = threadIdx.x; i < g.half; i += blockDim.x) {
-    inv_freq[i] = pow(g.rope_base, -2.0 * static_cast<double>(i) / g.rotary_dim);
-  }
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     q[c] = q_in[c] + (q_bias != nullptr ? q_bias[c] : 0.0f);
     acc[c] = 0.0f;
@@ -135,9 +148,9 @@ __device__ void Attend(const Geometry& g, const HeadKeys& keys, int head, const 
         const int i2 = i + g.half;
         const float k1 = key.k[i] + (kb != nullptr ? kb[i] : 0.0f);
         const float k2 = key.k[i2] + (kb != nullptr ? kb[i2] : 0.0f);
-        const double angle = static_cast<double>(key.distance) * inv_freq[i];
-        const float c = static_cast<float>(cos(angle));
-        const float s = static_cast<float>(sin(angle));
+        const int64_t at = static_cast<int64_t>(key.distance) * g.half + i;
+        const float c = g.cos_table[at];
+        const float s = g.sin_table[at];
         dot += q[i] * (k1 * c + k2 * s);
         dot += q[i2] * (k2 * c - k1 * s);
       }
@@ -184,7 +197,7 @@ struct DecodeParams {
 
 // Block (row, head): the attention of the row's token, then its k and v into entry next.
 template <typename T>
-__global__ void __launch_bounds__(kThreads) DecodeKernel(DecodeParams p) {
+__global__ void __launch_bounds__(kThreads, 1) DecodeKernel(DecodeParams p) {
   const Geometry& g = p.g;
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
@@ -285,6 +298,21 @@ __global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, in
   counters[1] = static_cast<float>((next + tokens) % g.ring);
 }
 
+// Fills `table` (SlidingWindowRotationFloats(shape) floats) for this shape.
+absl::Status FillRotationTable(cudaStream_t stream, const SlidingWindowShape& shape, float* table) {
+  const int64_t entries = SlidingWindowRotationFloats(shape) / 2;
+  if (entries == 0) return absl::OkStatus();
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(
+        "sliding_window_attention: no scratch for the rotation table (rotation is null)");
+  }
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((entries + threads - 1) / threads);
+  const Geometry g = MakeGeometry(shape, table);
+  RotationTableKernel<<<blocks, threads, 0, stream>>>(g, shape.window, table);
+  return LaunchStatus("SlidingWindowRotationTableKernel", __FILE__, __LINE__);
+}
+
 template <typename Kernel>
 absl::Status AllowSharedBytes(Kernel kernel, size_t bytes) {
   if (bytes <= 48 * 1024) return absl::OkStatus();
@@ -317,11 +345,15 @@ absl::Status CheckSlidingWindowShape(const SlidingWindowShape& shape) {
   return absl::OkStatus();
 }
 
+int64_t SlidingWindowRotationFloats(const SlidingWindowShape& shape) {
+  return 2 * static_cast<int64_t>(shape.window) * (shape.rotary_dim / 2);
+}
+
 absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowDecodeArgs& args) {
   LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
   if (args.rows <= 0) return absl::OkStatus();
   DecodeParams p;
-  p.g = MakeGeometry(args.shape);
+  p.g = MakeGeometry(args.shape, args.rotation);
   p.qkv = args.qkv;
   p.bias = args.qkv_bias;
   p.slots = args.slots;
@@ -329,6 +361,7 @@ absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowD
   p.slot_stride = args.slot_stride;
   p.layer_offset = args.layer_offset;
   p.out = args.out;
+  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeKernel<T>, smem));
@@ -346,12 +379,13 @@ absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindow
   LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
   if (args.tokens <= 0) return absl::OkStatus();
   PrefillParams p;
-  p.g = MakeGeometry(args.shape);
+  p.g = MakeGeometry(args.shape, args.rotation);
   p.qkv = args.qkv;
   p.bias = args.qkv_bias;
   p.slice = args.state;
   p.tokens = args.tokens;
   p.out = args.out;
+  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillKernel<T>, smem));

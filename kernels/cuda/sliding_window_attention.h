@@ -11,9 +11,10 @@
 //
 // A score is q · RoPE_{−distance}(k) / √head_dim (GPT-NeoX rotation of the first rotary_dim
 // dims), the cos and sin of distance · base^(−2i / rotary_dim) computed in double and rounded to
-// fp32, as the CPU backend does. The softmax over a query's window is taken in tiles of keys
-// (online, max-subtracted, fp32), so any window up to 65536 runs in a fixed shared-memory
-// footprint.
+// fp32, as the CPU backend does: each launch first fills a table of them for distances
+// 0 … window − 1 in the caller's scratch (`rotation`). The softmax over a query's window is taken
+// in tiles of keys (online, max-subtracted, fp32), so any window up to 65536 runs in a fixed
+// shared-memory footprint.
 #ifndef LINSERVE_KERNELS_CUDA_SLIDING_WINDOW_ATTENTION_H_
 #define LINSERVE_KERNELS_CUDA_SLIDING_WINDOW_ATTENTION_H_
 
@@ -42,11 +43,15 @@ constexpr int kMaxSlidingWindowHeadDim = 4096;
 // rotary_dim is even and in [0, head_dim].
 absl::Status CheckSlidingWindowShape(const SlidingWindowShape& shape);
 
+// Floats of the rotation table's scratch: cos and sin, window × rotary_dim / 2 each.
+int64_t SlidingWindowRotationFloats(const SlidingWindowShape& shape);
+
 struct SlidingWindowDecodeArgs {
   SlidingWindowShape shape;
   const float* qkv = nullptr;       // [rows, 3·H·Dh]
   const float* qkv_bias = nullptr;  // optional [3·H·Dh]
   const int32_t* slots = nullptr;   // [rows]; a negative slot is padding: zero state, no write
+  float* rotation = nullptr;        // scratch of SlidingWindowRotationFloats(shape)
   float* state = nullptr;
   int64_t slot_stride = 0;   // floats per slot
   int64_t layer_offset = 0;  // floats from a slot's start to this layer's slice
@@ -64,6 +69,7 @@ struct SlidingWindowPrefillArgs {
   const float* qkv = nullptr;       // [tokens, 3·H·Dh], consecutive tokens of one session
   const float* qkv_bias = nullptr;  // optional [3·H·Dh]
   float* state = nullptr;           // this layer's slice of the session's slot
+  float* rotation = nullptr;        // scratch of SlidingWindowRotationFloats(shape)
   int tokens = 0;
   DType out_dtype = DType::kF32;
   void* out = nullptr;  // T [tokens, H·Dh]

@@ -659,12 +659,15 @@ TEST(CudaKernelsTest, SlidingWindowDecodeMatchesCpuStep) {
       SCOPED_TRACE(cuda::DTypeName(dtype));
       DeviceArray<float> qkv_dev(qkv), bias_dev(bias), state(states);
       DeviceArray<int32_t> slot_dev(slot_of_row);
+      DeviceArray<float> rotation(
+          static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
       DeviceArray<uint8_t> out(static_cast<size_t>(rows * hd) * cuda::DTypeSize(dtype));
       cuda::SlidingWindowDecodeArgs args;
       args.shape = WindowShape(c);
       args.qkv = qkv_dev.get();
       args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
       args.slots = slot_dev.get();
+      args.rotation = rotation.get();
       args.state = state.get();
       args.slot_stride = slot_floats;
       args.layer_offset = layer * slice_floats;
@@ -707,12 +710,15 @@ TEST(CudaKernelsTest, SlidingWindowPrefillMatchesTokenByToken) {
                               expect_out.data() + t * hd);
         }
         DeviceArray<float> qkv_dev(qkv), bias_dev(bias), slice(initial);
+        DeviceArray<float> rotation(
+            static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
         DeviceArray<uint8_t> out(static_cast<size_t>(tokens * hd) * sizeof(float));
         cuda::SlidingWindowPrefillArgs args;
         args.shape = WindowShape(c);
         args.qkv = qkv_dev.get();
         args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
         args.state = slice.get();
+        args.rotation = rotation.get();
         args.tokens = tokens;
         args.out_dtype = DType::kF32;
         args.out = out.get();

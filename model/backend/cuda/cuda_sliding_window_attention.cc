@@ -8,7 +8,7 @@ namespace linserve {
 namespace {
 
 // Scratch buffers (ScratchRole::kMixer indices).
-enum Buffer { kQkv, kAttn };
+enum Buffer { kQkv, kAttn, kRotation };
 
 class CudaSlidingWindowAttention final : public CudaMixer {
  public:
@@ -28,6 +28,9 @@ class CudaSlidingWindowAttention final : public CudaMixer {
     const size_t rows = static_cast<size_t>(context.max_rows);
     context.scratch.Reserve(ScratchRole::kMixer, kQkv, rows * 3 * hd_ * sizeof(float));
     context.scratch.Reserve(ScratchRole::kMixer, kAttn, rows * hd_ * cuda::DTypeSize(dtype_));
+    context.scratch.Reserve(
+        ScratchRole::kMixer, kRotation,
+        static_cast<size_t>(cuda::SlidingWindowRotationFloats(shape_)) * sizeof(float));
   }
 
   absl::Status Check() const override { return cuda::CheckSlidingWindowShape(shape_); }
@@ -37,6 +40,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
     const int rows = pass.rows;
     float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kQkv));
     void* attn = Scratch(ws, ScratchRole::kMixer, kAttn);
+    float* rotation = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kRotation));
     LINSERVE_RETURN_IF_ERROR(
         gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, 3 * hd_, d_model_));
     if (pass.pieces.empty()) {
@@ -45,6 +49,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
       a.qkv = qkv;
       a.qkv_bias = w_.qkv_bias;
       a.slots = ws.device_rows.slots;
+      a.rotation = rotation;
       a.state = ws.state;
       a.slot_stride = pass.state_floats;
       a.layer_offset = state_offset_;
@@ -59,6 +64,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
       a.qkv = qkv + piece.first_row * 3 * hd_;
       a.qkv_bias = w_.qkv_bias;
       a.state = ws.state + piece.slot * pass.state_floats + state_offset_;
+      a.rotation = rotation;
       a.tokens = piece.rows;
       a.out_dtype = dtype_;
       a.out = static_cast<char*>(attn) +
