@@ -8,7 +8,6 @@
 
 #if LINSERVE_WITH_CUDA
 #include "kernels/cuda/cuda_status.h"
-#include "model/backend/cuda_kinds.h"
 #include "model/backend/cuda/cuda_backend.h"
 #endif
 
@@ -42,25 +41,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,
                                                        const BackendOptions& options,
                                                        DeviceSelection selection) {
   if (selection == DeviceSelection::kCpu) return CreateCpuBackend(model, options);
-  if (absl::Status kinds = CheckCudaImplementsKinds(model.config); !kinds.ok()) {
-    if (selection == DeviceSelection::kCuda) return kinds;
-    spdlog::info("device auto: {}; using the CPU backend", std::string(kinds.message()));
-    return CreateCpuBackend(model, options);
-  }
-  // The CUDA backend runs the layer list like the CPU backend, but its parity with the CPU
-  // backend is tested (tests/gpu/cuda_backend_test.cc, under emulation) on single-block models
-  // only: a list of differing layers stays on the CPU until a test covers it there.
-  if (!model.config.IsSingleBlock()) {
-    if (selection == DeviceSelection::kCuda) {
-      return absl::UnimplementedError(
-          "device = cuda, but the CUDA backend is verified only on models whose layers are all "
-          "one linear_attention / layer_norm / ffn block; this model's layers differ (use the "
-          "CPU)");
-    }
-    spdlog::info("device auto: the CUDA backend is not verified on this model's layer list; "
-                 "using the CPU backend");
-    return CreateCpuBackend(model, options);
-  }
   if (selection == DeviceSelection::kAuto) {
     std::string reason;
     absl::StatusOr<int> devices = cuda::CudaDeviceCount(&reason);

@@ -21,10 +21,10 @@ absl::string_view ToString(DeviceSelection selection);
 // Whether this build contains the CUDA backend (configured with CUDA on and nvcc present).
 bool CudaBackendBuilt();
 
-// kCpu: the CPU backend. kCuda: the CUDA backend on device 0, or why not: UNIMPLEMENTED when the
-// build has no CUDA backend or the model uses a layer kind it lacks (CheckCudaImplementsKinds,
-// which names the kind; kAuto then takes the CPU), UNAVAILABLE when no device is usable, or CreateCudaBackend's own
-// error (e.g. RESOURCE_EXHAUSTED). kAuto: the CUDA backend when it is built and a device is
+// kCpu: the CPU backend. kCuda: the CUDA backend on device 0 (it implements every layer kind of
+// model/layers/kinds.cc), or why not: UNIMPLEMENTED when the build has no CUDA backend,
+// UNAVAILABLE when no device is usable, or CreateCudaBackend's own error (e.g.
+// RESOURCE_EXHAUSTED). kAuto: the CUDA backend when it is built and a device is
 // present, otherwise the CPU backend with an info log line saying why; a device that is present
 // but fails to take the model is an error, not a silent fallback.
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(const Model& model,

@@ -4,7 +4,6 @@
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/layers/sliding_window_attention.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -33,54 +32,31 @@ TEST(BackendFactoryTest, CpuIsAlwaysTheCpuBackend) {
   EXPECT_EQ((*b)->device(), DeviceKind::kCpu);
 }
 
-// cuda either works, or says why (not built / no device); auto follows it.
+// cuda either works, or says why (not built / no device); auto follows it. The same for the
+// single-block model and for a Based model (every layer kind has a CUDA component).
 TEST(BackendFactoryTest, AutoFollowsWhetherCudaIsUsable) {
-  const Model model = MakeRandomModel(TinyConfig(), 1);
-  absl::StatusOr<std::unique_ptr<Backend>> cuda =
-      CreateBackend(model, BackendOptions(), DeviceSelection::kCuda);
-  absl::StatusOr<std::unique_ptr<Backend>> automatic =
-      CreateBackend(model, BackendOptions(), DeviceSelection::kAuto);
-  ASSERT_TRUE(automatic.ok()) << automatic.status();
-  if (cuda.ok()) {
-    EXPECT_TRUE(CudaBackendBuilt());
-    EXPECT_EQ((*cuda)->device(), DeviceKind::kCuda);
-    EXPECT_EQ((*automatic)->device(), DeviceKind::kCuda);
-  } else if (!CudaBackendBuilt()) {
-    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
-    EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));
-    EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
-  } else {
-    EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnavailable) << cuda.status();
-    EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA device"));
-    EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
+  for (const ModelConfig& config : {TinyConfig(), TinyBasedConfig()}) {
+    SCOPED_TRACE(ModelConfigToJson(config));
+    const Model model = MakeRandomModel(config, 1);
+    absl::StatusOr<std::unique_ptr<Backend>> cuda =
+        CreateBackend(model, BackendOptions(), DeviceSelection::kCuda);
+    absl::StatusOr<std::unique_ptr<Backend>> automatic =
+        CreateBackend(model, BackendOptions(), DeviceSelection::kAuto);
+    ASSERT_TRUE(automatic.ok()) << automatic.status();
+    if (cuda.ok()) {
+      EXPECT_TRUE(CudaBackendBuilt());
+      EXPECT_EQ((*cuda)->device(), DeviceKind::kCuda);
+      EXPECT_EQ((*automatic)->device(), DeviceKind::kCuda);
+    } else if (!CudaBackendBuilt()) {
+      EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
+      EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));
+      EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
+    } else {
+      EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnavailable) << cuda.status();
+      EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA device"));
+      EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
+    }
   }
-}
-
-// A model with a kind the CUDA backend lacks (sliding_window_attention) is refused on cuda with
-// the kind and the layer named, before any device is touched; auto runs it on the CPU.
-TEST(BackendFactoryTest, CudaRefusesAKindItLacksByName) {
-  ModelConfig config = TinyConfig();
-  const SlidingWindowAttentionParams window{
-      .n_heads = 2, .head_dim = 8, .window = 4, .rotary_dim = 8, .rope_base = 10000, .bias = false};
-  LayerSpec second = config.SingleBlockLayer();
-  second.mixer = {.kind = SlidingWindowAttentionKind().name, .params = window.ToValues()};
-  config.layers = {config.SingleBlockLayer(), second};
-  config.final_norm = second.norm;
-  const Model model = MakeRandomModel(config, 1);
-  absl::StatusOr<std::unique_ptr<Backend>> cuda =
-      CreateBackend(model, BackendOptions(), DeviceSelection::kCuda);
-  ASSERT_FALSE(cuda.ok());
-  EXPECT_EQ(cuda.status().code(), absl::StatusCode::kUnimplemented);
-  if (CudaBackendBuilt()) {
-    EXPECT_THAT(cuda.status().message(), HasSubstr("\"sliding_window_attention\""));
-    EXPECT_THAT(cuda.status().message(), HasSubstr("layers[1].mixer"));
-  } else {
-    EXPECT_THAT(cuda.status().message(), HasSubstr("no CUDA backend"));
-  }
-  absl::StatusOr<std::unique_ptr<Backend>> automatic =
-      CreateBackend(model, BackendOptions(), DeviceSelection::kAuto);
-  ASSERT_TRUE(automatic.ok()) << automatic.status();
-  EXPECT_EQ((*automatic)->device(), DeviceKind::kCpu);
 }
 
 // Option errors come from the chosen backend, naming the field.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
 #include "model/backend/sampler.h"
+#include "model/layers/kinds.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/random_model.h"
 
@@ -71,6 +73,23 @@ StateBlob Read(const Backend& b, SlotId slot) {
 
 TokenId Argmax(absl::Span<const float> logits) {
   return static_cast<TokenId>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+}
+
+// The variants the parity tests run over use every layer kind of model/layers/kinds.cc, so a
+// kind added without a variant fails here, and one with a variant but without a CUDA component
+// fails the parity tests (CreateCudaLayers aborts on it). Needs no device.
+TEST(CudaBackendTest, ModelVariantsUseEveryLayerKind) {
+  std::set<std::string> used;
+  for (const Variant& variant : ModelVariants()) {
+    for (const LayerSpec& layer : variant.config.LayerList()) {
+      used.insert(layer.mixer.kind);
+      used.insert(layer.norm.kind);
+      used.insert(layer.mlp.kind);
+    }
+  }
+  for (const MixerKind* kind : MixerKinds()) EXPECT_TRUE(used.contains(kind->name)) << kind->name;
+  for (const NormKind* kind : NormKinds()) EXPECT_TRUE(used.contains(kind->name)) << kind->name;
+  for (const MlpKind* kind : MlpKinds()) EXPECT_TRUE(used.contains(kind->name)) << kind->name;
 }
 
 // Prefill (every position's logits), then batched decode steps, then the final states: GPU
@@ -562,6 +581,58 @@ TEST(CudaBackendTest, StateMovesBetweenCpuAndGpu) {
     EXPECT_EQ(*gpu->SlotPosition(g), position + 5);
     gpu->FreeSlot(g);
   }
+}
+
+// sliding_window_attention (window 80, so the ring wraps): a prompt prefilled in pieces of 70,
+// 80 and 50 tokens equals feeding it token by token on the GPU (every position's logits and the
+// state), and a state the CPU exported after its ring wrapped continues on the GPU as on the CPU.
+TEST(CudaBackendTest, SlidingWindowPiecesEqualDecodeAndStateMovesFromTheCpu) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<Variant> variants = ModelVariants();
+  const auto window80 = std::find_if(variants.begin(), variants.end(), [](const Variant& v) {
+    return v.name == "window80_layer_norm_ffn";
+  });
+  ASSERT_NE(window80, variants.end());
+  const Model model = MakeRandomModel(window80->config, 27);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kFp32;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  std::unique_ptr<Backend> cpu = MakeCpu(model, options);
+  ASSERT_NE(gpu, nullptr);
+  const std::vector<int32_t> tokens = RandomTokens(200, vocab, 28);
+
+  const SlotId r = Allocate(*gpu);
+  std::vector<float> step_logits(tokens.size() * vocab);
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    const DecodeItem item{r, tokens[t]};
+    ASSERT_TRUE(
+        gpu->Decode({&item, 1}, absl::MakeSpan(step_logits).subspan(t * vocab, vocab)).ok());
+  }
+  const SlotId p = Allocate(*gpu);
+  std::vector<float> piece_logits(tokens.size() * vocab);
+  size_t at = 0;
+  for (size_t piece : {70, 80, 50}) {
+    ASSERT_TRUE(gpu->Prefill(p, absl::MakeConstSpan(tokens).subspan(at, piece),
+                             absl::MakeSpan(piece_logits).subspan(at * vocab, piece * vocab))
+                    .ok());
+    at += piece;
+  }
+  EXPECT_LE(RelativeError(piece_logits, step_logits), 1e-5);
+  EXPECT_LE(RelativeError(Read(*gpu, p).state, Read(*gpu, r).state), 1e-5);
+
+  const SlotId c = Allocate(*cpu);
+  ASSERT_TRUE(cpu->Prefill(c, tokens, {}).ok());
+  const SlotId g = Allocate(*gpu);
+  ASSERT_TRUE(gpu->WriteSlot(g, Read(*cpu, c)).ok());
+  for (TokenId t : RandomTokens(10, vocab, 29)) {
+    std::vector<float> lc(vocab), lg(vocab);
+    const DecodeItem ic{c, t}, ig{g, t};
+    ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
+    ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
+    EXPECT_LE(RelativeError(lg, lc), 1e-4);
+  }
+  EXPECT_LE(RelativeError(Read(*gpu, g).state, Read(*cpu, c).state), 1e-4);
 }
 
 TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {

@@ -22,6 +22,7 @@
 #include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/short_conv.h"
+#include "kernels/cuda/sliding_window_attention.h"
 #include "model/backend/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
 
@@ -858,6 +859,235 @@ TEST(CudaKernelsTest, ShortConvRejectsShapesOutOfRange) {
   args.tokens = 4;
   EXPECT_EQ(cuda::LaunchPrefillShortConv(nullptr, args).code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+struct WindowCase {
+  const char* name;
+  int heads, head_dim, window, rotary_dim;
+  bool bias;
+};
+
+// Windows 1 (no ring), 2, 4 and 80 (more than one tile of keys); rotary_dim below head_dim; a
+// head wider than the block.
+constexpr WindowCase kWindowCases[] = {
+    {"window1", 2, 8, 1, 8, true},        {"window2", 3, 16, 2, 8, false},
+    {"window4", 2, 8, 4, 4, true},        {"window80", 2, 64, 80, 32, true},
+    {"window4_wide", 1, 160, 4, 160, false},
+};
+
+cuda::SlidingWindowShape WindowShape(const WindowCase& c) {
+  cuda::SlidingWindowShape shape;
+  shape.heads = c.heads;
+  shape.head_dim = c.head_dim;
+  shape.window = c.window;
+  shape.rotary_dim = c.rotary_dim;
+  shape.rope_base = 10000;
+  return shape;
+}
+
+int64_t WindowSliceFloats(const WindowCase& c) {
+  return static_cast<int64_t>(c.window - 1) * c.heads * 2 * c.head_dim + 2;
+}
+
+// One token's step on a state slice, written out as the CPU backend takes it
+// (model/backend/cpu/cpu_sliding_window_attention.cc): the rotation's cos and sin in double
+// rounded to fp32, the scores of the stored tokens oldest first and then the token's own, the
+// max-subtracted softmax, then the token's k and v into entry next and the counters advanced.
+void WindowReferenceStep(const WindowCase& c, const float* qkv_row, const std::vector<float>& bias,
+                         float* slice, float* out) {
+  const int dh = c.head_dim, half = c.rotary_dim / 2;
+  const int64_t hd = static_cast<int64_t>(c.heads) * dh;
+  const int64_t ring = c.window - 1;
+  const int64_t entry_floats = 2 * hd;
+  float* counters = slice + ring * entry_floats;
+  const int64_t count = static_cast<int64_t>(counters[0]);
+  const int64_t next = static_cast<int64_t>(counters[1]);
+  std::vector<float> x(static_cast<size_t>(3 * hd));
+  for (int64_t i = 0; i < 3 * hd; ++i) x[i] = qkv_row[i] + (c.bias ? bias[i] : 0.0f);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(dh)));
+  for (int h = 0; h < c.heads; ++h) {
+    const float* q = x.data() + h * dh;
+    const float* k = x.data() + hd + h * dh;
+    const float* v = x.data() + 2 * hd + h * dh;
+    const auto score = [&](const float* key, int64_t distance) {
+      float acc = 0.0f;
+      for (int i = 0; i < half; ++i) {
+        const double inv_freq = std::pow(10000.0, -2.0 * static_cast<double>(i) / c.rotary_dim);
+        const double angle = static_cast<double>(distance) * inv_freq;
+        const float co = static_cast<float>(std::cos(angle));
+        const float si = static_cast<float>(std::sin(angle));
+        const int j = i + half;
+        acc += q[i] * (key[i] * co + key[j] * si);
+        acc += q[j] * (key[j] * co - key[i] * si);
+      }
+      for (int i = 2 * half; i < dh; ++i) acc += q[i] * key[i];
+      return acc * scale;
+    };
+    const int64_t oldest = ring == 0 ? 0 : (next - count + ring) % ring;
+    std::vector<const float*> keys;  // k, then v at + dh
+    std::vector<float> scores;
+    for (int64_t j = 0; j < count; ++j) {
+      keys.push_back(slice + ((oldest + j) % ring) * entry_floats + h * 2 * dh);
+      scores.push_back(score(keys.back(), count - j));
+    }
+    scores.push_back(score(k, 0));
+    const float max = *std::max_element(scores.begin(), scores.end());
+    float sum = 0.0f;
+    for (float& s : scores) {
+      s = std::exp(s - max);
+      sum += s;
+    }
+    float* o = out + h * dh;
+    std::fill(o, o + dh, 0.0f);
+    for (size_t j = 0; j < scores.size(); ++j) {
+      const float* value = j < keys.size() ? keys[j] + dh : v;
+      for (int i = 0; i < dh; ++i) o[i] += scores[j] * value[i];
+    }
+    for (int i = 0; i < dh; ++i) o[i] *= 1.0f / sum;
+  }
+  if (ring == 0) return;
+  for (int h = 0; h < c.heads; ++h) {
+    float* entry = slice + next * entry_floats + h * 2 * dh;
+    std::copy(x.begin() + hd + h * dh, x.begin() + hd + (h + 1) * dh, entry);
+    std::copy(x.begin() + 2 * hd + h * dh, x.begin() + 2 * hd + (h + 1) * dh, entry + dh);
+  }
+  counters[0] = static_cast<float>(std::min(count + 1, ring));
+  counters[1] = static_cast<float>((next + 1) % ring);
+}
+
+// A slice after `tokens` random tokens from the zero state.
+std::vector<float> WindowHistory(const WindowCase& c, const std::vector<float>& bias, int tokens,
+                                 uint64_t seed) {
+  const int64_t hd = static_cast<int64_t>(c.heads) * c.head_dim;
+  std::vector<float> slice(static_cast<size_t>(WindowSliceFloats(c)), 0.0f);
+  std::vector<float> out(static_cast<size_t>(hd));
+  const std::vector<float> qkv = RandomFloats(static_cast<size_t>(tokens * 3 * hd), seed, 0.7f);
+  for (int t = 0; t < tokens; ++t) {
+    WindowReferenceStep(c, qkv.data() + t * 3 * hd, bias, slice.data(), out.data());
+  }
+  return slice;
+}
+
+// The decode step over a batch of slots holding 3 tokens, none, 1, window + 1 (the ring
+// wrapped) and 2·window + 3, in a scattered order with a padding row (slot -1): the outputs
+// against the CPU's step, the states bitwise (the ring stores copies, the counters integers).
+TEST(CudaKernelsTest, SlidingWindowDecodeMatchesCpuStep) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const WindowCase& c : kWindowCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t hd = static_cast<int64_t>(c.heads) * c.head_dim;
+    const int64_t slice_floats = WindowSliceFloats(c);
+    const int layers = 2, layer = 1;
+    const int64_t slot_floats = layers * slice_floats;
+    const std::vector<float> bias = RandomFloats(static_cast<size_t>(3 * hd), 30, 0.2f);
+    const std::vector<int> history = {3, 0, 1, c.window + 1, 2 * c.window + 3};
+    std::vector<float> states = RandomFloats(history.size() * slot_floats, 31);  // layer 0: noise
+    for (size_t s = 0; s < history.size(); ++s) {
+      const std::vector<float> slice = WindowHistory(c, bias, history[s], 32 + s);
+      std::copy(slice.begin(), slice.end(),
+                states.begin() + s * slot_floats + layer * slice_floats);
+    }
+    const std::vector<int32_t> slot_of_row = {3, 1, 4, -1, 0, 2};
+    const int rows = static_cast<int>(slot_of_row.size());
+    const std::vector<float> qkv = RandomFloats(static_cast<size_t>(rows * 3 * hd), 37, 0.7f);
+
+    std::vector<float> expect_states = states;
+    std::vector<float> expect_out(static_cast<size_t>(rows * hd), 0.0f);
+    for (int r = 0; r < rows; ++r) {
+      if (slot_of_row[r] < 0) continue;  // the padding row's output is unspecified
+      WindowReferenceStep(c, qkv.data() + r * 3 * hd, bias,
+                          expect_states.data() + slot_of_row[r] * slot_floats +
+                              layer * slice_floats,
+                          expect_out.data() + r * hd);
+    }
+    for (DType dtype : kTypes) {
+      SCOPED_TRACE(cuda::DTypeName(dtype));
+      DeviceArray<float> qkv_dev(qkv), bias_dev(bias), state(states);
+      DeviceArray<int32_t> slot_dev(slot_of_row);
+      DeviceArray<float> rotation(
+          static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+      DeviceArray<uint8_t> out(static_cast<size_t>(rows * hd) * cuda::DTypeSize(dtype));
+      cuda::SlidingWindowDecodeArgs args;
+      args.shape = WindowShape(c);
+      args.qkv = qkv_dev.get();
+      args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
+      args.slots = slot_dev.get();
+      args.rotation = rotation.get();
+      args.state = state.get();
+      args.slot_stride = slot_floats;
+      args.layer_offset = layer * slice_floats;
+      args.rows = rows;
+      args.out_dtype = dtype;
+      args.out = out.get();
+      ASSERT_TRUE(cuda::LaunchSlidingWindowDecode(nullptr, args).ok());
+      std::vector<float> got = ToFloats(out, dtype, static_cast<size_t>(rows * hd));
+      std::vector<float> expect_t = expect_out;
+      for (int r = 0; r < rows; ++r) {
+        for (int64_t i = 0; i < hd; ++i) {
+          float& e = expect_t[static_cast<size_t>(r * hd + i)];
+          e = slot_of_row[r] < 0 ? got[static_cast<size_t>(r * hd + i)] : Round(dtype, e);
+        }
+      }
+      EXPECT_LE(RelativeError(got, expect_t), dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
+      EXPECT_EQ(state.Download(), expect_states);
+    }
+  }
+}
+
+// Prefill of 1, 3 and 70 tokens from an empty ring and from a wrapped one against feeding them
+// one by one through the CPU's step: the outputs, and the slice bitwise.
+TEST(CudaKernelsTest, SlidingWindowPrefillMatchesTokenByToken) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const WindowCase& c : kWindowCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t hd = static_cast<int64_t>(c.heads) * c.head_dim;
+    const std::vector<float> bias = RandomFloats(static_cast<size_t>(3 * hd), 40, 0.2f);
+    for (int history : {0, 2 * c.window + 3}) {
+      for (int tokens : {1, 3, 70}) {
+        SCOPED_TRACE(testing::Message() << "history " << history << ", tokens " << tokens);
+        const std::vector<float> initial = WindowHistory(c, bias, history, 41);
+        const std::vector<float> qkv =
+            RandomFloats(static_cast<size_t>(tokens * 3 * hd), 42 + tokens, 0.7f);
+        std::vector<float> expect_slice = initial;
+        std::vector<float> expect_out(static_cast<size_t>(tokens * hd));
+        for (int t = 0; t < tokens; ++t) {
+          WindowReferenceStep(c, qkv.data() + t * 3 * hd, bias, expect_slice.data(),
+                              expect_out.data() + t * hd);
+        }
+        DeviceArray<float> qkv_dev(qkv), bias_dev(bias), slice(initial);
+        DeviceArray<float> rotation(
+            static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+        DeviceArray<uint8_t> out(static_cast<size_t>(tokens * hd) * sizeof(float));
+        cuda::SlidingWindowPrefillArgs args;
+        args.shape = WindowShape(c);
+        args.qkv = qkv_dev.get();
+        args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
+        args.state = slice.get();
+        args.rotation = rotation.get();
+        args.tokens = tokens;
+        args.out_dtype = DType::kF32;
+        args.out = out.get();
+        ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
+        EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
+                  kFp32Tolerance);
+        EXPECT_EQ(slice.Download(), expect_slice);
+      }
+    }
+  }
+}
+
+TEST(CudaKernelsTest, SlidingWindowRejectsShapesOutOfRange) {
+  cuda::SlidingWindowShape shape = WindowShape(kWindowCases[0]);
+  EXPECT_TRUE(cuda::CheckSlidingWindowShape(shape).ok());
+  shape.head_dim = cuda::kMaxSlidingWindowHeadDim + 1;
+  shape.rotary_dim = 8;
+  EXPECT_THAT(cuda::CheckSlidingWindowShape(shape).message(), testing::HasSubstr("head_dim 4097"));
+  shape.head_dim = 8;
+  shape.rotary_dim = 7;
+  EXPECT_THAT(cuda::CheckSlidingWindowShape(shape).message(), testing::HasSubstr("rotary_dim 7"));
+  shape.rotary_dim = 8;
+  shape.window = 0;
+  EXPECT_THAT(cuda::CheckSlidingWindowShape(shape).message(), testing::HasSubstr("window 0"));
 }
 
 // The device sampler against the host Sampler: the same logits and seed give the same tokens,

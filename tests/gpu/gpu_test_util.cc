@@ -9,6 +9,7 @@
 #include "model/layers/linear_attention.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
 #include "model/layers/taylor_linear_attention.h"
 #include "tests/testing/random_model.h"
 
@@ -119,6 +120,24 @@ std::vector<Variant> ModelVariants() {
   v.push_back({"rms_gated_sigmoid_nobias",
                LayerListConfig(linear_attention(true), rms_norm,
                                gated_mlp(40, GateActivation::kSigmoid, false), 3)});
+  // sliding_window_attention between layer_norm and ffn: window 4 (the ring wraps at once,
+  // biases, full rotation) and window 80 (a 150-token prefill wraps it within a piece and across
+  // the pieces; rotary_dim below head_dim, no biases).
+  const ComponentSpec window4 = {
+      .kind = SlidingWindowAttentionKind().name,
+      .params = SlidingWindowAttentionParams{.n_heads = 4, .head_dim = 8, .window = 4,
+                                             .rotary_dim = 8, .bias = true}
+                    .ToValues()};
+  v.push_back({"window4_layer_norm_ffn", LayerListConfig(window4, layer_norm, ffn)});
+  const ComponentSpec window80 = {
+      .kind = SlidingWindowAttentionKind().name,
+      .params = SlidingWindowAttentionParams{.n_heads = 2, .head_dim = 16, .window = 80,
+                                             .rotary_dim = 8, .bias = false}
+                    .ToValues()};
+  v.push_back({"window80_layer_norm_ffn", LayerListConfig(window80, layer_norm, ffn)});
+  // Based's mix: short_conv, Taylor linear attention and sliding-window attention layers under
+  // rms_norm and gated_mlp in one list, each at its own state offset.
+  v.push_back({"based_mixed", TinyBasedConfig()});
   return v;
 }
 

@@ -16,7 +16,6 @@
 #include "kernels/cpu/elementwise.h"
 #include "model/backend/backend.h"
 #include "model/backend/cpu/cpu_layer.h"
-#include "model/backend/cuda_kinds.h"
 #include "model/format/config.h"
 #include "model/format/session_state.h"
 #include "model/layers/gated_mlp.h"
@@ -584,25 +583,6 @@ TEST(BasedKindsTest, SessionStateValidationLocatesTheLayer) {
   const absl::Status s = ValidateSessionState(config, 5, state, 1e18f);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("layer 1, head 0, z[0]"));
-}
-
-// ---- The CUDA backend ----
-
-TEST(BasedKindsTest, CudaRefusesKindsItLacksByName) {
-  EXPECT_TRUE(CheckCudaImplementsKinds(TinyConfig()).ok());
-  ModelConfig conv_only = TinyConfig();
-  conv_only.final_norm = conv_only.FinalNorm();
-  conv_only.layers = conv_only.LayerList();
-  conv_only.layers[1].mixer = ShortConv(16, 3, true, true);
-  EXPECT_TRUE(CheckCudaImplementsKinds(conv_only).ok());
-  // short_conv, taylor_linear_attention, rms_norm and gated_mlp are implemented.
-  EXPECT_TRUE(CheckCudaImplementsKinds(MixedConfig()).ok());
-  ModelConfig rms_gated = TinyConfig();
-  rms_gated.layers = rms_gated.LayerList();
-  for (LayerSpec& layer : rms_gated.layers) layer.norm = RmsNorm();
-  rms_gated.final_norm = RmsNorm();
-  rms_gated.layers[1].mlp = GatedMlp(8, GateActivation::kSilu, false);
-  EXPECT_TRUE(CheckCudaImplementsKinds(rms_gated).ok());
 }
 
 }  // namespace

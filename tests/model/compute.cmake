@@ -39,4 +39,4 @@ set_tests_properties(golden_test.openblas_Haswell golden_test.openblas_Zen
                      PROPERTIES FIXTURES_REQUIRED golden)
 # Issue 26: the Based layer kinds on the CPU backend, and the CUDA backend's refusal of them.
 linserve_test(based_kinds_test SOURCES based_kinds_test.cc
-              LIBS linserve_model_backends linserve_testing nlohmann_json::nlohmann_json)
+              LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)

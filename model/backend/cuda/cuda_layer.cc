@@ -8,6 +8,7 @@
 #include "model/backend/cuda/cuda_linear_attention.h"
 #include "model/backend/cuda/cuda_rms_norm.h"
 #include "model/backend/cuda/cuda_short_conv.h"
+#include "model/backend/cuda/cuda_sliding_window_attention.h"
 #include "model/backend/cuda/cuda_taylor_linear_attention.h"
 #include "model/layers/ffn.h"
 #include "model/layers/gated_mlp.h"
@@ -15,13 +16,15 @@
 #include "model/layers/linear_attention.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
 #include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
 namespace {
 
-// The CUDA implementation of each kind, by name. A kind the parser accepts but this table lacks
-// is a build without its implementation: there is none, so that is a bug, not bad input.
+// The CUDA implementation of each kind, by name. Every kind of model/layers/kinds.cc has one
+// (CudaBackendTest.ModelVariantsUseEveryLayerKind and the parity tests over those variants), so
+// a kind the parser accepts but this table lacks is a bug, not bad input.
 std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const ComponentSpec& spec,
                                        const CudaLayerWeights& weights, int64_t state_offset) {
   if (spec.kind == LinearAttentionKind().name) {
@@ -32,6 +35,9 @@ std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const Co
   }
   if (spec.kind == TaylorLinearAttentionKind().name) {
     return CreateCudaTaylorLinearAttention(context, spec, weights, state_offset);
+  }
+  if (spec.kind == SlidingWindowAttentionKind().name) {
+    return CreateCudaSlidingWindowAttention(context, spec, weights, state_offset);
   }
   std::abort();
 }

@@ -38,7 +38,6 @@ done
 for cc in "$root"/kernels/cuda/*.cc; do units+=("$cc|c_$(basename "$cc" .cc)|"); done
 for cc in "$root"/model/backend/cuda/*.cc; do units+=("$cc|b_$(basename "$cc" .cc)|"); done
 units+=("$root/model/backend/backend_factory.cc|backend_factory|-DLINSERVE_WITH_CUDA=1"
-        "$root/model/backend/cuda_kinds.cc|cuda_kinds|"
         "$here/cuda_emulation.cc|cuda_emulation|"
         "$here/fake_cuda_runtime.cc|fake_cuda_runtime|"
         "$root/tests/gpu/gpu_test_util.cc|gpu_test_util|")
@@ -75,7 +74,7 @@ libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/lib
       /usr/lib/x86_64-linux-gnu/libsentencepiece_train.so /usr/lib/x86_64-linux-gnu/libcrypto.so
       -lpthread -ldl -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-pthread)
 shared=("$out"/obj/k_*.o "$out"/obj/c_*.o "$out"/obj/b_*.o "$out/obj/backend_factory.o"
-        "$out/obj/cuda_kinds.o" "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
+        "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
 status=0
 for t in "${tests[@]}"; do
   "${cxx[@]}" -o "$out/$t" "$out/obj/t_$t.o" "${shared[@]}" "${libs[@]}"

@@ -1,0 +1,404 @@
+// Sliding-window attention: one block per (token, head). A block holds its query (bias added)
+// and the output accumulator in shared memory and walks the query's keys oldest first in tiles
+// of kTile: each warp scores keys (lanes split the dims; the rotation by the key's distance is
+// read from a table of cos and sin the launch fills first), the tile's scores update the running
+// max and sum (online softmax, fp32), and each thread adds the tile's weighted values to its
+// columns of the accumulator, reading a value row contiguously across the block. A key is a ring
+// entry of the slot's state (stored without bias) or a row of the q/k/v projection (bias added as
+// it is read).
+//
+// Writes to the ring come after every read of the old ring: in decode each (row, head) block is
+// the only reader of its head's part of the entry it overwrites, so it writes after a barrier;
+// in prefill other blocks read the entries the piece overwrites, so a second launch writes them.
+// The counters, read by every block, are advanced by a last launch.
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/sliding_window_attention.h"
+
+namespace linserve::cuda {
+namespace {
+
+constexpr int kThreads = 128;
+constexpr int kWarps = kThreads / 32;
+constexpr int kTile = 32;  // keys per tile, <= kThreads
+constexpr int kCopyThreads = 128;
+
+// What every attention block needs of the shape.
+struct Geometry {
+  int heads = 0;
+  int head_dim = 0;
+  int half = 0;  // rotary_dim / 2
+  int rotary_dim = 0;
+  int ring = 0;  // R = window − 1
+  double rope_base = 0;
+  float scale = 0;                   // 1 / √head_dim, rounded to fp32 as the CPU does
+  const float* cos_table = nullptr;  // [window, half]: cos(distance · inv_freq_i)
+  const float* sin_table = nullptr;  // [window, half]
+};
+
+Geometry MakeGeometry(const SlidingWindowShape& s, const float* table) {
+  Geometry g;
+  g.heads = s.heads;
+  g.head_dim = s.head_dim;
+  g.half = s.rotary_dim / 2;
+  g.rotary_dim = s.rotary_dim;
+  g.ring = s.window - 1;
+  g.rope_base = s.rope_base;
+  g.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(s.head_dim)));
+  g.cos_table = table;
+  g.sin_table = table + static_cast<int64_t>(s.window) * g.half;
+  return g;
+}
+
+// Floats of one ring entry (all heads' k and v) and where count lies in a slice.
+__host__ __device__ inline int64_t EntryFloats(const Geometry& g) {
+  return static_cast<int64_t>(g.heads) * 2 * g.head_dim;
+}
+__host__ __device__ inline int64_t CountOffset(const Geometry& g) {
+  return static_cast<int64_t>(g.ring) * EntryFloats(g);
+}
+
+// The keys of one (query, head): `ring_keys` ring entries from `oldest` on (wrapping at R), then
+// the piece's tokens first … query. A ring key n is at distance ring_keys − n + query from the
+// query, a piece token t at query − t.
+struct HeadKeys {
+  const float* ring = nullptr;  // this head's part of entry 0 of the slice; null: no ring keys
+  int ring_keys = 0;
+  int oldest = 0;
+  const float* piece = nullptr;  // q/k/v row of piece token 0
+  int first = 0;
+  int query = 0;
+};
+
+struct Key {
+  const float* k;
+  const float* v;
+  bool biased;  // a projection row: add the k / v bias
+  int distance;
+};
+
+__device__ __forceinline__ Key KeyAt(const Geometry& g, const HeadKeys& keys, int head, int n) {
+  if (n < keys.ring_keys) {
+    const int entry = (keys.oldest + n) % g.ring;
+    const float* k = keys.ring + entry * EntryFloats(g);
+    return {k, k + g.head_dim, false, keys.ring_keys - n + keys.query};
+  }
+  const int t = keys.first + n - keys.ring_keys;
+  const int64_t hd = static_cast<int64_t>(g.heads) * g.head_dim;
+  const float* k = keys.piece + t * 3 * hd + hd + static_cast<int64_t>(head) * g.head_dim;
+  return {k, k + hd, true, keys.query - t};
+}
+
+// The rotation table: cos and sin of distance · base^(−2i / rotary_dim) for every distance a
+// query sees, in double rounded to fp32 (the CPU's table).
+__global__ void RotationTableKernel(Geometry g, int window, float* table) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t entries = static_cast<int64_t>(window) * g.half;
+  if (n >= entries) return;
+  const int64_t distance = n / g.half;
+  const int64_t i = n % g.half;
+  const double inv_freq = pow(g.rope_base, -2.0 * static_cast<double>(i) / g.rotary_dim);
+  const double angle = static_cast<double>(distance) * inv_freq;
+  table[n] = static_cast<float>(cos(angle));
+  table[entries + n] = static_cast<float>(sin(angle));
+}
+
+// Dynamic shared memory of an attention block: q, the output accumulator, the tile's scores.
+size_t AttendSharedBytes(const Geometry& g) {
+  return sizeof(float) * (2 * static_cast<size_t>(g.head_dim) + kTile);
+}
+
+// softmax_n(q · RoPE_{−distance_n}(k_n) · scale) · v_n over the keys, into out (T [head_dim]).
+// Called by the whole block, from uniform control flow.
+template <typename T>
+__device__ __forceinline__ void Attend(const Geometry& g, const HeadKeys& keys, int head,
+                                       const float* q_row, const float* bias, T* out) {
+  extern __shared__ float smem[];
+  __shared__ float reduce[32];
+  float* q = smem;
+  float* acc = q + g.head_dim;
+  float* scores = acc + g.head_dim;
+  const int dh = g.head_dim;
+  const int64_t hd = static_cast<int64_t>(g.heads) * dh;
+  const float* q_bias = bias == nullptr ? nullptr : bias + static_cast<int64_t>(head) * dh;
+  const float* k_bias = bias == nullptr ? nullptr : bias + hd + static_cast<int64_t>(head) * dh;
+  const float* v_bias = k_bias == nullptr ? nullptr : k_bias + hd;
+  const float* q_in = q_row + static_cast<int64_t>(head) * dh;
+  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+    q[c] = q_in[c] + (q_bias != nullptr ? q_bias[c] : 0.0f);
+    acc[c] = 0.0f;
+  }
+  __syncthreads();
+
+  const int lane = threadIdx.x & 31;
+  const int warp = threadIdx.x >> 5;
+  const int total = keys.ring_keys + keys.query - keys.first + 1;
+  float run_max = -INFINITY;
+  float sum = 0.0f;
+  for (int tile = 0; tile < total; tile += kTile) {
+    const int n_tile = min(kTile, total - tile);
+    for (int j = warp; j < n_tile; j += kWarps) {
+      const Key key = KeyAt(g, keys, head, tile + j);
+      const float* kb = key.biased ? k_bias : nullptr;
+      float dot = 0.0f;
+      for (int i = lane; i < g.half; i += 32) {
+        const int i2 = i + g.half;
+        const float k1 = key.k[i] + (kb != nullptr ? kb[i] : 0.0f);
+        const float k2 = key.k[i2] + (kb != nullptr ? kb[i2] : 0.0f);
+        const int64_t at = static_cast<int64_t>(key.distance) * g.half + i;
+        const float c = g.cos_table[at];
+        const float s = g.sin_table[at];
+        dot += q[i] * (k1 * c + k2 * s);
+        dot += q[i2] * (k2 * c - k1 * s);
+      }
+      for (int i = 2 * g.half + lane; i < dh; i += 32) {
+        dot += q[i] * (key.k[i] + (kb != nullptr ? kb[i] : 0.0f));
+      }
+      dot = WarpSum(dot);
+      if (lane == 0) scores[j] = dot * g.scale;
+    }
+    __syncthreads();
+    const int t = static_cast<int>(threadIdx.x);
+    const float score = t < n_tile ? scores[t] : -INFINITY;
+    const float new_max = fmaxf(run_max, BlockMax(score, reduce, -INFINITY));
+    const float rescale = run_max == -INFINITY ? 0.0f : expf(run_max - new_max);
+    const float p = t < n_tile ? expf(score - new_max) : 0.0f;
+    if (t < n_tile) scores[t] = p;
+    sum = sum * rescale + BlockSum(p, reduce);  // its barriers publish the weights
+    run_max = new_max;
+    for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+      float a = acc[c] * rescale;
+      for (int j = 0; j < n_tile; ++j) {
+        const Key key = KeyAt(g, keys, head, tile + j);
+        const float vb = key.biased && v_bias != nullptr ? v_bias[c] : 0.0f;
+        a += scores[j] * (key.v[c] + vb);
+      }
+      acc[c] = a;
+    }
+    __syncthreads();  // the next tile overwrites the scores
+  }
+  const float inv_sum = 1.0f / sum;
+  for (int c = threadIdx.x; c < dh; c += blockDim.x) out[c] = FromFloat<T>(acc[c] * inv_sum);
+}
+
+struct DecodeParams {
+  Geometry g;
+  const float* qkv;
+  const float* bias;
+  const int32_t* slots;
+  float* state;
+  int64_t slot_stride;
+  int64_t layer_offset;
+  void* out;
+};
+
+// Block (row, head): the attention of the row's token, then its k and v into entry next.
+template <typename T>
+__global__ void __launch_bounds__(kThreads, 1) DecodeKernel(DecodeParams p) {
+  const Geometry& g = p.g;
+  const int64_t row = blockIdx.x;
+  const int head = blockIdx.y;
+  const int dh = g.head_dim;
+  const int64_t hd = static_cast<int64_t>(g.heads) * dh;
+  const int slot = p.slots[row];
+  float* slice =
+      slot >= 0 ? p.state + static_cast<int64_t>(slot) * p.slot_stride + p.layer_offset : nullptr;
+  HeadKeys keys;
+  keys.piece = p.qkv + row * 3 * hd;
+  int next = 0;
+  if (slice != nullptr && g.ring > 0) {
+    keys.ring = slice + static_cast<int64_t>(head) * 2 * dh;
+    keys.ring_keys = static_cast<int>(slice[CountOffset(g)]);
+    next = static_cast<int>(slice[CountOffset(g) + 1]);
+    keys.oldest = (next - keys.ring_keys + g.ring) % g.ring;
+  }
+  T* out = static_cast<T*>(p.out) + row * hd + static_cast<int64_t>(head) * dh;
+  Attend<T>(g, keys, head, keys.piece, p.bias, out);
+  if (keys.ring == nullptr) return;
+  __syncthreads();  // every read of the entry is done
+  float* entry = slice + next * EntryFloats(g) + static_cast<int64_t>(head) * 2 * dh;
+  const float* k = keys.piece + hd + static_cast<int64_t>(head) * dh;
+  const float* k_bias = p.bias == nullptr ? nullptr : p.bias + hd + static_cast<int64_t>(head) * dh;
+  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+    entry[c] = k[c] + (k_bias != nullptr ? k_bias[c] : 0.0f);
+    entry[dh + c] = k[hd + c] + (k_bias != nullptr ? k_bias[hd + c] : 0.0f);
+  }
+}
+
+struct PrefillParams {
+  Geometry g;
+  const float* qkv;
+  const float* bias;
+  float* slice;
+  int tokens;
+  void* out;
+};
+
+// Block (token i, head): token i sees the ring's newest min(count, R − i) entries (none once
+// i >= R) and the piece's tokens max(0, i − R) … i.
+template <typename T>
+__global__ void __launch_bounds__(kThreads) PrefillKernel(PrefillParams p) {
+  const Geometry& g = p.g;
+  const int i = blockIdx.x;
+  const int head = blockIdx.y;
+  const int dh = g.head_dim;
+  const int64_t hd = static_cast<int64_t>(g.heads) * dh;
+  HeadKeys keys;
+  keys.piece = p.qkv;
+  keys.query = i;
+  keys.first = max(0, i - g.ring);
+  if (g.ring > 0 && i < g.ring) {
+    const int count = static_cast<int>(p.slice[CountOffset(g)]);
+    const int next = static_cast<int>(p.slice[CountOffset(g) + 1]);
+    keys.ring = p.slice + static_cast<int64_t>(head) * 2 * dh;
+    keys.ring_keys = min(count, g.ring - i);
+    keys.oldest = (next - keys.ring_keys + g.ring) % g.ring;
+  }
+  T* out = static_cast<T*>(p.out) + static_cast<int64_t>(i) * hd + static_cast<int64_t>(head) * dh;
+  Attend<T>(g, keys, head, p.qkv + static_cast<int64_t>(i) * 3 * hd, p.bias, out);
+}
+
+// Block (n, head) for the piece's last min(tokens, R) tokens: token tokens − written + n into
+// entry (next + that token) mod R. Reads next; the counters move in the launch after.
+__global__ void __launch_bounds__(kCopyThreads) WriteRingKernel(PrefillParams p, int written) {
+  const Geometry& g = p.g;
+  const int t = p.tokens - written + static_cast<int>(blockIdx.x);
+  const int head = blockIdx.y;
+  const int dh = g.head_dim;
+  const int64_t hd = static_cast<int64_t>(g.heads) * dh;
+  const int next = static_cast<int>(p.slice[CountOffset(g) + 1]);
+  float* entry =
+      p.slice + ((next + t) % g.ring) * EntryFloats(g) + static_cast<int64_t>(head) * 2 * dh;
+  const float* k = p.qkv + static_cast<int64_t>(t) * 3 * hd + hd + static_cast<int64_t>(head) * dh;
+  const float* k_bias = p.bias == nullptr ? nullptr : p.bias + hd + static_cast<int64_t>(head) * dh;
+  for (int c = threadIdx.x; c < dh; c += blockDim.x) {
+    entry[c] = k[c] + (k_bias != nullptr ? k_bias[c] : 0.0f);
+    entry[dh + c] = k[hd + c] + (k_bias != nullptr ? k_bias[hd + c] : 0.0f);
+  }
+}
+
+// count = min(count + tokens, R), next = (next + tokens) mod R for each of `rows` slices: slot
+// slots[r] of `state` (skipping negative ones), or `state` itself when slots is null.
+__global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, int64_t slot_stride,
+                              int64_t layer_offset, int rows, int tokens) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows) return;
+  float* slice = state;
+  if (slots != nullptr) {
+    if (slots[r] < 0) return;
+    slice = state + static_cast<int64_t>(slots[r]) * slot_stride + layer_offset;
+  }
+  float* counters = slice + CountOffset(g);
+  const int64_t count = static_cast<int64_t>(counters[0]);
+  const int64_t next = static_cast<int64_t>(counters[1]);
+  counters[0] = static_cast<float>(min(count + tokens, static_cast<int64_t>(g.ring)));
+  counters[1] = static_cast<float>((next + tokens) % g.ring);
+}
+
+// Fills `table` (SlidingWindowRotationFloats(shape) floats) for this shape.
+absl::Status FillRotationTable(cudaStream_t stream, const SlidingWindowShape& shape, float* table) {
+  const int64_t entries = SlidingWindowRotationFloats(shape) / 2;
+  if (entries == 0) return absl::OkStatus();
+  if (table == nullptr) {
+    return absl::InvalidArgumentError(
+        "sliding_window_attention: no scratch for the rotation table (rotation is null)");
+  }
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((entries + threads - 1) / threads);
+  const Geometry g = MakeGeometry(shape, table);
+  RotationTableKernel<<<blocks, threads, 0, stream>>>(g, shape.window, table);
+  return LaunchStatus("SlidingWindowRotationTableKernel", __FILE__, __LINE__);
+}
+
+template <typename Kernel>
+absl::Status AllowSharedBytes(Kernel kernel, size_t bytes) {
+  if (bytes <= 48 * 1024) return absl::OkStatus();
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status CheckSlidingWindowShape(const SlidingWindowShape& shape) {
+  if (shape.heads < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sliding_window_attention: heads ", shape.heads, " < 1"));
+  }
+  if (shape.head_dim < 1 || shape.head_dim > kMaxSlidingWindowHeadDim) {
+    return absl::InvalidArgumentError(absl::StrCat("sliding_window_attention: head_dim ",
+                                                   shape.head_dim, " outside [1, ",
+                                                   kMaxSlidingWindowHeadDim, "]"));
+  }
+  if (shape.window < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sliding_window_attention: window ", shape.window, " < 1"));
+  }
+  if (shape.rotary_dim < 0 || shape.rotary_dim > shape.head_dim || shape.rotary_dim % 2 != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sliding_window_attention: rotary_dim ", shape.rotary_dim,
+                     " is not even and in [0, head_dim = ", shape.head_dim, "]"));
+  }
+  return absl::OkStatus();
+}
+
+int64_t SlidingWindowRotationFloats(const SlidingWindowShape& shape) {
+  return 2 * static_cast<int64_t>(shape.window) * (shape.rotary_dim / 2);
+}
+
+absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowDecodeArgs& args) {
+  LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
+  if (args.rows <= 0) return absl::OkStatus();
+  DecodeParams p;
+  p.g = MakeGeometry(args.shape, args.rotation);
+  p.qkv = args.qkv;
+  p.bias = args.qkv_bias;
+  p.slots = args.slots;
+  p.state = args.state;
+  p.slot_stride = args.slot_stride;
+  p.layer_offset = args.layer_offset;
+  p.out = args.out;
+  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
+  const size_t smem = AttendSharedBytes(p.g);
+  const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeKernel<T>, smem));
+    DecodeKernel<T><<<dim3(args.rows, args.shape.heads), kThreads, smem, stream>>>(p);
+    return LaunchStatus("SlidingWindowDecodeKernel", __FILE__, __LINE__);
+  });
+  LINSERVE_RETURN_IF_ERROR(attended);
+  if (p.g.ring == 0) return absl::OkStatus();  // the counters stay 0
+  AdvanceKernel<<<(args.rows + 127) / 128, 128, 0, stream>>>(
+      p.g, args.state, args.slots, args.slot_stride, args.layer_offset, args.rows, 1);
+  return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
+}
+
+absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindowPrefillArgs& args) {
+  LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
+  if (args.tokens <= 0) return absl::OkStatus();
+  PrefillParams p;
+  p.g = MakeGeometry(args.shape, args.rotation);
+  p.qkv = args.qkv;
+  p.bias = args.qkv_bias;
+  p.slice = args.state;
+  p.tokens = args.tokens;
+  p.out = args.out;
+  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
+  const size_t smem = AttendSharedBytes(p.g);
+  const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillKernel<T>, smem));
+    PrefillKernel<T><<<dim3(args.tokens, args.shape.heads), kThreads, smem, stream>>>(p);
+    return LaunchStatus("SlidingWindowPrefillKernel", __FILE__, __LINE__);
+  });
+  LINSERVE_RETURN_IF_ERROR(attended);
+  if (p.g.ring == 0) return absl::OkStatus();  // no ring; the counters stay 0
+  const int written = args.tokens < p.g.ring ? args.tokens : p.g.ring;
+  WriteRingKernel<<<dim3(written, args.shape.heads), kCopyThreads, 0, stream>>>(p, written);
+  LINSERVE_RETURN_IF_ERROR(LaunchStatus("SlidingWindowWriteRingKernel", __FILE__, __LINE__));
+  AdvanceKernel<<<1, 32, 0, stream>>>(p.g, args.state, nullptr, 0, 0, 1, args.tokens);
+  return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
+}
+
+}  // namespace linserve::cuda
