@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include <string>
+#include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -137,13 +139,17 @@ TEST(HttpListenerTest, TheLoopOutlivesAWriteToAClientThatLeft) {
 
   event_active(hold, EV_TIMEOUT, 0);
   stream.holding.WaitForNotification();
+  // A failed assertion below must not leave the loop held (Stop would wait for it forever).
+  absl::Cleanup release = [&stream] {
+    if (!stream.client_left.HasBeenNotified()) stream.client_left.Notify();
+  };
   shutdown(client, SHUT_WR);
   ASSERT_TRUE(WaitForState(stream.fd, TCP_CLOSE_WAIT));
   const linger reset{.l_onoff = 1, .l_linger = 0};
   setsockopt(client, SOL_SOCKET, SO_LINGER, &reset, sizeof(reset));
   close(client);
   ASSERT_TRUE(WaitForState(stream.fd, TCP_CLOSE));
-  stream.client_left.Notify();
+  std::move(release).Invoke();
 
   // The failed write ends the connection; the loop goes on serving.
   ASSERT_TRUE(stream.closed.WaitForNotificationWithTimeout(absl::Seconds(10)));
