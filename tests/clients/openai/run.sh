@@ -41,7 +41,8 @@ server_state() {
   local code=0
   wait "$server_pid" || code=$?
   if ((code > 128)); then
-    echo "$1linserve (pid $server_pid) was killed by signal $((code - 128)) (SIG$(kill -l $((code - 128))))"
+    local signal=$((code - 128))
+    echo "$1linserve (pid $server_pid) was killed by signal $signal (SIG$(kill -l $signal))"
   else
     echo "$1linserve (pid $server_pid) exited with status $code"
   fi
@@ -73,7 +74,8 @@ printf 'alice alice-token\nbob bob-token\n' >"$dir/tokens"
 server_pid=$!
 for _ in $(seq 600); do
   [[ -s $dir/ports ]] && break
-  [[ $(ps -o stat= -p "$server_pid" || true) == [^Z]* ]] || { server_state "before writing its ports: "; exit 1; }
+  [[ $(ps -o stat= -p "$server_pid" || true) == [^Z]* ]] ||
+    { server_state "before writing its ports: "; exit 1; }
   sleep 0.1
 done
 [[ -s $dir/ports ]] || { echo "linserve did not write its ports in 60 s"; exit 1; }
