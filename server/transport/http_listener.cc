@@ -4,6 +4,8 @@
 #include <event2/thread.h>
 #include <event2/util.h>
 #include <netinet/in.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/socket.h>
 
 #include "absl/strings/str_cat.h"
@@ -71,7 +73,18 @@ HttpListener::~HttpListener() {
 }
 
 void HttpListener::Run() {
-  thread_ = std::thread([this] { event_base_dispatch(base_); });
+  thread_ = std::thread([this] {
+    // libevent writes with writev, which raises SIGPIPE on a socket whose client has left (it
+    // half-closed, then reset: the write after reads EPIPE). Its default action ends the whole
+    // process without a word; blocked here, the signal stays pending on this thread (which
+    // never waits for it) and the write fails with EPIPE, which evhttp handles as the client
+    // leaving.
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
+    event_base_dispatch(base_);
+  });
 }
 
 void HttpListener::Stop() {

@@ -31,7 +31,8 @@ class HttpListener {
   evhttp* http() const { return http_; }
   int port() const { return port_; }
 
-  // Starts the loop thread.
+  // Starts the loop thread, with SIGPIPE blocked: a write to a client that left fails with
+  // EPIPE rather than ending the process.
   void Run();
   // Stops the loop thread and frees evhttp: every connection's close callback runs, here.
   // Events of the base stay valid until the destructor. Idempotent.

@@ -30,14 +30,35 @@ shift 4
 name=$(basename "$test")
 dir=$(mktemp -d "$work/$name.XXXXXX")
 server_pid=
+# Prints PREFIX and how the server stands: still running, or how it ended (its exit status, or
+# the signal that killed it: a crash such as SIGSEGV or SIGPIPE logs nothing). A server that
+# ended is reaped (not in a subshell: only this shell can wait for it).
+server_state() {
+  if kill -0 "$server_pid" 2>/dev/null && [[ $(ps -o stat= -p "$server_pid" || true) != Z* ]]; then
+    echo "$1linserve (pid $server_pid) is still running"
+    return 0  # (a bare return in the EXIT trap would return the test's status: set -e)
+  fi
+  local code=0
+  wait "$server_pid" || code=$?
+  if ((code > 128)); then
+    local signal=$((code - 128))
+    echo "$1linserve (pid $server_pid) was killed by signal $signal (SIG$(kill -l $signal))"
+  else
+    echo "$1linserve (pid $server_pid) exited with status $code"
+  fi
+  server_pid=
+}
 cleanup() {
   local status=$?
+  if ((status != 0)) && [[ -n $server_pid ]]; then
+    server_state "--- test failed (status $status): "
+  fi
   if [[ -n $server_pid ]]; then
     kill "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
   if ((status != 0)); then
-    echo "--- server log (${dir}/server.log) ---"
+    echo "--- server log (${dir}/server.log, last 50 lines) ---"
     tail -n 50 "$dir/server.log" || true
   else
     rm -rf "$dir"
@@ -46,12 +67,15 @@ cleanup() {
 trap cleanup EXIT
 
 printf 'alice alice-token\nbob bob-token\n' >"$dir/tokens"
+# --log_level=info: the log shows the server starting and each request ending, so that the log of
+# a failed run says how far the server got (spdlog flushes every line).
 "$binary" --host=127.0.0.1 --port=0 --metrics_port=0 --http_port=0 --port_file="$dir/ports" \
-  --auth_tokens_file="$dir/tokens" --threads=2 --log_level=warn "$@" >"$dir/server.log" 2>&1 &
+  --auth_tokens_file="$dir/tokens" --threads=2 --log_level=info "$@" >"$dir/server.log" 2>&1 &
 server_pid=$!
 for _ in $(seq 600); do
   [[ -s $dir/ports ]] && break
-  [[ $(ps -o stat= -p "$server_pid" || true) == [^Z]* ]] || { echo "linserve exited"; exit 1; }
+  [[ $(ps -o stat= -p "$server_pid" || true) == [^Z]* ]] ||
+    { server_state "before writing its ports: "; exit 1; }
   sleep 0.1
 done
 [[ -s $dir/ports ]] || { echo "linserve did not write its ports in 60 s"; exit 1; }
