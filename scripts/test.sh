@@ -3,7 +3,8 @@
 #   1. installs the Debian packages (scripts/setup.sh);
 #   2. cpu:   builds with CUDA off and runs every test (GPU tests are not built there);
 #   3. cuda:  builds with CUDA on when nvcc is present (the CUDA sources must compile everywhere)
-#             and runs its tests: the `gpu` ones skip themselves on a machine without a GPU;
+#             and runs its tests: the `gpu` ones skip themselves on a machine without a GPU; then
+#             runs the GPU parity tests on the CPU under the CUDA emulation (kEmulatedTests);
 #   4. container: builds the CPU image (and the CUDA one, from the cuda stage's build) from the
 #             binaries already built and runs the deployments for real (docker/test.sh: serve,
 #             compose + Prometheus, 3 replicas behind HAProxy with a replica stopped); skips
@@ -38,6 +39,13 @@ tsan_tests=(cpu_kernels_test cpu_backend_test engine_test engine_prefix_test ses
             session_tiers_test loadtest_generator_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
+# The GPU tests run under the CUDA emulation (tests/gpu/emulation/README.md) in the cuda stage:
+# every kernel's parity, the backend factory, and the whole-model parity of the CUDA backend
+# against the CPU on every model variant (every layer kind alone and mixed; logits, chunked
+# prefill in pieces, state moving between the backends). The rest of cuda_backend_test (batch
+# invariance at 256, graphs, 1000-token decode, sampling) takes minutes more there and runs on
+# a GPU, or by hand under the emulation.
+readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu'
 
 export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"
@@ -76,6 +84,7 @@ cpu() {
 cuda() {
   bash scripts/build.sh build/cuda -DLINSERVE_CUDA=ON
   ctest --test-dir build/cuda --output-on-failure --timeout 900 -L gpu
+  bash tests/gpu/emulation/run.sh build/cuda "--gtest_filter=$kEmulatedTests"
 }
 asan() {
   bash scripts/build.sh build/asan -DLINSERVE_SANITIZE=address,undefined

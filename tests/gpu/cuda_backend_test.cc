@@ -29,9 +29,10 @@ using ::testing::HasSubstr;
 
 // fp32 weights: the GPU differs from the CPU only in summation order and FMA contraction, so
 // logits agree to ~1e-6; the bound is 1e-4. bf16/fp16 weights round every weight and
-// every GEMM input to 8/11 significant bits: 2e-2.
-double Tolerance(WeightPrecision precision) {
-  return precision == WeightPrecision::kFp32 ? 1e-4 : 2e-2;
+// every GEMM input to 8/11 significant bits: the variant's narrow_tolerance (2e-2 but where the
+// variant says why not).
+double Tolerance(const Variant& variant, WeightPrecision precision) {
+  return precision == WeightPrecision::kFp32 ? 1e-4 : variant.narrow_tolerance;
 }
 
 const char* Name(WeightPrecision precision) {
@@ -124,7 +125,7 @@ TEST(CudaBackendTest, LogitsMatchCpuForEveryVariantAndPrecision) {
     for (WeightPrecision precision :
          {WeightPrecision::kFp32, WeightPrecision::kBf16, WeightPrecision::kFp16}) {
       SCOPED_TRACE(variant.name + " " + Name(precision));
-      const double tolerance = Tolerance(precision);
+      const double tolerance = Tolerance(variant, precision);
       BackendOptions options;
       options.weight_precision = precision;
       std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
@@ -549,90 +550,55 @@ TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
 }
 
 // Export from one backend, import into the other, continue: the CPU and GPU state layouts are
-// the same, so a session can move between devices. Also at a far position (sinusoidal phase at
-// 300 000).
+// the same, so a session can move between devices, both ways. For the single-block model (also
+// at a far position: sinusoidal phase at 300 000), a Based model and the window-80 model, after
+// 200 tokens (every sliding-window ring has wrapped).
 TEST(CudaBackendTest, StateMovesBetweenCpuAndGpu) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
-  const Model model = MakeRandomModel(TinyConfig(), 19);
-  const int64_t vocab = model.config.vocab_size;
-  BackendOptions options;
-  options.weight_precision = WeightPrecision::kFp32;
-  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
-  std::unique_ptr<Backend> cpu = MakeCpu(model);
-  ASSERT_NE(gpu, nullptr);
-  const SlotId c = Allocate(*cpu);
-  ASSERT_TRUE(cpu->Prefill(c, RandomTokens(50, vocab, 8), {}).ok());
-  StateBlob blob = Read(*cpu, c);
-  for (int64_t position : {int64_t{50}, int64_t{300000}}) {
-    SCOPED_TRACE(position);
-    blob.position = position;
-    ASSERT_TRUE(cpu->WriteSlot(c, blob).ok());
+  std::vector<Variant> variants = {{"tiny", TinyConfig()}};
+  for (const Variant& v : ModelVariants()) {
+    if (v.name == "based_mixed" || v.name == "window80_layer_norm_ffn") variants.push_back(v);
+  }
+  ASSERT_EQ(variants.size(), 3u);
+  for (const Variant& variant : variants) {
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 19);
+    const int64_t vocab = model.config.vocab_size;
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kFp32;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    std::unique_ptr<Backend> cpu = MakeCpu(model);
+    ASSERT_NE(gpu, nullptr);
+    const std::vector<int32_t> prompt = RandomTokens(200, vocab, 8);
+    const SlotId c = Allocate(*cpu);
     const SlotId g = Allocate(*gpu);
-    ASSERT_TRUE(gpu->WriteSlot(g, blob).ok());
-    EXPECT_EQ(Read(*gpu, g).state, blob.state);
-    const std::vector<int32_t> tokens = RandomTokens(5, vocab, 9);
-    for (TokenId t : tokens) {
-      std::vector<float> lc(vocab), lg(vocab);
-      const DecodeItem ic{c, t}, ig{g, t};
-      ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
-      ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
-      EXPECT_LE(RelativeError(lg, lc), 1e-4);
+    for (const bool from_cpu : {true, false}) {
+      SCOPED_TRACE(from_cpu ? "cpu to gpu" : "gpu to cpu");
+      Backend& source = from_cpu ? static_cast<Backend&>(*cpu) : *gpu;
+      Backend& target = from_cpu ? static_cast<Backend&>(*gpu) : *cpu;
+      const SlotId s = from_cpu ? c : g;
+      const SlotId t = from_cpu ? g : c;
+      ASSERT_TRUE(source.ResetSlot(s).ok());
+      ASSERT_TRUE(source.Prefill(s, prompt, {}).ok());
+      StateBlob blob = Read(source, s);
+      for (int64_t position : {int64_t{200}, int64_t{300000}}) {
+        SCOPED_TRACE(position);
+        blob.position = position;
+        ASSERT_TRUE(source.WriteSlot(s, blob).ok());
+        ASSERT_TRUE(target.WriteSlot(t, blob).ok());
+        EXPECT_EQ(Read(target, t).state, blob.state);
+        for (TokenId token : RandomTokens(10, vocab, 9)) {
+          std::vector<float> lc(vocab), lg(vocab);
+          const DecodeItem ic{c, token}, ig{g, token};
+          ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
+          ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
+          EXPECT_LE(RelativeError(lg, lc), 1e-4);
+        }
+        EXPECT_EQ(*gpu->SlotPosition(g), position + 10);
+        EXPECT_LE(RelativeError(Read(*gpu, g).state, Read(*cpu, c).state), 1e-4);
+      }
     }
-    EXPECT_EQ(*gpu->SlotPosition(g), position + 5);
-    gpu->FreeSlot(g);
   }
-}
-
-// sliding_window_attention (window 80, so the ring wraps): a prompt prefilled in pieces of 70,
-// 80 and 50 tokens equals feeding it token by token on the GPU (every position's logits and the
-// state), and a state the CPU exported after its ring wrapped continues on the GPU as on the CPU.
-TEST(CudaBackendTest, SlidingWindowPiecesEqualDecodeAndStateMovesFromTheCpu) {
-  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
-  const std::vector<Variant> variants = ModelVariants();
-  const auto window80 = std::find_if(variants.begin(), variants.end(), [](const Variant& v) {
-    return v.name == "window80_layer_norm_ffn";
-  });
-  ASSERT_NE(window80, variants.end());
-  const Model model = MakeRandomModel(window80->config, 27);
-  const int64_t vocab = model.config.vocab_size;
-  BackendOptions options;
-  options.weight_precision = WeightPrecision::kFp32;
-  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
-  std::unique_ptr<Backend> cpu = MakeCpu(model, options);
-  ASSERT_NE(gpu, nullptr);
-  const std::vector<int32_t> tokens = RandomTokens(200, vocab, 28);
-
-  const SlotId r = Allocate(*gpu);
-  std::vector<float> step_logits(tokens.size() * vocab);
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    const DecodeItem item{r, tokens[t]};
-    ASSERT_TRUE(
-        gpu->Decode({&item, 1}, absl::MakeSpan(step_logits).subspan(t * vocab, vocab)).ok());
-  }
-  const SlotId p = Allocate(*gpu);
-  std::vector<float> piece_logits(tokens.size() * vocab);
-  size_t at = 0;
-  for (size_t piece : {70, 80, 50}) {
-    ASSERT_TRUE(gpu->Prefill(p, absl::MakeConstSpan(tokens).subspan(at, piece),
-                             absl::MakeSpan(piece_logits).subspan(at * vocab, piece * vocab))
-                    .ok());
-    at += piece;
-  }
-  EXPECT_LE(RelativeError(piece_logits, step_logits), 1e-5);
-  EXPECT_LE(RelativeError(Read(*gpu, p).state, Read(*gpu, r).state), 1e-5);
-
-  const SlotId c = Allocate(*cpu);
-  ASSERT_TRUE(cpu->Prefill(c, tokens, {}).ok());
-  const SlotId g = Allocate(*gpu);
-  ASSERT_TRUE(gpu->WriteSlot(g, Read(*cpu, c)).ok());
-  for (TokenId t : RandomTokens(10, vocab, 29)) {
-    std::vector<float> lc(vocab), lg(vocab);
-    const DecodeItem ic{c, t}, ig{g, t};
-    ASSERT_TRUE(cpu->Decode({&ic, 1}, absl::MakeSpan(lc)).ok());
-    ASSERT_TRUE(gpu->Decode({&ig, 1}, absl::MakeSpan(lg)).ok());
-    EXPECT_LE(RelativeError(lg, lc), 1e-4);
-  }
-  EXPECT_LE(RelativeError(Read(*gpu, g).state, Read(*cpu, c).state), 1e-4);
 }
 
 TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {

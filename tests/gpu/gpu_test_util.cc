@@ -136,8 +136,11 @@ std::vector<Variant> ModelVariants() {
                     .ToValues()};
   v.push_back({"window80_layer_norm_ffn", LayerListConfig(window80, layer_norm, ffn)});
   // Based's mix: short_conv, Taylor linear attention and sliding-window attention layers under
-  // rms_norm and gated_mlp in one list, each at its own state offset.
-  v.push_back({"based_mixed", TinyBasedConfig()});
+  // rms_norm and gated_mlp in one list, each at its own state offset. With bf16 weights its
+  // prefill logits are 2.2–2.8% off the CPU's (fp32 1e-4 and fp16 within 2e-2 hold): the Taylor
+  // map squares q·k, doubling the relative rounding of q and k in its quadratic features, and
+  // four such mixed layers compound it; 4e-2.
+  v.push_back({"based_mixed", TinyBasedConfig(), 4e-2});
   return v;
 }
 

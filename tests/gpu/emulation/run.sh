@@ -19,7 +19,15 @@ fi
 cmake --build "$build" --parallel "$(nproc)" --target linserve_testing linserve_model_compute \
   linserve_model linserve_model_format linserve_model_layers linserve_tokenizer linserve_kernels_cpu
 
-cxx=(g++ -std=gnu++20 -O2 -g -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unknown-pragmas
+# The compiler cache of scripts/build.sh, where there is ccache.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$root"
+  export CCACHE_DIR="${CCACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/linserve/ccache}"
+  export CCACHE_NOHASHDIR=true CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+  launcher=(ccache)
+fi
+cxx=("${launcher[@]}" g++ -std=gnu++20 -O2 -g -ffp-contract=off -fopenmp -Wall -Wextra -Wno-unknown-pragmas
      -DFMT_SHARED -DSPDLOG_COMPILED_LIB -DSPDLOG_FMT_EXTERNAL -DSPDLOG_SHARED_LIB
      -DGTEST_HAS_PTHREAD=1 -I"$root" -isystem /usr/include/x86_64-linux-gnu/openblas-pthread
      -isystem /usr/local/cuda/include)
