@@ -21,6 +21,10 @@ struct SlotId {
 struct DecodeItem {
   SlotId slot;
   TokenId token = 0;
+  // Read by the sampling calls only (structured output): bit (t % 32) of allowed_tokens[t / 32]
+  // set = token t may be picked; ceil(vocab_size / 32) words with at least one bit set, valid
+  // until the step is collected. nullptr: every token may be picked.
+  const uint32_t* allowed_tokens = nullptr;
 };
 
 }  // namespace linserve

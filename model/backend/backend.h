@@ -53,6 +53,8 @@ struct PrefillItem {
   // Pick the next token from the last position's logits, as PrefillAndSample does (the last
   // chunk of a prompt).
   bool sample = false;
+  // With `sample`: the tokens the pick may choose, as DecodeItem::allowed_tokens.
+  const uint32_t* allowed_tokens = nullptr;
 };
 
 // How an accelerator stores the weights. GEMMs accumulate in fp32 and the recurrent state is

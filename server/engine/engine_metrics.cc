@@ -132,6 +132,7 @@ void EngineMetrics::CountGeneration(const absl::Status& status, FinishReason rea
       generations_length_.Increment();
       break;
     case FinishReason::kStop:
+    case FinishReason::kConstraintComplete:
       generations_stop_.Increment();
       break;
     case FinishReason::kEos:

@@ -5,6 +5,7 @@
 #define LINSERVE_SERVER_ENGINE_REQUEST_H_
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -17,6 +18,7 @@
 #include "model/backend/sampler.h"
 #include "model/tokenizer/tokenizer.h"
 #include "model/types.h"
+#include "server/constraints/compiled_constraint.h"
 #include "server/sessions/session_id.h"
 
 namespace linserve {
@@ -70,6 +72,10 @@ struct GenerateRequest {
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int32_t top_logprobs = 0;
+  // Structured output: the compiled constraint the generated text obeys (the transport compiles
+  // it through a ConstraintCache before Submit); nullptr: none. docs/server.md says how it
+  // continues on a session.
+  std::shared_ptr<const CompiledConstraint> constraint;
 };
 
 // Checks every field against `limits` and the model's vocabulary. Errors are INVALID_ARGUMENT

@@ -14,6 +14,8 @@ std::string_view ToString(FinishReason reason) {
       return "cancelled";
     case FinishReason::kError:
       return "error";
+    case FinishReason::kConstraintComplete:
+      return "constraint_complete";
   }
   return "unknown";
 }

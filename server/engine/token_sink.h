@@ -21,6 +21,8 @@ enum class FinishReason {
   kEos,        // the model's EOS token was sampled
   kCancelled,  // the server cancelled the request (shutdown past the drain deadline)
   kError,      // the request failed: OnFinish's status (never OK with it) says why
+  kConstraintComplete,  // the constrained document is whole: EOS where it may end, or nothing
+                        // may follow
 };
 
 std::string_view ToString(FinishReason reason);

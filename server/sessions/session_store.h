@@ -66,6 +66,7 @@
 #include "absl/time/time.h"
 #include "model/backend/backend.h"
 #include "model/types.h"
+#include "server/constraints/constraint_spec.h"
 #include "server/metrics/metrics.h"
 #include "server/sessions/session_history.h"
 #include "server/sessions/session_id.h"
@@ -126,6 +127,8 @@ struct Session {
   std::optional<StateBlob> hibernated;
   // Its tokens: count, pending ones, occurrences (for the penalties).
   SessionHistory history;
+  // The constrained document its last request left (structured output), if any.
+  std::optional<ConstraintState> constraint;
   absl::Time create_time;
   absl::Time last_use_time;
   // Set while a request owns the session; busy sessions never change tier and never expire.

@@ -19,6 +19,7 @@
 #define LINSERVE_SERVER_SESSIONS_SNAPSHOT_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +30,7 @@
 #include "model/backend/backend.h"
 #include "model/format/config.h"
 #include "model/types.h"
+#include "server/constraints/constraint_spec.h"
 
 namespace linserve {
 
@@ -55,6 +57,8 @@ struct SessionSnapshot {
   std::vector<std::pair<TokenId, int64_t>> token_counts;
   int64_t num_tokens = 0;
   absl::Time create_time = absl::UnixEpoch();
+  // The session's constrained document, when its last request had a constraint.
+  std::optional<ConstraintState> constraint;
 };
 
 // Serialises `snapshot`, binding it to the model whose fingerprint is given.

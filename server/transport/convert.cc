@@ -136,6 +136,8 @@ v1::FinishReason ToProto(FinishReason reason) {
       return v1::FINISH_REASON_EOS;
     case FinishReason::kCancelled:
       return v1::FINISH_REASON_CANCELLED;
+    case FinishReason::kConstraintComplete:
+      return v1::FINISH_REASON_CONSTRAINT_COMPLETE;
     case FinishReason::kError:
       break;  // a failed request ends with its status, never with a finish reason
   }

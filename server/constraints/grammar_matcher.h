@@ -1,0 +1,54 @@
+// GrammarMatcher: where one constrained document stands — the parse stacks of its grammar after
+// the bytes generated so far — and which tokens may come next. Copyable: a fork copies it.
+//
+// Not thread-safe: one per document, on the engine thread.
+#ifndef LINSERVE_SERVER_CONSTRAINTS_GRAMMAR_MATCHER_H_
+#define LINSERVE_SERVER_CONSTRAINTS_GRAMMAR_MATCHER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "model/types.h"
+#include "server/constraints/compiled_constraint.h"
+
+namespace linserve {
+
+class GrammarMatcher {
+ public:
+  // At the start of a document.
+  explicit GrammarMatcher(std::shared_ptr<const CompiledConstraint> constraint);
+
+  const CompiledConstraint& constraint() const;
+
+  // Writes the tokens allowed next: vocabulary().mask_words() words, bit set = allowed. A token
+  // is allowed exactly when its bytes keep the document a prefix of a valid one; EOS exactly when
+  // the document may end here (CanEnd). RESOURCE_EXHAUSTED when the grammar's ambiguity needs
+  // more than limits().max_matcher_stacks stacks. Uses and fills the constraint's mask cache.
+  absl::Status FillMask(absl::Span<uint32_t> mask) const;
+  // The document continues with `token` (EOS: it ends, only where CanEnd()). INVALID_ARGUMENT
+  // when the token is not allowed (the document is left unchanged); RESOURCE_EXHAUSTED as
+  // FillMask.
+  absl::Status Accept(TokenId token);
+  // The bytes so far are a whole document.
+  bool CanEnd() const;
+  // A whole document that nothing may extend: generation stops here.
+  bool IsComplete() const;
+  // EOS was accepted.
+  bool ended() const;
+
+  // The matcher's position as bytes (ConstraintState::matcher), and back: Deserialize checks
+  // every field against the constraint's grammar (INVALID_ARGUMENT naming "constraint state"),
+  // so bytes from a snapshot cannot put it anywhere the grammar does not lead.
+  std::string Serialize() const;
+  static absl::StatusOr<GrammarMatcher> Deserialize(
+      std::shared_ptr<const CompiledConstraint> constraint, std::string_view bytes);
+};
+
+}  // namespace linserve
+
+#endif  // LINSERVE_SERVER_CONSTRAINTS_GRAMMAR_MATCHER_H_
