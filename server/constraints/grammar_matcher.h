@@ -9,12 +9,14 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/types.h"
 #include "server/constraints/compiled_constraint.h"
+#include "server/constraints/parse_stacks.h"
 
 namespace linserve {
 
@@ -47,6 +49,20 @@ class GrammarMatcher {
   std::string Serialize() const;
   static absl::StatusOr<GrammarMatcher> Deserialize(
       std::shared_ptr<const CompiledConstraint> constraint, std::string_view bytes);
+
+ private:
+  // Walks the vocabulary's trie from stacks_, setting the bits of the tokens whose bytes the
+  // stacks accept; a subtree is left at its first rejected byte, and a node's stacks are only
+  // computed when it has children.
+  absl::Status WalkTrie(absl::Span<uint32_t> mask) const;
+
+  std::shared_ptr<const CompiledConstraint> constraint_;
+  ParseStacks stacks_;
+  bool ended_ = false;
+  // Scratch, reused between calls so that a step allocates nothing once grown.
+  mutable ParseStepper stepper_;
+  mutable std::vector<ParseStacks> levels_;  // the walk's stacks, by trie depth
+  mutable std::string key_;
 };
 
 }  // namespace linserve
