@@ -39,30 +39,56 @@ absl::Status GrammarMatcher::FillMask(absl::Span<uint32_t> mask) const {
   return absl::OkStatus();
 }
 
+int32_t GrammarMatcher::Intern(ParseStacks& stacks) const {
+  const size_t hash = stacks.Hash();
+  const auto [it, inserted] = walk_by_hash_.try_emplace(hash, walk_count_);
+  if (!inserted) {
+    for (int32_t id = it->second; id >= 0; id = walk_next_[id]) {
+      if (walk_sets_[id] == stacks) return id;
+    }
+  }
+  const int32_t id = walk_count_++;
+  if (static_cast<int32_t>(walk_sets_.size()) < walk_count_) walk_sets_.resize(walk_count_);
+  if (static_cast<int32_t>(walk_next_.size()) < walk_count_) walk_next_.resize(walk_count_);
+  std::swap(walk_sets_[id], stacks);
+  walk_next_[id] = inserted ? -1 : it->second;
+  it->second = id;
+  return id;
+}
+
 absl::Status GrammarMatcher::WalkTrie(absl::Span<uint32_t> mask) const {
   const TokenVocabulary& vocabulary = constraint_->vocabulary();
   const auto trie = vocabulary.trie();
-  if (static_cast<int32_t>(levels_.size()) < vocabulary.max_depth() + 1) {
-    levels_.resize(vocabulary.max_depth() + 1);
-  }
-  // Preorder: when node i is reached, the stacks of its parent (depth - 1) are the latest
+  walk_count_ = 0;
+  walk_by_hash_.clear();
+  walk_steps_.clear();
+  walk_levels_.resize(vocabulary.max_depth() + 1);
+  if (scratch_.empty()) scratch_.resize(2);
+  scratch_[0] = stacks_;
+  walk_levels_[0] = Intern(scratch_[0]);
+  // Preorder: when node i is reached, the set of its parent (depth - 1) is the latest one
   // computed at that depth, since a rejected node's subtree is skipped whole.
   const int32_t n = static_cast<int32_t>(trie.size());
   for (int32_t i = 1; i < n;) {
     const TokenVocabulary::TrieNode& node = trie[i];
-    const ParseStacks& parent = node.depth == 1 ? stacks_ : levels_[node.depth - 1];
-    if (!parent.next_bytes().Contains(node.byte)) {
+    const int32_t parent = walk_levels_[node.depth - 1];
+    if (!walk_sets_[parent].next_bytes().Contains(node.byte)) {
       i = node.subtree_end;
       continue;
     }
     // Every stack the grammar leads to can complete, so a byte in next_bytes() is accepted.
     for (TokenId token : vocabulary.tokens(node)) mask[token / 32] |= uint32_t{1} << (token % 32);
-    if (node.subtree_end == i + 1) {
-      ++i;
-      continue;
-    }
-    if (auto status = stepper_.Step(parent, node.byte, &levels_[node.depth]); !status.ok()) {
-      return status;
+    if (node.subtree_end != i + 1) {
+      const auto [step, inserted] =
+          walk_steps_.try_emplace((int64_t{parent} << 8) | node.byte, 0);
+      if (inserted) {
+        if (auto status = stepper_.Step(walk_sets_[parent], node.byte, &scratch_[0]);
+            !status.ok()) {
+          return status;
+        }
+        step->second = Intern(scratch_[0]);
+      }
+      walk_levels_[node.depth] = step->second;
     }
     ++i;
   }
@@ -87,7 +113,7 @@ absl::Status GrammarMatcher::Accept(TokenId token) {
     return absl::InvalidArgumentError(
         absl::StrCat("token ", token, " stands for no bytes; never allowed under a constraint"));
   }
-  if (static_cast<int32_t>(levels_.size()) < 2) levels_.resize(2);
+  if (scratch_.size() < 2) scratch_.resize(2);
   const ParseStacks* current = &stacks_;
   for (size_t i = 0; i < bytes.size(); ++i) {
     const uint8_t byte = static_cast<uint8_t>(bytes[i]);
@@ -95,11 +121,11 @@ absl::Status GrammarMatcher::Accept(TokenId token) {
       return absl::InvalidArgumentError(absl::StrCat(
           "token ", token, " does not continue the constrained document (byte ", i, ")"));
     }
-    ParseStacks* next = &levels_[i % 2];
+    ParseStacks* next = &scratch_[i % 2];
     if (auto status = stepper_.Step(*current, byte, next); !status.ok()) return status;
     current = next;
   }
-  std::swap(stacks_, levels_[(bytes.size() - 1) % 2]);
+  std::swap(stacks_, scratch_[(bytes.size() - 1) % 2]);
   return absl::OkStatus();
 }
 

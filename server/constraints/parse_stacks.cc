@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/hash/hash.h"
 #include "absl/strings/str_cat.h"
 
 namespace linserve {
@@ -44,6 +45,8 @@ void ParseStacks::AppendKey(std::string* key) const {
   std::memcpy(key->data() + at + begins_.size() * sizeof(int32_t), positions_.data(),
               positions_.size() * sizeof(int32_t));
 }
+
+size_t ParseStacks::Hash() const { return absl::HashOf(begins_, positions_); }
 
 void ParseStacks::Encode(std::string* out) const {
   PutVarint(static_cast<uint64_t>(size()), out);

@@ -44,6 +44,9 @@ class ParseStacks {
   static absl::StatusOr<ParseStacks> Decode(const Grammar& grammar, int32_t max_stacks,
                                             std::string_view* bytes);
 
+  // Equal sets hash equal.
+  size_t Hash() const;
+
   friend bool operator==(const ParseStacks& a, const ParseStacks& b) {
     return a.begins_ == b.begins_ && a.positions_ == b.positions_;
   }
