@@ -77,6 +77,39 @@ name ::= (
   EXPECT_TRUE(Whole(h, "x"));
 }
 
+// The layout of llama.cpp's grammars: a rule's body on the lines after `::=`, groups over
+// several lines, an empty first alternative, comments after alternatives.
+TEST(GrammarTest, MultiLineRulesAsLlamaCppWritesThem) {
+  const Grammar g = Parse(R"(root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-7]{0,15})? ws
+
+# Optional space
+ws ::= | " " | "\n" [ \t]{0,20}
+)");
+  EXPECT_TRUE(Whole(g, R"({"a": [1, "x\n", true], "b":{}})"));
+  EXPECT_FALSE(Whole(g, R"({"a": [1, "x\q"]})"));
+}
+
 TEST(GrammarTest, Escapes) {
   const Grammar g = Parse(R"(root ::= "\x41\u00e9\U0001F600\t\n\r\\\"\[\]\-"
 )");
