@@ -59,6 +59,14 @@ TEST(GrammarTest, LiteralsSequencesAlternativesGroups) {
   EXPECT_EQ(MatchText(g, ""), Match::kPrefix);
 }
 
+// Alternatives sharing a prefix are factored; the language stays the same.
+TEST(GrammarTest, SharedPrefixesKeepTheLanguage) {
+  const Grammar g = Parse(R"(root ::= "ab" | "abc" | "abd" | "b" | "ab" | "a" x
+x ::= "bd" | "e")");
+  for (const char* text : {"ab", "abc", "abd", "b", "ae"}) EXPECT_TRUE(Whole(g, text)) << text;
+  for (const char* text : {"a", "abcd", "abe", "", "bb"}) EXPECT_FALSE(Whole(g, text)) << text;
+}
+
 TEST(GrammarTest, RulesCommentsAndLines) {
   const Grammar g = Parse(R"(# a comment line
 root ::= greeting " " name   # trailing comment
