@@ -125,7 +125,7 @@ class Backend {
   // batch. A row's token mask (DecodeItem/PrefillItem::allowed_tokens, PrefillAndSample's
   // allowed_tokens; model/backend/token_mask.h) restricts the pick and its logprobs to the tokens
   // it allows (sampler.h's step 0); a mask that allows no token of the vocabulary is
-  // INVALID_ARGUMENT naming the row, checked before anything changes.
+  // INVALID_ARGUMENT naming its row of `out`, checked before anything changes.
 
   // Sets `slot`'s parameters (checked with ValidateSamplingParams) and top_logprobs (in
   // [0, kMaxTopLogprobs]) for its next picks, seeds its random stream with params.seed and adds
