@@ -95,9 +95,13 @@ void CompiledConstraint::StoreMask(const std::string& key, absl::Span<const uint
     const bool list_allowed = allowed <= refused;
     stored.reserve(std::min(allowed, refused) + 1);
     stored.push_back(list_allowed ? kAllowedIds : kRefusedIds);
-    for (int64_t t = 0; t < vocab_size; ++t) {
-      if ((((mask[t / 32] >> (t % 32)) & 1) != 0) == list_allowed) {
-        stored.push_back(static_cast<uint32_t>(t));
+    for (size_t w = 0; w < mask.size(); ++w) {
+      uint32_t bits = list_allowed ? mask[w] : ~mask[w];
+      while (bits != 0) {
+        const uint32_t t = static_cast<uint32_t>(w * 32 + __builtin_ctz(bits));
+        if (t >= vocab_size) break;  // the last word's bits past the vocabulary
+        stored.push_back(t);
+        bits &= bits - 1;
       }
     }
   }
