@@ -1,6 +1,7 @@
 #include "server/constraints/compiled_constraint.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -121,7 +122,13 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
   }
   auto gbnf = ToGbnf(spec, limits);
   if (!gbnf.ok()) return InField(field, gbnf.status());
-  auto grammar = ParseGbnf(*gbnf, limits);
+  // max_text_bytes bounds what the request sent; GBNF compiled from a schema or a regex may be
+  // longer, and is bounded by max_grammar_elements instead.
+  ConstraintLimits parse_limits = limits;
+  if (spec.kind != ConstraintKind::kGrammar) {
+    parse_limits.max_text_bytes = std::numeric_limits<int32_t>::max();
+  }
+  auto grammar = ParseGbnf(*gbnf, parse_limits);
   if (!grammar.ok()) {
     // A grammar's own errors point into the request's text; those of a compiled schema or
     // regex into the GBNF made from it.

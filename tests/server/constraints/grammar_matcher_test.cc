@@ -476,6 +476,12 @@ TEST(CompileConstraintTest, ErrorsNameTheField) {
   auto syntax = CompileConstraint({ConstraintKind::kGrammar, "root ::= ("}, ByteVocabulary(), {},
                                   "grammar");
   EXPECT_THAT(syntax.status().message(), HasSubstr("grammar: at byte 10: expected ')'"));
+  // A json_object's grammar is longer than max_text_bytes, which bounds the request's text only.
+  limits = {};
+  limits.max_text_bytes = 1;
+  EXPECT_TRUE(CompileConstraint({ConstraintKind::kJsonObject, ""}, ByteVocabulary(), limits,
+                                "constraint.json_object")
+                  .ok());
   limits = {};
   limits.cache_entries = 0;
   EXPECT_THAT(CompileConstraint({ConstraintKind::kGrammar, "root ::= \"a\""}, ByteVocabulary(),
