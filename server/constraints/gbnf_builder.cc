@@ -91,8 +91,6 @@ GbnfExpr GbnfRef(absl::string_view name) { return GbnfExpr{std::string(name), 1,
 
 CodePointSet CodePointSet::Range(uint32_t lo, uint32_t hi) { return FromRanges({{lo, hi}}); }
 
-CodePointSet CodePointSet::All() { return Range(0, kMaxCodePoint); }
-
 CodePointSet CodePointSet::FromRanges(std::vector<std::pair<uint32_t, uint32_t>> ranges) {
   CodePointSet set;
   for (auto [lo, hi] : ranges) {

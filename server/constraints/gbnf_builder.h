@@ -47,7 +47,6 @@ class CodePointSet {
   static CodePointSet FromRanges(std::vector<std::pair<uint32_t, uint32_t>> ranges);
   static CodePointSet Range(uint32_t lo, uint32_t hi);
   static CodePointSet Single(uint32_t c) { return Range(c, c); }
-  static CodePointSet All();
 
   CodePointSet Union(const CodePointSet& other) const;
   CodePointSet Complement() const;

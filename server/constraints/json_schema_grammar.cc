@@ -193,7 +193,8 @@ class SchemaCompiler {
   }
   GbnfExpr Space() { return GbnfRef("space"); }
 
-  // A new rule `kind`-N ::= body, referred to.
+  // A new rule `kind`-N ::= body, referred to. The kinds (kv, tail, obj, arr, item, alt, enum,
+  // pattern, def-NAME) are apart from the fixed rules' and any-value's names.
   absl::StatusOr<GbnfExpr> NewRule(absl::string_view kind, const GbnfExpr& body) {
     const std::string name = absl::StrCat(kind, "-", ++rule_count_);
     if (absl::Status status = rules_.Add(name, body); !status.ok()) return status;
@@ -547,7 +548,7 @@ class SchemaCompiler {
       body.push_back(GbnfRepeat(GbnfSeq({GbnfAlt(firsts), Space()}), 0, 1));
     }
     body.push_back(close);
-    return NewRule("object", GbnfSeq(body));
+    return NewRule("obj", GbnfSeq(body));
   }
 
   absl::StatusOr<GbnfExpr> Array(const Json& schema, const std::string& pointer, int depth) {
@@ -587,7 +588,7 @@ class SchemaCompiler {
     }
     list.push_back(Space());
     const GbnfExpr items = GbnfSeq(list);
-    return NewRule("array", GbnfSeq({open, Space(), lo == 0 ? GbnfRepeat(items, 0, 1) : items,
+    return NewRule("arr", GbnfSeq({open, Space(), lo == 0 ? GbnfRepeat(items, 0, 1) : items,
                                      close}));
   }
 

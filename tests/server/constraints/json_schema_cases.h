@@ -78,6 +78,12 @@ inline std::vector<SchemaCase> SchemaCases() {
       {R"({"type": "integer"})",
        {"0", "-7", "1234567890123456"},
        {"1.0", "1e3", "-", "00"}},
+      // Declared members beside members of any value (whose rules are unrolled per level).
+      {R"({"type": "object", "properties": {"meta": {}, "list": {"type": "array"},
+           "obj": {"type": "object"}, "n": {"type": "integer"}}, "required": ["n"]})",
+       {R"({"n":1})", R"({"meta":{"a":[1,{"b":null}]},"n":2})",
+        R"({"meta":"x","list":[1,"a",[]],"obj":{"k":{}},"n":-3})"},
+       {R"({"meta":1})", R"({"obj":[],"n":1})", R"({"list":{},"n":1})", R"({"n":1,"meta":1})"}},
       {R"({"type": "object", "properties": {"p": {"type": "object",
            "properties": {"q": {"type": "boolean"}}, "required": ["q"]}}, "required": ["p"]})",
        {R"({"p":{"q":true}})", "{\"p\":\n{\"q\":false}}"},

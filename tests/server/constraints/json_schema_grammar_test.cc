@@ -1,10 +1,12 @@
 #include "server/constraints/json_schema_grammar.h"
 
 #include <chrono>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
@@ -51,23 +53,23 @@ TEST(JsonSchemaGrammarTest, WritesAnObjectWithRequiredAndOptionalPropertiesInOrd
                           "maxItems": 3}},
                "required": ["name"], "additionalProperties": false})"),
       absl::StrCat(
-          "root ::= object-6\n", kSpace,
+          "root ::= obj-6\n", kSpace,
           "integral-part ::= \"0\" | [1-9] [0-9]{0,15}\n"
           "integer ::= \"-\"? integral-part\n"
           "kv-1 ::= \"\\\"id\\\"\" space \":\" space integer\n",
           kChar,
           "kv-2 ::= \"\\\"name\\\"\" space \":\" space \"\\\"\" char{0,2} \"\\\"\"\n"
           "enum-3 ::= (\"\\\"a\\\"\" | \"1\")\n"
-          "array-4 ::= \"[\" space enum-3 (space \",\" space enum-3){0,2} space \"]\"\n"
-          "kv-5 ::= \"\\\"tags\\\"\" space \":\" space array-4\n"
-          "object-6 ::= \"{\" space (kv-1 space \",\" space)? kv-2 (space \",\" space kv-5)? "
+          "arr-4 ::= \"[\" space enum-3 (space \",\" space enum-3){0,2} space \"]\"\n"
+          "kv-5 ::= \"\\\"tags\\\"\" space \":\" space arr-4\n"
+          "obj-6 ::= \"{\" space (kv-1 space \",\" space)? kv-2 (space \",\" space kv-5)? "
           "space \"}\"\n"));
 }
 
 TEST(JsonSchemaGrammarTest, WritesAnObjectWithOnlyOptionalProperties) {
   const std::string gbnf = Gbnf(R"({"properties": {"a": {"type": ["string", "null"]},
       "b": {"const": {"x": [1, 2]}}, "c": {"pattern": "^[a-z]+$"}}})");
-  EXPECT_THAT(gbnf, StartsWith("root ::= object-7\n"));
+  EXPECT_THAT(gbnf, StartsWith("root ::= obj-7\n"));
   EXPECT_THAT(gbnf, HasSubstr("kv-1 ::= \"\\\"a\\\"\" space \":\" space (string | null)\n"));
   EXPECT_THAT(gbnf, HasSubstr("kv-2 ::= \"\\\"b\\\"\" space \":\" space "
                               "\"{\\\"x\\\":[1,2]}\"\n"));
@@ -76,7 +78,7 @@ TEST(JsonSchemaGrammarTest, WritesAnObjectWithOnlyOptionalProperties) {
                               "\"\\\"\"\n"
                               "tail-5 ::= (space \",\" space kv-4)?\n"
                               "tail-6 ::= (space \",\" space kv-2)? tail-5\n"
-                              "object-7 ::= \"{\" space ((kv-1 tail-6 | kv-2 tail-5 | kv-4) "
+                              "obj-7 ::= \"{\" space ((kv-1 tail-6 | kv-2 tail-5 | kv-4) "
                               "space)? \"}\"\n"));
 }
 
@@ -86,9 +88,9 @@ TEST(JsonSchemaGrammarTest, WritesRecursiveDefinitionsAsRules) {
                      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}}},
       "required": ["v", "kids"]}}, "$ref": "#/$defs/node"})");
   EXPECT_THAT(gbnf, StartsWith("root ::= def-node-1\n"));
-  EXPECT_THAT(gbnf, HasSubstr("array-3 ::= \"[\" space (def-node-1 (space \",\" space "
+  EXPECT_THAT(gbnf, HasSubstr("arr-3 ::= \"[\" space (def-node-1 (space \",\" space "
                               "def-node-1)* space)? \"]\"\n"));
-  EXPECT_THAT(gbnf, HasSubstr("def-node-1 ::= object-5\n"));
+  EXPECT_THAT(gbnf, HasSubstr("def-node-1 ::= obj-5\n"));
   // The root itself, and #/definitions.
   EXPECT_THAT(Gbnf(R"({"type": "array", "items": {"anyOf": [{"type": "null"}, {"$ref": "#"}]}})"),
               HasSubstr("alt-1 ::= (null | root)\n"));
@@ -109,6 +111,17 @@ TEST(JsonSchemaGrammarTest, AnyValueIsBoundedByTheNestingLimit) {
   EXPECT_THAT(Gbnf(R"({"type": "object"})", limits), StartsWith("root ::= object-1\n"));
   EXPECT_THAT(Gbnf(R"({"type": "object", "additionalProperties": false})", limits),
               StartsWith("root ::= \"{\" space \"}\"\n"));
+}
+
+// Rule names never collide, whatever the schema mixes (an object's own rules and any value's).
+TEST(JsonSchemaGrammarTest, DefinesEachRuleOnce) {
+  for (const SchemaCase& c : SchemaCases()) {
+    std::set<std::string> names;
+    for (absl::string_view line : absl::StrSplit(Gbnf(c.schema), '\n', absl::SkipEmpty())) {
+      const std::string name(line.substr(0, line.find(" ::= ")));
+      EXPECT_TRUE(names.insert(name).second) << "rule " << name << " twice in\n" << c.schema;
+    }
+  }
 }
 
 TEST(JsonSchemaGrammarTest, JsonObjectIsAnObjectOfAnyValues) {
