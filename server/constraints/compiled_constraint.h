@@ -7,17 +7,26 @@
 #ifndef LINSERVE_SERVER_CONSTRAINTS_COMPILED_CONSTRAINT_H_
 #define LINSERVE_SERVER_CONSTRAINTS_COMPILED_CONSTRAINT_H_
 
+#include <cstdint>
+#include <list>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "server/constraints/constraint_spec.h"
 #include "server/constraints/token_vocabulary.h"
 
 namespace linserve {
 
-class Grammar;  // grammar.h
+class Grammar;      // grammar.h
+class ParseStacks;  // parse_stacks.h
 
 // Thread-safe: immutable but for its mask cache, which locks.
 class CompiledConstraint {
@@ -28,6 +37,32 @@ class CompiledConstraint {
   const Grammar& grammar() const;
   const TokenVocabulary& vocabulary() const;
   const ConstraintLimits& limits() const;
+  // Token masks held in the mask cache now (at most limits().max_cached_masks).
+  int32_t cached_masks() const;
+
+  ~CompiledConstraint();
+
+ private:
+  friend class GrammarMatcher;
+  friend absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
+      const ConstraintSpec&, std::shared_ptr<const TokenVocabulary>, const ConstraintLimits&,
+      absl::string_view);
+
+  CompiledConstraint() = default;
+  // The cached mask of the stack set whose ParseStacks::AppendKey is `key`, copied into `mask`.
+  bool LookupMask(const std::string& key, absl::Span<uint32_t> mask) const;
+  // When the cache is full it is emptied first (masks of a document's recurring states come
+  // back at once).
+  void StoreMask(const std::string& key, absl::Span<const uint32_t> mask) const;
+
+  ConstraintSpec spec_;
+  std::string gbnf_;
+  std::unique_ptr<const Grammar> grammar_;
+  std::unique_ptr<const ParseStacks> start_;  // the stacks at the start of a document
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  ConstraintLimits limits_;
+  mutable absl::Mutex mutex_;
+  mutable absl::flat_hash_map<std::string, std::vector<uint32_t>> masks_ ABSL_GUARDED_BY(mutex_);
 };
 
 // Compiles `spec` for `vocabulary` within `limits`. Errors are INVALID_ARGUMENT and begin with
@@ -49,6 +84,15 @@ class ConstraintCache {
                                                                 absl::string_view field);
   const TokenVocabulary& vocabulary() const;
   const ConstraintLimits& limits() const;
+
+ private:
+  std::shared_ptr<const TokenVocabulary> vocabulary_;
+  const ConstraintLimits limits_;
+  absl::Mutex mutex_;
+  // Most recently used first; entries_ indexes it by spec (kind byte + text).
+  std::list<std::pair<std::string, std::shared_ptr<const CompiledConstraint>>> lru_
+      ABSL_GUARDED_BY(mutex_);
+  absl::flat_hash_map<std::string, decltype(lru_)::iterator> entries_ ABSL_GUARDED_BY(mutex_);
 };
 
 }  // namespace linserve

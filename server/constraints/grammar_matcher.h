@@ -9,12 +9,15 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/types.h"
 #include "server/constraints/compiled_constraint.h"
+#include "server/constraints/parse_stacks.h"
 
 namespace linserve {
 
@@ -47,6 +50,33 @@ class GrammarMatcher {
   std::string Serialize() const;
   static absl::StatusOr<GrammarMatcher> Deserialize(
       std::shared_ptr<const CompiledConstraint> constraint, std::string_view bytes);
+
+ private:
+  // Walks the vocabulary's trie from stacks_, setting the bits of the tokens whose bytes the
+  // stacks accept; a subtree is left at its first rejected byte, and a node's stacks are only
+  // computed when it has children. The stack sets met on the way are numbered, and each
+  // (set, byte) step is computed once per walk: inside a JSON string, say, every completed
+  // character leads back to the same set, so most nodes cost a table lookup.
+  absl::Status WalkTrie(absl::Span<uint32_t> mask) const;
+  // The number of `stacks` among the walk's sets, adding it (swapped out of `stacks`) if new.
+  int32_t Intern(ParseStacks& stacks) const;
+
+  std::shared_ptr<const CompiledConstraint> constraint_;
+  ParseStacks stacks_;
+  bool ended_ = false;
+  // Scratch, reused between calls so that a step allocates nothing once grown.
+  mutable ParseStepper stepper_;
+  mutable std::vector<ParseStacks> scratch_;  // Accept's two sets, the walk's next one
+  mutable std::string key_;
+  // The walk's numbered sets (the first walk_count_ of walk_sets_), their index by hash
+  // (chained through walk_next_), their steps ((set << 8 | byte) -> set) and the set at each
+  // trie depth.
+  mutable std::vector<ParseStacks> walk_sets_;
+  mutable int32_t walk_count_ = 0;
+  mutable absl::flat_hash_map<size_t, int32_t> walk_by_hash_;
+  mutable std::vector<int32_t> walk_next_;
+  mutable absl::flat_hash_map<int64_t, int32_t> walk_steps_;
+  mutable std::vector<int32_t> walk_levels_;
 };
 
 }  // namespace linserve
