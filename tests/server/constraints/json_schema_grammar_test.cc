@@ -9,7 +9,11 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tokenizer/byte_tokenizer.h"
+#include "server/constraints/grammar_matcher.h"
 #include "nlohmann/json.hpp"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/token_vocabulary.h"
 #include "tests/server/constraints/json_schema_cases.h"
 
 namespace linserve {
@@ -18,6 +22,25 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
+
+// Compiles `spec` over a byte vocabulary (ByteTokenizer: one token a byte, eos 256).
+std::shared_ptr<const CompiledConstraint> CompileForBytes(const ConstraintSpec& spec,
+                                                          const ConstraintLimits& limits = {}) {
+  static const auto vocabulary = TokenVocabulary::Create(ByteTokenizer(257), 256);
+  auto compiled = CompileConstraint(spec, vocabulary, limits, "constraint");
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return compiled.ok() ? *compiled : nullptr;
+}
+
+// Whether `document`, fed byte by byte, is a whole document of `constraint`.
+bool Accepts(const std::shared_ptr<const CompiledConstraint>& constraint,
+             std::string_view document) {
+  GrammarMatcher matcher(constraint);
+  for (char c : document) {
+    if (!matcher.Accept(static_cast<uint8_t>(c)).ok()) return false;
+  }
+  return matcher.CanEnd();
+}
 
 std::string Gbnf(std::string_view schema, const ConstraintLimits& limits = {}) {
   absl::StatusOr<std::string> gbnf = JsonSchemaToGbnf(schema, limits);
@@ -274,6 +297,36 @@ TEST(JsonSchemaGrammarTest, AcceptanceCasesAreWellFormed) {
       EXPECT_TRUE(nlohmann::json::accept(doc)) << c.schema << "\n" << doc;
     }
   }
+}
+
+// End to end: the grammar of each schema accepts its valid documents and rejects the others.
+TEST(JsonSchemaGrammarTest, AcceptsValidDocumentsAndRejectsInvalidOnes) {
+  for (const SchemaCase& c : SchemaCases()) {
+    const auto constraint = CompileForBytes({ConstraintKind::kJsonSchema, c.schema});
+    ASSERT_NE(constraint, nullptr) << c.schema;
+    for (const std::string& doc : c.valid) EXPECT_TRUE(Accepts(constraint, doc)) << c.schema << "\n" << doc;
+    for (const std::string& doc : c.invalid) {
+      EXPECT_FALSE(Accepts(constraint, doc)) << c.schema << "\n" << doc;
+    }
+  }
+}
+
+TEST(JsonSchemaGrammarTest, JsonObjectAcceptsObjectsNestedWithinTheLimit) {
+  ConstraintLimits limits;
+  limits.max_nesting_depth = 3;
+  const auto constraint = CompileForBytes({ConstraintKind::kJsonObject, ""}, limits);
+  ASSERT_NE(constraint, nullptr);
+  for (const char* doc : {"{}", R"({"a":1})", R"({"a": [1, {"b": null}], "c": "x"})",
+                          R"({"a":{"b":{"c":1}}})", "{\n  \"a\": true\n}"}) {
+    EXPECT_TRUE(Accepts(constraint, doc)) << doc;
+  }
+  // Four levels of objects and arrays are one too many.
+  for (const char* doc : {"[]", "1", R"("s")", R"({"a":{"b":{"c":[]}}})",
+                          R"({"a":[[[1]]]})", R"({"a":1,})", R"( {})", R"({} )"}) {
+    EXPECT_FALSE(Accepts(constraint, doc)) << doc;
+  }
+  EXPECT_NE(CompileForBytes({ConstraintKind::kJsonObject, ""}), nullptr)
+      << "the default limits' grammar compiles";
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "server/constraints/regex_grammar.h"
 
 #include <chrono>
+#include <random>
 #include <regex>
 #include <string>
 #include <vector>
@@ -8,12 +9,35 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "model/tokenizer/byte_tokenizer.h"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/grammar_matcher.h"
+#include "server/constraints/token_vocabulary.h"
 #include "tests/server/constraints/regex_cases.h"
 
 namespace linserve {
 namespace {
 
 using ::testing::HasSubstr;
+
+// Compiles `spec` over a byte vocabulary (ByteTokenizer: one token a byte, eos 256).
+std::shared_ptr<const CompiledConstraint> CompileForBytes(const ConstraintSpec& spec,
+                                                          const ConstraintLimits& limits = {}) {
+  static const auto vocabulary = TokenVocabulary::Create(ByteTokenizer(257), 256);
+  auto compiled = CompileConstraint(spec, vocabulary, limits, "constraint");
+  EXPECT_TRUE(compiled.ok()) << compiled.status();
+  return compiled.ok() ? *compiled : nullptr;
+}
+
+// Whether `document`, fed byte by byte, is a whole document of `constraint`.
+bool Accepts(const std::shared_ptr<const CompiledConstraint>& constraint,
+             std::string_view document) {
+  GrammarMatcher matcher(constraint);
+  for (char c : document) {
+    if (!matcher.Accept(static_cast<uint8_t>(c)).ok()) return false;
+  }
+  return matcher.CanEnd();
+}
 
 std::string Gbnf(std::string_view pattern, const ConstraintLimits& limits = {}) {
   absl::StatusOr<std::string> gbnf = RegexToGbnf(pattern, limits);
@@ -183,6 +207,34 @@ TEST(RegexGrammarTest, AcceptanceCasesAgreeWithStdRegex) {
     for (const std::string& s : c.valid) EXPECT_TRUE(std::regex_match(s, re)) << c.pattern << " " << s;
     for (const std::string& s : c.invalid) {
       EXPECT_FALSE(std::regex_match(s, re)) << c.pattern << " " << s;
+    }
+  }
+}
+
+// End to end: each pattern's grammar accepts its valid strings and rejects the others.
+TEST(RegexGrammarTest, AcceptsMatchesAndRejectsTheRest) {
+  for (const RegexCase& c : RegexCases()) {
+    const auto constraint = CompileForBytes({ConstraintKind::kRegex, c.pattern});
+    ASSERT_NE(constraint, nullptr) << c.pattern;
+    for (const std::string& s : c.valid) EXPECT_TRUE(Accepts(constraint, s)) << c.pattern << " " << s;
+    for (const std::string& s : c.invalid) EXPECT_FALSE(Accepts(constraint, s)) << c.pattern << " " << s;
+  }
+}
+
+// Random strings over a small alphabet: the grammar and std::regex agree on every one.
+TEST(RegexGrammarTest, AgreesWithStdRegexOnRandomStrings) {
+  const char* patterns[] = {"(ab|a)*b?", "[a-c]{1,3}(c|ba)+", "a?b*c+", "(a|b|c)*abc",
+                            "[^a]+a{2}", "(?:a|bc?){2,4}", R"(\w\d?\s*)", "(a(b(c)?)?)+"};
+  std::mt19937 rng(27);
+  const std::string alphabet = "abc1 _";
+  for (const char* pattern : patterns) {
+    const auto constraint = CompileForBytes({ConstraintKind::kRegex, pattern});
+    ASSERT_NE(constraint, nullptr) << pattern;
+    const std::regex re(pattern, std::regex::ECMAScript);
+    for (int i = 0; i < 300; ++i) {
+      std::string s;
+      for (int n = static_cast<int>(rng() % 8); n > 0; --n) s += alphabet[rng() % alphabet.size()];
+      EXPECT_EQ(Accepts(constraint, s), std::regex_match(s, re)) << pattern << " on \"" << s << "\"";
     }
   }
 }
