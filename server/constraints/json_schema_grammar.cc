@@ -30,6 +30,8 @@ constexpr int64_t kMaxCount = 1'000'000'000;
 // The rules every JSON grammar here may use, each with what it refers to and its estimate.
 // Whitespace is llama.cpp's: nothing, one space, or a newline and up to 20 spaces or tabs.
 // A \u escape is 4 hex digits naming a character: a high surrogate only with its low one.
+// Numbers have at most 16 digits before the point and after it (as llama.cpp's) and an exponent
+// of at most 2 digits, so every one is a finite double.
 struct FixedRule {
   absl::string_view name;
   absl::string_view body;
@@ -46,7 +48,7 @@ const std::vector<FixedRule>& FixedRules() {
       {"string", R"("\"" char* "\"")", {"char"}, 6},
       {"integral-part", R"("0" | [1-9] [0-9]{0,15})", {}, 35},
       {"integer", R"("-"? integral-part)", {"integral-part"}, 4},
-      {"number", R"("-"? integral-part ("." [0-9]{1,16})? ([eE] [-+]? integral-part)?)",
+      {"number", R"("-"? integral-part ("." [0-9]{1,16})? ([eE] [-+]? ("0" | [1-9] [0-9]?))?)",
        {"integral-part"},
        45},
       {"boolean", R"("true" | "false")", {}, 9},

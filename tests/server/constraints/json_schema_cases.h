@@ -70,11 +70,12 @@ inline std::vector<SchemaCase> SchemaCases() {
       {"{}",
        {"1", R"("s")", R"([1,{"a":null}])", R"({"a":[true,false]})", "null"},
        {"nul", "[1,]", R"({"a"})", "01", "tru"}},
-      // Numbers: at most 16 digits before the point and the exponent's, 16 after the point (as
-      // llama.cpp bounds them).
+      // Numbers: at most 16 digits before the point and after it (as llama.cpp bounds them), an
+      // exponent of at most 2 digits (every number a finite double).
       {R"({"type": "number"})",
-       {"0", "-0", "1.25", "1e10", "-3.5E-2", "1234567890123456"},
-       {".5", "1.", "+1", "01", "1e", "--1", "0x10", "NaN", "12345678901234567"}},
+       {"0", "-0", "1.25", "1e10", "-3.5E-2", "1234567890123456", "9.5e+99", "1e0"},
+       {".5", "1.", "+1", "01", "1e", "--1", "0x10", "NaN", "12345678901234567", "1e100",
+        "1e05"}},
       {R"({"type": "integer"})",
        {"0", "-7", "1234567890123456"},
        {"1.0", "1e3", "-", "00"}},
