@@ -1,6 +1,9 @@
 #include "server/constraints/json_schema_grammar.h"
 
+#include <algorithm>
 #include <chrono>
+#include <random>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -9,11 +12,8 @@
 #include "absl/strings/str_split.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tokenizer/byte_tokenizer.h"
-#include "server/constraints/grammar_matcher.h"
 #include "nlohmann/json.hpp"
-#include "server/constraints/compiled_constraint.h"
-#include "server/constraints/token_vocabulary.h"
+#include "tests/server/constraints/byte_documents.h"
 #include "tests/server/constraints/json_schema_cases.h"
 
 namespace linserve {
@@ -23,23 +23,73 @@ using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
 
-// Compiles `spec` over a byte vocabulary (ByteTokenizer: one token a byte, eos 256).
-std::shared_ptr<const CompiledConstraint> CompileForBytes(const ConstraintSpec& spec,
-                                                          const ConstraintLimits& limits = {}) {
-  static const auto vocabulary = TokenVocabulary::Create(ByteTokenizer(257), 256);
-  auto compiled = CompileConstraint(spec, vocabulary, limits, "constraint");
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
-  return compiled.ok() ? *compiled : nullptr;
-}
-
-// Whether `document`, fed byte by byte, is a whole document of `constraint`.
-bool Accepts(const std::shared_ptr<const CompiledConstraint>& constraint,
-             std::string_view document) {
-  GrammarMatcher matcher(constraint);
-  for (char c : document) {
-    if (!matcher.Accept(static_cast<uint8_t>(c)).ok()) return false;
+// Whether `doc` is valid under `schema` (the subset, written from the JSON Schema spec without
+// the grammar: an independent check of what the grammar generates).
+bool ValidUnder(const nlohmann::json& schema, const nlohmann::json& doc,
+                const nlohmann::json& root) {
+  using nlohmann::json;
+  if (schema.is_boolean()) return schema.get<bool>();
+  if (schema.contains("$ref")) {
+    const std::string ref = schema["$ref"];
+    return ValidUnder(ref == "#" ? root : root.at(json::json_pointer(ref.substr(1))), doc, root);
   }
-  return matcher.CanEnd();
+  if (schema.contains("anyOf")) {
+    for (const json& branch : schema["anyOf"]) {
+      if (ValidUnder(branch, doc, root)) return true;
+    }
+    return false;
+  }
+  if (schema.contains("const") && doc != schema["const"]) return false;
+  if (schema.contains("enum") &&
+      std::find(schema["enum"].begin(), schema["enum"].end(), doc) == schema["enum"].end()) {
+    return false;
+  }
+  if (schema.contains("type")) {
+    const json types = schema["type"].is_array() ? schema["type"] : json::array({schema["type"]});
+    bool typed = false;
+    for (const json& type : types) {
+      const std::string t = type;
+      typed |= (t == "string" && doc.is_string()) || (t == "number" && doc.is_number()) ||
+               (t == "integer" && doc.is_number_integer()) ||
+               (t == "boolean" && doc.is_boolean()) || (t == "null" && doc.is_null()) ||
+               (t == "object" && doc.is_object()) || (t == "array" && doc.is_array());
+    }
+    if (!typed) return false;
+  }
+  if (doc.is_string()) {
+    const std::string text = doc;
+    int64_t chars = 0;
+    for (char c : text) chars += (static_cast<uint8_t>(c) & 0xC0) != 0x80;
+    if (schema.contains("minLength") && chars < schema["minLength"].get<int64_t>()) return false;
+    if (schema.contains("maxLength") && chars > schema["maxLength"].get<int64_t>()) return false;
+    if (schema.contains("pattern") &&
+        !std::regex_search(text, std::regex(schema["pattern"].get<std::string>()))) {
+      return false;
+    }
+  }
+  if (doc.is_object()) {
+    const json properties = schema.value("properties", json::object());
+    for (const auto& [name, value] : doc.items()) {
+      if (properties.contains(name)) {
+        if (!ValidUnder(properties[name], value, root)) return false;
+      } else if (schema.contains("additionalProperties") &&
+                 !ValidUnder(schema["additionalProperties"], value, root)) {
+        return false;
+      }
+    }
+    for (const json& name : schema.value("required", json::array())) {
+      if (!doc.contains(name.get<std::string>())) return false;
+    }
+  }
+  if (doc.is_array()) {
+    const int64_t n = static_cast<int64_t>(doc.size());
+    if (schema.contains("minItems") && n < schema["minItems"].get<int64_t>()) return false;
+    if (schema.contains("maxItems") && n > schema["maxItems"].get<int64_t>()) return false;
+    for (const json& item : doc) {
+      if (schema.contains("items") && !ValidUnder(schema["items"], item, root)) return false;
+    }
+  }
+  return true;
 }
 
 std::string Gbnf(std::string_view schema, const ConstraintLimits& limits = {}) {
@@ -308,6 +358,30 @@ TEST(JsonSchemaGrammarTest, AcceptsValidDocumentsAndRejectsInvalidOnes) {
     for (const std::string& doc : c.invalid) {
       EXPECT_FALSE(Accepts(constraint, doc)) << c.schema << "\n" << doc;
     }
+  }
+}
+
+// The validator above agrees with the acceptance data, and every random document the masks
+// allow is JSON that it accepts.
+TEST(JsonSchemaGrammarTest, RandomDocumentsAreValid) {
+  std::mt19937 rng(27);
+  for (const SchemaCase& c : SchemaCases()) {
+    const nlohmann::json schema = nlohmann::json::parse(c.schema);
+    for (const std::string& doc : c.valid) {
+      EXPECT_TRUE(ValidUnder(schema, nlohmann::json::parse(doc), schema)) << c.schema << "\n" << doc;
+    }
+    const auto constraint = CompileForBytes({ConstraintKind::kJsonSchema, c.schema});
+    ASSERT_NE(constraint, nullptr) << c.schema;
+    int finished = 0;
+    for (int i = 0; i < 200; ++i) {
+      const std::optional<std::string> doc = RandomDocument(constraint, rng, 400);
+      if (!doc.has_value()) continue;
+      ++finished;
+      const nlohmann::json parsed = nlohmann::json::parse(*doc, nullptr, /*allow_exceptions=*/false);
+      ASSERT_FALSE(parsed.is_discarded()) << c.schema << "\nnot JSON: " << *doc;
+      EXPECT_TRUE(ValidUnder(schema, parsed, schema)) << c.schema << "\ninvalid: " << *doc;
+    }
+    EXPECT_GT(finished, 50) << c.schema;
   }
 }
 

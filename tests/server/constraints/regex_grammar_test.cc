@@ -9,35 +9,13 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "model/tokenizer/byte_tokenizer.h"
-#include "server/constraints/compiled_constraint.h"
-#include "server/constraints/grammar_matcher.h"
-#include "server/constraints/token_vocabulary.h"
+#include "tests/server/constraints/byte_documents.h"
 #include "tests/server/constraints/regex_cases.h"
 
 namespace linserve {
 namespace {
 
 using ::testing::HasSubstr;
-
-// Compiles `spec` over a byte vocabulary (ByteTokenizer: one token a byte, eos 256).
-std::shared_ptr<const CompiledConstraint> CompileForBytes(const ConstraintSpec& spec,
-                                                          const ConstraintLimits& limits = {}) {
-  static const auto vocabulary = TokenVocabulary::Create(ByteTokenizer(257), 256);
-  auto compiled = CompileConstraint(spec, vocabulary, limits, "constraint");
-  EXPECT_TRUE(compiled.ok()) << compiled.status();
-  return compiled.ok() ? *compiled : nullptr;
-}
-
-// Whether `document`, fed byte by byte, is a whole document of `constraint`.
-bool Accepts(const std::shared_ptr<const CompiledConstraint>& constraint,
-             std::string_view document) {
-  GrammarMatcher matcher(constraint);
-  for (char c : document) {
-    if (!matcher.Accept(static_cast<uint8_t>(c)).ok()) return false;
-  }
-  return matcher.CanEnd();
-}
 
 std::string Gbnf(std::string_view pattern, const ConstraintLimits& limits = {}) {
   absl::StatusOr<std::string> gbnf = RegexToGbnf(pattern, limits);
@@ -218,6 +196,26 @@ TEST(RegexGrammarTest, AcceptsMatchesAndRejectsTheRest) {
     ASSERT_NE(constraint, nullptr) << c.pattern;
     for (const std::string& s : c.valid) EXPECT_TRUE(Accepts(constraint, s)) << c.pattern << " " << s;
     for (const std::string& s : c.invalid) EXPECT_FALSE(Accepts(constraint, s)) << c.pattern << " " << s;
+  }
+}
+
+// Every random string the masks allow matches (printable ASCII, where std::regex reads every
+// pattern of the data as we do).
+TEST(RegexGrammarTest, RandomOutputsMatch) {
+  std::mt19937 rng(27);
+  for (const RegexCase& c : RegexCases()) {
+    if (!c.ecmascript) continue;
+    const auto constraint = CompileForBytes({ConstraintKind::kRegex, c.pattern});
+    ASSERT_NE(constraint, nullptr) << c.pattern;
+    const std::regex re(c.pattern, std::regex::ECMAScript);
+    int finished = 0;
+    for (int i = 0; i < 200; ++i) {
+      const std::optional<std::string> s = RandomDocument(constraint, rng, 200);
+      if (!s.has_value()) continue;
+      ++finished;
+      EXPECT_TRUE(std::regex_match(*s, re)) << c.pattern << " generated \"" << *s << "\"";
+    }
+    EXPECT_GT(finished, 100) << c.pattern;
   }
 }
 
