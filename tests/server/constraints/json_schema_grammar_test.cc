@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <random>
 #include <regex>
 #include <set>
@@ -401,6 +402,27 @@ TEST(JsonSchemaGrammarTest, JsonObjectAcceptsObjectsNestedWithinTheLimit) {
   }
   EXPECT_NE(CompileForBytes({ConstraintKind::kJsonObject, ""}), nullptr)
       << "the default limits' grammar compiles";
+
+  // Random documents are JSON objects nested at most 3 deep.
+  const std::function<int(const nlohmann::json&)> depth = [&](const nlohmann::json& j) {
+    int inner = 0;
+    if (j.is_object() || j.is_array()) {
+      for (const nlohmann::json& child : j) inner = std::max(inner, depth(child));
+      return inner + 1;
+    }
+    return 0;
+  };
+  std::mt19937 rng(27);
+  int finished = 0;
+  for (int i = 0; i < 200; ++i) {
+    const std::optional<std::string> doc = RandomDocument(constraint, rng, 400);
+    if (!doc.has_value()) continue;
+    ++finished;
+    const nlohmann::json parsed = nlohmann::json::parse(*doc, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(parsed.is_object()) << *doc;
+    EXPECT_LE(depth(parsed), 3) << *doc;
+  }
+  EXPECT_GT(finished, 50);
 }
 
 }  // namespace
