@@ -117,12 +117,6 @@ CodePointSet CodePointSet::FromRanges(std::vector<std::pair<uint32_t, uint32_t>>
   return set;
 }
 
-CodePointSet CodePointSet::Union(const CodePointSet& other) const {
-  std::vector<std::pair<uint32_t, uint32_t>> ranges = ranges_;
-  ranges.insert(ranges.end(), other.ranges_.begin(), other.ranges_.end());
-  return FromRanges(std::move(ranges));
-}
-
 CodePointSet CodePointSet::Complement() const {
   std::vector<std::pair<uint32_t, uint32_t>> ranges;
   uint32_t next = 0;

@@ -48,7 +48,6 @@ class CodePointSet {
   static CodePointSet Range(uint32_t lo, uint32_t hi);
   static CodePointSet Single(uint32_t c) { return Range(c, c); }
 
-  CodePointSet Union(const CodePointSet& other) const;
   CodePointSet Complement() const;
   CodePointSet Intersect(const CodePointSet& other) const;
   bool empty() const { return ranges_.empty(); }

@@ -222,8 +222,8 @@ class RegexParser {
     const size_t offset = pos_++;
     const bool negated = Consume("^");
     if (Next(']')) return Error(pos_, "']' first in a class is ambiguous: write \\]");
+    // Collected, then merged once (a class of many items stays linear).
     std::vector<std::pair<uint32_t, uint32_t>> ranges;
-    CodePointSet escapes;  // \d and the like
     while (!Next(']')) {
       if (AtEnd()) return Error(offset, "missing ']'");
       const size_t item_offset = pos_;
@@ -241,11 +241,11 @@ class RegexParser {
         if (a > b) return Error(item_offset, "range out of order");
         ranges.emplace_back(a, b);
       } else {
-        escapes = escapes.Union(*lo);
+        ranges.insert(ranges.end(), lo->ranges().begin(), lo->ranges().end());
       }
     }
     ++pos_;  // ']'
-    CodePointSet set = CodePointSet::FromRanges(std::move(ranges)).Union(escapes);
+    const CodePointSet set = CodePointSet::FromRanges(std::move(ranges));
     return Chars(offset, negated ? set.Complement() : set);
   }
 

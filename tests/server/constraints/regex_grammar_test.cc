@@ -153,6 +153,14 @@ TEST(RegexGrammarTest, RefusesPatternsBeyondTheLimits) {
               HasSubstr("the grammar would exceed max_grammar_elements (262144)"));
   EXPECT_THAT(Refusal("((((a{1000000000}){1000000000}){1000000000}){1000000000})*").message(),
               HasSubstr("max_grammar_elements"));
+  // Long classes and alternations stay linear.
+  std::string many_class = "[";
+  for (int i = 0; i < 20000; ++i) many_class += i % 2 ? "\\d" : "a";
+  many_class += "]";
+  EXPECT_EQ(Gbnf(many_class), "root ::= [0-9a]\n");
+  std::string many_branches = "a";
+  for (int i = 0; i < 20000; ++i) many_branches += "|b";
+  EXPECT_TRUE(RegexToGbnf(many_branches, ConstraintLimits()).ok());
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(1));
 }
 
