@@ -1,6 +1,7 @@
 #include "server/constraints/json_schema_grammar.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -165,7 +166,7 @@ bool HasType(const Json& value, absl::string_view type) {
     if (value.is_number_integer()) return true;
     if (!value.is_number_float()) return false;
     const double d = value.get<double>();
-    return d == static_cast<double>(static_cast<int64_t>(d));
+    return std::isfinite(d) && d == std::trunc(d);
   }
   return false;
 }

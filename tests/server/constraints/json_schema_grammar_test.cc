@@ -262,6 +262,8 @@ TEST(JsonSchemaGrammarTest, RefusesMalformedSchemas) {
       {R"({"minItems": 3, "maxItems": 2})", "minItems over maxItems at the root"},
       {R"({"minLength": 3, "maxLength": 2})", "minLength over maxLength at the root"},
       {R"({"maxLength": 2000000000})", "maxLength over 1000000000 at /maxLength"},
+      {R"({"maxItems": 1e300})", "maxItems over 1000000000 at /maxItems"},
+      {R"({"minLength": 2.0, "maxLength": 1.0})", "minLength over maxLength at the root"},
       {R"({"enum": []})", "enum must be a non-empty array at /enum"},
       {R"({"type": "string", "enum": [1, null]})", "no value is of the schema's type at /enum"},
       {R"({"enum": [1], "const": 1})", "keyword \"const\" beside \"enum\" is not supported"},
