@@ -82,7 +82,6 @@ class GbnfRules {
   absl::Status AddText(absl::string_view rules, int64_t elements);
   // Fails as Add would when `elements` more would pass the limit.
   absl::Status Check(int64_t elements) const;
-  int64_t elements() const { return elements_; }
   int64_t max_elements() const { return max_elements_; }
   const std::string& text() const { return text_; }
 

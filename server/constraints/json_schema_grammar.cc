@@ -430,7 +430,7 @@ class SchemaCompiler {
       const std::string name = absl::StrCat("pattern-", ++rule_count_);
       absl::StatusOr<RegexRules> pattern = RegexToGbnfRules(
           schema["pattern"].get<std::string>(), limits_, name, /*json_string_content=*/true,
-          rules_.max_elements() - rules_.elements());
+          rules_.max_elements());
       if (!pattern.ok()) return Error(where, pattern.status().message());
       if (absl::Status status = rules_.AddText(pattern->text, pattern->elements); !status.ok()) {
         return status;
