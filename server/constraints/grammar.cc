@@ -654,11 +654,13 @@ class GrammarBuilder {
       }
     }
 
+    LeftFactor();
+
     Grammar grammar;
     grammar.root_ = root->second;
     grammar.byte_sets_ = std::move(sets_);
-    grammar.rule_alternatives_.reserve(n + 1);
-    for (int32_t r = 0; r < n; ++r) {
+    grammar.rule_alternatives_.reserve(rules_.size() + 1);
+    for (size_t r = 0; r < rules_.size(); ++r) {
       for (const Sequence& alternative : rules_[r].alternatives) {
         grammar.alternative_starts_.push_back(static_cast<int32_t>(grammar.elements_.size()));
         for (const Elem& e : alternative) grammar.elements_.push_back({e.kind, e.value});
@@ -669,6 +671,70 @@ class GrammarBuilder {
       grammar.rule_names_.push_back(std::move(rules_[r].name));
     }
     return grammar;
+  }
+
+  // Left-factors every rule: alternatives that begin with the same element share their longest
+  // common prefix, followed by a new rule of their rests, and duplicates go. The language is the
+  // same, and a matcher holds one stack per distinct next element rather than one per
+  // alternative (an enum of 2000 strings needs a few stacks, not 2000). Runs after the checks,
+  // so their errors name the rules as written; it adds no left recursion (a new rule's first
+  // elements were its parent's).
+  void LeftFactor() {
+    const auto less = [](const Sequence& a, const Sequence& b) {
+      return std::lexicographical_compare(a.begin(), a.end(), b.begin(), b.end(),
+                                          [](const Elem& x, const Elem& y) {
+                                            return std::pair(x.kind, x.value) <
+                                                   std::pair(y.kind, y.value);
+                                          });
+    };
+    const auto same = [](const Elem& x, const Elem& y) {
+      return x.kind == y.kind && x.value == y.value;
+    };
+    const auto equal = [&](const Sequence& a, const Sequence& b) {
+      return std::equal(a.begin(), a.end(), b.begin(), b.end(), same);
+    };
+    std::vector<int32_t> work(rules_.size());
+    for (size_t r = 0; r < work.size(); ++r) work[r] = static_cast<int32_t>(r);
+    while (!work.empty()) {
+      const int32_t r = work.back();
+      work.pop_back();
+      std::vector<Sequence> alternatives = std::move(rules_[r].alternatives);
+      std::sort(alternatives.begin(), alternatives.end(), less);
+      alternatives.erase(std::unique(alternatives.begin(), alternatives.end(), equal),
+                         alternatives.end());
+      std::vector<Sequence> factored;
+      for (size_t i = 0; i < alternatives.size();) {
+        size_t j = i + 1;
+        while (j < alternatives.size() && !alternatives[i].empty() &&
+               !alternatives[j].empty() && same(alternatives[j][0], alternatives[i][0])) {
+          ++j;
+        }
+        if (j - i == 1) {
+          factored.push_back(std::move(alternatives[i]));
+          i = j;
+          continue;
+        }
+        // Sorted: the first and the last of the run share what they all share.
+        const Sequence& first = alternatives[i];
+        const Sequence& last = alternatives[j - 1];
+        size_t shared = 0;
+        while (shared < first.size() && shared < last.size() &&
+               same(first[shared], last[shared])) {
+          ++shared;
+        }
+        const int32_t rests = NewRule(rules_[r].owner);
+        for (size_t k = i; k < j; ++k) {
+          rules_[rests].alternatives.emplace_back(alternatives[k].begin() + shared,
+                                                  alternatives[k].end());
+        }
+        Sequence prefix(first.begin(), first.begin() + shared);
+        prefix.push_back({Kind::kRule, rests});
+        factored.push_back(std::move(prefix));
+        work.push_back(rests);
+        i = j;
+      }
+      rules_[r].alternatives = std::move(factored);
+    }
   }
 
   std::string_view text_;

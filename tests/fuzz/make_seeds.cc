@@ -1,6 +1,7 @@
 // Writes the fuzz targets' seed corpora, tests/fuzz/corpus/<target>/, from real inputs: the bundled
 // model's config.json and safetensors header, files our writers produce (a random model of
-// FuzzConfig's shape, snapshots of a session), and Generate requests as clients send them.
+// FuzzConfig's shape, snapshots of a session), Generate requests as clients send them, and GBNF
+// grammars.
 //   make_seeds SOURCE_DIR           (re)writes SOURCE_DIR/tests/fuzz/corpus
 //   make_seeds SOURCE_DIR --check   exits 1 if the committed corpus differs from what it would
 //                                   write (ctest fuzz_seeds_current)
@@ -160,12 +161,34 @@ void AddRequests(std::map<std::string, std::string>& out) {
   out["text_utf8_greedy"] = utf8.SerializeAsString();
 }
 
+// GBNF grammars as clients write them: a JSON grammar, and one of every construct.
+void AddGrammars(std::map<std::string, std::string>& out) {
+  out["json.gbnf"] = R"(root ::= ws value ws
+value ::= object | array | string | number | "true" | "false" | "null"
+object ::= "{" ws ( member ( ws "," ws member )* ws )? "}"
+member ::= string ws ":" ws value
+array ::= "[" ws ( value ( ws "," ws value )* ws )? "]"
+string ::= "\"" ( [^"\\\x00-\x1f] | "\\" ( ["\\/bfnrt] | "u" [0-9a-fA-F]{4} ) )* "\""
+number ::= "-"? ( "0" | [1-9] [0-9]* ) ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+ws ::= [ \t\n]*
+)";
+  out["constructs.gbnf"] = R"(# every construct once
+root ::= "ab\x41\u00e9\U0001F600\t" [a-z0-9_-]+ [^"\]\[] . (x | y)* x? y+ "z"{2} "w"{1,3} "v"{2,}
+x ::= "x" |
+  "X"
+y ::= ( "y"
+  | "Y" ) # comment
+)";
+  out["date.gbnf"] = "root ::= [0-9]{4} \"-\" [0-9]{2} \"-\" [0-9]{2}\n";
+}
+
 Corpus MakeCorpus(const fs::path& source) {
   Corpus corpus;
   AddSafetensors(source, corpus["safetensors_fuzzer"]);
   AddConfigs(source, corpus["config_fuzzer"]);
   AddSnapshots(corpus["snapshot_fuzzer"]);
   AddRequests(corpus["request_fuzzer"]);
+  AddGrammars(corpus["grammar_fuzzer"]);
   return corpus;
 }
 

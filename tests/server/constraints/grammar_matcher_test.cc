@@ -338,7 +338,7 @@ TEST(GrammarMatcherTest, CorruptedStateIsRefused) {
 TEST(GrammarMatcherTest, ExponentialEmptyPathsAreBounded) {
   std::string gbnf = "root ::=";
   for (int i = 0; i < 40; ++i) gbnf += " e";
-  gbnf += " \"b\"\ne ::= \"\" | \"\"";
+  gbnf += " \"b\"\ne ::= \"\" | x\nx ::= \"\"";
   auto compiled = CompileConstraint({ConstraintKind::kGrammar, gbnf}, ByteVocabulary(), {},
                                     "constraint.grammar");
   ASSERT_FALSE(compiled.ok());
@@ -351,7 +351,8 @@ TEST(GrammarMatcherTest, AmbiguityBeyondTheStackLimitIsResourceExhausted) {
   ConstraintLimits limits;
   limits.max_matcher_stacks = 64;
   GrammarMatcher matcher(Compile(R"(root ::= s
-s ::= "a" s "b" | "a" s "c" | "")",
+s ::= "a" s "b" | t
+t ::= "a" s "c" | "")",
                                  ByteVocabulary(), limits));
   absl::Status status;
   int accepted = 0;
@@ -367,6 +368,24 @@ s ::= "a" s "b" | "a" s "c" | "")",
   EXPECT_THAT(status.message(), HasSubstr("max_matcher_stacks (64)"));
   // After k a's, 3 * 2^k stacks: 48 fit, 96 do not.
   EXPECT_EQ(accepted, 4);
+}
+
+// Alternatives are left-factored: an enum of 3000 strings needs one stack per distinct next
+// byte, not one per value.
+TEST(GrammarMatcherTest, LargeEnumsStayWithinFewStacks) {
+  ConstraintLimits limits;
+  limits.max_matcher_stacks = 16;
+  std::string gbnf = "root ::= \"\\\"v0\\\"\"";
+  for (int i = 1; i < 3000; ++i) gbnf += " | \"\\\"v" + std::to_string(i) + "\\\"\"";
+  auto compiled = Compile(gbnf, ByteVocabulary(), limits);
+  ASSERT_NE(compiled, nullptr);
+  for (const char* value : {"\"v0\"", "\"v2999\"", "\"v123\"", "\"v12\""}) {
+    GrammarMatcher matcher(compiled);
+    ASSERT_TRUE(AcceptBytes(matcher, value).ok()) << value;
+    EXPECT_TRUE(matcher.IsComplete()) << value;
+  }
+  GrammarMatcher matcher(compiled);
+  EXPECT_FALSE(AcceptBytes(matcher, "\"v3000\"").ok());
 }
 
 TEST(GrammarMatcherTest, DeepDocumentsAndLongRepetitions) {

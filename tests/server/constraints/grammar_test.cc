@@ -59,6 +59,14 @@ TEST(GrammarTest, LiteralsSequencesAlternativesGroups) {
   EXPECT_EQ(MatchText(g, ""), Match::kPrefix);
 }
 
+// Alternatives sharing a prefix are factored; the language stays the same.
+TEST(GrammarTest, SharedPrefixesKeepTheLanguage) {
+  const Grammar g = Parse(R"(root ::= "ab" | "abc" | "abd" | "b" | "ab" | "a" x
+x ::= "bd" | "e")");
+  for (const char* text : {"ab", "abc", "abd", "b", "ae"}) EXPECT_TRUE(Whole(g, text)) << text;
+  for (const char* text : {"a", "abcd", "abe", "", "bb"}) EXPECT_FALSE(Whole(g, text)) << text;
+}
+
 TEST(GrammarTest, RulesCommentsAndLines) {
   const Grammar g = Parse(R"(# a comment line
 root ::= greeting " " name   # trailing comment
@@ -75,6 +83,39 @@ name ::= (
   // Names may hold letters, digits, '-' and '_'; a rule may be used before it is defined.
   const Grammar h = Parse("root ::= a-b_1\na-b_1 ::= \"x\"");
   EXPECT_TRUE(Whole(h, "x"));
+}
+
+// The layout of llama.cpp's grammars: a rule's body on the lines after `::=`, groups over
+// several lines, an empty first alternative, comments after alternatives.
+TEST(GrammarTest, MultiLineRulesAsLlamaCppWritesThem) {
+  const Grammar g = Parse(R"(root   ::= object
+value  ::= object | array | string | number | ("true" | "false" | "null") ws
+
+object ::=
+  "{" ws (
+            string ":" ws value
+    ("," ws string ":" ws value)*
+  )? "}" ws
+
+array  ::=
+  "[" ws (
+            value
+    ("," ws value)*
+  )? "]" ws
+
+string ::=
+  "\"" (
+    [^"\\\x7F\x00-\x1F] |
+    "\\" (["\\bfnrt] | "u" [0-9a-fA-F]{4}) # escapes
+  )* "\"" ws
+
+number ::= ("-"? ([0-9] | [1-9] [0-9]{0,15})) ("." [0-9]+)? ([eE] [-+]? [0-9] [1-7]{0,15})? ws
+
+# Optional space
+ws ::= | " " | "\n" [ \t]{0,20}
+)");
+  EXPECT_TRUE(Whole(g, R"({"a": [1, "x\n", true], "b":{}})"));
+  EXPECT_FALSE(Whole(g, R"({"a": [1, "x\q"]})"));
 }
 
 TEST(GrammarTest, Escapes) {
