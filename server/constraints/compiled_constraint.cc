@@ -1,6 +1,7 @@
 #include "server/constraints/compiled_constraint.h"
 
 #include <algorithm>
+#include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -51,18 +52,63 @@ int32_t CompiledConstraint::cached_masks() const {
   return static_cast<int32_t>(masks_.size());
 }
 
+// A cached mask is the smallest of three forms, its first word saying which: the bits, the
+// allowed token ids, or the refused ones (inside a JSON string nearly every token is allowed: a
+// few hundred ids instead of GPT-2's 1571 words).
+enum MaskForm : uint32_t { kBits = 0, kAllowedIds = 1, kRefusedIds = 2 };
+
 bool CompiledConstraint::LookupMask(const std::string& key, absl::Span<uint32_t> mask) const {
   absl::MutexLock lock(&mutex_);
   const auto it = masks_.find(key);
   if (it == masks_.end()) return false;
-  std::copy(it->second.begin(), it->second.end(), mask.begin());
+  const std::vector<uint32_t>& stored = it->second;
+  const auto payload = absl::MakeConstSpan(stored).subspan(1);
+  switch (stored[0]) {
+    case kBits:
+      std::copy(payload.begin(), payload.end(), mask.begin());
+      break;
+    case kAllowedIds:
+      std::fill(mask.begin(), mask.end(), 0u);
+      for (uint32_t t : payload) mask[t / 32] |= uint32_t{1} << (t % 32);
+      break;
+    case kRefusedIds: {
+      std::fill(mask.begin(), mask.end(), ~0u);
+      const int32_t tail = vocabulary_->vocab_size() % 32;
+      if (tail != 0) mask.back() = (uint32_t{1} << tail) - 1;
+      for (uint32_t t : payload) mask[t / 32] &= ~(uint32_t{1} << (t % 32));
+      break;
+    }
+  }
   return true;
 }
 
 void CompiledConstraint::StoreMask(const std::string& key, absl::Span<const uint32_t> mask) const {
+  const int64_t vocab_size = vocabulary_->vocab_size();
+  int64_t allowed = 0;
+  for (uint32_t word : mask) allowed += __builtin_popcount(word);
+  const int64_t refused = vocab_size - allowed;
+  std::vector<uint32_t> stored;
+  if (static_cast<int64_t>(mask.size()) <= std::min(allowed, refused)) {
+    stored.reserve(mask.size() + 1);
+    stored.push_back(kBits);
+    stored.insert(stored.end(), mask.begin(), mask.end());
+  } else {
+    const bool list_allowed = allowed <= refused;
+    stored.reserve(std::min(allowed, refused) + 1);
+    stored.push_back(list_allowed ? kAllowedIds : kRefusedIds);
+    for (size_t w = 0; w < mask.size(); ++w) {
+      uint32_t bits = list_allowed ? mask[w] : ~mask[w];
+      while (bits != 0) {
+        const uint32_t t = static_cast<uint32_t>(w * 32 + __builtin_ctz(bits));
+        if (t >= vocab_size) break;  // the last word's bits past the vocabulary
+        stored.push_back(t);
+        bits &= bits - 1;
+      }
+    }
+  }
   absl::MutexLock lock(&mutex_);
   if (static_cast<int32_t>(masks_.size()) >= limits_.max_cached_masks) masks_.clear();
-  masks_.try_emplace(key, mask.begin(), mask.end());
+  masks_.try_emplace(key, std::move(stored));
 }
 
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
@@ -76,7 +122,13 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
   }
   auto gbnf = ToGbnf(spec, limits);
   if (!gbnf.ok()) return InField(field, gbnf.status());
-  auto grammar = ParseGbnf(*gbnf, limits);
+  // max_text_bytes bounds what the request sent; GBNF compiled from a schema or a regex may be
+  // longer, and is bounded by max_grammar_elements instead.
+  ConstraintLimits parse_limits = limits;
+  if (spec.kind != ConstraintKind::kGrammar) {
+    parse_limits.max_text_bytes = std::numeric_limits<int32_t>::max();
+  }
+  auto grammar = ParseGbnf(*gbnf, parse_limits);
   if (!grammar.ok()) {
     // A grammar's own errors point into the request's text; those of a compiled schema or
     // regex into the GBNF made from it.

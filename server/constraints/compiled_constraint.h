@@ -49,10 +49,10 @@ class CompiledConstraint {
       absl::string_view);
 
   CompiledConstraint() = default;
-  // The cached mask of the stack set whose ParseStacks::AppendKey is `key`, copied into `mask`.
+  // The cached mask of the stack set whose ParseStacks::AppendKey is `key`, written to `mask`.
   bool LookupMask(const std::string& key, absl::Span<uint32_t> mask) const;
-  // When the cache is full it is emptied first (masks of a document's recurring states come
-  // back at once).
+  // Keeps the mask in its smallest form (bits, allowed ids or refused ids). When the cache is
+  // full it is emptied first (masks of a document's recurring states come back at once).
   void StoreMask(const std::string& key, absl::Span<const uint32_t> mask) const;
 
   ConstraintSpec spec_;

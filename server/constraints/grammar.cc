@@ -189,7 +189,8 @@ class GrammarBuilder {
   }
 
   int32_t UserRule(std::string_view name, size_t offset) {
-    auto [it, inserted] = names_.try_emplace(std::string(name), static_cast<int32_t>(rules_.size()));
+    auto [it, inserted] =
+        names_.try_emplace(std::string(name), static_cast<int32_t>(rules_.size()));
     if (inserted) {
       Rule rule;
       rule.name = std::string(name);
@@ -211,7 +212,8 @@ class GrammarBuilder {
   }
 
   int32_t InternByteSet(const ByteSet& set) {
-    auto [it, inserted] = byte_set_index_.try_emplace(set.words, static_cast<int32_t>(sets_.size()));
+    auto [it, inserted] =
+        byte_set_index_.try_emplace(set.words, static_cast<int32_t>(sets_.size()));
     if (inserted) sets_.push_back(set);
     return it->second;
   }
@@ -238,8 +240,8 @@ class GrammarBuilder {
     } else if (Peek() == '\n') {
       ++pos_;
     } else if (!AtEnd()) {
-      return Error(pos_, absl::StrCat("expected a newline or the end, got '", std::string(text_.substr(pos_, 1)),
-                                      "'"));
+      return Error(pos_, absl::StrCat("expected a newline or the end, got '",
+                                      std::string(text_.substr(pos_, 1)), "'"));
     }
     SkipSpace(true);
     return absl::OkStatus();
@@ -586,16 +588,14 @@ class GrammarBuilder {
         return Error(rules_[r].offset,
                      absl::StrCat("rule '", rules_[r].name, "' matches no finite string"));
       }
+      const auto dead = [&](const Sequence& alternative) {
+        return std::any_of(alternative.begin(), alternative.end(), [&](const Elem& e) {
+          return e.kind == Kind::kRule && !productive[e.value];
+        });
+      };
       auto& alternatives = rules_[r].alternatives;
-      alternatives.erase(
-          std::remove_if(alternatives.begin(), alternatives.end(),
-                         [&](const Sequence& alternative) {
-                           return std::any_of(alternative.begin(), alternative.end(),
-                                              [&](const Elem& e) {
-                                                return e.kind == Kind::kRule && !productive[e.value];
-                                              });
-                         }),
-          alternatives.end());
+      alternatives.erase(std::remove_if(alternatives.begin(), alternatives.end(), dead),
+                         alternatives.end());
     }
 
     // Nullable rules, to a fixed point; then the rules each can reach before any byte.
@@ -667,7 +667,8 @@ class GrammarBuilder {
         grammar.num_elements_ += static_cast<int64_t>(alternative.size());
         grammar.elements_.push_back({Kind::kEnd, 0});
       }
-      grammar.rule_alternatives_.push_back(static_cast<int32_t>(grammar.alternative_starts_.size()));
+      grammar.rule_alternatives_.push_back(
+          static_cast<int32_t>(grammar.alternative_starts_.size()));
       grammar.rule_names_.push_back(std::move(rules_[r].name));
     }
     return grammar;

@@ -41,17 +41,17 @@ absl::Status GrammarMatcher::FillMask(absl::Span<uint32_t> mask) const {
 
 int32_t GrammarMatcher::Intern(ParseStacks& stacks) const {
   const size_t hash = stacks.Hash();
-  const auto [it, inserted] = walk_by_hash_.try_emplace(hash, walk_count_);
+  const auto [it, inserted] = walk_.by_hash.try_emplace(hash, walk_.count);
   if (!inserted) {
-    for (int32_t id = it->second; id >= 0; id = walk_next_[id]) {
-      if (walk_sets_[id] == stacks) return id;
+    for (int32_t id = it->second; id >= 0; id = walk_.next[id]) {
+      if (walk_.sets[id] == stacks) return id;
     }
   }
-  const int32_t id = walk_count_++;
-  if (static_cast<int32_t>(walk_sets_.size()) < walk_count_) walk_sets_.resize(walk_count_);
-  if (static_cast<int32_t>(walk_next_.size()) < walk_count_) walk_next_.resize(walk_count_);
-  std::swap(walk_sets_[id], stacks);
-  walk_next_[id] = inserted ? -1 : it->second;
+  const int32_t id = walk_.count++;
+  if (static_cast<int32_t>(walk_.sets.size()) < walk_.count) walk_.sets.resize(walk_.count);
+  if (static_cast<int32_t>(walk_.next.size()) < walk_.count) walk_.next.resize(walk_.count);
+  std::swap(walk_.sets[id], stacks);
+  walk_.next[id] = inserted ? -1 : it->second;
   it->second = id;
   return id;
 }
@@ -59,20 +59,20 @@ int32_t GrammarMatcher::Intern(ParseStacks& stacks) const {
 absl::Status GrammarMatcher::WalkTrie(absl::Span<uint32_t> mask) const {
   const TokenVocabulary& vocabulary = constraint_->vocabulary();
   const auto trie = vocabulary.trie();
-  walk_count_ = 0;
-  walk_by_hash_.clear();
-  walk_steps_.clear();
-  walk_levels_.resize(vocabulary.max_depth() + 1);
+  walk_.count = 0;
+  walk_.by_hash.clear();
+  walk_.steps.clear();
+  walk_.levels.resize(vocabulary.max_depth() + 1);
   if (scratch_.empty()) scratch_.resize(2);
   scratch_[0] = stacks_;
-  walk_levels_[0] = Intern(scratch_[0]);
+  walk_.levels[0] = Intern(scratch_[0]);
   // Preorder: when node i is reached, the set of its parent (depth - 1) is the latest one
   // computed at that depth, since a rejected node's subtree is skipped whole.
   const int32_t n = static_cast<int32_t>(trie.size());
   for (int32_t i = 1; i < n;) {
     const TokenVocabulary::TrieNode& node = trie[i];
-    const int32_t parent = walk_levels_[node.depth - 1];
-    if (!walk_sets_[parent].next_bytes().Contains(node.byte)) {
+    const int32_t parent = walk_.levels[node.depth - 1];
+    if (!walk_.sets[parent].next_bytes().Contains(node.byte)) {
       i = node.subtree_end;
       continue;
     }
@@ -80,15 +80,15 @@ absl::Status GrammarMatcher::WalkTrie(absl::Span<uint32_t> mask) const {
     for (TokenId token : vocabulary.tokens(node)) mask[token / 32] |= uint32_t{1} << (token % 32);
     if (node.subtree_end != i + 1) {
       const auto [step, inserted] =
-          walk_steps_.try_emplace((int64_t{parent} << 8) | node.byte, 0);
+          walk_.steps.try_emplace((int64_t{parent} << 8) | node.byte, 0);
       if (inserted) {
-        if (auto status = stepper_.Step(walk_sets_[parent], node.byte, &scratch_[0]);
+        if (auto status = stepper_.Step(walk_.sets[parent], node.byte, &scratch_[0]);
             !status.ok()) {
           return status;
         }
         step->second = Intern(scratch_[0]);
       }
-      walk_levels_[node.depth] = step->second;
+      walk_.levels[node.depth] = step->second;
     }
     ++i;
   }

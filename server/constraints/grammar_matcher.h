@@ -68,15 +68,22 @@ class GrammarMatcher {
   mutable ParseStepper stepper_;
   mutable std::vector<ParseStacks> scratch_;  // Accept's two sets, the walk's next one
   mutable std::string key_;
-  // The walk's numbered sets (the first walk_count_ of walk_sets_), their index by hash
-  // (chained through walk_next_), their steps ((set << 8 | byte) -> set) and the set at each
-  // trie depth.
-  mutable std::vector<ParseStacks> walk_sets_;
-  mutable int32_t walk_count_ = 0;
-  mutable absl::flat_hash_map<size_t, int32_t> walk_by_hash_;
-  mutable std::vector<int32_t> walk_next_;
-  mutable absl::flat_hash_map<int64_t, int32_t> walk_steps_;
-  mutable std::vector<int32_t> walk_levels_;
+  // The walk's numbered sets (the first count of sets), their index by hash (chained through
+  // next), their steps ((set << 8 | byte) -> set) and the set at each trie depth. A copy of the
+  // matcher (a fork) starts with none.
+  struct Walk {
+    Walk() = default;
+    Walk(const Walk&) {}
+    Walk& operator=(const Walk&) { return *this; }
+
+    std::vector<ParseStacks> sets;
+    int32_t count = 0;
+    absl::flat_hash_map<size_t, int32_t> by_hash;
+    std::vector<int32_t> next;
+    absl::flat_hash_map<int64_t, int32_t> steps;
+    std::vector<int32_t> levels;
+  };
+  mutable Walk walk_;
 };
 
 }  // namespace linserve

@@ -9,6 +9,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/tokenizer/byte_tokenizer.h"
@@ -148,7 +149,8 @@ std::vector<std::string> AllowedPieces(const GrammarMatcher& matcher) {
   const std::vector<uint32_t> mask = Mask(matcher);
   std::vector<std::string> pieces;
   for (TokenId t = 0; t < PieceVocabulary()->vocab_size(); ++t) {
-    if (Allowed(mask, t)) pieces.push_back(t == 1 ? "</s>" : std::string(PieceVocabulary()->bytes(t)));
+    if (Allowed(mask, t))
+      pieces.push_back(t == 1 ? "</s>" : std::string(PieceVocabulary()->bytes(t)));
   }
   return pieces;
 }
@@ -434,6 +436,35 @@ TEST(GrammarMatcherTest, MaskCache) {
   EXPECT_EQ(matcher.FillMask(absl::MakeSpan(wrong)).code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The cache keeps a mask as bits, allowed ids or refused ids, whichever is smallest; each form
+// gives back the mask computed afresh.
+TEST(GrammarMatcherTest, CachedMasksInEveryForm) {
+  std::vector<std::string> pieces{"", ""};  // a special, eos
+  for (int i = 0; i < 998; ++i) pieces.push_back(absl::StrCat("t", i));
+  auto vocabulary = TokenVocabulary::Create(PieceTokenizer(pieces), 1);
+  const auto count = [](const std::vector<uint32_t>& mask) {
+    int n = 0;
+    for (uint32_t word : mask) n += __builtin_popcount(word);
+    return n;
+  };
+  // Nearly all allowed (refused ids), one allowed (allowed ids), half allowed (bits).
+  const struct {
+    const char* gbnf;
+    int allowed;
+  } cases[] = {{"root ::= [a-z0-9]+", 998},
+               {"root ::= \"t5\"", 1},
+               {"root ::= \"t\" [0-4] [0-9]*", 445}};  // t0-t4, t10-t49, t100-t499
+  for (const auto& c : cases) {
+    auto compiled = Compile(c.gbnf, vocabulary);
+    GrammarMatcher fresh(compiled);
+    const std::vector<uint32_t> computed = Mask(fresh);
+    EXPECT_EQ(count(computed), c.allowed) << c.gbnf;
+    GrammarMatcher again(compiled);
+    EXPECT_EQ(Mask(again), computed) << c.gbnf;
+    EXPECT_EQ(compiled->cached_masks(), 1);
+  }
+}
+
 TEST(CompileConstraintTest, ErrorsNameTheField) {
   ConstraintLimits limits;
   limits.max_text_bytes = 20;
@@ -445,6 +476,12 @@ TEST(CompileConstraintTest, ErrorsNameTheField) {
   auto syntax = CompileConstraint({ConstraintKind::kGrammar, "root ::= ("}, ByteVocabulary(), {},
                                   "grammar");
   EXPECT_THAT(syntax.status().message(), HasSubstr("grammar: at byte 10: expected ')'"));
+  // A json_object's grammar is longer than max_text_bytes, which bounds the request's text only.
+  limits = {};
+  limits.max_text_bytes = 1;
+  EXPECT_TRUE(CompileConstraint({ConstraintKind::kJsonObject, ""}, ByteVocabulary(), limits,
+                                "constraint.json_object")
+                  .ok());
   limits = {};
   limits.cache_entries = 0;
   EXPECT_THAT(CompileConstraint({ConstraintKind::kGrammar, "root ::= \"a\""}, ByteVocabulary(),

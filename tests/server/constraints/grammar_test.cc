@@ -281,7 +281,8 @@ TEST(GrammarTest, LeftRecursionIsRefusedNamingTheRule) {
                   .message(),
               HasSubstr("rule 'list' is left-recursive"));
   // A repetition of something that can match nothing.
-  EXPECT_THAT(ParseError("root ::= (\"a\"?)*").message(), HasSubstr("rule 'root' is left-recursive"));
+  EXPECT_THAT(ParseError("root ::= (\"a\"?)*").message(),
+              HasSubstr("rule 'root' is left-recursive"));
   // Right recursion is fine.
   const Grammar g = Parse("root ::= \"a\" root | \"b\"");
   EXPECT_TRUE(Whole(g, "aaab"));
