@@ -93,7 +93,14 @@ absl::Status Job::FillMask(absl::Span<uint32_t> mask) const {
 
 absl::Status Job::Sampled(TokenId token) {
   if (matcher_.has_value()) {
-    if (absl::Status s = matcher_->Accept(token); !s.ok()) return s;
+    if (absl::Status s = matcher_->Accept(token); !s.ok()) {
+      // The pick came from the mask, so a refusal is the backend's fault, not the request's.
+      if (absl::IsInvalidArgument(s)) {
+        return absl::InternalError(absl::StrCat("the model backend picked token ", token,
+                                                " outside the constraint's mask: ", s.message()));
+      }
+      return s;
+    }
   }
   last_token_ = token;
   ++sampled_;

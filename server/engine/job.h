@@ -97,8 +97,9 @@ class Job {
 
   // The backend picked `token` after everything fed so far: it becomes the token to feed next
   // (decode_token()), and Emit must hand it to the sink before the next one is sampled. Under a
-  // constraint the document advances by it first; the matcher's error (nothing recorded) when
-  // it may not, and the job must then fail with that error.
+  // constraint the document advances by it first; when it may not, nothing is recorded and the
+  // job must fail with the error returned: the matcher's (RESOURCE_EXHAUSTED), or INTERNAL for
+  // a token outside the mask.
   absl::Status Sampled(TokenId token);
   // Whether every token the request may generate has been sampled (the job ends when the last
   // is emitted): max_new_tokens, or a constrained document that is over (EOS, or nothing may

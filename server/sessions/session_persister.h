@@ -69,7 +69,7 @@ struct SessionPersisterOptions {
   // Checks the constraint state of a record read from a file (the engine compiles its spec and
   // checks the matcher bytes against the grammar); a record it refuses is not an intact record
   // for this server. Runs on the thread that reads. nullptr: not checked. Default: nullptr.
-  std::function<absl::Status(const ConstraintState&)> check_constraint;
+  std::function<absl::Status(const ConstraintState&)> check_constraint = nullptr;
 };
 
 class SessionPersister {
