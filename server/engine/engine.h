@@ -21,6 +21,10 @@
 // as pending and fed first by the session's next request, so the session's state always
 // corresponds exactly to the tokens its client was sent.
 //
+// Under a constraint (structured output) a job's matcher advances when its pick is collected
+// (Job::Sampled), before the next launch computes the next mask; the masks live in the step
+// buffers until the step is collected. docs/architecture.md §2.2 says how.
+//
 // The parts, each in its own file: EngineOptions (engine_options.h), the Inbox (inbox.h), the
 // session operations (session_operations.h), prefix planning (prefix_planner.h), the
 // instruments (engine_metrics.h); the stores they use are in server/sessions and server/prefix.
