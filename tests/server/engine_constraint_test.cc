@@ -312,6 +312,29 @@ TEST_P(EngineConstraintTest, ARestartDoesNotLoadAConstraintStateTheGrammarDoesNo
   EXPECT_TRUE(fs.ReadFile(path).ok());  // left in place
 }
 
+TEST_P(EngineConstraintTest, AGrammarTooAmbiguousForTheLimitFailsTheRequestMidDocument) {
+  EngineOptions options;
+  options.constraint_limits.max_matcher_stacks = 1;
+  std::unique_ptr<Engine> engine = Start(options);
+  ASSERT_NE(engine, nullptr);
+  // One parse stack until "ab"; each "x" after it may end a group or begin one.
+  const ConstraintSpec ambiguous = {.kind = ConstraintKind::kGrammar,
+                                    .text = "root ::= \"ab\" (\"x\" | \"x\" \"x\")+ \".\"\n"};
+  const SessionId id = CreateSession(*engine)->id;
+  const Outcome out = RunRequest(*engine, Turn(*engine, &ambiguous, 32, 1, id));
+  EXPECT_EQ(out.status.code(), absl::StatusCode::kResourceExhausted) << out.status;
+  // What was sent is a valid beginning, and the session holds exactly that.
+  ASSERT_GE(out.tokens.size(), 2u);
+  EXPECT_EQ(out.tokens[0], 'a');
+  EXPECT_EQ(out.tokens[1], 'b');
+  absl::StatusOr<SessionInfo> info = GetSession(*engine, id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->num_tokens, 1 + 3 + static_cast<int64_t>(out.tokens.size()));  // BOS, prompt
+  EXPECT_TRUE(ExportSession(*engine, id).ok());  // the state agrees with the history
+  const Outcome next = RunRequest(*engine, Turn(*engine, &kObject, 32, 2, id));
+  ExpectWholeDocument(*engine, kObject, next.tokens, next);
+}
+
 TEST_P(EngineConstraintTest, IgnoreEosAndAnotherVocabularysConstraintAreRefused) {
   std::unique_ptr<Engine> engine = Start();
   ASSERT_NE(engine, nullptr);
