@@ -79,7 +79,8 @@ absl::StatusOr<double> FeedAll(Backend& backend, const std::vector<std::vector<T
   TokenId token = 0;
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < prompts.size(); ++i) {
-    if (absl::Status s = backend.PrefillAndSample(slots[i], prompts[i], {.tokens = {&token, 1}});
+    if (absl::Status s =
+            backend.PrefillAndSample(slots[i], prompts[i], {.tokens = {&token, 1}}, nullptr);
         !s.ok()) {
       return s;
     }

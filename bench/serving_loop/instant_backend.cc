@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/sampler.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 namespace {
@@ -48,6 +49,7 @@ InstantBackend::InstantBackend(const ModelConfig& config, const BackendOptions& 
       pool_(config_, options, capacity),
       sampling_(static_cast<size_t>(capacity)) {
   batch_slots_.reserve(static_cast<size_t>(options.max_batch_size));
+  batch_masks_.reserve(static_cast<size_t>(options.max_batch_size));
 }
 
 TokenId InstantBackend::NextToken(uint64_t seed, int64_t position) {
@@ -160,18 +162,31 @@ absl::Status InstantBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCo
   return absl::OkStatus();
 }
 
-absl::Status InstantBackend::CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
-                                         const char* what) const {
+absl::Status InstantBackend::CheckOutput(absl::Span<const SlotId> slots,
+                                         absl::Span<const uint32_t* const> masks,
+                                         const SampleOutput& out, const char* what) const {
   bool logprobs = false;
   for (SlotId slot : slots) {
     if (!sampling_[slot.value].started) return NoSamplerError(slot, what);
     logprobs = logprobs || sampling_[slot.value].top_logprobs > 0;
   }
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (absl::Status s = CheckTokenMask(masks[i], config_.vocab_size,
+                                        absl::StrCat(what, ": row ", i, "'s allowed_tokens"));
+        !s.ok()) {
+      return s;
+    }
+  }
   return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
-void InstantBackend::Pick(SlotId slot, size_t row, const SampleOutput& out) const {
-  const TokenId token = Next(slot);
+void InstantBackend::Pick(SlotId slot, const uint32_t* mask, size_t row,
+                          const SampleOutput& out) const {
+  TokenId token = Next(slot);
+  if (!TokenAllowed(mask, token)) {
+    token = 0;
+    while (!TokenAllowed(mask, token)) ++token;  // CheckOutput saw an allowed token
+  }
   out.tokens[row] = token;
   const int32_t n = sampling_[slot.value].top_logprobs;
   if (n == 0) return;
@@ -200,11 +215,17 @@ absl::Status InstantBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
   batch_slots_.clear();
-  for (const DecodeItem& item : batch) batch_slots_.push_back(item.slot);
-  if (absl::Status s = CheckOutput(batch_slots_, out, "DecodeAndSample"); !s.ok()) return s;
+  batch_masks_.clear();
+  for (const DecodeItem& item : batch) {
+    batch_slots_.push_back(item.slot);
+    batch_masks_.push_back(item.allowed_tokens);
+  }
+  if (absl::Status s = CheckOutput(batch_slots_, batch_masks_, out, "DecodeAndSample"); !s.ok()) {
+    return s;
+  }
   for (size_t i = 0; i < batch.size(); ++i) {
     pool_.Advance(batch[i].slot, 1);
-    Pick(batch[i].slot, i, out);
+    Pick(batch[i].slot, batch[i].allowed_tokens, i, out);
   }
   decode_steps_.fetch_add(1, std::memory_order_relaxed);
   decode_rows_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
@@ -217,11 +238,15 @@ absl::Status InstantBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
 }
 
 absl::Status InstantBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                              const SampleOutput& out) {
+                                              const SampleOutput& out,
+                                              const uint32_t* allowed_tokens) {
   if (absl::Status s = pool_.CheckPrefill(slot, tokens, 0); !s.ok()) return s;
-  if (absl::Status s = CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) return s;
+  if (absl::Status s = CheckOutput({&slot, 1}, {&allowed_tokens, 1}, out, "PrefillAndSample");
+      !s.ok()) {
+    return s;
+  }
   pool_.Advance(slot, static_cast<int64_t>(tokens.size()));
-  Pick(slot, 0, out);
+  Pick(slot, allowed_tokens, 0, out);
   return absl::OkStatus();
 }
 

@@ -9,8 +9,10 @@
 // (32..126, so a byte tokenizer detokenizes every token to one character). The logits Decode
 // and Prefill return put 30 on that token and 0 elsewhere, so greedy sampling of them picks it
 // too; sampling parameters other than the seed do not change the pick, and penalty counts are
-// checked and dropped. A session's tokens therefore depend on its seed and position only, alone
-// or in any batch. The state is never materialised: ReadSlot returns zeros (a valid state).
+// checked and dropped. Under a token mask that excludes that token the pick is the lowest
+// allowed id (what greedy sampling of the masked logits, all tied at 0, picks), reported as a
+// one-hot pick too. A session's tokens therefore depend on its seed, position and masks only,
+// alone or in any batch. The state is never materialised: ReadSlot returns zeros (a valid state).
 //
 // Not thread-safe, like every Backend, except the counters below, which any thread may read.
 #ifndef LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
@@ -57,7 +59,7 @@ class InstantBackend final : public Backend {
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out) override;
+                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
@@ -84,18 +86,20 @@ class InstantBackend final : public Backend {
   InstantBackend(const ModelConfig& config, const BackendOptions& options, int32_t capacity);
   TokenId Next(SlotId slot) const;
   void WriteLogits(SlotId slot, absl::Span<float> row) const;
-  // Checks that `out` fits `slots` (FAILED_PRECONDITION for a slot with no StartSampling), as
-  // HostSampling::CheckOutput does.
-  absl::Status CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
-                           const char* what) const;
-  // Picks row `row` for `slot` (at its current position) into `out`.
-  void Pick(SlotId slot, size_t row, const SampleOutput& out) const;
+  // Checks that `out` fits `slots` (FAILED_PRECONDITION for a slot with no StartSampling) and
+  // that each row's mask (`masks`: one per row) allows a token, as HostSampling::CheckOutput does.
+  absl::Status CheckOutput(absl::Span<const SlotId> slots, absl::Span<const uint32_t* const> masks,
+                           const SampleOutput& out, const char* what) const;
+  // Picks row `row` for `slot` (at its current position), among the tokens `mask` allows, into
+  // `out`.
+  void Pick(SlotId slot, const uint32_t* mask, size_t row, const SampleOutput& out) const;
   void NoteCaller();
 
   const ModelConfig config_;
   SlotPool pool_;
   std::vector<SlotSampling> sampling_;
-  std::vector<SlotId> batch_slots_;  // sized once for max_batch_size rows
+  std::vector<SlotId> batch_slots_;           // sized once for max_batch_size rows
+  std::vector<const uint32_t*> batch_masks_;  // the rows' token masks, likewise
 
   std::atomic<int64_t> decode_steps_{0};
   std::atomic<int64_t> decode_rows_{0};

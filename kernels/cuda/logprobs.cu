@@ -1,14 +1,18 @@
 // One block per row. The partition function is one max- and one sum-reduction over the row;
 // the n alternatives are n arg-max reductions, each over the tokens ordered after the previous
 // pick in the order (logit descending, id ascending), so nothing is sorted or marked and n <= 20
-// passes over a row of the vocabulary cost less than a copy of it to the host.
+// passes over a row of the vocabulary cost less than a copy of it to the host. Under a mask a
+// disallowed token's logit reads as -inf: it adds nothing to the partition function and comes
+// after every allowed token, by id.
 #include <cfloat>
 #include <climits>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/logprobs.h"
+#include "kernels/cuda/row_masks.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -65,27 +69,31 @@ __global__ void TopLogprobsKernel(TopLogprobsArgs args) {
   const int row = blockIdx.x;
   const int n = args.top_n[row];
   if (n <= 0) return;  // uniform over the block: no barrier is skipped by part of it
-  const float* logits = args.logits + static_cast<int64_t>(row) * args.vocab;
+  const float* row_logits = args.logits + static_cast<int64_t>(row) * args.vocab;
+  const uint32_t* mask = MaskOfRow(args.masks, row);
+  // Token i's logit in the masked distribution.
+  auto logit = [row_logits, mask](int i) {
+    return MaskAllows(mask, i) ? row_logits[i] : -INFINITY;
+  };
 
   float max_logit = -FLT_MAX;
-  for (int i = threadIdx.x; i < args.vocab; i += blockDim.x)
-    max_logit = fmaxf(max_logit, logits[i]);
+  for (int i = threadIdx.x; i < args.vocab; i += blockDim.x) max_logit = fmaxf(max_logit, logit(i));
   max_logit = BlockMax(max_logit, float_scratch, -FLT_MAX);
   double sum = 0.0;
   for (int i = threadIdx.x; i < args.vocab; i += blockDim.x) {
-    sum += exp(static_cast<double>(logits[i]) - static_cast<double>(max_logit));
+    sum += exp(static_cast<double>(logit(i)) - static_cast<double>(max_logit));
   }
   sum = BlockSum(sum, double_scratch);
   const double log_z = static_cast<double>(max_logit) + log(sum);
   if (threadIdx.x == 0) {
-    args.logprobs[row] = static_cast<float>(static_cast<double>(logits[args.tokens[row]]) - log_z);
+    args.logprobs[row] = static_cast<float>(static_cast<double>(logit(args.tokens[row])) - log_z);
   }
 
   Candidate previous{0.0f, -1};
   for (int k = 0; k < n; ++k) {
     Candidate best{0.0f, -1};
     for (int i = threadIdx.x; i < args.vocab; i += blockDim.x) {
-      const float value = logits[i];
+      const float value = logit(i);
       if (After(value, i, previous) && Better(Candidate{value, i}, best)) best = {value, i};
     }
     best = BlockBest(best, candidate_scratch);

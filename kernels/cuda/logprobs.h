@@ -1,6 +1,7 @@
 // Logprobs on the device: for the decode rows that ask for them, the sampled token's log
 // probability and the n most likely tokens, under the temperature-free distribution (the
-// log-softmax of the logits as the LM head wrote them, before penalties), so that a request for
+// log-softmax of the logits as the LM head wrote them, before penalties, over the tokens of the
+// row's mask when it has one: a disallowed token's logprob is -inf), so that a request for
 // top_logprobs costs (1 + 2n) numbers per row across PCIe instead of a vocabulary of logits.
 // Follows model/backend/sampler.h's LogProbOf and TopLogprobsInto: the partition function in double
 // from the row's maximum, alternatives most likely first with ties to the lowest id; values
@@ -13,6 +14,7 @@
 #include <cstdint>
 
 #include "absl/status/status.h"
+#include "kernels/cuda/row_masks.h"
 
 namespace linserve::cuda {
 
@@ -23,6 +25,7 @@ struct TopLogprobsArgs {
   int rows = 0;
   int vocab = 0;
   int max_top = 0;                // stride of the alternatives, per row
+  RowMasks masks;                 // as the sample kernel's
   float* logprobs = nullptr;      // [rows] out: log p(tokens[r]) for rows with top_n > 0
   int32_t* top_ids = nullptr;     // [rows, max_top] out: the first top_n[r] entries
   float* top_logprobs = nullptr;  // [rows, max_top] out

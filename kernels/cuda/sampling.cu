@@ -8,6 +8,8 @@
 // of sorting: top-k by an 8-pass radix select on the 64-bit order key of the double logit,
 // top-p by the same radix select with per-bucket probability mass, min-p by one min-reduction.
 // The final draw walks the survivors in ascending id order with a block-wide prefix scan.
+// A token mask (step 0) fits the same picture: a disallowed token's logit is -inf, the lowest
+// key, and a masked row starts from the prefix of every key above it.
 //
 // Values are recomputed from the fp32 logits and the seen counts in every pass (penalty and
 // temperature are a few double operations; exp only where the mass is needed), which costs less
@@ -17,10 +19,12 @@
 #include <algorithm>
 #include <cfloat>
 #include <climits>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/row_masks.cuh"
 #include "kernels/cuda/sampling.h"
 
 namespace linserve::cuda {
@@ -29,6 +33,7 @@ namespace {
 constexpr int kThreads = 512;
 constexpr int kBuckets = 256;
 constexpr double kMassScale = 1152921504606846976.0;  // 2^60
+constexpr double kMinusInf = -static_cast<double>(INFINITY);
 
 // Order key: a < b as doubles  <=>  Key(a) < Key(b) as unsigned integers (-0 folded into +0).
 __device__ __forceinline__ uint64_t Key(double x) {
@@ -101,11 +106,13 @@ __device__ __forceinline__ T BlockInclusiveScan(T v, T* scratch, T* total) {
 struct RowView {
   const float* logits;
   const int32_t* counts;
+  const uint32_t* mask;  // nullptr: every token allowed
   DeviceSamplingParams params;
   int vocab;
 
-  // Step 1 (+ step 3 when divide): penalised logit in double.
+  // Steps 0 and 1: penalised logit in double, -inf for a token the mask disallows.
   __device__ double Penalised(int t) const {
+    if (!MaskAllows(mask, t)) return kMinusInf;
     double l = static_cast<double>(logits[t]);
     const int32_t c = counts[t];
     if (c > 0) {
@@ -392,8 +399,11 @@ __device__ int DrawToken(const RowView& view, Mt19937_64* rngs, int slot, Shared
   Distribution dist;
   dist.renormalised = p.top_p < 1.0f;
   dist.m = RowMax(logit, vocab, sh);
-  Threshold keep{0, vocab - 1};  // everything
-  if (p.top_k > 0 && p.top_k < vocab) keep = TopKThreshold(logit, vocab, p.top_k, sh);
+  // Everything, or under a mask every key above -inf's (the allowed tokens).
+  Threshold keep = view.mask == nullptr ? Threshold{0, vocab - 1} : Threshold{Key(kMinusInf), -1};
+  if (p.top_k > 0 && p.top_k < vocab) {
+    keep = Tighter(keep, TopKThreshold(logit, vocab, p.top_k, sh));
+  }
   // Step 5: softmax over the survivors.
   dist.z1 = SurvivorSum(
       logit, keep, vocab, [&](double l) { return exp(l - dist.m); }, sh);
@@ -417,7 +427,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   const int vocab = args.vocab;
   const RowView view{args.logits + static_cast<int64_t>(row) * vocab,
                      args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
-                     args.state.params[slot], vocab};
+                     MaskOfRow(args.masks, row), args.state.params[slot], vocab};
   const int token = view.params.temperature == 0.0f ? GreedyToken(view, sh)
                                                     : DrawToken(view, args.state.rngs, slot, sh);
   if (threadIdx.x == 0) {

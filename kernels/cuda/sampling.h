@@ -1,5 +1,6 @@
 // On-device sampling: one token per decode row from the logits the LM head just wrote, so that
-// only token ids cross PCIe. It implements model/backend/sampler.h's algorithm step for step (penalties,
+// only token ids cross PCIe. It implements model/backend/sampler.h's algorithm step for step (the
+// token mask, penalties,
 // greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in ascending id
 // order, one MT19937-64 draw per non-greedy call), in double like the host Sampler. Given the
 // same logits and seed it returns the host Sampler's token except when a cumulative sum lands
@@ -14,6 +15,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/mt19937_64.h"
+#include "kernels/cuda/row_masks.h"
 
 namespace linserve::cuda {
 
@@ -39,6 +41,7 @@ struct SampleArgs {
   const float* logits = nullptr;   // [rows, vocab]
   const int32_t* slots = nullptr;  // [rows], distinct, each >= 0
   SamplerSlots state;
+  RowMasks masks;  // each masked row picks among the tokens its mask allows (at least one)
   int rows = 0;
   int vocab = 0;
   int32_t* tokens = nullptr;  // [rows] out; each sampled token is also counted as seen

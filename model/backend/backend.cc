@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 
@@ -23,13 +24,25 @@ absl::Status Backend::PrefillBatch(absl::Span<const PrefillItem> batch, const Sa
                                                    out.tokens.size(), " entries; expected ",
                                                    sampled, " (one per sampling item)"));
   }
+  // Every mask is checked before any item is fed.
+  size_t row = 0;
+  for (const PrefillItem& item : batch) {
+    if (!item.sample) continue;
+    if (absl::Status s =
+            CheckTokenMask(item.allowed_tokens, config().vocab_size,
+                           absl::StrCat("PrefillBatch: row ", row, "'s allowed_tokens"));
+        !s.ok()) {
+      return s;
+    }
+    ++row;
+  }
   if ((!out.logprobs.empty() && out.logprobs.size() < sampled) ||
       (!out.top_logprobs.empty() && out.top_logprobs.size() < sampled * kMaxTopLogprobs)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "PrefillBatch: out.logprobs and out.top_logprobs must be empty or hold ", sampled, " and ",
         sampled * kMaxTopLogprobs, " entries (one row per sampling item)"));
   }
-  size_t row = 0;
+  row = 0;
   for (const PrefillItem& item : batch) {
     if (!item.sample) {
       if (absl::Status s = Prefill(item.slot, item.tokens, {}); !s.ok()) return s;
@@ -41,7 +54,10 @@ absl::Status Backend::PrefillBatch(absl::Span<const PrefillItem> batch, const Sa
     if (!out.top_logprobs.empty()) {
       one.top_logprobs = out.top_logprobs.subspan(row * kMaxTopLogprobs, kMaxTopLogprobs);
     }
-    if (absl::Status s = PrefillAndSample(item.slot, item.tokens, one); !s.ok()) return s;
+    if (absl::Status s = PrefillAndSample(item.slot, item.tokens, one, item.allowed_tokens);
+        !s.ok()) {
+      return s;
+    }
     ++row;
   }
   return absl::OkStatus();

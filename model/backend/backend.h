@@ -38,10 +38,13 @@ struct SampleOutput {
   // One token per row.
   absl::Span<TokenId> tokens = {};
   // One per row: log p(token) under the temperature-free distribution (log-softmax of the
-  // logits, before penalties).
+  // logits, before penalties) restricted to the row's token mask: the masked distribution, in
+  // which a disallowed token has probability 0 (no mask: the whole vocabulary).
   absl::Span<float> logprobs = {};
-  // kMaxTopLogprobs entries per row: row i's n = top_logprobs most likely tokens of that
-  // distribution, most likely first (ties to the lowest id), at [i · kMaxTopLogprobs, + n).
+  // kMaxTopLogprobs entries per row: row i's n = top_logprobs most likely tokens of that masked
+  // distribution, most likely first (ties to the lowest id), at [i · kMaxTopLogprobs, + n); when
+  // the mask allows fewer than n tokens, the entries after the allowed ones are the lowest
+  // disallowed ids with logprob -inf.
   absl::Span<TokenLogprob> top_logprobs = {};
 };
 
@@ -117,8 +120,12 @@ class Backend {
   // replaces them. So a session that stays in its slot never replays its history; one loaded
   // into a slot gets its counts in O(distinct tokens).
   //
-  // Each pick is model/backend/sampler.h's algorithm over the row's logits with the slot's parameters,
-  // counts and stream: the same seed and logits give the same token alone or in any batch.
+  // Each pick is model/backend/sampler.h's algorithm over the row's logits with the slot's
+  // parameters, counts and stream: the same seed and logits give the same token alone or in any
+  // batch. A row's token mask (DecodeItem/PrefillItem::allowed_tokens, PrefillAndSample's
+  // allowed_tokens; model/backend/token_mask.h) restricts the pick and its logprobs to the tokens
+  // it allows (sampler.h's step 0); a mask that allows no token of the vocabulary is
+  // INVALID_ARGUMENT naming its row of `out`, checked before anything changes.
 
   // Sets `slot`'s parameters (checked with ValidateSamplingParams) and top_logprobs (in
   // [0, kMaxTopLogprobs]) for its next picks, seeds its random stream with params.seed and adds
@@ -134,9 +141,11 @@ class Backend {
   virtual absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                        const SampleOutput& out) = 0;
   // Prefill(slot, tokens) and then the next token picked from the last position's logits, as
-  // DecodeAndSample does for one row.
+  // DecodeAndSample does for one row, among the tokens `allowed_tokens` allows (a token mask as
+  // DecodeItem::allowed_tokens; nullptr = all).
   virtual absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                        const SampleOutput& out) = 0;
+                                        const SampleOutput& out,
+                                        const uint32_t* allowed_tokens) = 0;
 
   // ---- Batched prefill ----
   // Feeds each item's tokens to its slot in one call (a varlen batch: the sessions' rows share

@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/parallel.h"
 #include "model/backend/slot_pool.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 
@@ -71,29 +72,39 @@ absl::Status HostSampling::SetSeenCounts(SlotId slot, absl::Span<const TokenCoun
   return absl::OkStatus();
 }
 
-absl::Status HostSampling::CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
-                                       absl::string_view what) const {
+absl::Status HostSampling::CheckOutput(absl::Span<const SlotId> slots,
+                                       absl::Span<const uint32_t* const> masks,
+                                       const SampleOutput& out, absl::string_view what) const {
   bool logprobs = false;
   for (SlotId slot : slots) {
     const SlotSampler* sampler = slots_[slot.value].get();
     if (sampler == nullptr || !sampler->started) return NoSamplerError(slot, what);
     logprobs = logprobs || sampler->top_logprobs > 0;
   }
+  for (size_t i = 0; i < masks.size(); ++i) {
+    if (absl::Status s = CheckTokenMask(masks[i], vocab_size_,
+                                        absl::StrCat(what, ": row ", i, "'s allowed_tokens"));
+        !s.ok()) {
+      return s;
+    }
+  }
   return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
-void HostSampling::SampleRows(absl::Span<const SlotId> slots, const float* logits,
+void HostSampling::SampleRows(absl::Span<const SlotId> slots,
+                              absl::Span<const uint32_t* const> masks, const float* logits,
                               const SampleOutput& out) {
   const int64_t vocab = vocab_size_;
   const int rows = static_cast<int>(slots.size());
   cpu::ParallelFor(std::min(threads_, rows), rows, [&](int64_t row, int participant) {
     SlotSampler& sampler = *slots_[slots[row].value];
+    const uint32_t* mask = masks.empty() ? nullptr : masks[row];
     const absl::Span<const float> l(logits + row * vocab, static_cast<size_t>(vocab));
-    const TokenId token = sampler.sampler.Sample(l, scratch_[participant]);
+    const TokenId token = sampler.sampler.Sample(l, mask, scratch_[participant]);
     out.tokens[row] = token;
     if (sampler.top_logprobs > 0) {
-      out.logprobs[row] = LogProbOf(l, token);
-      TopLogprobsInto(l, sampler.top_logprobs, top_ids_[participant],
+      out.logprobs[row] = LogProbOf(l, token, mask);
+      TopLogprobsInto(l, sampler.top_logprobs, mask, top_ids_[participant],
                       out.top_logprobs.data() + row * kMaxTopLogprobs);
     }
   });

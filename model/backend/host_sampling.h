@@ -36,12 +36,16 @@ class HostSampling {
                      absl::Span<const TokenId> observed);
   absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts);
 
-  // `out` fits `slots` (a token per row, logprob spans when a slot asks for them) and every slot
-  // has had Start; errors name `what`.
-  absl::Status CheckOutput(absl::Span<const SlotId> slots, const SampleOutput& out,
-                           absl::string_view what) const;
-  // Picks row i's token from logits row i (vocab_size floats each) with slots[i]'s sampler.
-  void SampleRows(absl::Span<const SlotId> slots, const float* logits, const SampleOutput& out);
+  // `out` fits `slots` (a token per row, logprob spans when a slot asks for them), every slot
+  // has had Start, and every row's token mask (masks[i] for row i, nullptr = none; `masks` is
+  // empty or one per row) allows a token of the vocabulary; errors name `what` and the row.
+  absl::Status CheckOutput(absl::Span<const SlotId> slots, absl::Span<const uint32_t* const> masks,
+                           const SampleOutput& out, absl::string_view what) const;
+  // Picks row i's token from logits row i (vocab_size floats each) with slots[i]'s sampler,
+  // among the tokens masks[i] allows (`masks` as CheckOutput's), and its logprobs under the
+  // masked distribution.
+  void SampleRows(absl::Span<const SlotId> slots, absl::Span<const uint32_t* const> masks,
+                  const float* logits, const SampleOutput& out);
 
  private:
   struct SlotSampler {

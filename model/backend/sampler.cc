@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 namespace {
@@ -64,12 +65,20 @@ void Sampler::SetSeen(absl::Span<const TokenCount> counts) {
   }
 }
 
-TokenId Sampler::Sample(absl::Span<const float> logits, SamplerScratch& scratch) {
+TokenId Sampler::Sample(absl::Span<const float> logits, const uint32_t* allowed_tokens,
+                        SamplerScratch& scratch) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   std::vector<double>& l = scratch.values;
   std::vector<int32_t>& order = scratch.order;
   std::vector<int32_t>& ranked = scratch.ranked;
   l.assign(logits.begin(), logits.end());
+
+  // 0. The mask: disallowed tokens get -inf and stay out of every step.
+  if (allowed_tokens != nullptr) {
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (!TokenAllowed(allowed_tokens, i)) l[i] = -std::numeric_limits<double>::infinity();
+    }
+  }
 
   // 1. Penalties on every seen token.
   const double r = params_.repetition_penalty;
@@ -84,19 +93,30 @@ TokenId Sampler::Sample(absl::Span<const float> logits, SamplerScratch& scratch)
 
   TokenId chosen = 0;
   if (params_.temperature == 0.0f) {
-    // 2. Greedy: the first maximum.
-    for (int32_t i = 1; i < vocab; ++i) {
-      if (l[i] > l[chosen]) chosen = i;
+    // 2. Greedy: the first maximum among the allowed tokens.
+    TokenId best = -1;
+    for (int32_t i = 0; i < vocab; ++i) {
+      if (TokenAllowed(allowed_tokens, i) && (best < 0 || l[i] > l[best])) best = i;
     }
+    // No token allowed (a mask the caller should have refused): token 0, as for NaN logits.
+    chosen = best < 0 ? 0 : best;
   } else {
     // 3. Temperature.
     const double temperature = params_.temperature;
     for (double& x : l) x /= temperature;
 
-    // 4. top_k, by (l desc, id asc); survivors are then kept in ascending id order.
-    order.resize(static_cast<size_t>(vocab));
-    for (int32_t i = 0; i < vocab; ++i) order[i] = i;
-    if (params_.top_k > 0 && params_.top_k < vocab) {
+    // 4. top_k over the allowed tokens, by (l desc, id asc); survivors are then kept in
+    // ascending id order.
+    if (allowed_tokens == nullptr) {
+      order.resize(static_cast<size_t>(vocab));
+      for (int32_t i = 0; i < vocab; ++i) order[i] = i;
+    } else {
+      order.clear();
+      for (int32_t i = 0; i < vocab; ++i) {
+        if (TokenAllowed(allowed_tokens, i)) order.push_back(i);
+      }
+    }
+    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < order.size()) {
       auto by_logit = [&l](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
       std::nth_element(order.begin(), order.begin() + params_.top_k, order.end(), by_logit);
       order.resize(static_cast<size_t>(params_.top_k));
@@ -177,43 +197,59 @@ TokenId Sampler::Sample(absl::Span<const float> logits, SamplerScratch& scratch)
 
 namespace {
 
-// log Σ exp(logits), in double.
-double LogPartition(absl::Span<const float> logits) {
+// log Σ exp(logits) over the allowed tokens, in double.
+double LogPartition(absl::Span<const float> logits, const uint32_t* allowed_tokens) {
+  const int32_t vocab = static_cast<int32_t>(logits.size());
   double max_l = -std::numeric_limits<double>::infinity();
-  for (float x : logits) max_l = std::max(max_l, static_cast<double>(x));
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (TokenAllowed(allowed_tokens, i)) max_l = std::max(max_l, static_cast<double>(logits[i]));
+  }
   double sum = 0.0;
-  for (float x : logits) sum += std::exp(static_cast<double>(x) - max_l);
+  for (int32_t i = 0; i < vocab; ++i) {
+    if (TokenAllowed(allowed_tokens, i)) sum += std::exp(static_cast<double>(logits[i]) - max_l);
+  }
   return max_l + std::log(sum);
+}
+
+// Token t's logit in the masked distribution.
+double MaskedLogit(absl::Span<const float> logits, const uint32_t* allowed_tokens, int32_t t) {
+  return TokenAllowed(allowed_tokens, t) ? static_cast<double>(logits[t])
+                                         : -std::numeric_limits<double>::infinity();
 }
 
 }  // namespace
 
-void TopLogprobsInto(absl::Span<const float> logits, int32_t n, std::vector<int32_t>& ids,
-                     TokenLogprob* out) {
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
+                     std::vector<int32_t>& ids, TokenLogprob* out) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
   n = std::clamp(n, 0, vocab);
   if (n == 0) return;
-  const double log_z = LogPartition(logits);
+  const double log_z = LogPartition(logits, allowed_tokens);
   ids.resize(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) ids[i] = i;
-  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&logits](int32_t a, int32_t b) {
-    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
-  });
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
+                    [&logits, allowed_tokens](int32_t a, int32_t b) {
+                      const double la = MaskedLogit(logits, allowed_tokens, a);
+                      const double lb = MaskedLogit(logits, allowed_tokens, b);
+                      return la > lb || (la == lb && a < b);
+                    });
   for (int32_t i = 0; i < n; ++i) {
-    out[i] = {ids[i], static_cast<float>(static_cast<double>(logits[ids[i]]) - log_z)};
+    out[i] = {ids[i], static_cast<float>(MaskedLogit(logits, allowed_tokens, ids[i]) - log_z)};
   }
 }
 
-std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n) {
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n,
+                                      const uint32_t* allowed_tokens) {
   n = std::clamp(n, 0, static_cast<int32_t>(logits.size()));
   std::vector<TokenLogprob> out(static_cast<size_t>(n));
   std::vector<int32_t> ids;
-  TopLogprobsInto(logits, n, ids, out.data());
+  TopLogprobsInto(logits, n, allowed_tokens, ids, out.data());
   return out;
 }
 
-float LogProbOf(absl::Span<const float> logits, TokenId token) {
-  return static_cast<float>(static_cast<double>(logits[token]) - LogPartition(logits));
+float LogProbOf(absl::Span<const float> logits, TokenId token, const uint32_t* allowed_tokens) {
+  return static_cast<float>(MaskedLogit(logits, allowed_tokens, token) -
+                            LogPartition(logits, allowed_tokens));
 }
 
 }  // namespace linserve

@@ -4,11 +4,15 @@
 // std:: distribution whose output differs between standard libraries).
 //
 // The exact algorithm (reference/linserve_ref/sampling.py mirrors it step for step):
+//  0. With a token mask (model/backend/token_mask.h; structured output), the allowed set A is
+//     the tokens it allows, otherwise the whole vocabulary; every step below works on A only
+//     (a token outside A has logit -inf and is never picked).
 //  1. l = logits as double. For every seen token t (prompt + generated, counted c_t times):
-//     repetition: l_t = l_t > 0 ? l_t / r : l_t * r; then l_t -= presence·[c_t > 0] + frequency·c_t.
-//  2. temperature == 0: return argmax l (lowest id on ties). No random number is drawn.
+//     repetition: l_t = l_t > 0 ? l_t / r : l_t * r; then l_t -= presence·[c_t > 0] +
+//     frequency·c_t.
+//  2. temperature == 0: return argmax l over A (lowest id on ties). No random number is drawn.
 //  3. l /= temperature.
-//  4. top_k > 0: order by (l desc, id asc), keep the first min(k, vocab).
+//  4. top_k > 0: order A by (l desc, id asc), keep the first min(k, |A|).
 //  5. p = softmax over the survivors (max subtracted, in double).
 //  6. min_p > 0: keep p_t >= min_p · max p.
 //  7. top_p < 1: renormalise, order by (p desc, id asc), keep the shortest prefix whose
@@ -85,9 +89,14 @@ class Sampler {
   void Observe(absl::Span<const TokenId> tokens);
   // Replaces the seen counts.
   void SetSeen(absl::Span<const TokenCount> counts);
-  // Samples one token from `logits` (vocab_size floats, not modified) and counts it as seen.
-  TokenId Sample(absl::Span<const float> logits) { return Sample(logits, scratch_); }
-  TokenId Sample(absl::Span<const float> logits, SamplerScratch& scratch);
+  // Samples one token from `logits` (vocab_size floats, not modified) among those
+  // `allowed_tokens` allows (a token mask over logits.size() tokens allowing at least one;
+  // nullptr = all) and counts it as seen.
+  TokenId Sample(absl::Span<const float> logits, const uint32_t* allowed_tokens = nullptr) {
+    return Sample(logits, allowed_tokens, scratch_);
+  }
+  TokenId Sample(absl::Span<const float> logits, const uint32_t* allowed_tokens,
+                 SamplerScratch& scratch);
   const SamplingParams& params() const { return params_; }
 
  private:
@@ -97,14 +106,21 @@ class Sampler {
   SamplerScratch scratch_;  // for Sample(logits) only
 };
 
-// log-softmax top-n of raw logits (n <= logits.size()), most likely first.
-std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n);
+// The logprobs below are of the masked distribution: softmax(logits) over the tokens
+// `allowed_tokens` allows (nullptr = all, as Sample), the others having probability 0.
+//
+// log-softmax top-n of raw logits (n <= logits.size()), most likely first, ties to the lowest
+// id; when the mask allows fewer than n tokens, the rest are the lowest disallowed ids with
+// logprob -inf.
+std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n,
+                                      const uint32_t* allowed_tokens = nullptr);
 // Writes the same n pairs to out[0, n) without allocating when `ids` has grown to
 // logits.size() (a scratch vector the caller keeps).
-void TopLogprobsInto(absl::Span<const float> logits, int32_t n, std::vector<int32_t>& ids,
-                     TokenLogprob* out);
-// log p(token) under softmax(logits), in double.
-float LogProbOf(absl::Span<const float> logits, TokenId token);
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
+                     std::vector<int32_t>& ids, TokenLogprob* out);
+// log p(token) under the masked softmax(logits), in double (-inf for a disallowed token).
+float LogProbOf(absl::Span<const float> logits, TokenId token,
+                const uint32_t* allowed_tokens = nullptr);
 
 }  // namespace linserve
 

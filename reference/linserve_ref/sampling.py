@@ -82,6 +82,11 @@ class SamplingParams:
               "[-2, 2] (0 = off)")
 
 
+def token_allowed(mask, token):
+    """Whether the token mask (uint32 words) allows `token`."""
+    return (mask[token >> 5] >> (token & 31)) & 1 == 1
+
+
 class Sampler:
     """One per generation stream, like linserve::Sampler."""
 
@@ -95,11 +100,19 @@ class Sampler:
         for t in tokens:
             self.seen_counts[int(t)] = self.seen_counts.get(int(t), 0) + 1
 
-    def sample(self, logits):
-        """logits: vocab_size float32 values (any sequence of floats). Returns a token id."""
+    def sample(self, logits, allowed_tokens=None):
+        """logits: vocab_size float32 values (any sequence of floats); allowed_tokens: None (every
+        token) or a token mask, ceil(vocab_size / 32) uint32 words, bit t % 32 of word t // 32
+        set = token t may be picked (bits past the vocabulary ignored). Returns a token id."""
         p = self.params
         l = [float(x) for x in logits]
         vocab = len(l)
+
+        # 0. The mask: disallowed tokens get -inf and stay out of every step.
+        allowed = [allowed_tokens is None or token_allowed(allowed_tokens, i) for i in range(vocab)]
+        for i in range(vocab):
+            if not allowed[i]:
+                l[i] = -math.inf
 
         # 1. Penalties.
         r, presence, frequency = p.repetition_penalty, p.presence_penalty, p.frequency_penalty
@@ -112,23 +125,24 @@ class Sampler:
             l[t] = lt
 
         if p.temperature == 0.0:
-            # 2. Greedy: the first maximum.
-            chosen = 0
-            for i in range(1, vocab):
-                if l[i] > l[chosen]:
-                    chosen = i
+            # 2. Greedy: the first maximum among the allowed tokens.
+            best = -1
+            for i in range(vocab):
+                if allowed[i] and (best < 0 or l[i] > l[best]):
+                    best = i
+            chosen = max(best, 0)
         else:
-            chosen = self._draw(l, vocab)
+            chosen = self._draw(l, [i for i in range(vocab) if allowed[i]])
         self.seen_counts[chosen] = self.seen_counts.get(chosen, 0) + 1
         return chosen
 
-    def _draw(self, l, vocab):
+    def _draw(self, l, order):
+        """order: the allowed ids, ascending."""
         p = self.params
         # 3. Temperature.
         l = [x / p.temperature for x in l]
-        # 4. top_k by (l desc, id asc); survivors in ascending id order.
-        order = list(range(vocab))
-        if 0 < p.top_k < vocab:
+        # 4. top_k over the allowed tokens by (l desc, id asc); survivors in ascending id order.
+        if 0 < p.top_k < len(order):
             order = sorted(sorted(order, key=lambda i: (-l[i], i))[:p.top_k])
         # 5. Softmax over the survivors.
         max_l = -math.inf

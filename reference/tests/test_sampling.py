@@ -105,6 +105,43 @@ class SamplerTest(unittest.TestCase):
         for c, w in zip(counts, weights):
             self.assertAlmostEqual(c / 3000, w / sum(weights), delta=0.03)
 
+    @staticmethod
+    def mask(*allowed, vocab=len(LOGITS)):
+        words = [0] * ((vocab + 31) // 32)
+        for t in allowed:
+            words[t // 32] |= 1 << (t % 32)
+        return words
+
+    def test_mask_restricts_greedy_and_draws_to_the_allowed_tokens(self):
+        self.assertEqual(sampler(temperature=0).sample(self.LOGITS, self.mask(0, 3, 5)), 0)
+        # top_k = 1 keeps the best allowed token; one allowed token is always picked.
+        for seed in range(30):
+            self.assertEqual(sampler(top_k=1, seed=seed).sample(self.LOGITS, self.mask(3, 4)), 4)
+            self.assertEqual(sampler(seed=seed, top_p=0.3).sample(self.LOGITS, self.mask(3)), 3)
+        got = {sampler(seed=seed).sample(self.LOGITS, self.mask(0, 3, 5)) for seed in range(300)}
+        self.assertEqual(got, {0, 3, 5})
+
+    def test_masked_draw_walks_the_renormalised_allowed_distribution(self):
+        allowed = [0, 3, 4]
+        for seed in range(50):
+            u = (MT19937_64(seed)() >> 11) * 2.0 ** -53
+            weights = [math.exp(self.LOGITS[t] - 1.5) for t in allowed]
+            cumulative, expected = 0.0, allowed[-1]
+            for t, w in zip(allowed, weights):
+                cumulative += w / sum(weights)
+                if cumulative > u:
+                    expected = t
+                    break
+            self.assertEqual(sampler(seed=seed).sample(self.LOGITS, self.mask(*allowed)),
+                             expected)
+
+    def test_mask_bits_past_the_vocabulary_are_ignored(self):
+        dirty = self.mask(1, 4)
+        dirty[0] |= 0xFFFFFFC0  # tokens 6..31
+        for seed in range(30):
+            self.assertEqual(sampler(seed=seed).sample(self.LOGITS, dirty),
+                             sampler(seed=seed).sample(self.LOGITS, self.mask(1, 4)))
+
     def test_parameters_are_float32(self):
         self.assertEqual(SamplingParams(top_p=0.9).top_p, 0.8999999761581421)
 

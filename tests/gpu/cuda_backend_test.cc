@@ -328,6 +328,164 @@ TEST(CudaBackendTest, DecodeAndSampleEqualsHostSamplerOnTheSameLogits) {
   }
 }
 
+// A token mask over `vocab` allowing `allowed`.
+std::vector<uint32_t> MaskOf(int64_t vocab, const std::vector<TokenId>& allowed) {
+  std::vector<uint32_t> mask(static_cast<size_t>((vocab + 31) / 32), 0);
+  for (TokenId t : allowed) mask[t / 32] |= uint32_t{1} << (t % 32);
+  return mask;
+}
+
+// Every `stride`-th token from `first`.
+std::vector<uint32_t> StridedMask(int64_t vocab, int first, int stride) {
+  std::vector<TokenId> allowed;
+  for (TokenId t = first % stride; t < vocab; t += stride) allowed.push_back(t);
+  return MaskOf(vocab, allowed);
+}
+
+// Token masks on the device: a batch whose rows are greedy, sampled with every filter and
+// penalty, and plain, with masks on some rows only (one-token masks at some steps), picks and
+// reports the logprobs of what the host Sampler does with the same mask on the same logits,
+// whether the step is run by DecodeAndSample or launched and collected; PrefillAndSample and
+// PrefillBatch take their masks too.
+TEST(CudaBackendTest, TokenMasksGiveTheHostSamplersPicksAndLogprobs) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig config = TinyConfig();
+  config.tie_embeddings = false;
+  const Model model = MakeRandomModel(config, 29);
+  const int64_t vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  std::vector<SamplingParams> settings(4);
+  settings[0].temperature = 0.0f;
+  settings[0].repetition_penalty = 1.3f;
+  settings[1].temperature = 0.9f;
+  settings[1].top_k = 20;
+  settings[1].top_p = 0.9f;
+  settings[1].min_p = 0.02f;
+  settings[1].presence_penalty = 0.4f;
+  settings[1].frequency_penalty = 0.2f;
+  settings[1].seed = 2;
+  settings[2].seed = 3;
+  settings[3].temperature = 1.3f;
+  settings[3].top_p = 0.7f;
+  settings[3].seed = 4;
+  const int rows = static_cast<int>(settings.size());
+  std::vector<SlotId> host_slots, device_slots;
+  std::vector<Sampler> samplers;
+  std::vector<TokenId> next;
+  std::vector<float> logits(vocab);
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<int32_t> prompt = RandomTokens(12 + r, vocab, 700 + r);
+    host_slots.push_back(Allocate(*gpu));
+    device_slots.push_back(Allocate(*gpu));
+    samplers.emplace_back(settings[r]);
+    samplers.back().Observe(prompt);
+    ASSERT_TRUE(gpu->StartSampling(device_slots[r], settings[r], /*top_logprobs=*/3, prompt).ok());
+    ASSERT_TRUE(gpu->Prefill(host_slots[r], prompt, absl::MakeSpan(logits)).ok());
+    // The first pick: PrefillAndSample under a mask on rows 0 and 1.
+    const std::vector<uint32_t> mask = StridedMask(vocab, r, 4);
+    const uint32_t* row_mask = r < 2 ? mask.data() : nullptr;
+    TokenId token = -1;
+    float logprob = 0;
+    std::vector<TokenLogprob> top(kMaxTopLogprobs);
+    ASSERT_TRUE(gpu->PrefillAndSample(device_slots[r], prompt,
+                                      {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)}, row_mask)
+                    .ok());
+    ASSERT_EQ(token, samplers[r].Sample(logits, row_mask)) << "row " << r;
+    EXPECT_FLOAT_EQ(logprob, LogProbOf(logits, token, row_mask));
+    next.push_back(token);
+  }
+  std::vector<TokenId> tokens(rows);
+  std::vector<float> logprobs(rows);
+  std::vector<TokenLogprob> top(static_cast<size_t>(rows) * kMaxTopLogprobs);
+  const SampleOutput out{absl::MakeSpan(tokens), absl::MakeSpan(logprobs), absl::MakeSpan(top)};
+  for (int step = 0; step < 24; ++step) {
+    SCOPED_TRACE(step);
+    // Rows 0, 1 and 3 masked (row 3 to a single token every fourth step), row 2 never.
+    std::vector<std::vector<uint32_t>> masks(rows);
+    masks[0] = StridedMask(vocab, step, 3);
+    masks[1] = StridedMask(vocab, step + 1, 2);
+    masks[3] = step % 4 == 0 ? MaskOf(vocab, {static_cast<TokenId>((step * 37) % vocab)})
+                             : StridedMask(vocab, step, 5);
+    std::vector<DecodeItem> batch;
+    for (int r = 0; r < rows; ++r) {
+      batch.push_back({device_slots[r], next[r], masks[r].empty() ? nullptr : masks[r].data()});
+    }
+    if (step % 2 == 0) {
+      ASSERT_TRUE(gpu->DecodeAndSample(batch, out).ok());
+    } else {
+      ASSERT_TRUE(gpu->LaunchDecodeAndSample(batch, out).ok());
+      ASSERT_TRUE(gpu->CollectSamples().ok());
+    }
+    for (int r = 0; r < rows; ++r) {
+      const DecodeItem host_item{host_slots[r], next[r]};
+      ASSERT_TRUE(gpu->Decode({&host_item, 1}, absl::MakeSpan(logits)).ok());
+      const uint32_t* mask = batch[r].allowed_tokens;
+      ASSERT_EQ(tokens[r], samplers[r].Sample(logits, mask)) << "row " << r;
+      EXPECT_FLOAT_EQ(logprobs[r], LogProbOf(logits, tokens[r], mask)) << "row " << r;
+      const std::vector<TokenLogprob> expected = TopLogprobs(logits, 3, mask);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(top[r * kMaxTopLogprobs + k].token, expected[k].token) << "row " << r;
+        EXPECT_FLOAT_EQ(top[r * kMaxTopLogprobs + k].logprob, expected[k].logprob);
+      }
+    }
+    if (step % 4 == 0) {
+      EXPECT_EQ(tokens[3], (step * 37) % vocab);
+    }
+    next = tokens;
+  }
+
+  // PrefillBatch: a one-token mask, an unmasked item, a strided mask.
+  const std::vector<uint32_t> one = MaskOf(vocab, {11});
+  const std::vector<uint32_t> strided = StridedMask(vocab, 1, 3);
+  std::vector<SlotId> fresh;
+  std::vector<std::vector<int32_t>> prompts;
+  for (int i = 0; i < 3; ++i) {
+    fresh.push_back(Allocate(*gpu));
+    prompts.push_back(RandomTokens(6 + i, vocab, 800 + i));
+    ASSERT_TRUE(gpu->StartSampling(fresh[i], settings[i + 1], 0, prompts[i]).ok());
+  }
+  const std::vector<PrefillItem> items = {
+      {.slot = fresh[0], .tokens = prompts[0], .sample = true, .allowed_tokens = one.data()},
+      {.slot = fresh[1], .tokens = prompts[1], .sample = true},
+      {.slot = fresh[2], .tokens = prompts[2], .sample = true, .allowed_tokens = strided.data()}};
+  std::vector<TokenId> picked(3);
+  ASSERT_TRUE(gpu->PrefillBatch(items, {.tokens = absl::MakeSpan(picked)}).ok());
+  EXPECT_EQ(picked[0], 11);
+  EXPECT_EQ(picked[2] % 3, 1) << picked[2];
+}
+
+// A mask that allows no token of the vocabulary is INVALID_ARGUMENT naming the row, before the
+// step runs: the slots stay where they were.
+TEST(CudaBackendTest, AMaskAllowingNoTokenIsRefusedBeforeTheStep) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 31);
+  const int64_t vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  const SlotId a = Allocate(*gpu), b = Allocate(*gpu);
+  for (SlotId s : {a, b}) ASSERT_TRUE(gpu->StartSampling(s, SamplingParams(), 0, {}).ok());
+  std::vector<uint32_t> nothing((vocab + 31) / 32, 0);
+  if (vocab % 32 != 0) nothing.back() = ~uint32_t{0} << (vocab % 32);  // past the vocabulary
+  const std::vector<uint32_t> fine = StridedMask(vocab, 0, 2);
+  const DecodeItem batch[] = {{a, 1, fine.data()}, {b, 2, nothing.data()}};
+  TokenId out[2];
+  absl::Status status = gpu->DecodeAndSample(batch, {.tokens = out});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr("row 1's allowed_tokens allows no token"));
+  status = gpu->LaunchDecodeAndSample(batch, {.tokens = out});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  const std::vector<int32_t> prompt = {1, 2, 3};
+  status = gpu->PrefillAndSample(a, prompt, {.tokens = {out, 1}}, nothing.data());
+  EXPECT_THAT(status.message(), HasSubstr("PrefillAndSample: row 0's allowed_tokens"));
+  const PrefillItem item{
+      .slot = a, .tokens = prompt, .sample = true, .allowed_tokens = nothing.data()};
+  status = gpu->PrefillBatch({&item, 1}, {.tokens = {out, 1}});
+  EXPECT_THAT(status.message(), HasSubstr("PrefillBatch: row 0's allowed_tokens"));
+  EXPECT_EQ(*gpu->SlotPosition(a), 0);
+  EXPECT_EQ(*gpu->SlotPosition(b), 0);
+}
+
 // A forked slot carries its sampler: both branches draw the same tokens.
 TEST(CudaBackendTest, CopySlotForksTheSampler) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
@@ -519,7 +677,8 @@ TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
     std::vector<TokenLogprob> alternatives(kMaxTopLogprobs);
     ASSERT_TRUE(alone
                     ->PrefillAndSample(slot, prompts.back(),
-                                       {{&token, 1}, {&logprob, 1}, absl::MakeSpan(alternatives)})
+                                       {{&token, 1}, {&logprob, 1}, absl::MakeSpan(alternatives)},
+                                       nullptr)
                     .ok());
     alone_tokens.push_back(token);
     alone_logprobs.push_back(logprob);
@@ -755,9 +914,9 @@ TEST(CudaBackendTest, PrefillAndSampleLogprobsAndSeenCountsFollowTheContract) {
   TokenId token = -1;
   float logprob = 0;
   std::vector<TokenLogprob> top(kMaxTopLogprobs);
-  ASSERT_TRUE(gpu->PrefillAndSample(a, prompt,
-                                    {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)})
-                  .ok());
+  ASSERT_TRUE(
+      gpu->PrefillAndSample(a, prompt, {{&token, 1}, {&logprob, 1}, absl::MakeSpan(top)}, nullptr)
+          .ok());
   EXPECT_EQ(token, expected);
   EXPECT_FLOAT_EQ(logprob, LogProbOf(logits, token));
   const std::vector<TokenLogprob> host_top = TopLogprobs(logits, 4);
@@ -826,8 +985,8 @@ TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight
   for (SlotId s : {a, b}) {
     ASSERT_TRUE(gpu->StartSampling(s, params, /*top_logprobs=*/3, prompt).ok());
   }
-  ASSERT_TRUE(gpu->PrefillAndSample(a, prompt, pa.Output()).ok());
-  ASSERT_TRUE(gpu->PrefillAndSample(b, prompt, pb.Output()).ok());
+  ASSERT_TRUE(gpu->PrefillAndSample(a, prompt, pa.Output(), nullptr).ok());
+  ASSERT_TRUE(gpu->PrefillAndSample(b, prompt, pb.Output(), nullptr).ok());
   ASSERT_EQ(pa.token, pb.token);
   ASSERT_TRUE(gpu->StartSampling(c, params, /*top_logprobs=*/2, {}).ok());
 
@@ -841,7 +1000,7 @@ TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight
     const StateBlob state_a = Read(*gpu, a), state_b = Read(*gpu, b);
     EXPECT_EQ(state_b.position, state_a.position) << "step " << step;
     EXPECT_EQ(state_b.state, state_a.state) << "step " << step;
-    ASSERT_TRUE(gpu->PrefillAndSample(c, {&pa.token, 1}, pc.Output()).ok());
+    ASSERT_TRUE(gpu->PrefillAndSample(c, {&pa.token, 1}, pc.Output(), nullptr).ok());
     ASSERT_TRUE(gpu->CollectSamples().ok());
     ASSERT_EQ(pb.token, pa.token) << "step " << step;
     EXPECT_EQ(pb.logprob, pa.logprob) << "step " << step;

@@ -1090,11 +1090,36 @@ TEST(CudaKernelsTest, SlidingWindowRejectsShapesOutOfRange) {
   EXPECT_THAT(cuda::CheckSlidingWindowShape(shape).message(), testing::HasSubstr("window 0"));
 }
 
+// A token mask over `vocab` tokens for a step's row (masked-row tests): a random third of the
+// vocabulary, one token, or the upper half of the ids; the bits past the vocabulary set
+// (they mean nothing).
+std::vector<uint32_t> RowMask(int vocab, int kind, std::mt19937_64& rng) {
+  const int words = (vocab + 31) / 32;
+  std::vector<uint32_t> mask(static_cast<size_t>(words), 0);
+  auto allow = [&mask](int t) { mask[t / 32] |= uint32_t{1} << (t % 32); };
+  switch (kind % 3) {
+    case 0:
+      for (int t = 0; t < vocab; ++t) {
+        if (rng() % 3 == 0) allow(t);
+      }
+      break;
+    case 1:
+      allow(static_cast<int>(rng() % static_cast<uint64_t>(vocab)));
+      break;
+    default:
+      for (int t = vocab / 2; t < vocab; ++t) allow(t);
+      break;
+  }
+  for (int t = vocab; t < words * 32; ++t) allow(t);
+  return mask;
+}
+
 // The device sampler against the host Sampler: the same logits and seed give the same tokens,
 // step after step (so the random streams and the seen-token counts advance alike), over every
 // filter and penalty, including logits with many exact ties around the top-k and top-p cuts.
-TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
-  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+// With `masked`, two rows in three sample under a token mask that changes every step (the host
+// Sampler gets the same mask) and the others under none.
+void CheckSamplerMatchesHost(bool masked) {
   std::vector<SamplingParams> settings;
   auto add = [&](float temperature, int top_k, float top_p, float min_p, float repetition,
                  float presence, float frequency) {
@@ -1152,6 +1177,7 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
   DeviceArray<int32_t> counts_dev(counts), slots_dev(slots), tokens_dev(rows);
 
   std::mt19937_64 rng(99);
+  const int words = (vocab + 31) / 32;
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE(step);
     std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 40 + step, 2.5f);
@@ -1159,20 +1185,37 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
       // Quantised logits: many exact ties, also at the top.
       for (float& l : logits) l = std::round(l * 2.0f) / 2.0f;
     }
+    // The masked rows' masks, packed, and each row's index into them.
+    std::vector<std::vector<uint32_t>> masks(rows);
+    std::vector<uint32_t> packed;
+    std::vector<int32_t> index(rows, -1);
+    for (int r = 0; masked && r < rows; ++r) {
+      if (r % 3 == 2) continue;
+      masks[r] = RowMask(vocab, r + step, rng);
+      index[r] = static_cast<int32_t>(packed.size()) / words;
+      packed.insert(packed.end(), masks[r].begin(), masks[r].end());
+    }
     DeviceArray<float> logits_dev(logits);
+    DeviceArray<uint32_t> packed_dev(packed.empty() ? std::vector<uint32_t>(1) : packed);
+    DeviceArray<int32_t> index_dev(index);
     cuda::SampleArgs args;
     args.logits = logits_dev.get();
     args.slots = slots_dev.get();
     args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+    if (masked) args.masks = {packed_dev.get(), index_dev.get(), words};
     args.rows = rows;
     args.vocab = vocab;
     args.tokens = tokens_dev.get();
     ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
     const std::vector<int32_t> got = tokens_dev.Download();
     for (int r = 0; r < rows; ++r) {
+      const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
       const TokenId expect = host[r].Sample(
-          absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab));
+          absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab), mask);
       EXPECT_EQ(got[r], expect) << "row " << r << " params " << r % settings.size();
+      if (mask != nullptr) {
+        EXPECT_TRUE((mask[got[r] / 32] >> (got[r] % 32)) & 1u) << "row " << r;
+      }
     }
   }
   // The device counted every sampled token on top of the prompt.
@@ -1180,6 +1223,18 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
   int64_t total = 0;
   for (int32_t c : final_counts) total += c;
   EXPECT_EQ(total, static_cast<int64_t>(rows) * (30 + steps));
+}
+
+TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  CheckSamplerMatchesHost(/*masked=*/false);
+}
+
+// Token masks: greedy, temperature with every filter and penalty, one-token masks, masks on
+// some rows only; the picks stay in the mask and equal the host's.
+TEST(CudaKernelsTest, SamplerMatchesHostSamplerUnderTokenMasks) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  CheckSamplerMatchesHost(/*masked=*/true);
 }
 
 // The device's logprobs equal the host's LogProbOf / TopLogprobsInto: the same alternatives in
@@ -1224,7 +1279,7 @@ TEST(CudaKernelsTest, TopLogprobsMatchTheHost) {
     }
     EXPECT_FLOAT_EQ(got_logprobs[r], LogProbOf(row, tokens[r])) << "row " << r;
     std::vector<TokenLogprob> expected(kMaxTop);
-    TopLogprobsInto(row, top_n[r], scratch, expected.data());
+    TopLogprobsInto(row, top_n[r], nullptr, scratch, expected.data());
     for (int k = 0; k < top_n[r]; ++k) {
       EXPECT_EQ(got_ids[r * kMaxTop + k], expected[k].token) << "row " << r << " k " << k;
       EXPECT_FLOAT_EQ(got_values[r * kMaxTop + k], expected[k].logprob)
@@ -1232,6 +1287,70 @@ TEST(CudaKernelsTest, TopLogprobsMatchTheHost) {
     }
     for (int k = top_n[r]; k < kMaxTop; ++k) EXPECT_EQ(got_ids[r * kMaxTop + k], -1);
   }
+}
+
+// Under token masks the device's logprobs are the host's of the masked distribution: a row
+// allowing a third of the vocabulary, one allowing 3 tokens but asking for 20 alternatives (the
+// rest are the lowest disallowed ids at -inf), and an unmasked row beside them.
+TEST(CudaKernelsTest, TopLogprobsMatchTheHostUnderTokenMasks) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 3001;
+  constexpr int kMaxTop = 20;
+  constexpr int kWords = (kVocab + 31) / 32;
+  const std::vector<int32_t> top_n = {6, kMaxTop, 4};
+  const int rows = static_cast<int>(top_n.size());
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * kVocab, 43, 4.0f);
+  for (float& x : logits) x = std::round(x * 8.0f) / 8.0f;
+  std::mt19937_64 rng(5);
+  std::vector<uint32_t> wide = RowMask(kVocab, 0, rng);
+  std::vector<uint32_t> three(kWords, 0);
+  for (int t : {17, 1500, 2999}) three[t / 32] |= uint32_t{1} << (t % 32);
+  // Each row's sampled token: row 0's last allowed one, an allowed one, any one (no mask).
+  std::vector<int32_t> tokens = {0, 1500, 5};
+  for (int t = 0; t < kVocab; ++t) {
+    if ((wide[t / 32] >> (t % 32)) & 1u) tokens[0] = t;
+  }
+  std::vector<uint32_t> packed = wide;
+  packed.insert(packed.end(), three.begin(), three.end());
+  const std::vector<int32_t> index = {0, 1, -1};
+  DeviceArray<float> logits_dev(logits);
+  DeviceArray<int32_t> tokens_dev(tokens), top_n_dev(top_n), index_dev(index);
+  DeviceArray<uint32_t> packed_dev(packed);
+  DeviceArray<float> logprobs(static_cast<size_t>(rows));
+  DeviceArray<int32_t> top_ids(static_cast<size_t>(rows * kMaxTop));
+  DeviceArray<float> top_values(static_cast<size_t>(rows * kMaxTop));
+  cuda::TopLogprobsArgs args;
+  args.logits = logits_dev.get();
+  args.tokens = tokens_dev.get();
+  args.top_n = top_n_dev.get();
+  args.rows = rows;
+  args.vocab = kVocab;
+  args.max_top = kMaxTop;
+  args.masks = {packed_dev.get(), index_dev.get(), kWords};
+  args.logprobs = logprobs.get();
+  args.top_ids = top_ids.get();
+  args.top_logprobs = top_values.get();
+  ASSERT_TRUE(cuda::LaunchTopLogprobs(nullptr, args).ok());
+  const std::vector<float> got_logprobs = logprobs.Download();
+  const std::vector<int32_t> got_ids = top_ids.Download();
+  const std::vector<float> got_values = top_values.Download();
+  const uint32_t* masks[] = {wide.data(), three.data(), nullptr};
+  std::vector<int32_t> scratch;
+  for (int r = 0; r < rows; ++r) {
+    const absl::Span<const float> row(logits.data() + static_cast<size_t>(r) * kVocab, kVocab);
+    EXPECT_FLOAT_EQ(got_logprobs[r], LogProbOf(row, tokens[r], masks[r])) << "row " << r;
+    std::vector<TokenLogprob> expected(kMaxTop);
+    TopLogprobsInto(row, top_n[r], masks[r], scratch, expected.data());
+    for (int k = 0; k < top_n[r]; ++k) {
+      EXPECT_EQ(got_ids[r * kMaxTop + k], expected[k].token) << "row " << r << " k " << k;
+      EXPECT_FLOAT_EQ(got_values[r * kMaxTop + k], expected[k].logprob)
+          << "row " << r << " k " << k;
+    }
+  }
+  // Row 1: its three allowed tokens, then 0, 1, 2, ... at -inf.
+  EXPECT_EQ(got_values[kMaxTop + 3], -std::numeric_limits<float>::infinity());
+  EXPECT_EQ(got_ids[kMaxTop + 3], 0);
+  EXPECT_GT(got_values[kMaxTop + 2], -std::numeric_limits<float>::infinity());
 }
 
 }  // namespace

@@ -3,6 +3,7 @@ linserve_test(cpu_kernels_test SOURCES cpu_kernels_test.cc LIBS linserve_kernels
 linserve_test(cpu_backend_test SOURCES cpu_backend_test.cc
               LIBS linserve_model_compute linserve_testing)
 linserve_test(sampler_test SOURCES sampler_test.cc LIBS linserve_model_compute)
+linserve_test(sampler_mask_test SOURCES sampler_mask_test.cc LIBS linserve_model_compute)
 linserve_test(backend_sampling_test SOURCES backend_sampling_test.cc
               LIBS linserve_model_compute linserve_testing)
 linserve_test(layer_list_test SOURCES layer_list_test.cc

@@ -200,7 +200,8 @@ TEST(CpuBackendTest, PrefillBatchGivesBitwiseWhatEachSessionGetsAlone) {
         batch.push_back({.slot = slot, .tokens = prompts.back(), .sample = sample});
         if (sample) {
           TokenId token = -1;
-          ASSERT_TRUE(alone->PrefillAndSample(solo, prompts.back(), {.tokens = {&token, 1}}).ok());
+          ASSERT_TRUE(
+              alone->PrefillAndSample(solo, prompts.back(), {.tokens = {&token, 1}}, nullptr).ok());
           expect_tokens.push_back(token);
         } else {
           ASSERT_TRUE(alone->Prefill(solo, prompts.back(), {}).ok());

@@ -3,9 +3,11 @@
 
     sampler_mirror.py DIR
 
-reads DIR/logits.safetensors ("logits" F32 [cases, steps, vocab], "prompt" I32 [prompt]) and
-DIR/params.json (a list of SamplingParams field dicts, one per case), and prints a JSON list of
-the tokens the mirror samples for each case: observe the prompt, then one Sample per step.
+reads DIR/logits.safetensors ("logits" F32 [cases, steps, vocab], "masks" I64 [cases, steps,
+words]: a token mask per step, "prompt" I32 [prompt]) and DIR/params.json (a list of
+SamplingParams field dicts, one per case, plus "masked": whether the case samples under its
+masks), and prints a JSON list of the tokens the mirror samples for each case: observe the
+prompt, then one Sample per step.
 """
 
 import json
@@ -24,12 +26,15 @@ def main():
     with open(os.path.join(directory, "params.json")) as f:
         cases = json.load(f)
     logits = tensors["logits"].tolist()
+    masks = tensors["masks"].tolist()
     prompt = tensors["prompt"].tolist()
     out = []
-    for case, steps in zip(cases, logits):
+    for case, steps, step_masks in zip(cases, logits, masks):
+        masked = case.pop("masked")
         sampler = Sampler(SamplingParams(**case))
         sampler.observe(prompt)
-        out.append([sampler.sample(step) for step in steps])
+        out.append([sampler.sample(step, mask if masked else None)
+                    for step, mask in zip(steps, step_masks)])
     json.dump(out, sys.stdout)
 
 

@@ -1,5 +1,6 @@
 // The C++ Sampler against reference/linserve_ref/sampling.py, the Python mirror of
-// sampler.h's algorithm: the same logits and parameters must give exactly the same tokens.
+// sampler.h's algorithm: the same logits, parameters and token masks must give exactly the same
+// tokens.
 #include <cstdio>
 #include <fstream>
 #include <random>
@@ -18,18 +19,20 @@ namespace {
 
 constexpr int kVocab = 1000;
 constexpr int kSteps = 60;
+constexpr int kMaskWords = (kVocab + 31) / 32;
 
 struct Case {
   SamplingParams params;
   float logit_scale;  // small: flat distributions whose nucleus holds hundreds of tokens
+  bool masked = false;  // every step samples under a token mask
 };
 
 std::vector<Case> Cases() {
   std::vector<Case> cases;
-  auto add = [&cases](float scale, auto set) {
+  auto add = [&cases](float scale, auto set, bool masked = false) {
     SamplingParams p;
     set(p);
-    cases.push_back({p, scale});
+    cases.push_back({p, scale, masked});
   };
   add(2.0f, [](SamplingParams& p) { p.seed = 1; });
   add(2.0f, [](SamplingParams& p) {
@@ -72,7 +75,54 @@ std::vector<Case> Cases() {
     p.repetition_penalty = 0.8f;
     p.seed = 6;
   });
+  // Under token masks: greedy with penalties, and every filter at once.
+  add(
+      2.0f,
+      [](SamplingParams& p) {
+        p.temperature = 0.0f;
+        p.repetition_penalty = 1.3f;
+        p.presence_penalty = 0.5f;
+        p.frequency_penalty = 0.3f;
+      },
+      /*masked=*/true);
+  add(
+      2.0f,
+      [](SamplingParams& p) {
+        p.temperature = 0.8f;
+        p.top_k = 50;
+        p.top_p = 0.95f;
+        p.min_p = 0.05f;
+        p.repetition_penalty = 1.1f;
+        p.presence_penalty = 0.2f;
+        p.frequency_penalty = -0.1f;
+        p.seed = 7;
+      },
+      /*masked=*/true);
+  add(
+      0.3f, [](SamplingParams& p) { p.seed = 8; }, /*masked=*/true);
   return cases;
+}
+
+// Step s's mask: alternately a random third of the vocabulary, a single token, and the tokens
+// below 40 that the prompt makes penalised; the bits past the vocabulary are set (ignored).
+std::vector<uint32_t> StepMask(std::mt19937_64& rng, int step) {
+  std::vector<uint32_t> mask(kMaskWords, 0);
+  auto allow = [&mask](int t) { mask[t / 32] |= uint32_t{1} << (t % 32); };
+  switch (step % 3) {
+    case 0:
+      for (int t = 0; t < kVocab; ++t) {
+        if (rng() % 3 == 0) allow(t);
+      }
+      break;
+    case 1:
+      allow(static_cast<int>(rng() % kVocab));
+      break;
+    default:
+      for (int t = 0; t < 40; ++t) allow(t);
+      break;
+  }
+  for (int t = kVocab; t < kMaskWords * 32; ++t) mask[t / 32] |= uint32_t{1} << (t % 32);
+  return mask;
 }
 
 TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
@@ -85,10 +135,22 @@ TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
   }
   std::vector<int64_t> prompt;
   for (int i = 0; i < 30; ++i) prompt.push_back(static_cast<int64_t>(rng() % 40));
+  // Every case has a mask per step; only the masked cases use them.
+  std::vector<std::vector<uint32_t>> masks;
+  std::vector<int64_t> mask_words;
+  for (size_t i = 0; i < cases.size() * kSteps; ++i) {
+    masks.push_back(StepMask(rng, static_cast<int>(i % kSteps)));
+    mask_words.insert(mask_words.end(), masks.back().begin(), masks.back().end());
+  }
 
   ScopedTempDir dir;
   const std::vector<SafetensorsWriteTensor> tensors = {
       {"logits", Dtype::kF32, {static_cast<int64_t>(cases.size()), kSteps, kVocab}, logits, {}},
+      {"masks",
+       Dtype::kI64,
+       {static_cast<int64_t>(cases.size()), kSteps, kMaskWords},
+       {},
+       mask_words},
       {"prompt", Dtype::kI32, {static_cast<int64_t>(prompt.size())}, {}, prompt}};
   ASSERT_TRUE(WriteSafetensors(dir.Join("logits.safetensors"), tensors).ok());
   nlohmann::json params = nlohmann::json::array();
@@ -101,7 +163,8 @@ TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
                       {"repetition_penalty", p.repetition_penalty},
                       {"presence_penalty", p.presence_penalty},
                       {"frequency_penalty", p.frequency_penalty},
-                      {"seed", p.seed}});
+                      {"seed", p.seed},
+                      {"masked", c.masked}});
   }
   std::ofstream(dir.Join("params.json")) << params.dump();
 
@@ -121,8 +184,14 @@ TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
     sampler.Observe(prompt_ids);
     std::vector<TokenId> cpp;
     for (int s = 0; s < kSteps; ++s) {
-      cpp.push_back(sampler.Sample(
-          absl::MakeConstSpan(logits).subspan((c * kSteps + s) * kVocab, kVocab)));
+      const std::vector<uint32_t>& mask = masks[c * kSteps + s];
+      cpp.push_back(
+          sampler.Sample(absl::MakeConstSpan(logits).subspan((c * kSteps + s) * kVocab, kVocab),
+                         cases[c].masked ? mask.data() : nullptr));
+      if (cases[c].masked) {
+        ASSERT_TRUE((mask[cpp.back() / 32] >> (cpp.back() % 32)) & 1u)
+            << "case " << c << " step " << s << " picked " << cpp.back();
+      }
     }
     EXPECT_EQ(cpp, python[c].get<std::vector<TokenId>>()) << "case " << c;
   }

@@ -204,28 +204,34 @@ absl::Status FakeBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCount
 absl::Status FakeBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
                                           const SampleOutput& out) {
   batch_slots_.clear();
+  batch_masks_.clear();
   for (const DecodeItem& item : batch) {
     if (absl::Status s = Check(item.slot); !s.ok()) return s;
     batch_slots_.push_back(item.slot);
+    batch_masks_.push_back(item.allowed_tokens);
   }
-  if (absl::Status s = sampling_.CheckOutput(batch_slots_, out, "DecodeAndSample"); !s.ok()) {
+  if (absl::Status s = sampling_.CheckOutput(batch_slots_, batch_masks_, out, "DecodeAndSample");
+      !s.ok()) {
     return s;
   }
   logits_.resize(batch.size() * static_cast<size_t>(config_.vocab_size));
   if (absl::Status s = Decode(batch, absl::MakeSpan(logits_)); !s.ok()) return s;
-  sampling_.SampleRows(batch_slots_, logits_.data(), out);
+  sampling_.SampleRows(batch_slots_, batch_masks_, logits_.data(), out);
   return absl::OkStatus();
 }
 
 absl::Status FakeBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                           const SampleOutput& out) {
+                                           const SampleOutput& out,
+                                           const uint32_t* allowed_tokens) {
   if (absl::Status s = Check(slot); !s.ok()) return s;
-  if (absl::Status s = sampling_.CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) {
+  if (absl::Status s =
+          sampling_.CheckOutput({&slot, 1}, {&allowed_tokens, 1}, out, "PrefillAndSample");
+      !s.ok()) {
     return s;
   }
   logits_.resize(static_cast<size_t>(config_.vocab_size));
   if (absl::Status s = Prefill(slot, tokens, absl::MakeSpan(logits_)); !s.ok()) return s;
-  sampling_.SampleRows({&slot, 1}, logits_.data(), out);
+  sampling_.SampleRows({&slot, 1}, {&allowed_tokens, 1}, logits_.data(), out);
   return absl::OkStatus();
 }
 

@@ -55,7 +55,7 @@ class FakeBackend : public Backend {
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out) override;
+                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   // Thread-safe controls for tests.
@@ -90,6 +90,7 @@ class FakeBackend : public Backend {
   HostSampling sampling_;
   std::vector<float> logits_;
   std::vector<SlotId> batch_slots_;
+  std::vector<const uint32_t*> batch_masks_;
 
   mutable absl::Mutex mu_;
   bool fail_ ABSL_GUARDED_BY(mu_) = false;

@@ -86,9 +86,10 @@ absl::Status PipelinedBackend::DecodeAndSample(absl::Span<const DecodeItem> batc
 }
 
 absl::Status PipelinedBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                                const SampleOutput& out) {
+                                                const SampleOutput& out,
+                                                const uint32_t* allowed_tokens) {
   RunLaunched();
-  return inner_->PrefillAndSample(slot, tokens, out);
+  return inner_->PrefillAndSample(slot, tokens, out, allowed_tokens);
 }
 
 absl::Status PipelinedBackend::PrefillBatch(absl::Span<const PrefillItem> batch,

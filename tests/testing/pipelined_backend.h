@@ -38,7 +38,7 @@ class PipelinedBackend final : public Backend {
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out) override;
+                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;

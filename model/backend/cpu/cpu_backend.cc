@@ -159,25 +159,34 @@ float* CpuBackend::SampleLogits() {
 absl::Status CpuBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
                                          const SampleOutput& out) {
   if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
-  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot;
+  sample_masks_.resize(batch.size());
+  for (size_t i = 0; i < batch.size(); ++i) {
+    sample_slots_[i] = batch[i].slot;
+    sample_masks_[i] = batch[i].allowed_tokens;
+  }
   const absl::Span<const SlotId> slots(sample_slots_.data(), batch.size());
-  if (absl::Status s = sampling_.CheckOutput(slots, out, "DecodeAndSample"); !s.ok()) return s;
+  if (absl::Status s = sampling_.CheckOutput(slots, sample_masks_, out, "DecodeAndSample");
+      !s.ok()) {
+    return s;
+  }
   float* logits = SampleLogits();
   RunDecode(batch, logits);
-  sampling_.SampleRows(slots, logits, out);
+  sampling_.SampleRows(slots, sample_masks_, logits, out);
   return absl::OkStatus();
 }
 
 absl::Status CpuBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                          const SampleOutput& out) {
+                                          const SampleOutput& out, const uint32_t* allowed_tokens) {
   if (absl::Status s = pool_.CheckPrefill(slot, tokens, 0); !s.ok()) return s;
-  if (absl::Status s = sampling_.CheckOutput({&slot, 1}, out, "PrefillAndSample"); !s.ok()) {
+  if (absl::Status s =
+          sampling_.CheckOutput({&slot, 1}, {&allowed_tokens, 1}, out, "PrefillAndSample");
+      !s.ok()) {
     return s;
   }
   float* logits = SampleLogits();
   const PrefillItem item{.slot = slot, .tokens = tokens, .sample = true};
   RunPrefill({&item, 1}, /*all_logits=*/false, logits);
-  sampling_.SampleRows({&slot, 1}, logits, out);
+  sampling_.SampleRows({&slot, 1}, {&allowed_tokens, 1}, logits, out);
   return absl::OkStatus();
 }
 
@@ -185,15 +194,19 @@ absl::Status CpuBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
                                       const SampleOutput& out) {
   if (absl::Status s = pool_.CheckPrefillBatch(batch); !s.ok()) return s;
   prefill_slots_.clear();
+  prefill_masks_.clear();
   for (const PrefillItem& item : batch) {
-    if (item.sample) prefill_slots_.push_back(item.slot);
+    if (!item.sample) continue;
+    prefill_slots_.push_back(item.slot);
+    prefill_masks_.push_back(item.allowed_tokens);
   }
-  if (absl::Status s = sampling_.CheckOutput(prefill_slots_, out, "PrefillBatch"); !s.ok()) {
+  if (absl::Status s = sampling_.CheckOutput(prefill_slots_, prefill_masks_, out, "PrefillBatch");
+      !s.ok()) {
     return s;
   }
   float* logits = SampleLogits();
   RunPrefill(batch, /*all_logits=*/false, logits);
-  if (!prefill_slots_.empty()) sampling_.SampleRows(prefill_slots_, logits, out);
+  if (!prefill_slots_.empty()) sampling_.SampleRows(prefill_slots_, prefill_masks_, logits, out);
   return absl::OkStatus();
 }
 

@@ -73,7 +73,7 @@ class CpuBackend final : public Backend {
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out) override;
+                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
@@ -126,7 +126,8 @@ class CpuBackend final : public Backend {
   cpu::FloatBuffer states_;
   HostSampling sampling_;
   cpu::FloatBuffer sample_logits_;
-  std::vector<SlotId> sample_slots_;  // the slots of a DecodeAndSample batch
+  std::vector<SlotId> sample_slots_;           // the slots of a DecodeAndSample batch
+  std::vector<const uint32_t*> sample_masks_;  // and their token masks
 
   // The residual stream and the normed rows, max_rows_ rows each.
   cpu::FloatBuffer x_, h_;
@@ -134,6 +135,7 @@ class CpuBackend final : public Backend {
   std::vector<PrefillPiece> pieces_;   // the prefill pass's pieces, in row order
   std::vector<int> head_rows_;         // the prefill pass's rows whose logits are wanted
   std::vector<SlotId> prefill_slots_;  // the sampling items' slots of a PrefillBatch
+  std::vector<const uint32_t*> prefill_masks_;  // and their token masks
 };
 
 }  // namespace linserve

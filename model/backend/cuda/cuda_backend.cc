@@ -104,7 +104,7 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
                                const SampleOutput& out) override;
   absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out) override;
+                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
   // In passes holding several sessions' tokens (prefill_passes.h).
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
@@ -139,7 +139,7 @@ class CudaBackendImpl final : public CudaBackend {
   // output, so that the pinned buffers are free again. Returns the step's outcome.
   absl::Status FinishLaunched() const;
   // Samples rows [0, sample_slots_.size()) of the logits for sample_slots_ (the device row
-  // inputs' slots), waits, and copies the samples to `out`.
+  // inputs' slots) under sample_masks_, waits, and copies the samples to `out`.
   absl::Status SampleAndCopy(const SampleOutput& out);
   // Row inputs upload + layers + LM head for a decode bucket; logits land in act.logits.
   absl::Status EnqueueDecodeStep(int rows);
@@ -171,6 +171,16 @@ class CudaBackendImpl final : public CudaBackend {
   mutable std::optional<Launched> launched_;
 
   std::vector<int32_t> sample_slots_;  // host mirror of the device row slots for sampled rows
+  std::vector<const uint32_t*> sample_masks_;  // their token masks (nullptr = none)
+  // Sets sample_slots_ and sample_masks_ to a decode batch's.
+  void SetSampleRows(absl::Span<const DecodeItem> batch) {
+    sample_slots_.resize(batch.size());
+    sample_masks_.resize(batch.size());
+    for (size_t i = 0; i < batch.size(); ++i) {
+      sample_slots_[i] = batch[i].slot.value;
+      sample_masks_[i] = batch[i].allowed_tokens;
+    }
+  }
 };
 
 // ---- Slots -----------------------------------------------------------------------------
@@ -337,7 +347,7 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
 }
 
 absl::Status CudaBackendImpl::SampleAndCopy(const SampleOutput& out) {
-  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_);
+  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_);
   if (!logprobs.ok()) return logprobs.status();
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   sampler_.CopySamples(sample_slots_.size(), *logprobs, out);
@@ -359,12 +369,12 @@ absl::Status CudaBackendImpl::LaunchDecodeAndSample(absl::Span<const DecodeItem>
         "LaunchDecodeAndSample: a step is in flight; collect it first");
   }
   LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
-  sample_slots_.resize(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot.value;
-  LINSERVE_RETURN_IF_ERROR(sampler_.CheckOutput(sample_slots_, out, "LaunchDecodeAndSample"));
+  SetSampleRows(batch);
+  LINSERVE_RETURN_IF_ERROR(
+      sampler_.CheckOutput(sample_slots_, sample_masks_, out, "LaunchDecodeAndSample"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
-  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_);
+  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_);
   if (!logprobs.ok()) return logprobs.status();
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   launched_ = Launched{.out = out, .logprobs = *logprobs, .outcome = std::nullopt};
@@ -386,9 +396,9 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
   LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
-  sample_slots_.resize(batch.size());
-  for (size_t i = 0; i < batch.size(); ++i) sample_slots_[i] = batch[i].slot.value;
-  LINSERVE_RETURN_IF_ERROR(sampler_.CheckOutput(sample_slots_, out, "DecodeAndSample"));
+  SetSampleRows(batch);
+  LINSERVE_RETURN_IF_ERROR(
+      sampler_.CheckOutput(sample_slots_, sample_masks_, out, "DecodeAndSample"));
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
   LINSERVE_RETURN_IF_ERROR(SampleAndCopy(out));
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
@@ -398,12 +408,15 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
 // ---- Prefill ---------------------------------------------------------------------------
 
 absl::Status CudaBackendImpl::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                               const SampleOutput& out) {
+                                               const SampleOutput& out,
+                                               const uint32_t* allowed_tokens) {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckPrefill(slot, tokens, 0));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   sample_slots_.assign(1, slot.value);
-  LINSERVE_RETURN_IF_ERROR(sampler_.CheckOutput(sample_slots_, out, "PrefillAndSample"));
+  sample_masks_.assign(1, allowed_tokens);
+  LINSERVE_RETURN_IF_ERROR(
+      sampler_.CheckOutput(sample_slots_, sample_masks_, out, "PrefillAndSample"));
   LINSERVE_RETURN_IF_ERROR(
       prefill_.Feed(stream_.get(), slot, tokens, nullptr, nullptr, /*last_on_device=*/true));
   return SampleAndCopy(out);
@@ -428,10 +441,13 @@ absl::Status CudaBackendImpl::PrefillBatch(absl::Span<const PrefillItem> batch,
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   sample_slots_.clear();
+  sample_masks_.clear();
   for (const PrefillItem& item : batch) {
-    if (item.sample) sample_slots_.push_back(item.slot.value);
+    if (!item.sample) continue;
+    sample_slots_.push_back(item.slot.value);
+    sample_masks_.push_back(item.allowed_tokens);
   }
-  LINSERVE_RETURN_IF_ERROR(sampler_.CheckOutput(sample_slots_, out, "PrefillBatch"));
+  LINSERVE_RETURN_IF_ERROR(sampler_.CheckOutput(sample_slots_, sample_masks_, out, "PrefillBatch"));
   LINSERVE_RETURN_IF_ERROR(prefill_.FeedBatch(stream_.get(), batch));
   if (sample_slots_.empty()) return absl::OkStatus();
   // The sampler reads each row's slot from the device row inputs (the pinned ones are free

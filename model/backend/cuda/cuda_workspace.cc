@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/mt19937_64.h"
 #include "model/backend/cuda/buffer_layout.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 namespace {
@@ -22,6 +23,18 @@ std::array<size_t, 5> ReserveSamples(BufferLayout& layout, size_t rows) {
           layout.Reserve(rows * sizeof(float)),
           layout.Reserve(rows * kMaxTopLogprobs * sizeof(int32_t)),
           layout.Reserve(rows * kMaxTopLogprobs * sizeof(float))};
+}
+
+// Token masks for `rows` rows over `vocab` tokens: the words, then the row indices.
+std::array<size_t, 2> ReserveMasks(BufferLayout& layout, size_t rows, int64_t vocab) {
+  return {layout.Reserve(rows * static_cast<size_t>(TokenMaskWords(static_cast<int32_t>(vocab))) *
+                         sizeof(uint32_t)),
+          layout.Reserve(rows * sizeof(int32_t))};
+}
+
+MaskBuffers MasksAt(char* base, const std::array<size_t, 2>& at) {
+  return MaskBuffers{reinterpret_cast<uint32_t*>(base + at[0]),
+                     reinterpret_cast<int32_t*>(base + at[1])};
 }
 
 SampleBuffers SamplesAt(char* base, const std::array<size_t, 5>& at) {
@@ -74,6 +87,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t positions = work.Reserve(n * sizeof(int64_t));
   const size_t row_slots = work.Reserve(n * sizeof(int32_t));
   const std::array<size_t, 5> samples = ReserveSamples(work, n);
+  const size_t sampled_rows = static_cast<size_t>(options.max_batch_size);
+  const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
 
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -128,12 +143,14 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_rows.positions = reinterpret_cast<int64_t*>(w + positions);
   ws.device_rows.slots = reinterpret_cast<int32_t*>(w + row_slots);
   ws.device_samples = SamplesAt(w, samples);
+  ws.device_masks = MasksAt(w, masks);
 
   BufferLayout host;
   const size_t host_tokens = host.Reserve(n * sizeof(int32_t));
   const size_t host_positions = host.Reserve(n * sizeof(int64_t));
   const size_t host_slots = host.Reserve(n * sizeof(int32_t));
   const std::array<size_t, 5> host_samples = ReserveSamples(host, n);
+  const std::array<size_t, 2> host_masks = ReserveMasks(host, sampled_rows, vocab);
   absl::StatusOr<cuda::PinnedBuffer> pinned =
       cuda::PinnedBuffer::Allocate(host.size(), "the pinned step inputs");
   if (!pinned.ok()) return pinned.status();
@@ -143,6 +160,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.host_rows.positions = reinterpret_cast<int64_t*>(h + host_positions);
   ws.host_rows.slots = reinterpret_cast<int32_t*>(h + host_slots);
   ws.host_samples = SamplesAt(h, host_samples);
+  ws.host_masks = MasksAt(h, host_masks);
   return ws;
 }
 

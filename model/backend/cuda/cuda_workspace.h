@@ -43,6 +43,15 @@ struct SampleBuffers {
   float* top_logprobs = nullptr;  // [rows, kMaxTopLogprobs]
 };
 
+// A step's token masks (structured output) as they cross PCIe, in pinned host memory and (same
+// shape) on the device, for up to max_batch_size sampled rows: the masks of the rows that have
+// one, packed, and per row the index of its mask (-1 = none); see kernels/cuda/row_masks.h. Only
+// a step with a masked row fills and uploads them.
+struct MaskBuffers {
+  uint32_t* words = nullptr;  // [max_batch_size, ceil(vocab / 32)]
+  int32_t* index = nullptr;   // [max_batch_size]
+};
+
 // One pass's activations on the device, between the layer components; T is the weights' type.
 struct Activations {
   float* x = nullptr;       // [rows, d] residual stream
@@ -77,6 +86,8 @@ struct CudaWorkspace {
   RowInputs host_rows;
   SampleBuffers device_samples;
   SampleBuffers host_samples;
+  MaskBuffers device_masks;
+  MaskBuffers host_masks;
 
   int64_t state_pool_bytes = 0;
   int64_t sampler_bytes = 0;

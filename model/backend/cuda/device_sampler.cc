@@ -4,11 +4,13 @@
 #include <limits>
 #include <memory>
 
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/mt19937_64.h"
 #include "kernels/cuda/sampling.h"
 #include "model/backend/slot_pool.h"
+#include "model/backend/token_mask.h"
 
 namespace linserve {
 
@@ -99,25 +101,57 @@ absl::Status DeviceSampler::SetSeenCounts(cudaStream_t s, int32_t slot,
   return absl::OkStatus();
 }
 
-absl::Status DeviceSampler::CheckOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
-                                        absl::string_view what) const {
+absl::Status DeviceSampler::CheckOutput(absl::Span<const int32_t> slots,
+                                        absl::Span<const uint32_t* const> masks,
+                                        const SampleOutput& out, absl::string_view what) const {
   bool logprobs = false;
   for (int32_t slot : slots) {
     if (!ready_[static_cast<size_t>(slot)]) return NoSamplerError(SlotId{slot}, what);
     logprobs = logprobs || top_logprobs_[static_cast<size_t>(slot)] > 0;
   }
+  for (size_t i = 0; i < masks.size(); ++i) {
+    LINSERVE_RETURN_IF_ERROR(
+        CheckTokenMask(masks[i], vocab_, absl::StrCat(what, ": row ", i, "'s allowed_tokens")));
+  }
   return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
-absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots) {
+absl::StatusOr<cuda::RowMasks> DeviceSampler::UploadMasks(
+    cudaStream_t s, absl::Span<const uint32_t* const> masks) const {
+  if (std::all_of(masks.begin(), masks.end(), [](const uint32_t* m) { return m == nullptr; })) {
+    return cuda::RowMasks{};
+  }
+  const int32_t words = TokenMaskWords(vocab_);
+  const MaskBuffers& host = ws_.host_masks;
+  int32_t masked = 0;
+  for (size_t i = 0; i < masks.size(); ++i) {
+    host.index[i] = masks[i] == nullptr ? -1 : masked;
+    if (masks[i] == nullptr) continue;
+    std::copy_n(masks[i], words, host.words + static_cast<int64_t>(masked) * words);
+    ++masked;
+  }
+  const MaskBuffers& dev = ws_.device_masks;
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dev.words, host.words, static_cast<size_t>(masked) * words * sizeof(uint32_t),
+                      cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      dev.index, host.index, masks.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  return cuda::RowMasks{dev.words, dev.index, words};
+}
+
+absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots,
+                                            absl::Span<const uint32_t* const> masks) {
   const int rows = static_cast<int>(slots.size());
   const float* logits = ws_.act.logits;
   const SampleBuffers& dev = ws_.device_samples;
   const SampleBuffers& host = ws_.host_samples;
+  absl::StatusOr<cuda::RowMasks> row_masks = UploadMasks(s, masks);
+  if (!row_masks.ok()) return row_masks.status();
   cuda::SampleArgs sample;
   sample.logits = logits;
   sample.slots = ws_.device_rows.slots;
   sample.state = ws_.sampler;
+  sample.masks = *row_masks;
   sample.rows = rows;
   sample.vocab = vocab_;
   sample.tokens = dev.tokens;
@@ -130,8 +164,8 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
     logprobs = logprobs || host.top_n[i] > 0;
   }
   if (!logprobs) return false;
-  // The sample kernel leaves the logits as the LM head wrote them: before penalties and
-  // temperature.
+  // The sample kernel leaves the logits as the LM head wrote them: before the mask, penalties
+  // and temperature.
   LINSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dev.top_n, host.top_n, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   cuda::TopLogprobsArgs args;
@@ -141,6 +175,7 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   args.rows = rows;
   args.vocab = vocab_;
   args.max_top = kMaxTopLogprobs;
+  args.masks = *row_masks;
   args.logprobs = dev.logprobs;
   args.top_ids = dev.top_ids;
   args.top_logprobs = dev.top_logprobs;

@@ -1,8 +1,10 @@
 // DeviceSampler: a CudaBackend's sampling. Each slot's parameters, MT19937-64 and seen-token
 // counts live on the device, so that a step's picks (kernels/cuda/sampling.h) and the logprobs
 // of the rows that ask for them (kernels/cuda/logprobs.h) are made there: only tokens, and
-// those rows' 1 + 2n numbers, cross PCIe. For the same logits and seed the picks are the host
-// Sampler's except when a cumulative sum lands within rounding of top_p or of the draw.
+// those rows' 1 + 2n numbers, cross PCIe. For the same logits, seed and token masks the picks
+// are the host Sampler's except when a cumulative sum lands within rounding of top_p or of the
+// draw. A step's masks travel through the workspace's pinned mask buffers with its other inputs;
+// a step without any costs nothing more.
 //
 // Enqueues on the stream it is given unless a method says it waits.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
@@ -17,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/cuda/row_masks.h"
 #include "model/backend/backend.h"
 #include "model/backend/cuda/cuda_workspace.h"
 #include "model/backend/sampler.h"
@@ -48,13 +51,17 @@ class DeviceSampler {
                              absl::Span<const TokenCount> counts);
 
   // Checks `out` for rows sampled from `slots` (tokens per row; logprob spans when a slot asks
-  // for them) and that every slot has had Start.
-  absl::Status CheckOutput(absl::Span<const int32_t> slots, const SampleOutput& out,
-                           absl::string_view what) const;
-  // Enqueues the picks of logits rows [0, slots.size()) for the slots on the device row inputs
-  // (whose host mirror `slots` is), the logprobs of the rows whose slot asks for them, and their
-  // copy to the pinned samples; says whether any row asked.
-  absl::StatusOr<bool> Enqueue(cudaStream_t stream, absl::Span<const int32_t> slots);
+  // for them), that every slot has had Start and that every row's token mask (`masks`: one per
+  // row, nullptr = none) allows a token of the vocabulary.
+  absl::Status CheckOutput(absl::Span<const int32_t> slots, absl::Span<const uint32_t* const> masks,
+                           const SampleOutput& out, absl::string_view what) const;
+  // Enqueues the upload of the rows' token masks when a row has one (`masks` as CheckOutput's;
+  // copied to pinned memory before this returns), the picks of logits rows [0, slots.size())
+  // for the slots on the device row inputs (whose host mirror `slots` is), the logprobs of the
+  // rows whose slot asks for them, and their copy to the pinned samples; says whether any row
+  // asked. The previous Enqueue's work has run (its pinned buffers are reused).
+  absl::StatusOr<bool> Enqueue(cudaStream_t stream, absl::Span<const int32_t> slots,
+                               absl::Span<const uint32_t* const> masks);
   // Copies the pinned samples of `rows` rows to `out` (the stream has run Enqueue's work).
   void CopySamples(size_t rows, bool logprobs, const SampleOutput& out) const;
 
@@ -62,6 +69,10 @@ class DeviceSampler {
   int32_t* counts(int32_t slot) const {
     return ws_.sampler.seen_counts + static_cast<int64_t>(slot) * vocab_;
   }
+  // Stages and uploads the masked rows' masks; the RowMasks for the kernels (words = nullptr
+  // when no row has a mask, with nothing uploaded).
+  absl::StatusOr<cuda::RowMasks> UploadMasks(cudaStream_t stream,
+                                             absl::Span<const uint32_t* const> masks) const;
 
   const int32_t vocab_;
   const int rows_;
