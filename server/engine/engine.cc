@@ -20,6 +20,7 @@ size_t DecodeRows(const EngineOptions& options) {
 }  // namespace
 
 Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
+               std::shared_ptr<ConstraintCache> constraints,
                std::unique_ptr<SessionPersister> persister,
                std::unique_ptr<PrefixDisk> prefix_disk, const EngineOptions& options,
                MetricsRegistry& metrics)
@@ -28,6 +29,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       backend_(std::move(backend)),
       device_(backend_->device()),
       slot_capacity_(backend_->slot_capacity()),
+      constraints_(std::move(constraints)),
       metrics_(metrics),
       inbox_(options.max_queue_depth, options.tenant_max_queued,
              metrics_.tenant_max_queued_rejections),
@@ -38,10 +40,11 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
               metrics_.prefix_store()),
       boundaries_(options.turn_boundaries),
       planner_(prefix_, *backend_, metrics_),
-      sessions_(inbox_, store_, boundaries_, *backend_, model,
+      sessions_(inbox_, store_, boundaries_, *backend_, model, *constraints_,
                 options.requests.max_prompt_tokens),
-      decode_steps_{DecodeStep(DecodeRows(options)), DecodeStep(DecodeRows(options))},
-      prefill_sample_(DecodeRows(options)) {
+      decode_steps_{DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words()),
+                    DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words())},
+      prefill_sample_(DecodeRows(options), constraints_->vocabulary().mask_words()) {
   // A session another server replaced has another history: its turn boundaries are not its.
   store_.set_on_replaced([this](const SessionId& id) { boundaries_.Erase(id); });
   const size_t rows = DecodeRows(options);
@@ -52,10 +55,19 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
   prefill_jobs_.reserve(rows);
 }
 
-Engine::DecodeStep::DecodeStep(size_t rows)
-    : tokens(rows), logprobs(rows), top_logprobs(rows * kMaxTopLogprobs) {
+Engine::DecodeStep::DecodeStep(size_t rows, int32_t mask_words)
+    : tokens(rows),
+      logprobs(rows),
+      top_logprobs(rows * kMaxTopLogprobs),
+      mask_words(mask_words),
+      masks(rows * static_cast<size_t>(mask_words)) {
   items.reserve(rows);
   jobs.reserve(rows);
+}
+
+absl::Span<uint32_t> Engine::DecodeStep::Mask(size_t row) {
+  return absl::MakeSpan(masks).subspan(row * static_cast<size_t>(mask_words),
+                                       static_cast<size_t>(mask_words));
 }
 
 SampleOutput Engine::DecodeStep::Output(size_t rows) {
@@ -74,6 +86,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
       backend->config().StateFloatsPerSlot() != model.config.StateFloatsPerSlot()) {
     return absl::InvalidArgumentError("the backend runs a different model than the one given");
   }
+  auto constraints = std::make_shared<ConstraintCache>(
+      TokenVocabulary::Create(*model.tokenizer, model.config.eos_token_id),
+      options.constraint_limits);
   std::unique_ptr<SessionPersister> persister;
   if (!options.state_dir.empty()) {
     absl::StatusOr<std::unique_ptr<SessionPersister>> opened = SessionPersister::Open(
@@ -83,7 +98,11 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
          .write_errors = &metrics.GetCounter(
              "linserve_state_write_errors_total",
              "Session files that could not be written to or removed from state_dir (each "
-             "failure counted; the requests whose change it was fail)")},
+             "failure counted; the requests whose change it was fail)"),
+         .check_constraint =
+             [constraints](const ConstraintState& state) {
+               return CheckSnapshotConstraint(*constraints, state);
+             }},
         model.config, model.fingerprint, options.requests.max_prompt_tokens);
     if (!opened.ok()) return opened.status();
     persister = *std::move(opened);
@@ -97,8 +116,9 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
     if (!opened.ok()) return opened.status();
     prefix_disk = *std::move(opened);
   }
-  std::unique_ptr<Engine> engine(new Engine(model, std::move(backend), std::move(persister),
-                                            std::move(prefix_disk), options, metrics));
+  std::unique_ptr<Engine> engine(new Engine(model, std::move(backend), std::move(constraints),
+                                            std::move(persister), std::move(prefix_disk), options,
+                                            metrics));
   if (engine->persister_ != nullptr) {
     const absl::Time start = absl::Now();
     const int64_t restored = engine->store_.Restore(start);
@@ -123,6 +143,12 @@ absl::StatusOr<JobId> Engine::Submit(GenerateRequest request, std::shared_ptr<To
   if (absl::Status s = ValidateGenerateRequest(request, options_.requests, model_.config);
       !s.ok()) {
     return s;
+  }
+  if (request.constraint != nullptr &&
+      &request.constraint->vocabulary() != &constraints_->vocabulary()) {
+    return absl::InvalidArgumentError(
+        "constraint: compiled for another vocabulary than this engine's model's (compile it "
+        "with Engine::constraints())");
   }
   const JobId id{next_job_id_.fetch_add(1, std::memory_order_relaxed)};
   const std::string tenant = request.tenant;
@@ -354,17 +380,40 @@ void Engine::LaunchDecode(absl::Span<const JobId> batch) {
   step.step = step_;
   step.items.clear();
   step.jobs.clear();
+  finished_.clear();
   for (JobId id : batch) {
     Job* job = jobs_.at(id);
-    job->set_decode_row(buffer, static_cast<int32_t>(step.items.size()));
-    step.items.push_back({*job->session()->slot, job->decode_token()});
+    const size_t row = step.items.size();
+    const uint32_t* allowed = nullptr;
+    if (job->constrained()) {
+      // The matcher has seen every token sampled so far (Job::Sampled), the one collected just
+      // before this launch and not emitted yet included.
+      const absl::Span<uint32_t> mask = step.Mask(row);
+      if (absl::Status s = job->FillMask(mask); !s.ok()) {
+        job->set_failure(std::move(s));
+        finished_.emplace_back(id, FinishReason::kError);
+        continue;
+      }
+      allowed = mask.data();
+    }
+    job->set_decode_row(buffer, static_cast<int32_t>(row));
+    step.items.push_back({*job->session()->slot, job->decode_token(), allowed});
     step.jobs.push_back(job);
   }
+  // A job whose mask failed ends now, or, when its last token is still to be emitted (the step
+  // collected before this launch), once it is (EmitDecoded).
+  for (const auto& [id, reason] : finished_) {
+    if (jobs_.at(id)->decode_row(1 - buffer) >= 0) continue;
+    std::unique_ptr<Job> job = Extract(id);
+    const absl::Status status = job->failure();
+    Complete(std::move(job), status, FinishReason::kError);
+  }
+  if (step.items.empty()) return;
   metrics_.batch_size.Observe(static_cast<double>(step.items.size()));
   if (absl::Status status =
           backend_->LaunchDecodeAndSample(step.items, step.Output(step.items.size()));
       !status.ok()) {
-    for (JobId id : batch) FailOnBackendError(id, status);
+    for (Job* job : step.jobs) FailOnBackendError(job->id(), status);
     return;
   }
   for (Job* job : step.jobs) job->DecodeDone();
@@ -379,13 +428,26 @@ Engine::DecodeStep* Engine::CollectDecode() {
   for (size_t i = 0; i < step.jobs.size(); ++i) {
     Job* job = step.jobs[i];
     if (job == nullptr) continue;
-    if (status.ok()) {
-      job->Sampled(step.tokens[i]);
-    } else {
+    if (!status.ok()) {
       FailOnBackendError(job->id(), status);
+    } else if (absl::Status s = job->Sampled(step.tokens[i]); !s.ok()) {
+      FailOnConstraintError(*job, s);  // drops the row
     }
   }
   return status.ok() ? &step : nullptr;
+}
+
+void Engine::FailOnConstraintError(Job& job, const absl::Status& status) {
+  Session* session = job.session();
+  if (session != nullptr && !session->ephemeral && session->slot.has_value()) {
+    // The backend counted the refused pick as seen; the session never had it.
+    if (absl::Status s = backend_->SetSeenCounts(*session->slot, session->history.SeenCounts());
+        !s.ok()) {
+      spdlog::error("session {}: restoring the penalty counts failed: {}", session->id.value,
+                    s.ToString());
+    }
+  }
+  Complete(Extract(job.id()), status, FinishReason::kError);
 }
 
 void Engine::EmitDecoded(DecodeStep& step) {
@@ -397,16 +459,26 @@ void Engine::EmitDecoded(DecodeStep& step) {
     if (job == nullptr) continue;
     job->set_decode_row(buffer, -1);
     job->set_last_token_step(step.step);
-    const std::optional<FinishReason> finish =
+    std::optional<FinishReason> finish =
         EmitSampled(*job, step.tokens[i], step.logprobs[i],
                     absl::MakeConstSpan(step.top_logprobs).subspan(i * kMaxTopLogprobs),
                     now);
     if (job->last_inter_token_latency().has_value()) {
       metrics_.inter_token_latency.Observe(absl::ToDoubleSeconds(*job->last_inter_token_latency()));
     }
+    // A mask that failed at the launch after this token (LaunchDecode) ends the job now.
+    if (!finish.has_value() && !job->failure().ok()) finish = FinishReason::kError;
     if (finish.has_value()) finished_.emplace_back(job->id(), *finish);
   }
-  for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
+  CompleteFinished();
+}
+
+void Engine::CompleteFinished() {
+  for (const auto& [id, reason] : finished_) {
+    std::unique_ptr<Job> job = Extract(id);
+    const absl::Status status = reason == FinishReason::kError ? job->failure() : absl::OkStatus();
+    Complete(std::move(job), status, reason);
+  }
 }
 
 std::optional<FinishReason> Engine::EmitSampled(Job& job, TokenId token, float logprob,
@@ -461,8 +533,19 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
         static_cast<int32_t>(std::min<int64_t>(chunk.tokens, planner_.NextCheckpoint(*job)));
     // The last chunk of a prompt yields the first token.
     const bool last = n == job->prefill_remaining();
-    prefill_items_.push_back(
-        {.slot = *job->session()->slot, .tokens = job->PeekPrefill(n), .sample = last});
+    const uint32_t* allowed = nullptr;
+    if (last && job->constrained()) {
+      const absl::Span<uint32_t> mask = prefill_sample_.Mask(sampled);
+      if (absl::Status s = job->FillMask(mask); !s.ok()) {
+        Complete(Extract(chunk.id), s, FinishReason::kError);  // nothing sampled is unsent
+        continue;
+      }
+      allowed = mask.data();
+    }
+    prefill_items_.push_back({.slot = *job->session()->slot,
+                              .tokens = job->PeekPrefill(n),
+                              .sample = last,
+                              .allowed_tokens = allowed});
     prefill_jobs_.push_back(job);
     sampled += last ? 1 : 0;
     tokens += n;
@@ -488,7 +571,11 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     }
     if (!prefill_items_[i].sample) continue;
     job->set_last_token_step(step_);
-    job->Sampled(out.tokens[row]);
+    if (absl::Status s = job->Sampled(out.tokens[row]); !s.ok()) {
+      ++row;
+      FailOnConstraintError(*job, s);
+      continue;
+    }
     const std::optional<FinishReason> finish =
         EmitSampled(*job, out.tokens[row], out.logprobs[row],
                     absl::MakeConstSpan(out.top_logprobs).subspan(row * kMaxTopLogprobs), now);
@@ -496,7 +583,7 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     metrics_.time_to_first_token.Observe(absl::ToDoubleSeconds(job->usage().time_to_first_token));
     if (finish.has_value()) finished_.emplace_back(job->id(), *finish);
   }
-  for (const auto& [id, reason] : finished_) Complete(Extract(id), absl::OkStatus(), reason);
+  CompleteFinished();
 }
 
 void Engine::ExpireSessions(absl::Time now) {

@@ -21,6 +21,10 @@
 // as pending and fed first by the session's next request, so the session's state always
 // corresponds exactly to the tokens its client was sent.
 //
+// Under a constraint (structured output) a job's matcher advances when its pick is collected
+// (Job::Sampled), before the next launch computes the next mask; the masks live in the step
+// buffers until the step is collected. docs/architecture.md §2.2 says how.
+//
 // The parts, each in its own file: EngineOptions (engine_options.h), the Inbox (inbox.h), the
 // session operations (session_operations.h), prefix planning (prefix_planner.h), the
 // instruments (engine_metrics.h); the stores they use are in server/sessions and server/prefix.
@@ -46,6 +50,8 @@
 #include "absl/time/time.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/token_vocabulary.h"
 #include "server/engine/engine_metrics.h"
 #include "server/engine/engine_options.h"
 #include "server/engine/inbox.h"
@@ -119,6 +125,11 @@ class Engine {
   bool writes_healthy() const { return store_.writes_healthy(); }
   const Model& model() const { return model_; }
   const EngineOptions& options() const { return options_; }
+  // Thread-safe. The compiled constraints of this engine's model (structured output): requests
+  // carry constraints compiled here (GenerateRequest::constraint; one compiled for another
+  // vocabulary is refused), and imported or restored sessions' constraint states are checked
+  // against them.
+  ConstraintCache& constraints() { return *constraints_; }
   DeviceKind device() const { return device_; }
   int32_t slot_capacity() const { return slot_capacity_; }
   // The largest snapshot ImportSession accepts.
@@ -132,15 +143,18 @@ class Engine {
 
  private:
   Engine(const Model& model, std::unique_ptr<Backend> backend,
+         std::shared_ptr<ConstraintCache> constraints,
          std::unique_ptr<SessionPersister> persister, std::unique_ptr<PrefixDisk> prefix_disk,
          const EngineOptions& options, MetricsRegistry& metrics);
 
   // One decode step's rows and where the backend writes their samples. Sized once for
   // max_batch_size rows: no allocation in a step.
   struct DecodeStep {
-    explicit DecodeStep(size_t rows);
+    DecodeStep(size_t rows, int32_t mask_words);
     // The first `rows` rows of the sample buffers.
     SampleOutput Output(size_t rows);
+    // Row `row`'s token mask, for a constrained job; valid until the step is collected.
+    absl::Span<uint32_t> Mask(size_t row);
     int64_t step = 0;  // the engine step that launched it
     std::vector<DecodeItem> items;
     // The job of each row; nullptr once the job has ended (its row is then dropped).
@@ -148,6 +162,8 @@ class Engine {
     std::vector<TokenId> tokens;
     std::vector<float> logprobs;
     std::vector<TokenLogprob> top_logprobs;
+    const int32_t mask_words;
+    std::vector<uint32_t> masks;  // rows × mask_words
   };
 
   // The engine thread's loop.
@@ -166,6 +182,8 @@ class Engine {
   DecodeStep* CollectDecode();
   // Hands each live row of a collected step to its job's sink and ends the jobs that are done.
   void EmitDecoded(DecodeStep& step);
+  // Ends the jobs in finished_: OK with their finish reason, or kError with Job::failure().
+  void CompleteFinished();
   // Feeds the step's prompt chunks in one Backend::PrefillBatch call; the prompts that end in
   // it get their first token.
   void RunPrefill(absl::Span<const PrefillChunk> chunks);
@@ -174,6 +192,9 @@ class Engine {
   std::optional<FinishReason> EmitSampled(Job& job, TokenId token, float logprob,
                                           absl::Span<const TokenLogprob> top_logprobs,
                                           absl::Time now);
+  // A constrained job's pick was refused by its matcher (`status`): the pick is dropped (the
+  // slot's penalty counts are set back to the session's) and the job fails with `status`.
+  void FailOnConstraintError(Job& job, const absl::Status& status);
   // Drops `job`'s rows from the step buffers. A row in a step still in flight picks a token
   // that no one will see; the slot's seen counts then include it, so a named session that keeps
   // the slot gets its counts back from the session.
@@ -195,6 +216,8 @@ class Engine {
   std::unique_ptr<Backend> backend_;
   const DeviceKind device_;
   const int32_t slot_capacity_;
+  // Shared with the persister, which checks the constraint states it reads with it.
+  const std::shared_ptr<ConstraintCache> constraints_;
   // Declared before the stores and the inbox, which count into it.
   EngineMetrics metrics_;
   Inbox inbox_;

@@ -12,6 +12,7 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
   if (absl::Status s = ValidateRequestLimits(options.requests); !s.ok()) return s;
   if (absl::Status s = ValidatePrefixStoreOptions(options.prefix); !s.ok()) return s;
   if (absl::Status s = ValidateTurnBoundaryOptions(options.turn_boundaries); !s.ok()) return s;
+  if (absl::Status s = ValidateConstraintLimits(options.constraint_limits); !s.ok()) return s;
   if (options.max_queue_depth < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));

@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "server/constraints/constraint_spec.h"
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
 #include "server/prefix/prefix_store.h"
@@ -30,6 +31,9 @@ struct EngineOptions {
   // Turn boundaries kept for RewindSession and ForkSessionAt. Default: see
   // TurnBoundaryOptions.
   TurnBoundaryOptions turn_boundaries;
+  // Structured output: what compiling and matching a constraint may cost, and the compiled
+  // constraints the engine's ConstraintCache keeps. Default: see ConstraintLimits.
+  ConstraintLimits constraint_limits;
   // Work waiting for the engine thread: submitted requests not yet running (including those
   // waiting for a free state slot) plus session operations not yet run. Beyond it Submit and
   // the session operations fail at once with RESOURCE_EXHAUSTED. Default: 256.

@@ -30,6 +30,21 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
         history.pending().size(), " unprocessed ones (left by a cancelled request) exceed ",
         "max_prompt_tokens (", max_prompt_tokens, ")"));
   }
+  if (const std::shared_ptr<const CompiledConstraint>& constraint = request_.constraint;
+      constraint != nullptr) {
+    // The session's document continues when it is this constraint's and unfinished.
+    if (session_->constraint.has_value() && session_->constraint->spec == constraint->spec()) {
+      absl::StatusOr<GrammarMatcher> stored =
+          GrammarMatcher::Deserialize(constraint, session_->constraint->matcher);
+      if (!stored.ok()) {
+        return absl::Status(stored.status().code(),
+                            absl::StrCat("the session's constraint state: ",
+                                         stored.status().message()));
+      }
+      if (!stored->ended() && !stored->IsComplete()) matcher_ = *std::move(stored);
+    }
+    if (!matcher_.has_value()) matcher_.emplace(constraint);
+  }
   knows_history_ = history.num_tokens() == 0;
   feed_ = history.TakePending();
   prompt_start_ = feed_.size();
@@ -65,10 +80,37 @@ std::vector<TokenId> Job::History(int64_t n) const {
 
 void Job::DecodeDone() { last_token_.reset(); }
 
-void Job::Sampled(TokenId token) {
+absl::Status Job::FillMask(absl::Span<uint32_t> mask) const {
+  if (absl::Status s = matcher_->FillMask(mask); !s.ok()) return s;
+  if (std::all_of(mask.begin(), mask.end(), [](uint32_t word) { return word == 0; })) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("constraint: after ", generated_,
+                     " generated tokens no token of the model's vocabulary can continue the "
+                     "document (and it may not end here)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::Sampled(TokenId token) {
+  if (matcher_.has_value()) {
+    if (absl::Status s = matcher_->Accept(token); !s.ok()) {
+      // The pick came from the mask, so a refusal is the backend's fault, not the request's.
+      if (absl::IsInvalidArgument(s)) {
+        return absl::InternalError(absl::StrCat("the model backend picked token ", token,
+                                                " outside the constraint's mask: ", s.message()));
+      }
+      return s;
+    }
+  }
   last_token_ = token;
   ++sampled_;
   if (knows_history_) sampled_tokens_.push_back(token);
+  return absl::OkStatus();
+}
+
+bool Job::sampled_all() const {
+  return sampled_ >= request_.max_new_tokens ||
+         (matcher_.has_value() && (matcher_->ended() || matcher_->IsComplete()));
 }
 
 std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
@@ -98,13 +140,17 @@ std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
   std::optional<FinishReason> finish;
   std::string text;
   if (token == model_.config.eos_token_id && !request_.ignore_eos) {
-    finish = FinishReason::kEos;
+    // Under a constraint EOS was accepted only where the document may end.
+    finish = matcher_.has_value() ? FinishReason::kConstraintComplete : FinishReason::kEos;
   } else if (std::find(request_.stop_token_ids.begin(), request_.stop_token_ids.end(), token) !=
              request_.stop_token_ids.end()) {
     finish = FinishReason::kStop;
   } else {
     text = stop_matcher_.Push(detokenizer_.Push(token));
     if (stop_matcher_.matched()) finish = FinishReason::kStop;
+  }
+  if (!finish.has_value() && matcher_.has_value() && matcher_->IsComplete()) {
+    finish = FinishReason::kConstraintComplete;
   }
   if (!finish.has_value() && generated_ >= request_.max_new_tokens) finish = FinishReason::kLength;
   sink_->OnToken(out, text);
@@ -119,6 +165,13 @@ void Job::SettleSession() {
   if (last_token_.has_value()) unfed.push_back(*last_token_);
   session_->history.SetPending(std::move(unfed));
   usage_.session_tokens = session_->history.num_tokens();
+  if (session_->ephemeral) return;
+  if (matcher_.has_value()) {
+    session_->constraint =
+        ConstraintState{.spec = request_.constraint->spec(), .matcher = matcher_->Serialize()};
+  } else {
+    session_->constraint.reset();
+  }
 }
 
 absl::AnyInvocable<void(absl::Status written) &&> Job::Report(const absl::Status& status,

@@ -1,8 +1,8 @@
 // Job: one generation in the engine, from submission to its sink's OnFinish. Holds the request,
-// the tokens still to feed, the streaming detokenizer and the stop-string matcher (the backend
-// samples: see Backend's sampling contract),
-// and keeps its session's token accounting exact: every token it feeds or emits is counted in
-// the session the moment it becomes part of it.
+// the tokens still to feed, the streaming detokenizer, the stop-string matcher and, under a
+// constraint (structured output), the grammar matcher of its document (the backend samples: see
+// Backend's sampling contract), and keeps its session's token accounting exact: every token it
+// feeds or emits is counted in the session the moment it becomes part of it.
 //
 // Engine thread only.
 #ifndef LINSERVE_SERVER_ENGINE_JOB_H_
@@ -22,6 +22,7 @@
 #include "model/model.h"
 #include "model/backend/sampler.h"
 #include "model/tokenizer/tokenizer.h"
+#include "server/constraints/grammar_matcher.h"
 #include "server/engine/job_id.h"
 #include "server/engine/request.h"
 #include "server/sessions/session_store.h"
@@ -46,7 +47,10 @@ class Job {
 
   // Starts the job on its bound, resident session: the session's pending tokens, a BOS when
   // the session is empty, then the prompt become the tokens to feed, and the prompt joins the
-  // session. INVALID_ARGUMENT (changing nothing) when they exceed `max_prompt_tokens`.
+  // session. Under a constraint the document continues where the session's constraint state
+  // left it when that state has the same spec and its document is unfinished, else a new one
+  // starts. INVALID_ARGUMENT (changing nothing) when the tokens exceed `max_prompt_tokens`, or
+  // the error of a session constraint state that does not load.
   absl::Status Activate(int32_t max_prompt_tokens);
   // The tokens Activate added to the session (BOS and prompt): what the slot's sampler must
   // count as seen on top of what it had.
@@ -85,15 +89,30 @@ class Job {
   int64_t last_token_step() const { return last_token_step_; }
   void set_last_token_step(int64_t step) { last_token_step_ = step; }
 
+  // Whether the request has a constraint: each pick then needs a mask (FillMask).
+  bool constrained() const { return matcher_.has_value(); }
+  // Under a constraint: writes the tokens the next pick may choose (GrammarMatcher::FillMask).
+  // The matcher's errors, or FAILED_PRECONDITION when no token of the vocabulary may follow.
+  absl::Status FillMask(absl::Span<uint32_t> mask) const;
+
   // The backend picked `token` after everything fed so far: it becomes the token to feed next
-  // (decode_token()), and Emit must hand it to the sink before the next one is sampled.
-  void Sampled(TokenId token);
+  // (decode_token()), and Emit must hand it to the sink before the next one is sampled. Under a
+  // constraint the document advances by it first; when it may not, nothing is recorded and the
+  // job must fail with the error returned: the matcher's (RESOURCE_EXHAUSTED), or INTERNAL for
+  // a token outside the mask.
+  absl::Status Sampled(TokenId token);
   // Whether every token the request may generate has been sampled (the job ends when the last
-  // is emitted): such a job is not decoded again.
-  bool sampled_all() const { return sampled_ >= request_.max_new_tokens; }
+  // is emitted): max_new_tokens, or a constrained document that is over (EOS, or nothing may
+  // follow). Such a job is not decoded again.
+  bool sampled_all() const;
+  // An error that ends the job once its last sampled token has been emitted (a mask that could
+  // not be computed while that token was on its way to the sink); OK otherwise.
+  const absl::Status& failure() const { return failure_; }
+  void set_failure(absl::Status status) { failure_ = std::move(status); }
   // Hands the token last passed to Sampled (with its logprob and top alternatives when the
   // request asked for them) to the sink, counts it in the session and says whether the
-  // generation is over (and why). `now` times the token.
+  // generation is over (and why): under a constraint, EOS or a document nothing may extend
+  // ends it with kConstraintComplete. `now` times the token.
   std::optional<FinishReason> Emit(TokenId token, float logprob,
                                    absl::Span<const TokenLogprob> top_logprobs, absl::Time now);
 
@@ -102,7 +121,8 @@ class Job {
   int32_t generated_tokens() const { return generated_; }
 
   // Ends the job's use of its session: tokens the model has not consumed (the rest of the
-  // prompt, the last sampled token) become the session's pending tokens.
+  // prompt, the last sampled token) become the session's pending tokens, and the session keeps
+  // the constrained document's state (none without a constraint).
   void SettleSession();
   // What the sink must hear last: a call of its OnFinish, to be made once the session's change
   // has been written, with the write's outcome (it owns what it needs and may outlive the job).
@@ -136,6 +156,9 @@ class Job {
   std::optional<absl::Time> last_token_time_;
   std::optional<absl::Duration> inter_token_;
   Usage usage_;
+  // Under a constraint: the document, advanced by every token sampled.
+  std::optional<GrammarMatcher> matcher_;
+  absl::Status failure_;
 
   StreamingDetokenizer detokenizer_;
   StopMatcher stop_matcher_;

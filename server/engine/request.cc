@@ -98,6 +98,9 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
       !s.ok()) {
     return s;
   }
+  if (request.ignore_eos && request.constraint != nullptr) {
+    return Invalid("ignore_eos", "cannot be combined with a constraint");
+  }
   const int32_t max_logprobs = std::min(limits.max_top_logprobs, config.vocab_size);
   if (request.top_logprobs < 0 || request.top_logprobs > max_logprobs) {
     return Invalid("top_logprobs", absl::StrCat("must be in [0, ", max_logprobs, "], got ",

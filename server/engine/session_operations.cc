@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "server/constraints/grammar_matcher.h"
 #include "spdlog/spdlog.h"
 
 namespace linserve {
@@ -16,14 +17,31 @@ std::string TenantForLog(absl::string_view tenant) {
 
 }  // namespace
 
+absl::Status CheckSnapshotConstraint(ConstraintCache& cache, const ConstraintState& state) {
+  absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
+      cache.Get(state.spec, "snapshot constraint");
+  if (!compiled.ok()) {
+    return absl::InvalidArgumentError(compiled.status().message());
+  }
+  if (absl::StatusOr<GrammarMatcher> matcher =
+          GrammarMatcher::Deserialize(*std::move(compiled), state.matcher);
+      !matcher.ok()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("snapshot constraint: ", matcher.status().message()));
+  }
+  return absl::OkStatus();
+}
+
 SessionOperations::SessionOperations(Inbox& inbox, SessionStore& store,
                                      TurnBoundaries& boundaries, Backend& backend,
-                                     const Model& model, int32_t max_prompt_tokens)
+                                     const Model& model, ConstraintCache& constraints,
+                                     int32_t max_prompt_tokens)
     : inbox_(inbox),
       store_(store),
       boundaries_(boundaries),
       backend_(backend),
       model_(model),
+      constraints_(constraints),
       max_prompt_tokens_(max_prompt_tokens) {}
 
 void SessionOperations::Post(Inbox::Op op, const std::string& tenant) {
@@ -178,6 +196,7 @@ void SessionOperations::Rewind(std::string tenant, SessionId id, int64_t num_tok
         absl::StatusOr<SessionSnapshot> at = SessionAt(session, num_tokens);
         if (!at.ok()) return std::move(done)(at.status());
         session.history = SessionHistory(at->num_tokens, std::move(at->pending), at->token_counts);
+        session.constraint = std::move(at->constraint);
         if (session.slot.has_value()) {
           absl::Status status = backend_.WriteSlot(*session.slot, at->state);
           if (status.ok()) {
@@ -240,6 +259,11 @@ void SessionOperations::Import(std::string tenant, absl::string_view bytes,
       DecodeSnapshot(bytes, model_.config, model_.fingerprint,
                      max_prompt_tokens_);
   if (!snapshot.ok()) return std::move(done)(snapshot.status());
+  if (snapshot->constraint.has_value()) {
+    if (absl::Status s = CheckSnapshotConstraint(constraints_, *snapshot->constraint); !s.ok()) {
+      return std::move(done)(s);
+    }
+  }
   Post(
       [this, tenant, snapshot = *std::move(snapshot), done = std::move(done),
        id = std::move(id)](absl::Status admitted) mutable {

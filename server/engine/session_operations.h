@@ -28,6 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
+#include "server/constraints/compiled_constraint.h"
 #include "server/engine/inbox.h"
 #include "server/sessions/session_id.h"
 #include "server/sessions/session_store.h"
@@ -42,6 +43,11 @@ struct SessionPage {
   std::optional<SessionId> next_after;
 };
 
+// Checks a snapshot's constraint state for this server: its spec compiles through `cache` and
+// its matcher bytes are a position the grammar leads to (GrammarMatcher::Deserialize).
+// INVALID_ARGUMENT naming "snapshot constraint" otherwise.
+absl::Status CheckSnapshotConstraint(ConstraintCache& cache, const ConstraintState& state);
+
 class SessionOperations {
  public:
   // Completion callbacks run on the engine thread, on the persister's thread once a change is
@@ -52,9 +58,11 @@ class SessionOperations {
   using StatusCallback = absl::AnyInvocable<void(absl::Status) &&>;
 
   // Everything given must outlive this; the store and the boundaries are the engine thread's.
-  // `max_prompt_tokens` bounds an imported snapshot's pending tokens.
+  // `max_prompt_tokens` bounds an imported snapshot's pending tokens; `constraints` checks its
+  // constraint state.
   SessionOperations(Inbox& inbox, SessionStore& store, TurnBoundaries& boundaries,
-                    Backend& backend, const Model& model, int32_t max_prompt_tokens);
+                    Backend& backend, const Model& model, ConstraintCache& constraints,
+                    int32_t max_prompt_tokens);
   SessionOperations(const SessionOperations&) = delete;
   SessionOperations& operator=(const SessionOperations&) = delete;
 
@@ -77,8 +85,9 @@ class SessionOperations {
   void Delete(std::string tenant, SessionId id, StatusCallback done);
   // The session's snapshot (snapshot.h), which names no tenant.
   void Export(std::string tenant, SessionId id, Callback<std::string> done);
-  // Decodes on the calling thread (rejecting corrupt or foreign snapshots before anything
-  // changes), then adds the session under `id` (as Create's) or a new one, of `tenant`.
+  // Decodes on the calling thread (rejecting corrupt or foreign snapshots, and constraint
+  // states CheckSnapshotConstraint refuses, before anything changes), then adds the session
+  // under `id` (as Create's) or a new one, of `tenant`.
   void Import(std::string tenant, absl::string_view snapshot, Callback<SessionInfo> done,
               std::optional<SessionId> id);
 
@@ -108,6 +117,7 @@ class SessionOperations {
   TurnBoundaries& boundaries_;
   Backend& backend_;
   const Model& model_;
+  ConstraintCache& constraints_;
   const int32_t max_prompt_tokens_;
 };
 

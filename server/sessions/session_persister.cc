@@ -111,7 +111,12 @@ absl::StatusOr<SessionRecord> SessionPersister::Decode(const std::string& path, 
                                                        absl::Time now) const {
   absl::StatusOr<std::string> bytes = fs_.ReadFile(path);
   if (!bytes.ok()) return bytes.status();
-  return DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
+  absl::StatusOr<SessionRecord> record =
+      DecodeSessionRecord(*bytes, id, config_, model_fingerprint_, max_pending_tokens_, now);
+  if (record.ok() && record->snapshot.constraint.has_value() && options_.check_constraint) {
+    if (absl::Status s = options_.check_constraint(*record->snapshot.constraint); !s.ok()) return s;
+  }
+  return record;
 }
 
 absl::StatusOr<SessionRecordHeader> SessionPersister::DecodeHeader(const std::string& path,

@@ -27,6 +27,7 @@
 #define LINSERVE_SERVER_SESSIONS_SESSION_PERSISTER_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -41,6 +42,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "model/format/config.h"
+#include "server/constraints/constraint_spec.h"
 #include "server/storage/file_system.h"
 #include "server/metrics/metrics.h"
 #include "server/sessions/session_id.h"
@@ -64,6 +66,10 @@ struct SessionPersisterOptions {
   // Counts the writes and removals that failed (a metric); nullptr: not counted there.
   // Default: nullptr.
   Counter* write_errors = nullptr;
+  // Checks the constraint state of a record read from a file (the engine compiles its spec and
+  // checks the matcher bytes against the grammar); a record it refuses is not an intact record
+  // for this server. Runs on the thread that reads. nullptr: not checked. Default: nullptr.
+  std::function<absl::Status(const ConstraintState&)> check_constraint = nullptr;
 };
 
 class SessionPersister {
@@ -101,7 +107,7 @@ class SessionPersister {
   // over is read back before it reaches the disk), else its file, decoded and checked whole:
   // how a server sharing the directory with others takes over a session it does not hold.
   // NOT_FOUND when its removal is queued or there is no file; the decoding errors of
-  // DecodeSessionRecord; the file system's errors naming the path.
+  // DecodeSessionRecord and check_constraint's; the file system's errors naming the path.
   absl::StatusOr<SessionRecord> Read(const SessionId& id, absl::Time now);
   // The header of session `id`'s current record (the queued one if any, else its file's first
   // bytes): what expiry needs to see that another server used the session since. NOT_FOUND as

@@ -286,6 +286,7 @@ absl::StatusOr<Session*> SessionStore::Fork(const Session& source, absl::Time no
   if (!fork.ok()) return fork.status();
   Session& copy = **fork;
   copy.history = source.history;
+  copy.constraint = source.constraint;
   absl::Status status;
   if (slot_copy) {
     absl::StatusOr<SlotId> slot = backend_.AllocateSlot();
@@ -359,6 +360,7 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
   snapshot.token_counts = session.history.SortedCounts();
   snapshot.num_tokens = session.history.num_tokens();
   snapshot.create_time = session.create_time;
+  snapshot.constraint = session.constraint;
   return snapshot;
 }
 

@@ -198,9 +198,10 @@ class SessionStore {
   // would make room: the host tier is full and there is no disk tier).
   bool SlotWaitHelps() const;
 
-  // A new named session with a copy of `source`'s state, pending tokens and counts. Copies slot
-  // to slot when a slot is free, else to host memory (hibernated). RESOURCE_EXHAUSTED at
-  // max_sessions, or without a persister when host memory has no room for the copy.
+  // A new named session with a copy of `source`'s state, pending tokens, counts and constraint
+  // state. Copies slot to slot when a slot is free, else to host memory (hibernated).
+  // RESOURCE_EXHAUSTED at max_sessions, or without a persister when host memory has no room for
+  // the copy.
   absl::StatusOr<Session*> Fork(const Session& source, absl::Time now);
 
   // Deletes a session, frees its slot and removes its file. The caller checks it is not busy.

@@ -16,7 +16,10 @@ int64_t SessionStore::HostCost(const Session& session, bool with_state) const {
       with_state ? static_cast<int64_t>(backend_.config().StateFloatsPerSlot() * sizeof(float)) : 0;
   return kSessionHostOverheadBytes + state_bytes +
          static_cast<int64_t>(session.history.pending().size() * sizeof(TokenId) +
-                              session.history.distinct_tokens() * 16 + session.tenant.size());
+                              session.history.distinct_tokens() * 16 + session.tenant.size()) +
+         (session.constraint.has_value() ? static_cast<int64_t>(session.constraint->spec.text.size() +
+                                                                session.constraint->matcher.size())
+                                         : 0);
 }
 
 bool SessionStore::HostHasRoom(int64_t bytes) const {
@@ -79,6 +82,7 @@ std::unique_ptr<Session> SessionStore::FromSnapshot(SessionId id, std::string te
   session->history =
       SessionHistory(snapshot.num_tokens, std::move(snapshot.pending), snapshot.token_counts);
   session->create_time = snapshot.create_time;
+  session->constraint = std::move(snapshot.constraint);
   return session;
 }
 

@@ -1,5 +1,6 @@
 #include "server/sessions/snapshot.h"
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,16 +27,41 @@ absl::string_view Abbreviated(absl::string_view fingerprint) { return fingerprin
 
 // The magic and the version, read before the checksum is checked: a snapshot of another
 // version is FAILED_PRECONDITION whatever its checksum.
-absl::Status ReadVersion(ByteReader& r) {
+absl::StatusOr<uint32_t> ReadVersion(ByteReader& r) {
   r.ExpectMagic(kMagic);
   const uint32_t version = r.ReadU32("version");
   if (!r.ok()) return r.status();
-  if (version != kSnapshotVersion) {
+  if (version < 1 || version > kSnapshotVersion) {
     return absl::FailedPreconditionError(
         absl::StrCat("session snapshot: format version ", version,
-                     " is not supported (this server reads version ", kSnapshotVersion, ")"));
+                     " is not supported (this server reads versions 1 to ", kSnapshotVersion,
+                     ")"));
   }
-  return absl::OkStatus();
+  return version;
+}
+
+// has_constraint and the constraint after it (version 2 on).
+absl::StatusOr<std::optional<ConstraintState>> ReadConstraint(ByteReader& r) {
+  const uint8_t has_constraint = r.ReadU8("has_constraint");
+  if (!r.ok()) return r.status();
+  if (has_constraint > 1) {
+    return Corrupt(absl::StrCat("has_constraint: ", has_constraint, " is neither 0 nor 1"));
+  }
+  if (has_constraint == 0) return std::nullopt;
+  const uint8_t kind = r.ReadU8("constraint kind");
+  const absl::string_view text =
+      r.ReadString32("constraint text", kMaxSnapshotConstraintTextBytes);
+  const absl::string_view matcher = r.ReadString32("constraint matcher", kMaxSnapshotMatcherBytes);
+  if (!r.ok()) return r.status();
+  if (kind < static_cast<uint8_t>(ConstraintKind::kJsonSchema) ||
+      kind > static_cast<uint8_t>(ConstraintKind::kGrammar)) {
+    return Corrupt(absl::StrCat("constraint kind: ", kind,
+                                " is not a known kind (1 json_schema, 2 json_object, 3 regex, "
+                                "4 grammar)"));
+  }
+  return ConstraintState{
+      .spec = {.kind = static_cast<ConstraintKind>(kind), .text = std::string(text)},
+      .matcher = std::string(matcher)};
 }
 
 // The fields after the version and before the state (see the layout in snapshot.h).
@@ -94,6 +120,12 @@ std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view mo
     w.PutI32(token);
     w.PutI64(count);
   }
+  w.PutU8(snapshot.constraint.has_value() ? 1 : 0);
+  if (snapshot.constraint.has_value()) {
+    w.PutU8(static_cast<uint8_t>(snapshot.constraint->spec.kind));
+    w.PutString32(snapshot.constraint->spec.text);
+    w.PutString32(snapshot.constraint->matcher);
+  }
   return std::move(w).Seal();
 }
 
@@ -101,7 +133,7 @@ absl::StatusOr<SnapshotHeader> DecodeSnapshotHeader(absl::string_view prefix,
                                                     absl::string_view model_fingerprint,
                                                     absl::Time now) {
   ByteReader r(prefix, kFormat);
-  if (absl::Status s = ReadVersion(r); !s.ok()) return s;
+  if (absl::StatusOr<uint32_t> version = ReadVersion(r); !version.ok()) return version.status();
   return ReadHeader(r, model_fingerprint, now);
 }
 
@@ -109,7 +141,8 @@ int64_t MaxSnapshotBytes(const ModelConfig& config, absl::string_view model_fing
                          int64_t max_pending_tokens) {
   return static_cast<int64_t>(kMagic.size()) + 4 + 4 + model_fingerprint.size() + 8 * 3 + 8 +
          config.StateFloatsPerSlot() * 4 + 4 + max_pending_tokens * 4 + 4 +
-         int64_t{config.vocab_size} * 12 + kSha256Bytes;
+         int64_t{config.vocab_size} * 12 + 1 + 1 + 4 + kMaxSnapshotConstraintTextBytes + 4 +
+         kMaxSnapshotMatcherBytes + kSha256Bytes;
 }
 
 absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const ModelConfig& config,
@@ -122,7 +155,8 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
                                                absl::string_view model_fingerprint,
                                                int64_t max_pending_tokens, absl::Time now) {
   ByteReader r(bytes, kFormat);
-  if (absl::Status s = ReadVersion(r); !s.ok()) return s;
+  const absl::StatusOr<uint32_t> version = ReadVersion(r);
+  if (!version.ok()) return version.status();
   r.Unseal();
   if (!r.ok()) return r.status();
   // From here on the bytes are intact but not trusted: a checksum is easy to recompute, so
@@ -205,10 +239,18 @@ absl::StatusOr<SessionSnapshot> DecodeSnapshot(absl::string_view bytes, const Mo
     total += count;
     snapshot.token_counts.emplace_back(token, count);
   }
-  if (r.remaining() != 0) return Corrupt("trailing bytes after the token counts");
   if (total != snapshot.num_tokens) {
     return Corrupt(absl::StrCat("token_counts: they sum to ", total, ", not num_tokens (",
                                 snapshot.num_tokens, ")"));
+  }
+  if (*version >= 2) {
+    absl::StatusOr<std::optional<ConstraintState>> constraint = ReadConstraint(r);
+    if (!constraint.ok()) return constraint.status();
+    snapshot.constraint = *std::move(constraint);
+  }
+  if (r.remaining() != 0) {
+    return Corrupt(*version >= 2 ? "trailing bytes after the constraint"
+                                 : "trailing bytes after the token counts");
   }
   return snapshot;
 }

@@ -1,17 +1,23 @@
 // Session snapshots: the byte format of ExportSession / ImportSession and of the files in
 // --state_dir.
 //
-// Layout (version 1, little-endian, server/storage/byte_codec.h):
+// Layout (version 2, little-endian, server/storage/byte_codec.h):
 //   magic "LSVSNAP\x1a" | u32 version | u32 n + n bytes: model fingerprint (hex SHA-256 of the
 //   model files) | i64 create_time (µs since the Unix epoch) | i64 num_tokens | i64 position |
 //   u64 n + n f32: the StateBlob | u32 n + n i32: pending tokens | u32 n + n (i32 token,
-//   i64 count): token counts, ascending by token | 32 bytes: SHA-256 of everything before.
+//   i64 count): token counts, ascending by token | u8 has_constraint (0 or 1), then when 1:
+//   u8 kind (ConstraintKind) | u32 n + n bytes: the constraint's text | u32 n + n bytes: its
+//   matcher (GrammarMatcher::Serialize) | 32 bytes: SHA-256 of everything before.
+// Version 1 is the same without has_constraint and what follows it; it still decodes (a session
+// without a constraint).
 //
 // Besides the recurrent state a snapshot carries what makes a continuation identical to one
 // long request: the tokens already sent to the client but not yet fed to the model (the last
 // sampled token, or the rest of a prompt whose request was cancelled) and how often each token
 // occurred in the session (the repetition / presence / frequency penalties count the whole
-// session). num_tokens == position + |pending| == the sum of the counts.
+// session). num_tokens == position + |pending| == the sum of the counts. With a constraint
+// (structured output) it carries the constrained document's position too, so that a session
+// exported mid-document continues it.
 //
 // The checksum only detects accidents: anyone can recompute it. So every field of an intact
 // snapshot is also range-checked before the server uses it (see DecodeSnapshot).
@@ -34,7 +40,13 @@
 
 namespace linserve {
 
-inline constexpr uint32_t kSnapshotVersion = 1;
+// The version EncodeSnapshot writes; DecodeSnapshot reads it and every earlier one.
+inline constexpr uint32_t kSnapshotVersion = 2;
+// The longest constraint text a snapshot may carry: the largest ConstraintLimits::max_text_bytes
+// (16 MiB).
+inline constexpr uint32_t kMaxSnapshotConstraintTextBytes = uint32_t{1} << 24;
+// The longest serialized matcher a snapshot may carry (16 MiB).
+inline constexpr uint32_t kMaxSnapshotMatcherBytes = uint32_t{1} << 24;
 
 // Largest magnitude of a state value a snapshot may carry. fp32 accumulation bounds what a real
 // session can reach whatever its length: a sum stops growing once it exceeds 2^25 times the
@@ -70,7 +82,11 @@ std::string EncodeSnapshot(const SessionSnapshot& snapshot, absl::string_view mo
 // features) not negative; num_tokens in [0, kMaxSnapshotTokens]; position at most the learned
 // position table (for such models); token ids inside the vocabulary; token counts ascending
 // by token, each >= 1; num_tokens == position + |pending| == the sum of the counts;
-// create_time neither before the Unix epoch nor more than kMaxSnapshotClockSkew after `now`.
+// create_time neither before the Unix epoch nor more than kMaxSnapshotClockSkew after `now`;
+// has_constraint 0 or 1, a constraint's kind one of ConstraintKind's, its text and matcher within
+// kMaxSnapshotConstraintTextBytes and kMaxSnapshotMatcherBytes. The matcher bytes themselves are
+// checked against the constraint's grammar by the engine (GrammarMatcher::Deserialize), which
+// compiles the constraint.
 // Errors: INVALID_ARGUMENT for bytes that are not an intact, in-range snapshot (bad magic,
 // checksum mismatch, truncation, a field out of range: the message names the field, as
 // in SessionSnapshot), FAILED_PRECONDITION for an intact snapshot this server cannot use

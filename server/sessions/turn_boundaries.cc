@@ -13,6 +13,9 @@ int64_t BytesOf(const SessionSnapshot& s) {
   return static_cast<int64_t>(s.state.state.size() * sizeof(float) +
                               s.pending.size() * sizeof(TokenId) +
                               s.token_counts.size() * sizeof(s.token_counts[0])) +
+         (s.constraint.has_value()
+              ? static_cast<int64_t>(s.constraint->spec.text.size() + s.constraint->matcher.size())
+              : 0) +
          128;
 }
 

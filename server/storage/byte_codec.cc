@@ -67,6 +67,7 @@ ByteWriter::ByteWriter(absl::string_view magic, size_t capacity) {
   out_.append(magic.data(), magic.size());
 }
 
+void ByteWriter::PutU8(uint8_t value) { out_.push_back(static_cast<char>(value)); }
 void ByteWriter::PutU32(uint32_t value) { AppendLittleEndian(out_, value); }
 void ByteWriter::PutU64(uint64_t value) { AppendLittleEndian(out_, value); }
 void ByteWriter::PutI32(int32_t value) { AppendLittleEndian(out_, static_cast<uint32_t>(value)); }
@@ -121,6 +122,11 @@ void ByteReader::Unseal() {
     return;
   }
   end_ = sealed.size();
+}
+
+uint8_t ByteReader::ReadU8(absl::string_view field) {
+  if (!Has(1, field)) return 0;
+  return static_cast<uint8_t>(bytes_[pos_++]);
 }
 
 uint32_t ByteReader::ReadU32(absl::string_view field) {

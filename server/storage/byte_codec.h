@@ -32,6 +32,7 @@ class ByteWriter {
   // formats that know their size.
   explicit ByteWriter(absl::string_view magic, size_t capacity = 0);
 
+  void PutU8(uint8_t value);
   void PutU32(uint32_t value);
   void PutU64(uint64_t value);
   void PutI32(int32_t value);
@@ -66,6 +67,7 @@ class ByteReader {
   void Unseal();
 
   // Each read fails with "truncated FIELD" when too few bytes are left.
+  uint8_t ReadU8(absl::string_view field);
   uint32_t ReadU32(absl::string_view field);
   uint64_t ReadU64(absl::string_view field);
   int32_t ReadI32(absl::string_view field);

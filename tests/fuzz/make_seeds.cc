@@ -125,6 +125,13 @@ void AddSnapshots(std::map<std::string, std::string>& out) {
   const std::string encoded = EncodeSnapshot(mid, kFingerprint);
   out["mid_session"] = SnapshotInput(encoded);
   out["mid_session_raw"] = std::string(1, '\1') + encoded;  // checksum included, as exported
+
+  // The same session in the middle of a constrained document (snapshot version 2).
+  mid.constraint.emplace();
+  mid.constraint->spec.kind = ConstraintKind::kGrammar;
+  mid.constraint->spec.text = "root ::= \"{\" [a-z]+ \"}\"";
+  mid.constraint->matcher = std::string("\x01\x00\x02", 3);
+  out["mid_session_constraint"] = SnapshotInput(EncodeSnapshot(mid, kFingerprint));
 }
 
 void AddRequests(std::map<std::string, std::string>& out) {

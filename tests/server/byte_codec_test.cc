@@ -25,6 +25,7 @@ std::string Message(const ByteReader& r) { return std::string(r.status().message
 
 TEST(ByteCodecTest, ValuesAreLittleEndianByteForByte) {
   ByteWriter w("M");
+  w.PutU8(0xa5);
   w.PutU32(0x01020304);
   w.PutU64(0x0102030405060708);
   w.PutI32(-2);
@@ -37,6 +38,7 @@ TEST(ByteCodecTest, ValuesAreLittleEndianByteForByte) {
   const std::string bytes = std::move(w).Seal();
   const std::string body(
       "M"
+      "\xa5"
       "\x04\x03\x02\x01"
       "\x08\x07\x06\x05\x04\x03\x02\x01"
       "\xfe\xff\xff\xff"
@@ -46,7 +48,7 @@ TEST(ByteCodecTest, ValuesAreLittleEndianByteForByte) {
       "\x0d\x0c\x0b\x0a"
       "\x00\x00\x80\x3f"
       "\x00\x00\x20\xc0",
-      1 + 4 + 8 + 4 + 8 + 4 + 2 + 4 + 8);
+      1 + 1 + 4 + 8 + 4 + 8 + 4 + 2 + 4 + 8);
   EXPECT_EQ(bytes, body + Sha256(body));
 }
 
@@ -57,6 +59,7 @@ TEST(ByteCodecTest, EveryValueRoundTrips) {
                                      std::numeric_limits<float>::infinity(),
                                      std::numeric_limits<float>::quiet_NaN()};
   ByteWriter w(kMagic);
+  w.PutU8(std::numeric_limits<uint8_t>::max());
   w.PutU32(std::numeric_limits<uint32_t>::max());
   w.PutU64(std::numeric_limits<uint64_t>::max());
   w.PutI32(std::numeric_limits<int32_t>::min());
@@ -70,6 +73,7 @@ TEST(ByteCodecTest, EveryValueRoundTrips) {
   ByteReader r(bytes, "test format");
   r.ExpectMagic(kMagic);
   r.Unseal();
+  EXPECT_EQ(r.ReadU8("u8"), std::numeric_limits<uint8_t>::max());
   EXPECT_EQ(r.ReadU32("a"), std::numeric_limits<uint32_t>::max());
   EXPECT_EQ(r.ReadU64("b"), std::numeric_limits<uint64_t>::max());
   EXPECT_EQ(r.ReadI32("c"), std::numeric_limits<int32_t>::min());

@@ -1,8 +1,9 @@
 // The three on-disk formats against committed files (tests/server/testdata/README.md): a session
 // snapshot, a session record and a prefix-state file, each written by the writers of the commit
 // that added them, for the inputs below. Every file still loads, field by field, and today's
-// writers reproduce it byte for byte: the formats cannot drift unnoticed, whatever the host's
-// byte order.
+// writers reproduce the files of the current versions byte for byte: the formats cannot drift
+// unnoticed, whatever the host's byte order. Files of an earlier version (snapshot version 1, and
+// the record that holds one) must still load.
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -74,12 +75,21 @@ SessionSnapshot FixtureSnapshot() {
   return s;
 }
 
-SessionRecord FixtureRecord() {
+// The same session in the middle of a constrained document (snapshot version 2).
+SessionSnapshot FixtureSnapshotWithConstraint() {
+  SessionSnapshot s = FixtureSnapshot();
+  s.constraint = ConstraintState{
+      .spec = {.kind = ConstraintKind::kGrammar, .text = "root ::= \"Hi\" [a-z]+"},
+      .matcher = std::string("\x01\x00\x02\xfematcher", 12)};
+  return s;
+}
+
+SessionRecord FixtureRecord(SessionSnapshot snapshot = FixtureSnapshot()) {
   SessionRecord r;
   r.id = kSessionId;
   r.tenant = kTenant;
   r.last_use_time = absl::FromUnixMicros(1700000090654321);
-  r.snapshot = FixtureSnapshot();
+  r.snapshot = std::move(snapshot);
   return r;
 }
 
@@ -108,21 +118,23 @@ std::string Fixture(const std::string& name) {
   return ReadBytes(std::string(LINSERVE_SOURCE_DIR) + "/tests/server/testdata/" + name);
 }
 
-void ExpectSnapshotIsTheFixture(const SessionSnapshot& s) {
-  const SessionSnapshot want = FixtureSnapshot();
+void ExpectSnapshotIsTheFixture(const SessionSnapshot& s,
+                                const SessionSnapshot& want = FixtureSnapshot()) {
   EXPECT_EQ(s.state.position, want.state.position);
   EXPECT_EQ(s.state.state, want.state.state);
   EXPECT_EQ(s.pending, want.pending);
   EXPECT_EQ(s.token_counts, want.token_counts);
   EXPECT_EQ(s.num_tokens, want.num_tokens);
   EXPECT_EQ(s.create_time, want.create_time);
+  EXPECT_EQ(s.constraint, want.constraint);
 }
 
-void ExpectRecordIsTheFixture(const SessionRecord& r) {
+void ExpectRecordIsTheFixture(const SessionRecord& r,
+                              const SessionSnapshot& want = FixtureSnapshot()) {
   EXPECT_EQ(r.id, kSessionId);
   EXPECT_EQ(r.tenant, kTenant);
   EXPECT_EQ(r.last_use_time, FixtureRecord().last_use_time);
-  ExpectSnapshotIsTheFixture(r.snapshot);
+  ExpectSnapshotIsTheFixture(r.snapshot, want);
 }
 
 void ExpectHeaderIsTheFixture(const SessionRecordHeader& h) {
@@ -137,13 +149,17 @@ void ExpectHeaderIsTheFixture(const SessionRecordHeader& h) {
 TEST(DiskFormatsTest, TheFilesAreLittleEndian) {
   EXPECT_EQ(Fixture("snapshot_v1.bin").substr(0, 16),
             std::string("LSVSNAP\x1a\x01\x00\x00\x00\x40\x00\x00\x00", 16));
+  EXPECT_EQ(Fixture("snapshot_v2.bin").substr(0, 16),
+            std::string("LSVSNAP\x1a\x02\x00\x00\x00\x40\x00\x00\x00", 16));
   EXPECT_EQ(Fixture("session_record_v1.bin").substr(0, 20),
+            std::string("LSVSREC\x1a\x01\x00\x00\x00\x71\x86\x85\x1d\x24\x0a\x06\x00", 20));
+  EXPECT_EQ(Fixture("session_record_v1_snapshot_v2.bin").substr(0, 20),
             std::string("LSVSREC\x1a\x01\x00\x00\x00\x71\x86\x85\x1d\x24\x0a\x06\x00", 20));
   EXPECT_EQ(Fixture("prefix_state.bin").substr(0, 12),
             std::string("LSVPREF\x1a\x08\x00\x00\x00", 12));
 }
 
-TEST(DiskFormatsTest, TheSnapshotLoadsAndIsWrittenAgainByteForByte) {
+TEST(DiskFormatsTest, TheVersion1SnapshotLoads) {
   const std::string bytes = Fixture("snapshot_v1.bin");
   absl::StatusOr<SessionSnapshot> snapshot =
       DecodeSnapshot(bytes, FixtureConfig(), kFingerprint, kMaxPendingTokens, kNow);
@@ -157,10 +173,30 @@ TEST(DiskFormatsTest, TheSnapshotLoadsAndIsWrittenAgainByteForByte) {
   EXPECT_EQ(header->num_tokens, FixtureSnapshot().num_tokens);
   EXPECT_EQ(header->position, FixtureSnapshot().state.position);
 
-  EXPECT_EQ(EncodeSnapshot(FixtureSnapshot(), kFingerprint), bytes);
+  // Written again it is a version 2 snapshot of the same session, without a constraint.
+  absl::StatusOr<SessionSnapshot> again = DecodeSnapshot(
+      EncodeSnapshot(*snapshot, kFingerprint), FixtureConfig(), kFingerprint, kMaxPendingTokens,
+      kNow);
+  ASSERT_TRUE(again.ok()) << again.status();
+  ExpectSnapshotIsTheFixture(*again);
 }
 
-TEST(DiskFormatsTest, TheSessionRecordLoadsAndIsWrittenAgainByteForByte) {
+TEST(DiskFormatsTest, TheVersion2SnapshotLoadsAndIsWrittenAgainByteForByte) {
+  const std::string bytes = Fixture("snapshot_v2.bin");
+  absl::StatusOr<SessionSnapshot> snapshot =
+      DecodeSnapshot(bytes, FixtureConfig(), kFingerprint, kMaxPendingTokens, kNow);
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ExpectSnapshotIsTheFixture(*snapshot, FixtureSnapshotWithConstraint());
+
+  absl::StatusOr<SnapshotHeader> header = DecodeSnapshotHeader(
+      absl::string_view(bytes).substr(0, kMaxSnapshotHeaderBytes), kFingerprint, kNow);
+  ASSERT_TRUE(header.ok()) << header.status();
+  EXPECT_EQ(header->num_tokens, FixtureSnapshot().num_tokens);
+
+  EXPECT_EQ(EncodeSnapshot(FixtureSnapshotWithConstraint(), kFingerprint), bytes);
+}
+
+TEST(DiskFormatsTest, TheSessionRecordOfAVersion1SnapshotLoads) {
   const std::string bytes = Fixture("session_record_v1.bin");
   absl::StatusOr<SessionRecord> record = DecodeSessionRecord(
       bytes, kSessionId, FixtureConfig(), kFingerprint, kMaxPendingTokens, kNow);
@@ -172,8 +208,23 @@ TEST(DiskFormatsTest, TheSessionRecordLoadsAndIsWrittenAgainByteForByte) {
       kNow);
   ASSERT_TRUE(header.ok()) << header.status();
   ExpectHeaderIsTheFixture(*header);
+}
 
-  EXPECT_EQ(EncodeSessionRecord(FixtureRecord(), kFingerprint), bytes);
+TEST(DiskFormatsTest, TheSessionRecordLoadsAndIsWrittenAgainByteForByte) {
+  const std::string bytes = Fixture("session_record_v1_snapshot_v2.bin");
+  absl::StatusOr<SessionRecord> record = DecodeSessionRecord(
+      bytes, kSessionId, FixtureConfig(), kFingerprint, kMaxPendingTokens, kNow);
+  ASSERT_TRUE(record.ok()) << record.status();
+  ExpectRecordIsTheFixture(*record, FixtureSnapshotWithConstraint());
+
+  absl::StatusOr<SessionRecordHeader> header = DecodeSessionRecordHeader(
+      absl::string_view(bytes).substr(0, kMaxSessionRecordHeaderBytes), kSessionId, kFingerprint,
+      kNow);
+  ASSERT_TRUE(header.ok()) << header.status();
+  ExpectHeaderIsTheFixture(*header);
+
+  EXPECT_EQ(EncodeSessionRecord(FixtureRecord(FixtureSnapshotWithConstraint()), kFingerprint),
+            bytes);
 }
 
 std::unique_ptr<SessionPersister> OpenPersister(const std::string& dir) {
@@ -183,34 +234,40 @@ std::unique_ptr<SessionPersister> OpenPersister(const std::string& dir) {
   return persister.ok() ? *std::move(persister) : nullptr;
 }
 
-TEST(DiskFormatsTest, AStateDirectoryOfTheRecordLoads) {
-  ScopedTempDir dir;
-  const std::string path = dir.Join(kSessionId.value + ".session");
-  WriteBytes(path, Fixture("session_record_v1.bin"));
-  std::unique_ptr<SessionPersister> persister = OpenPersister(dir.path());
-  ASSERT_NE(persister, nullptr);
+TEST(DiskFormatsTest, AStateDirectoryOfEitherRecordLoads) {
+  for (const auto& [file, want] :
+       {std::pair<std::string, SessionSnapshot>{"session_record_v1.bin", FixtureSnapshot()},
+        {"session_record_v1_snapshot_v2.bin", FixtureSnapshotWithConstraint()}}) {
+    SCOPED_TRACE(file);
+    ScopedTempDir dir;
+    const std::string path = dir.Join(kSessionId.value + ".session");
+    WriteBytes(path, Fixture(file));
+    std::unique_ptr<SessionPersister> persister = OpenPersister(dir.path());
+    ASSERT_NE(persister, nullptr);
 
-  const std::vector<SessionRecordHeader> index = persister->LoadIndex(kNow);
-  ASSERT_EQ(index.size(), 1u);
-  ExpectHeaderIsTheFixture(index[0]);
-  absl::StatusOr<SessionRecordHeader> header = persister->ReadHeader(kSessionId, kNow);
-  ASSERT_TRUE(header.ok()) << header.status();
-  ExpectHeaderIsTheFixture(*header);
-  absl::StatusOr<SessionRecord> record = persister->Read(kSessionId, kNow);
-  ASSERT_TRUE(record.ok()) << record.status();
-  ExpectRecordIsTheFixture(*record);
-  const std::vector<SessionRecord> loaded = persister->Load(kNow);
-  ASSERT_EQ(loaded.size(), 1u);
-  ExpectRecordIsTheFixture(loaded[0]);
+    const std::vector<SessionRecordHeader> index = persister->LoadIndex(kNow);
+    ASSERT_EQ(index.size(), 1u);
+    ExpectHeaderIsTheFixture(index[0]);
+    absl::StatusOr<SessionRecordHeader> header = persister->ReadHeader(kSessionId, kNow);
+    ASSERT_TRUE(header.ok()) << header.status();
+    ExpectHeaderIsTheFixture(*header);
+    absl::StatusOr<SessionRecord> record = persister->Read(kSessionId, kNow);
+    ASSERT_TRUE(record.ok()) << record.status();
+    ExpectRecordIsTheFixture(*record, want);
+    const std::vector<SessionRecord> loaded = persister->Load(kNow);
+    ASSERT_EQ(loaded.size(), 1u);
+    ExpectRecordIsTheFixture(loaded[0], want);
+  }
 }
 
 TEST(DiskFormatsTest, ThePersisterWritesTheRecordByteForByte) {
   ScopedTempDir dir;
   std::unique_ptr<SessionPersister> persister = OpenPersister(dir.path());
   ASSERT_NE(persister, nullptr);
-  persister->Put(FixtureRecord());
+  persister->Put(FixtureRecord(FixtureSnapshotWithConstraint()));
   ASSERT_TRUE(persister->Flush().ok());
-  EXPECT_EQ(ReadBytes(dir.Join(kSessionId.value + ".session")), Fixture("session_record_v1.bin"));
+  EXPECT_EQ(ReadBytes(dir.Join(kSessionId.value + ".session")),
+            Fixture("session_record_v1_snapshot_v2.bin"));
 }
 
 TEST(DiskFormatsTest, ThePrefixStateLoadsAndIsWrittenAgainByteForByte) {

@@ -51,6 +51,46 @@ std::unique_ptr<SessionPersister> Open(const std::string& dir, FileSystem* fs = 
   return p.ok() ? *std::move(p) : nullptr;
 }
 
+TEST(SessionPersisterConstraintTest, ARecordWhoseConstraintTheCheckRefusesIsNotRead) {
+  ScopedTempDir dir;
+  SessionRecord good = Record(Id('a'), 3);
+  good.snapshot.constraint.emplace();
+  good.snapshot.constraint->spec.kind = ConstraintKind::kGrammar;
+  good.snapshot.constraint->spec.text = "root ::= \"a\"";
+  good.snapshot.constraint->matcher = "ok";
+  SessionRecord bad = Record(Id('b'), 3);
+  bad.snapshot.constraint = good.snapshot.constraint;
+  bad.snapshot.constraint->matcher = "corrupt";
+  std::vector<std::string> checked;
+  {
+    std::unique_ptr<SessionPersister> writer = Open(dir.path());
+    ASSERT_NE(writer, nullptr);
+    writer->Put(good);
+    writer->Put(bad);
+    writer->Put(Record(Id('c'), 3));
+    ASSERT_TRUE(writer->Flush().ok());
+  }
+  absl::StatusOr<std::unique_ptr<SessionPersister>> reader = SessionPersister::Open(
+      {.dir = dir.path(),
+       .check_constraint =
+           [&checked](const ConstraintState& state) {
+             checked.push_back(state.matcher);
+             return state.matcher == "ok" ? absl::OkStatus()
+                                          : absl::InvalidArgumentError("snapshot constraint: bad");
+           }},
+      TinyConfig(), std::string(kFingerprint), 1000);
+  ASSERT_TRUE(reader.ok()) << reader.status();
+  absl::StatusOr<SessionRecord> read = (*reader)->Read(Id('a'), kT0 + absl::Minutes(1));
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(read->snapshot.constraint, good.snapshot.constraint);
+  const absl::Status refused = (*reader)->Read(Id('b'), kT0 + absl::Minutes(1)).status();
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("snapshot constraint"));
+  // A record without a constraint has nothing to check.
+  ASSERT_TRUE((*reader)->Read(Id('c'), kT0 + absl::Minutes(1)).ok());
+  EXPECT_EQ(checked, (std::vector<std::string>{"ok", "corrupt"}));
+}
+
 std::vector<std::string> Files(const std::string& dir) {
   std::vector<std::string> names;
   for (const auto& e : std::filesystem::directory_iterator(dir)) {

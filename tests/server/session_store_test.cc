@@ -149,6 +149,10 @@ TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
   Feed(*a, {7, 8, 9}, kT0);
   a->history.Append({10});  // sent, not yet fed
   a->history.SetPending({10});
+  a->constraint.emplace();
+  a->constraint->spec.kind = ConstraintKind::kRegex;
+  a->constraint->spec.text = "[0-9]+";
+  a->constraint->matcher = "position";
   absl::StatusOr<Session*> b = store_.Fork(*a, kT0);  // a slot is free: slot to slot
   ASSERT_TRUE(b.ok());
   EXPECT_TRUE((*b)->slot.has_value());
@@ -158,6 +162,7 @@ TEST_F(SessionStoreTest, ForkCopiesStateSlotToSlotOrToHostMemory) {
   for (Session* fork : {*b, *c}) {
     EXPECT_NE(fork->id, a->id);
     EXPECT_EQ(fork->history, a->history);
+    EXPECT_EQ(fork->constraint, a->constraint);
     EXPECT_EQ(Read(*fork).state, Read(*a).state);
   }
 }
@@ -167,8 +172,12 @@ TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
   Feed(*a, {3, 3, 4}, kT0);
   a->history.Append({5});  // sent, not yet fed
   a->history.SetPending({5});
+  a->constraint.emplace();
+  a->constraint->spec.kind = ConstraintKind::kJsonObject;
+  a->constraint->matcher = std::string("\0\1", 2);
   absl::StatusOr<SessionSnapshot> snapshot = store_.Snapshot(*a);
   ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->constraint, a->constraint);
   EXPECT_EQ(snapshot->token_counts,
             (std::vector<std::pair<TokenId, int64_t>>{{3, 2}, {4, 1}, {5, 1}}));
   absl::StatusOr<Session*> b = store_.Insert(*snapshot, kT0);
@@ -176,6 +185,7 @@ TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
   EXPECT_FALSE((*b)->slot.has_value());
   EXPECT_EQ(Read(**b).state, Read(*a).state);
   EXPECT_EQ((*b)->history.num_tokens(), 4);
+  EXPECT_EQ((*b)->constraint, a->constraint);
   EXPECT_NE((*b)->id, a->id);
 
   // An empty session's snapshot is the zero state.
@@ -183,6 +193,7 @@ TEST_F(SessionStoreTest, SnapshotAndInsertRoundTrip) {
   ASSERT_TRUE(empty.ok());
   EXPECT_EQ(empty->state.position, 0);
   EXPECT_EQ(empty->state.state, std::vector<float>(TinyConfig().StateFloatsPerSlot(), 0.0f));
+  EXPECT_FALSE(empty->constraint.has_value());
 }
 
 TEST_F(SessionStoreTest, ListsByIdInPages) {

@@ -96,11 +96,143 @@ TEST_F(SnapshotTest, RejectsAnotherModelsSnapshot) {
 }
 
 TEST_F(SnapshotTest, RejectsAnotherFormatVersion) {
-  std::string bytes = EncodeSnapshot(Example(), kFingerprint);
-  bytes[8] = 2;
-  const absl::Status status = Decode(bytes).status();
-  EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(status.message()), HasSubstr("version 2"));
+  for (const char version : {0, 3}) {
+    std::string bytes = EncodeSnapshot(Example(), kFingerprint);
+    bytes[8] = version;
+    const absl::Status status = Decode(bytes).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(status.message()),
+                HasSubstr(absl::StrCat("version ", static_cast<int>(version))));
+  }
+}
+
+// ---- The constraint (version 2) ----
+
+// `body` (a snapshot without its seal) sealed again, as anyone editing a snapshot can.
+std::string Resealed(std::string body) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(body.data()), body.size(), digest);
+  body.append(reinterpret_cast<const char*>(digest), SHA256_DIGEST_LENGTH);
+  return body;
+}
+
+std::string Unsealed(const std::string& bytes) {
+  return bytes.substr(0, bytes.size() - SHA256_DIGEST_LENGTH);
+}
+
+const ConstraintState kConstraint = {
+    .spec = {.kind = ConstraintKind::kGrammar, .text = "root ::= \"{\" [a-z]* \"}\""},
+    .matcher = std::string("\x00\x01matcher\xff", 10)};
+
+TEST_F(SnapshotTest, RoundTripsTheConstraint) {
+  SessionSnapshot in = Example();
+  EXPECT_FALSE(Decode(EncodeSnapshot(in, kFingerprint))->constraint.has_value());
+  for (const ConstraintKind kind : {ConstraintKind::kJsonSchema, ConstraintKind::kJsonObject,
+                                    ConstraintKind::kRegex, ConstraintKind::kGrammar}) {
+    in.constraint = kConstraint;
+    in.constraint->spec.kind = kind;
+    if (kind == ConstraintKind::kJsonObject) in.constraint->spec.text.clear();
+    const std::string bytes = EncodeSnapshot(in, kFingerprint);
+    EXPECT_LE(static_cast<int64_t>(bytes.size()),
+              MaxSnapshotBytes(config_, kFingerprint, kMaxPending));
+    absl::StatusOr<SessionSnapshot> out = Decode(bytes);
+    ASSERT_TRUE(out.ok()) << out.status();
+    EXPECT_EQ(out->constraint, in.constraint) << ToString(kind);
+    EXPECT_EQ(out->token_counts, in.token_counts);
+  }
+}
+
+TEST_F(SnapshotTest, AVersion1SnapshotDecodesWithoutAConstraint) {
+  // Version 1 is version 2 without has_constraint (the last byte before the seal, 0 here).
+  std::string body = Unsealed(EncodeSnapshot(Example(), kFingerprint));
+  ASSERT_EQ(body.back(), '\0');
+  body[8] = 1;
+  absl::StatusOr<SessionSnapshot> v1 = Decode(Resealed(body.substr(0, body.size() - 1)));
+  ASSERT_TRUE(v1.ok()) << v1.status();
+  EXPECT_FALSE(v1->constraint.has_value());
+  EXPECT_EQ(v1->token_counts, Example().token_counts);
+  EXPECT_EQ(v1->pending, Example().pending);
+  // A version 1 snapshot ends after its counts.
+  const absl::Status status = Decode(Resealed(body)).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("trailing bytes after the token counts"));
+}
+
+class SnapshotConstraintTest : public SnapshotTest {
+ protected:
+  // The body of Example() with kConstraint, and where its constraint's fields start.
+  void SetUp() override {
+    SessionSnapshot s = Example();
+    s.constraint = kConstraint;
+    body_ = Unsealed(EncodeSnapshot(s, kFingerprint));
+    matcher_at_ = body_.size() - kConstraint.matcher.size() - 4;
+    text_at_ = matcher_at_ - kConstraint.spec.text.size() - 4;
+    kind_at_ = text_at_ - 1;
+    has_at_ = kind_at_ - 1;
+    ASSERT_EQ(body_[has_at_], 1);
+    ASSERT_EQ(body_[kind_at_], static_cast<char>(ConstraintKind::kGrammar));
+  }
+  void ExpectRejected(const std::string& body, const std::string& message) const {
+    const absl::Status status = Decode(Resealed(body)).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(message));
+  }
+  void PutU32(std::string& body, size_t at, uint32_t value) const {
+    for (int i = 0; i < 4; ++i) body[at + i] = static_cast<char>((value >> (8 * i)) & 0xff);
+  }
+
+  std::string body_;
+  size_t has_at_ = 0, kind_at_ = 0, text_at_ = 0, matcher_at_ = 0;
+};
+
+TEST_F(SnapshotConstraintTest, TheUneditedBodyDecodes) {
+  absl::StatusOr<SessionSnapshot> out = Decode(Resealed(body_));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->constraint, kConstraint);
+}
+
+TEST_F(SnapshotConstraintTest, HasConstraintNeitherZeroNorOne) {
+  std::string body = body_;
+  body[has_at_] = 2;
+  ExpectRejected(body, "has_constraint: 2 is neither 0 nor 1");
+}
+
+TEST_F(SnapshotConstraintTest, UnknownKind) {
+  for (const int kind : {0, 5, 255}) {
+    std::string body = body_;
+    body[kind_at_] = static_cast<char>(kind);
+    ExpectRejected(body, absl::StrCat("constraint kind: ", kind, " is not a known kind"));
+  }
+}
+
+TEST_F(SnapshotConstraintTest, TextBeyondTheLimit) {
+  std::string body = body_;
+  PutU32(body, text_at_, kMaxSnapshotConstraintTextBytes + 1);
+  ExpectRejected(body, absl::StrCat("constraint text: ", kMaxSnapshotConstraintTextBytes + 1,
+                                    " bytes exceed the limit of ",
+                                    kMaxSnapshotConstraintTextBytes));
+}
+
+TEST_F(SnapshotConstraintTest, MatcherBeyondTheLimit) {
+  std::string body = body_;
+  PutU32(body, matcher_at_, kMaxSnapshotMatcherBytes + 1);
+  ExpectRejected(body, "constraint matcher: ");
+  ExpectRejected(body, "exceed the limit");
+}
+
+TEST_F(SnapshotConstraintTest, LengthsPastTheEnd) {
+  std::string body = body_;
+  PutU32(body, matcher_at_, static_cast<uint32_t>(kConstraint.matcher.size() + 1));
+  ExpectRejected(body, "truncated constraint matcher");
+  body = body_;
+  PutU32(body, text_at_, static_cast<uint32_t>(body.size()));
+  ExpectRejected(body, "truncated constraint text");
+  ExpectRejected(body_.substr(0, kind_at_), "truncated constraint kind");
+  ExpectRejected(body_.substr(0, has_at_), "truncated has_constraint");
+}
+
+TEST_F(SnapshotConstraintTest, TrailingBytes) {
+  ExpectRejected(body_ + "x", "trailing bytes after the constraint");
 }
 
 // ---- Range checks after the checksum ----
