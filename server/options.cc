@@ -10,6 +10,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "server/constraints/constraint_spec.h"
 
 ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR,
           "Model directory: config.json, model.safetensors and, for SentencePiece models, "
@@ -169,6 +171,27 @@ ABSL_FLAG(int32_t, max_stop_strings, 16, "Most stop strings per request.");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest stop string, bytes.");
 ABSL_FLAG(int32_t, max_stop_token_ids, 64, "Most stop token ids per request.");
 ABSL_FLAG(int32_t, max_top_logprobs, 20, "Largest top_logprobs per request, in [1, 20].");
+// Structured output (ConstraintLimits; docs/server.md "Structured output").
+ABSL_FLAG(int32_t, constraint_max_text_bytes, 65536,
+          "Longest constraint text (a JSON schema, regex or grammar; response_format's schema), "
+          "bytes, in [1, 16777216].");
+ABSL_FLAG(int32_t, constraint_max_grammar_elements, 262144,
+          "Most elements of a constraint's compiled byte-level grammar (every repetition "
+          "expanded, every character class spelled out as UTF-8 byte ranges), in [1, 67108864]: "
+          "bounds what compiling one constraint may cost.");
+ABSL_FLAG(int32_t, constraint_max_nesting_depth, 64,
+          "Deepest nesting of a JSON schema, of a regex's groups and of a grammar's parentheses, "
+          "in [1, 1024].");
+ABSL_FLAG(int32_t, constraint_max_matcher_stacks, 1024,
+          "Most parse stacks a constrained document may need at once (the live alternatives of "
+          "an ambiguous grammar), in [1, 1048576]; a request needing more fails with "
+          "RESOURCE_EXHAUSTED. Bounds the engine thread's work per token.");
+ABSL_FLAG(int32_t, constraint_cache_entries, 64,
+          "Compiled constraints kept for reuse (the least recently used go first), in [1, "
+          "65536]: a schema sent with every request compiles once.");
+ABSL_FLAG(int32_t, constraint_max_cached_masks, 4096,
+          "Token masks each compiled constraint keeps (one per grammar state met), in [1, "
+          "16777216]; each is vocab_size / 8 bytes.");
 ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn or error.");
 
 namespace linserve {
@@ -232,6 +255,22 @@ absl::Status ApplyTenantQuotaFlags(EngineOptions& o) {
   }
   o.turn_boundaries.tenant_budget_bytes = boundary_mib << 20;
   return absl::OkStatus();
+}
+
+// The --constraint_* flags. ValidateConstraintLimits's errors name the field
+// ("constraint limit max_text_bytes must be in ..."): they are given the flag's name instead.
+absl::Status ApplyConstraintFlags(ConstraintLimits& limits) {
+  limits.max_text_bytes = absl::GetFlag(FLAGS_constraint_max_text_bytes);
+  limits.max_grammar_elements = absl::GetFlag(FLAGS_constraint_max_grammar_elements);
+  limits.max_nesting_depth = absl::GetFlag(FLAGS_constraint_max_nesting_depth);
+  limits.max_matcher_stacks = absl::GetFlag(FLAGS_constraint_max_matcher_stacks);
+  limits.cache_entries = absl::GetFlag(FLAGS_constraint_cache_entries);
+  limits.max_cached_masks = absl::GetFlag(FLAGS_constraint_max_cached_masks);
+  const absl::Status status = ValidateConstraintLimits(limits);
+  if (status.ok()) return status;
+  absl::string_view message = status.message();
+  absl::ConsumePrefix(&message, "constraint limit ");
+  return absl::InvalidArgumentError(absl::StrCat("--constraint_", message));
 }
 
 // The prefill flags' ranges, checked before the model loads.
@@ -341,6 +380,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   }
   o.turn_boundaries.memory_budget_bytes = boundary_mib << 20;
   if (absl::Status s = ApplyTenantQuotaFlags(o); !s.ok()) return s;
+  if (absl::Status s = ApplyConstraintFlags(o.constraint_limits); !s.ok()) return s;
   return o;
 }
 

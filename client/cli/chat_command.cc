@@ -1,7 +1,9 @@
 // linserve-cli chat: a conversation over one server session, line by line.
 #include <algorithm>
 #include <istream>
+#include <optional>
 #include <ostream>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
@@ -68,6 +70,10 @@ class ChatCommand : public Command {
     if (!absl::CUnescape(suffix_, &suffix_text_, &error)) {
       return UsageError(absl::StrCat("--suffix=", suffix_, ": ", error));
     }
+    absl::StatusOr<std::optional<v1::Constraint>> constraint =
+        generation_.ReadConstraint(context.io);
+    if (!constraint.ok()) return constraint.status();
+    constraint_ = *std::move(constraint);
     Io& io = context.io;
     if (!session_.empty()) {
       absl::StatusOr<v1::Session> session = context.client.GetSession(session_);
@@ -135,6 +141,7 @@ class ChatCommand : public Command {
     request.set_text(absl::StrCat(prefix_text_, line, suffix_text_));
     request.set_session_id(current_);
     if (absl::Status s = generation_.Apply(request); !s.ok()) return s;
+    if (constraint_.has_value()) *request.mutable_constraint() = *constraint_;
     absl::StatusOr<GenerationResult> result =
         StreamGeneration(context, request, generation_, jsonl);
     if (!result.ok()) return result.status();
@@ -248,6 +255,8 @@ class ChatCommand : public Command {
   std::string prefix_text_;
   std::string suffix_text_;
   GenerationFlags generation_;
+  // The constraint of every turn (--json-schema etc.), read once.
+  std::optional<v1::Constraint> constraint_;
 
   std::string current_;
   // Sessions this chat created, deleted at the end unless --keep.

@@ -1,5 +1,6 @@
 // linserve-cli generate: one streamed generation.
 #include <iterator>
+#include <optional>
 #include <ostream>
 #include <sstream>
 
@@ -22,7 +23,9 @@ class GenerateCommand : public Command {
     return "The words of PROMPT, joined by spaces, are the prompt; with no PROMPT or \"-\" it is "
            "read from stdin (all of it). --token-ids gives the prompt as token ids instead. The "
            "text is written to stdout as it arrives. With --session the generation continues "
-           "that session (see `sessions create`); otherwise the server uses an ephemeral one.";
+           "that session (see `sessions create`); otherwise the server uses an ephemeral one. "
+           "--json-schema, --json-object, --regex or --grammar constrain the text (structured "
+           "output); with --usage, CONSTRAINT_COMPLETE says the document was completed.";
   }
   void AddFlags(FlagSet& flags) override {
     flags.Add("session", &session_, "ID", "Continue this session.");
@@ -35,6 +38,10 @@ class GenerateCommand : public Command {
     absl::StatusOr<bool> jsonl = generation_.Jsonl();
     if (!jsonl.ok()) return jsonl.status();
     v1::GenerateRequest request;
+    absl::StatusOr<std::optional<v1::Constraint>> constraint =
+        generation_.ReadConstraint(context.io);
+    if (!constraint.ok()) return constraint.status();
+    if (constraint->has_value()) *request.mutable_constraint() = **constraint;
     if (!token_ids_.empty()) {
       if (!args.empty()) return UsageError("give the prompt as PROMPT or --token-ids, not both");
       request.mutable_token_ids()->mutable_ids()->Assign(token_ids_.begin(), token_ids_.end());

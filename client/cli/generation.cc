@@ -1,12 +1,15 @@
 #include "client/cli/generation.h"
 
+#include <optional>
 #include <ostream>
+#include <utility>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/strip.h"
+#include "client/cli/files.h"
 #include "client/cli/output.h"
 
 namespace linserve::cli {
@@ -38,6 +41,16 @@ void GenerationFlags::AddTo(FlagSet& flags) {
   flags.Add("top-logprobs", &top_logprobs, "N",
             "Report each token's log-probability and the N most likely alternatives: on stderr "
             "in text format, in the messages in jsonl format.");
+  flags.Add("json-schema", &json_schema_file, "FILE",
+            "Structured output: the text is JSON valid against the JSON schema in FILE (the "
+            "subset docs/server.md lists). At most one of --json-schema, --json-object, --regex "
+            "and --grammar.");
+  flags.Add("json-object", &json_object, "Structured output: the text is a JSON object.");
+  flags.Add("regex", &regex, "PATTERN",
+            "Structured output: the whole text matches the regular expression PATTERN.");
+  flags.Add("grammar", &grammar_file, "FILE",
+            "Structured output: the text is the rule root of the GBNF grammar (llama.cpp's "
+            "syntax) in FILE.");
   flags.Add("usage", &usage,
             "After each generation print the finish reason and usage (tokens, time to first "
             "token, seed, request id) on stderr.");
@@ -75,6 +88,31 @@ absl::Status GenerationFlags::Apply(v1::GenerateRequest& request) const {
   request.set_ignore_eos(ignore_eos);
   request.set_top_logprobs(top_logprobs);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<v1::Constraint>> GenerationFlags::ReadConstraint(Io& io) const {
+  const int given = !json_schema_file.empty() + json_object + !regex.empty() +
+                    !grammar_file.empty();
+  if (given > 1) {
+    return UsageError("give at most one of --json-schema, --json-object, --regex and --grammar");
+  }
+  v1::Constraint constraint;
+  if (!json_schema_file.empty()) {
+    absl::StatusOr<std::string> schema = ReadWholeFile(json_schema_file, io);
+    if (!schema.ok()) return schema.status();
+    constraint.set_json_schema(*std::move(schema));
+  } else if (json_object) {
+    constraint.mutable_json_object();
+  } else if (!regex.empty()) {
+    constraint.set_regex(regex);
+  } else if (!grammar_file.empty()) {
+    absl::StatusOr<std::string> grammar = ReadWholeFile(grammar_file, io);
+    if (!grammar.ok()) return grammar.status();
+    constraint.set_grammar(*std::move(grammar));
+  } else {
+    return std::nullopt;
+  }
+  return constraint;
 }
 
 std::string FinishReasonName(v1::FinishReason reason) {

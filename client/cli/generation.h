@@ -32,6 +32,12 @@ struct GenerationFlags {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t top_logprobs = 0;
+  // Structured output (GenerateRequest.constraint), at most one: a JSON schema file, any JSON
+  // object, a regular expression, a GBNF grammar file. Empty / false: not given.
+  std::string json_schema_file;
+  bool json_object = false;
+  std::string regex;
+  std::string grammar_file;
   // Print finish reason and usage on stderr after each generation.
   bool usage = false;
   // "text": the generated text on stdout; "jsonl": every GenerateResponse as a JSON line.
@@ -41,6 +47,9 @@ struct GenerationFlags {
   // Fills the sampling and stop fields of `request`. --stop values may use C escapes (\n, \t,
   // \\, \x41); a malformed escape is a usage error naming --stop.
   absl::Status Apply(v1::GenerateRequest& request) const;
+  // The constraint the flags ask for, its file read; nullopt: none. A usage error when more
+  // than one is given; a file's error names it.
+  absl::StatusOr<std::optional<v1::Constraint>> ReadConstraint(Io& io) const;
   // The --format value checked (a usage error otherwise).
   absl::StatusOr<bool> Jsonl() const;
 };
@@ -59,7 +68,7 @@ absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
                                                   const v1::GenerateRequest& request,
                                                   const GenerationFlags& flags, bool jsonl);
 
-// "LENGTH", "STOP", "EOS", "CANCELLED".
+// "LENGTH", "STOP", "EOS", "CANCELLED", "CONSTRAINT_COMPLETE".
 std::string FinishReasonName(v1::FinishReason reason);
 
 }  // namespace linserve::cli

@@ -24,6 +24,7 @@ GenerateOutcome GrpcLoadTarget::Generate(const GenerateCall& call,
   if (call.top_k > 0) request.mutable_sampling()->set_top_k(call.top_k);
   if (call.top_p < 1.0f) request.mutable_sampling()->set_top_p(call.top_p);
   request.set_ignore_eos(call.ignore_eos);
+  if (constraint_.has_value()) *request.mutable_constraint() = *constraint_;
   // The callback API reads every stream on gRPC's few threads; a blocking reader per stream
   // would wake one client thread per message and steal more CPU from a server on the same host.
   GenerateOutcome outcome;

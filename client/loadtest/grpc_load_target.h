@@ -2,7 +2,9 @@
 #ifndef LINSERVE_CLIENT_LOADTEST_GRPC_LOAD_TARGET_H_
 #define LINSERVE_CLIENT_LOADTEST_GRPC_LOAD_TARGET_H_
 
+#include <optional>
 #include <string>
+#include <utility>
 
 #include "client/client.h"
 #include "client/loadtest/load_target.h"
@@ -12,7 +14,9 @@ namespace linserve::loadtest {
 // Thread-safe, as the client is; `client` must outlive it.
 class GrpcLoadTarget : public LoadTarget {
  public:
-  explicit GrpcLoadTarget(Client& client) : client_(client) {}
+  // Every Generate carries `constraint` (nullopt: none).
+  explicit GrpcLoadTarget(Client& client, std::optional<v1::Constraint> constraint = std::nullopt)
+      : client_(client), constraint_(std::move(constraint)) {}
 
   GenerateOutcome Generate(const GenerateCall& call,
                            absl::FunctionRef<void(int32_t)> on_tokens) override;
@@ -24,6 +28,7 @@ class GrpcLoadTarget : public LoadTarget {
 
  private:
   Client& client_;
+  const std::optional<v1::Constraint> constraint_;
 };
 
 }  // namespace linserve::loadtest

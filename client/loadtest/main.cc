@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iostream>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -20,6 +21,7 @@
 #include "client/cli/connection_flags.h"
 #include "client/cli/flag_set.h"
 #include "client/client.h"
+#include "client/loadtest/constraint_option.h"
 #include "client/loadtest/distribution.h"
 #include "client/loadtest/grpc_load_target.h"
 #include "client/loadtest/load_generator.h"
@@ -44,7 +46,8 @@ constexpr char kAbout[] =
     "--prompt-tokens; each request asks for --output-tokens. Lengths and think times take\n"
     "N, fixed:N, uniform:A:B or normal:MEAN:SD. The run stops starting work after --warmup\n"
     "plus --duration, or after --requests measured requests; requests started during the\n"
-    "warm-up run but are left out of the figures.\n\n"
+    "warm-up run but are left out of the figures. --constraint sends a structured-output\n"
+    "constraint with every request.\n\n"
     "Exit status: 0 when the run completed (failed requests are reported, not fatal); 64 for a\n"
     "usage error; otherwise the gRPC status code that prevented the run.\n\nFlags:\n";
 
@@ -65,6 +68,7 @@ struct Flags {
   int32_t top_k = 0;
   double top_p = 1.0;
   bool ignore_eos = true;
+  std::string constraint;
   absl::Duration duration = absl::Seconds(10);
   int64_t requests = 0;
   absl::Duration warmup = absl::ZeroDuration();
@@ -102,6 +106,11 @@ struct Flags {
     f.Add("ignore-eos", &ignore_eos,
           "Ask the server to ignore EOS, so every request generates its --output-tokens "
           "(--noignore-eos lets requests stop early).");
+    f.Add("constraint", &constraint, "KIND",
+          "Structured output: every request carries this constraint: json_object, "
+          "json_schema:FILE, regex:PATTERN or grammar:FILE (docs/server.md). Requests then "
+          "stop when the document is complete, and --ignore-eos is off (the server refuses "
+          "both together). Empty: none.");
     f.Add("duration", &duration, "DURATION",
           "How long to start new work after the warm-up (e.g. 30s, 2m).");
     f.Add("requests", &requests, "N",
@@ -163,7 +172,14 @@ int Main(int argc, char** argv) {
   options.temperature = static_cast<float>(flags.temperature);
   options.top_k = flags.top_k;
   options.top_p = static_cast<float>(flags.top_p);
-  options.ignore_eos = flags.ignore_eos;
+  std::optional<v1::Constraint> constraint;
+  if (!flags.constraint.empty()) {
+    absl::StatusOr<v1::Constraint> parsed = ParseConstraintOption(flags.constraint);
+    if (!parsed.ok()) return UsageFail(parsed.status().message());
+    constraint = *std::move(parsed);
+  }
+  // A constrained request ends where its document does: the server refuses ignore_eos with it.
+  options.ignore_eos = flags.ignore_eos && !constraint.has_value();
   options.duration = flags.duration;
   options.max_requests = flags.requests;
   options.warmup = flags.warmup;
@@ -260,11 +276,12 @@ int Main(int argc, char** argv) {
                     ", warm-up ", absl::FormatDuration(flags.warmup))},
       {"seed", absl::StrCat(flags.seed)},
   };
+  if (constraint.has_value()) settings.emplace_back("constraint", flags.constraint);
   if (options.mode == LoadOptions::Mode::kOpen) {
     settings.emplace_back("max inflight", absl::StrCat(flags.max_inflight));
   }
 
-  GrpcLoadTarget target(**client);
+  GrpcLoadTarget target(**client, std::move(constraint));
   const LoadResult result = RunLoad(target, options);
   const LoadReport report = BuildReport(std::move(settings), result.requests, result.operations,
                                         result.window_start_s, result.window_end_s,

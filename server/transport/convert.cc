@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <memory>
+#include <optional>
 #include <utility>
 #include <variant>
 #include <vector>
@@ -54,9 +56,26 @@ grpc::Status ToGrpcStatus(const absl::Status& status) {
                       std::string(status.message()));
 }
 
+std::optional<ConstraintSpec> FromProto(const v1::Constraint& in) {
+  switch (in.kind_case()) {
+    case v1::Constraint::kJsonSchema:
+      return ConstraintSpec{ConstraintKind::kJsonSchema, in.json_schema()};
+    case v1::Constraint::kJsonObject:
+      return ConstraintSpec{ConstraintKind::kJsonObject, ""};
+    case v1::Constraint::kRegex:
+      return ConstraintSpec{ConstraintKind::kRegex, in.regex()};
+    case v1::Constraint::kGrammar:
+      return ConstraintSpec{ConstraintKind::kGrammar, in.grammar()};
+    case v1::Constraint::KIND_NOT_SET:
+      break;
+  }
+  return std::nullopt;
+}
+
 absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
                                           const Tokenizer& tokenizer,
-                                          const RequestLimits& limits, std::string request_id) {
+                                          const RequestLimits& limits,
+                                          ConstraintCache& constraints, std::string request_id) {
   GenerateRequest out;
   out.request_id = std::move(request_id);
   switch (in.prompt_case()) {
@@ -123,6 +142,12 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
   out.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   out.ignore_eos = in.ignore_eos();
   out.top_logprobs = in.top_logprobs();
+  if (std::optional<ConstraintSpec> spec = FromProto(in.constraint()); spec.has_value()) {
+    absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
+        constraints.Get(*spec, "constraint." + std::string(ToString(spec->kind)));
+    if (!compiled.ok()) return compiled.status();
+    out.constraint = *std::move(compiled);
+  }
   return out;
 }
 
@@ -232,6 +257,13 @@ void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
   l->set_prefill_token_budget(o.scheduler.prefill_token_budget);
   l->set_prefill_tokens_per_decode_row(o.scheduler.prefill_tokens_per_decode_row);
   l->set_idle_prefill_token_budget(o.scheduler.idle_prefill_token_budget);
+  const ConstraintLimits& constraints = o.constraint_limits;
+  l->set_constraint_max_text_bytes(constraints.max_text_bytes);
+  l->set_constraint_max_grammar_elements(constraints.max_grammar_elements);
+  l->set_constraint_max_nesting_depth(constraints.max_nesting_depth);
+  l->set_constraint_max_matcher_stacks(constraints.max_matcher_stacks);
+  l->set_constraint_cache_entries(constraints.cache_entries);
+  l->set_constraint_max_cached_masks(constraints.max_cached_masks);
 
   const EngineStats stats = engine.stats();
   v1::ServerLoad* load = out->mutable_load();

@@ -3,6 +3,7 @@
 #ifndef LINSERVE_SERVER_TRANSPORT_CONVERT_H_
 #define LINSERVE_SERVER_TRANSPORT_CONVERT_H_
 
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -13,6 +14,8 @@
 #include "linserve/v1/session.pb.h"
 #include "model/format/config.h"
 #include "model/tokenizer/tokenizer.h"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/constraint_spec.h"
 #include "server/engine/engine.h"
 #include "server/engine/request.h"
 #include "server/engine/token_sink.h"
@@ -22,14 +25,20 @@ namespace linserve {
 // absl codes and gRPC codes share their numbering.
 grpc::Status ToGrpcStatus(const absl::Status& status);
 
+// The constraint as a spec; nullopt when no kind is set (no constraint).
+std::optional<ConstraintSpec> FromProto(const v1::Constraint& in);
+
 // Parses a Generate request: tokenizes a text prompt (TokenizeText: bounded by
-// limits.max_prompt_bytes and max_prompt_tokens), fills unset fields with their defaults and
-// draws a seed when none is given. Every repeated or text field's size is checked against
-// `limits` before it is copied or tokenized, so a request's cost here is bounded by the limits
-// whatever the message holds. Errors (INVALID_ARGUMENT) name the proto field and the limit;
-// value checks happen in Engine::Submit.
+// limits.max_prompt_bytes and max_prompt_tokens), fills unset fields with their defaults, draws
+// a seed when none is given and compiles the constraint through `constraints` (on the calling
+// thread; errors name "constraint.<kind>"). Every repeated or text field's size is checked
+// against `limits` (a constraint's by its compiler, against the cache's ConstraintLimits) before
+// it is tokenized or compiled, so a request's cost here is bounded by the limits whatever the
+// message holds. Errors (INVALID_ARGUMENT) name the proto field and the limit; value checks
+// happen in Engine::Submit.
 absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in, const Tokenizer& tokenizer,
-                                          const RequestLimits& limits, std::string request_id);
+                                          const RequestLimits& limits, ConstraintCache& constraints,
+                                          std::string request_id);
 
 v1::FinishReason ToProto(FinishReason reason);
 void ToProto(const GeneratedToken& token, v1::GeneratedToken* out);

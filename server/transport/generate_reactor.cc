@@ -34,7 +34,8 @@ GenerateReactor::GenerateReactor(const ServiceEnv& env, grpc::CallbackServerCont
   absl::Status status = call_.auth_status();
   absl::StatusOr<GenerateRequest> parsed =
       status.ok() ? FromProto(*request, *env_.engine().model().tokenizer,
-                              env_.engine().options().requests, call_.request_id())
+                              env_.engine().options().requests, env_.engine().constraints(),
+                              call_.request_id())
                   : absl::StatusOr<GenerateRequest>(status);
   if (parsed.ok()) {
     call_.Apply(*parsed);

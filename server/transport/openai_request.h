@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "model/tokenizer/tokenizer.h"
+#include "server/constraints/compiled_constraint.h"
 #include "server/engine/request.h"
 #include "server/transport/chat_template.h"
 
@@ -37,6 +38,9 @@ struct OpenAiRequest {
   // The field the client set the token budget with ("max_tokens" or "max_completion_tokens"),
   // for the engine's errors.
   std::string max_tokens_field = "max_tokens";
+  // The field the client set the constraint with ("response_format", "guided_json",
+  // "guided_regex" or "guided_grammar"; "" without one), for the engine's errors.
+  std::string constraint_field;
 };
 
 // Deepest nesting of arrays and objects a request body may have (the OpenAI requests this server
@@ -55,11 +59,16 @@ struct OpenAiContext {
   RequestLimits limits;
   // nullptr: the model has no chat template and chat completions are refused.
   const ChatTemplate* chat_template = nullptr;
+  // Compiles response_format and the guided_* constraints (the engine's). Required.
+  ConstraintCache* constraints = nullptr;
 };
 
 // Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset. Beyond
-// OpenAI's fields: top_k, min_p, repetition_penalty (vLLM's names), ignore_eos, and session_id
-// (continue a server-side session, POST /v1/sessions).
+// OpenAI's fields: top_k, min_p, repetition_penalty, guided_json, guided_regex, guided_grammar
+// (vLLM's names), ignore_eos, and session_id (continue a server-side session, POST
+// /v1/sessions). The constraint (response_format or one guided_* field, at most one of them) is
+// compiled here, on the caller's thread, through context.constraints; its errors name the field
+// that carried it ("response_format.json_schema.schema: ...").
 // INVALID_ARGUMENT naming the field and its limit (a body nested deeper than kMaxJsonDepth; a
 // non-streamed request with logprobs whose answer could hold more than kMaxWholeAnswerLogprobs
 // entries); NOT_FOUND for another model. Value ranges of
@@ -70,7 +79,8 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                                                  std::string request_id);
 
 // An engine error about `request` with the engine's field name (generate.proto's) replaced by
-// the one the client set ("sampling.top_p" -> "top_p", "max_new_tokens" -> "max_tokens").
+// the one the client set ("sampling.top_p" -> "top_p", "max_new_tokens" -> "max_tokens",
+// "constraint" -> "response_format").
 absl::Status RenameEngineError(const absl::Status& status, const OpenAiRequest& request);
 
 struct ApiError {

@@ -16,9 +16,12 @@ std::string Dump(const json& j) {
 
 std::string Event(const json& j) { return absl::StrCat("data: ", Dump(j), "\n\n"); }
 
-// The engine's name (ToString), but for an end-of-sequence token: OpenAI counts it as a stop.
+// The engine's name (ToString), but for an end-of-sequence token and a completed constrained
+// document (response_format): OpenAI counts both as a stop.
 std::string_view FinishReasonName(FinishReason reason) {
-  return reason == FinishReason::kEos ? "stop" : ToString(reason);
+  return reason == FinishReason::kEos || reason == FinishReason::kConstraintComplete
+             ? "stop"
+             : ToString(reason);
 }
 
 // `text` as a JSON string literal, quotes included. `text` is valid UTF-8 (the detokenizer

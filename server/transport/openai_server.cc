@@ -57,6 +57,7 @@ OpenAiServer::Impl::Impl(Engine& engine, const Authenticator& auth, MetricsRegis
   context_.tokenizer = engine_.model().tokenizer.get();
   context_.limits = engine_.options().requests;
   context_.chat_template = options_.chat_template ? &*options_.chat_template : nullptr;
+  context_.constraints = &engine_.constraints();
 }
 
 absl::Status OpenAiServer::Impl::Start() {

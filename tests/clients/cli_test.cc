@@ -193,6 +193,31 @@ TEST_F(CliTest, EverySamplingFlagReachesTheServer) {
   }
 }
 
+TEST_F(CliTest, ConstraintFlagsShapeTheText) {
+  const ProcessResult regex = Cli({"generate", "--seed=3", "--regex=(yes|no)!", "--usage", "hi"});
+  EXPECT_EQ(regex.exit_code, 0) << Describe(regex);
+  EXPECT_TRUE(regex.out == "yes!" || regex.out == "no!") << Describe(regex);
+  EXPECT_THAT(regex.err, HasSubstr("finish CONSTRAINT_COMPLETE;"));
+  {
+    std::ofstream(File("digits.gbnf")) << "root ::= [0-9]{3} \"-\" [0-9]{2}\n";
+  }
+  const std::string digits = Ok({"generate", "--seed=4", "--grammar=" + File("digits.gbnf"), "hi"});
+  ASSERT_EQ(digits.size(), 6u) << digits;
+  EXPECT_EQ(digits[3], '-') << digits;
+  {
+    std::ofstream(File("flag.json")) << R"({"type": "boolean"})";
+  }
+  const std::string flag =
+      Ok({"generate", "--seed=5", "--json-schema=" + File("flag.json"), "hi"});
+  EXPECT_TRUE(flag == "true" || flag == "false") << flag;
+  const ProcessResult two = Cli({"generate", "--json-object", "--regex=a", "hi"});
+  EXPECT_EQ(two.exit_code, 64) << Describe(two);
+  EXPECT_THAT(two.err, HasSubstr("at most one of --json-schema"));
+  const ProcessResult bad = Cli({"generate", "--regex=(a", "hi"});
+  EXPECT_EQ(bad.exit_code, 3) << Describe(bad);
+  EXPECT_THAT(bad.err, HasSubstr("error: INVALID_ARGUMENT: constraint.regex: "));
+}
+
 TEST_F(CliTest, SessionsSubcommands) {
   const std::string id = NewSession();
   ASSERT_EQ(id.size(), 32u) << id;

@@ -1,5 +1,8 @@
 #include "client/cli/generation.h"
 
+#include <fstream>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -73,6 +76,57 @@ TEST(GenerationFlagsTest, BadEscapeInStopIsAUsageError) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("--stop=\\q"));
 }
 
+// The constraint `args` ask for, reading files relative to nothing (absolute paths).
+absl::StatusOr<std::optional<v1::Constraint>> ConstraintOf(const std::vector<std::string>& args) {
+  GenerationFlags generation;
+  FlagSet flags;
+  generation.AddTo(flags);
+  absl::StatusOr<std::vector<std::string>> rest = flags.Parse(args);
+  if (!rest.ok()) return rest.status();
+  std::istringstream in;
+  std::ostringstream out;
+  std::ostringstream err;
+  Io io{in, out, err};
+  return generation.ReadConstraint(io);
+}
+
+TEST(GenerationFlagsTest, EachConstraintFlagSetsItsKind) {
+  const std::string dir = ::testing::TempDir();
+  const std::string schema = dir + "/schema.json";
+  const std::string grammar = dir + "/grammar.gbnf";
+  std::ofstream(schema) << R"({"type": "object"})";
+  std::ofstream(grammar) << "root ::= \"yes\" | \"no\"\n";
+
+  absl::StatusOr<std::optional<v1::Constraint>> c = ConstraintOf({"--json-schema=" + schema});
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_EQ((*c)->json_schema(), R"({"type": "object"})");
+  c = ConstraintOf({"--json-object"});
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_TRUE((*c)->has_json_object());
+  c = ConstraintOf({"--regex=[0-9]+"});
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_EQ((*c)->regex(), "[0-9]+");
+  c = ConstraintOf({"--grammar=" + grammar});
+  ASSERT_TRUE(c.ok() && c->has_value()) << c.status();
+  EXPECT_EQ((*c)->grammar(), "root ::= \"yes\" | \"no\"\n");
+  c = ConstraintOf({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE(c->has_value());
+}
+
+TEST(GenerationFlagsTest, AtMostOneConstraintAndItsFileMustBeReadable) {
+  absl::StatusOr<std::optional<v1::Constraint>> c =
+      ConstraintOf({"--json-object", "--regex=a"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(IsUsageError(c.status()));
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr("at most one of --json-schema"));
+  const std::string missing = ::testing::TempDir() + "/no-such-schema.json";
+  c = ConstraintOf({"--json-schema=" + missing});
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_THAT(std::string(c.status().message()), HasSubstr(missing));
+}
+
 TEST(GenerationFlagsTest, FormatIsTextOrJsonl) {
   GenerationFlags flags;
   EXPECT_EQ(flags.Jsonl().value(), false);
@@ -85,6 +139,7 @@ TEST(GenerationFlagsTest, FormatIsTextOrJsonl) {
 TEST(FinishReasonNameTest, DropsThePrefix) {
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_LENGTH), "LENGTH");
   EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_EOS), "EOS");
+  EXPECT_EQ(FinishReasonName(v1::FINISH_REASON_CONSTRAINT_COMPLETE), "CONSTRAINT_COMPLETE");
 }
 
 }  // namespace

@@ -115,6 +115,20 @@ TEST_F(LoadtestTest, ClosedLoopCountsEqualTheServersMetrics) {
   EXPECT_THAT(r.err, HasSubstr(" tok/s"));
 }
 
+TEST_F(LoadtestTest, EveryRequestCarriesTheConstraint) {
+  // Every output is a whole match: two or three tokens of the byte model, then the end.
+  const nlohmann::json report =
+      Run({"--concurrency=4", "--requests=40", "--duration=20s", "--output-tokens=64",
+           "--constraint=regex:(ab|cd)!", "--progress-interval=0"});
+  ASSERT_TRUE(report.is_object());
+  EXPECT_EQ(report["settings"]["constraint"], "regex:(ab|cd)!");
+  EXPECT_EQ(report["requests_failed"], 0);
+  EXPECT_GE(report["requests_ok"].get<int64_t>(), 40);
+  // Each request ended with its document ("ab!" or "cd!"), not at --output-tokens.
+  EXPECT_EQ(report["total"]["output_tokens"].get<int64_t>(),
+            3 * report["total"]["requests"].get<int64_t>());
+}
+
 TEST_F(LoadtestTest, ResentConversationsAreServedFromCachedPrefixes) {
   const ServerTokens before = Scrape(server_->metrics_port());
   ProcessResult r;

@@ -1,14 +1,18 @@
 // libFuzzer target: a Generate request as the transport receives it. The bytes are parsed as a
 // linserve.v1.GenerateRequest (as gRPC would), converted to the engine's GenerateRequest
-// (server/transport/convert.h) with the byte tokenizer and validated (server/engine/request.h); a
-// request that passes both stays within every limit.
+// (server/transport/convert.h) with the byte tokenizer, its constraint compiled through a
+// ConstraintCache (the schema, regex and grammar compilers read client text too), and validated
+// (server/engine/request.h); a request that passes both stays within every limit.
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 
 #include "google/protobuf/stubs/logging.h"
 #include "linserve/v1/generate.pb.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/token_vocabulary.h"
 #include "server/engine/request.h"
 #include "server/transport/convert.h"
 #include "tests/fuzz/fuzz_inputs.h"
@@ -32,10 +36,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   static const ModelConfig config = fuzz::FuzzConfig();
   static const RequestLimits limits = fuzz::FuzzLimits();
   static const ByteTokenizer tokenizer(config.vocab_size);
+  static ConstraintCache constraints(TokenVocabulary::Create(tokenizer, config.eos_token_id),
+                                     ConstraintLimits());
   v1::GenerateRequest proto;
   if (!proto.ParseFromArray(data, static_cast<int>(size))) return 0;
-  auto request = FromProto(proto, tokenizer, limits, "fuzz");
+  auto request = FromProto(proto, tokenizer, limits, constraints, "fuzz");
   if (!request.ok()) return 0;
+  Check((request->constraint != nullptr) == FromProto(proto.constraint()).has_value());
+  if (request->constraint != nullptr) {
+    Check(request->constraint->spec() == *FromProto(proto.constraint()));
+  }
   Check(static_cast<int64_t>(proto.text().size()) <= limits.max_prompt_bytes);
   if (!ValidateGenerateRequest(*request, limits, config).ok()) return 0;
   Check(!request->prompt.empty());

@@ -59,7 +59,10 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
        "--prefix_min_tokens=8", "--prefix_disk_dir=" + dir_.Join("prefix"),
        "--prefix_disk_mib=7", "--session_checkpoints=2", "--session_checkpoint_mib=5",
        "--tenant_max_sessions=3", "--tenant_max_queued=4", "--tenant_prefix_cache_mib=2",
-       "--tenant_session_checkpoint_mib=4", "--log_level=warn"},
+       "--tenant_session_checkpoint_mib=4", "--constraint_max_text_bytes=100",
+       "--constraint_max_grammar_elements=5000", "--constraint_max_nesting_depth=5",
+       "--constraint_max_matcher_stacks=77", "--constraint_cache_entries=3",
+       "--constraint_max_cached_masks=99", "--log_level=warn"},
       dir_.Join("log"), dir_.Join("ports"));
   ASSERT_TRUE(server.WaitForPorts(absl::Seconds(60))) << server.Log();
   EXPECT_EQ(server.metrics_port(), -1);
@@ -102,11 +105,26 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   EXPECT_EQ(limits.max_stop_token_ids(), 3);
   EXPECT_EQ(limits.max_top_logprobs(), 4);
   EXPECT_EQ(limits.max_prompt_bytes(), 5000000);
+  EXPECT_EQ(limits.constraint_max_text_bytes(), 100);
+  EXPECT_EQ(limits.constraint_max_grammar_elements(), 5000);
+  EXPECT_EQ(limits.constraint_max_nesting_depth(), 5);
+  EXPECT_EQ(limits.constraint_max_matcher_stacks(), 77);
+  EXPECT_EQ(limits.constraint_cache_entries(), 3);
+  EXPECT_EQ(limits.constraint_max_cached_masks(), 99);
   // gRPC's message limit (4 MiB by default) was raised with it: a 5.5 MB text reaches the
   // server's own check, which names the field and the flag.
   const absl::Status too_long = client->Tokenize(std::string(5500000, 'a')).status();
   EXPECT_EQ(too_long.code(), absl::StatusCode::kInvalidArgument) << too_long;
   EXPECT_THAT(std::string(too_long.message()), HasSubstr("max_prompt_bytes"));
+  // --constraint_max_text_bytes=100 reaches the compiler.
+  v1::GenerateRequest constrained;
+  constrained.set_text("a");
+  constrained.mutable_constraint()->set_regex(std::string(101, 'a'));
+  const absl::Status too_long_regex =
+      client->Generate(constrained, [](const v1::GenerateResponse&) { return true; });
+  EXPECT_EQ(too_long_regex.code(), absl::StatusCode::kInvalidArgument) << too_long_regex;
+  EXPECT_THAT(std::string(too_long_regex.message()), HasSubstr("constraint.regex: "));
+  EXPECT_THAT(std::string(too_long_regex.message()), HasSubstr("max_text_bytes"));
   ASSERT_TRUE(client->CreateSession().ok());
   // --session_checkpoints=2: a session keeps its two newest turn boundaries (and 0).
   const std::string turns = client->CreateSession()->id();
@@ -209,6 +227,11 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--tenant_session_checkpoint_mib=-1",
        "--tenant_session_checkpoint_mib must be in [0, --session_checkpoint_mib = 1024]"},
       {"--max_top_logprobs=0", "max_top_logprobs"},
+      {"--constraint_max_text_bytes=0",
+       "--constraint_max_text_bytes must be in [1, 16777216], got 0"},
+      {"--constraint_max_nesting_depth=1025",
+       "--constraint_max_nesting_depth must be in [1, 1024]"},
+      {"--constraint_cache_entries=-1", "--constraint_cache_entries must be in [1, 65536]"},
       {"--tls_cert=" + TestData("server.crt"), "tls_cert and tls_key"},
       {"--metrics_port=70000", "--metrics_port"},
       {"--http_port=70000", "--http_port"},

@@ -1,8 +1,9 @@
 // Generate through the real stack: streaming, determinism under concurrency, session
-// continuation, cancellation, deadlines, capacity limits.
+// continuation, cancellation, deadlines, capacity limits, constraints.
 #include <algorithm>
 #include <atomic>
 #include <memory>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -201,6 +202,40 @@ TEST_F(GenerateTest, StopStringsStopTokensAndLogprobs) {
   const size_t first = std::find(free_run.tokens.begin(), free_run.tokens.end(),
                                  free_run.tokens[3]) - free_run.tokens.begin();
   EXPECT_EQ(stopped.tokens.size(), first + 1);
+}
+
+// A random model knows nothing of the grammar: the mask alone keeps every sample in it.
+TEST_F(GenerateTest, AGrammarConstraintGivesTextTheGrammarAccepts) {
+  TestServer server(model_, Options());
+  const std::regex accepted(R"(((ab)|(c[0-9]{1,3})), ((ab)|(c[0-9]{1,3}))(, ((ab)|(c[0-9]{1,3})))?\.)");
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    v1::GenerateRequest request = TokensRequest({5, 6}, 200, seed);
+    request.set_ignore_eos(false);
+    request.mutable_sampling()->set_temperature(1);
+    request.mutable_constraint()->set_grammar(
+        "root ::= item \", \" item (\", \" item)? \".\"\nitem ::= \"ab\" | \"c\" [0-9]{1,3}\n");
+    const Streamed out = RunGenerate(server.client(), request);
+    ASSERT_TRUE(out.status.ok()) << out.status;
+    EXPECT_TRUE(std::regex_match(out.text, accepted)) << seed << ": " << out.text;
+    EXPECT_EQ(out.last.finish_reason(), v1::FINISH_REASON_CONSTRAINT_COMPLETE) << seed;
+  }
+  v1::GenerateRequest regex = TokensRequest({5, 6}, 200, 1);
+  regex.set_ignore_eos(false);
+  regex.mutable_constraint()->set_regex("(yes|no)!");
+  const Streamed answer = RunGenerate(server.client(), regex);
+  ASSERT_TRUE(answer.status.ok()) << answer.status;
+  EXPECT_TRUE(answer.text == "yes!" || answer.text == "no!") << answer.text;
+
+  v1::GenerateRequest bad = TokensRequest({5, 6}, 10, 1);
+  bad.mutable_constraint()->set_grammar("start ::= \"a\"");
+  const Streamed refused = RunGenerate(server.client(), bad);
+  EXPECT_EQ(refused.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status.message()), HasSubstr("constraint.grammar: "));
+  // TokensRequest sets ignore_eos, which a constraint refuses.
+  bad.mutable_constraint()->set_regex("a+");
+  const Streamed ignoring = RunGenerate(server.client(), bad);
+  EXPECT_EQ(ignoring.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ignoring.status.message()), HasSubstr("ignore_eos"));
 }
 
 TEST_F(GenerateTest, ASlowReaderGetsEveryTokenMergedIntoFewerMessages) {

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
@@ -357,6 +358,92 @@ TEST_F(OpenAiTest, InvalidRequestsGetOpenAiErrorsNamingTheField) {
   }
   EXPECT_EQ(api.Client().Get("/v1/nope")->status, 404);
   EXPECT_EQ(api.Client().Get("/v1/completions")->status, 405);
+}
+
+// response_format and guided_* through the whole stack: a random model, so the mask alone makes
+// the text valid.
+TEST_F(OpenAiTest, StructuredOutputGivesValidJson) {
+  Api api(model_, 4);
+  const Json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}}},
+                       {"required", {"ok"}},
+                       {"additionalProperties", false}};
+  for (int seed = 0; seed < 5; ++seed) {
+    const Json chat = {
+        {"model", "tiny"},
+        {"max_tokens", 300},
+        {"seed", seed},
+        {"messages", {{{"role", "user"}, {"content", "ok?"}}}},
+        {"response_format",
+         {{"type", "json_schema"},
+          {"json_schema", {{"name", "answer"}, {"strict", true}, {"schema", schema}}}}}};
+    httplib::Result reply = api.Post("/v1/chat/completions", chat);
+    ASSERT_TRUE(reply);
+    ASSERT_EQ(reply->status, 200) << reply->body;
+    const Json answer = Json::parse(reply->body);
+    EXPECT_EQ(answer["choices"][0]["finish_reason"], "stop") << reply->body;
+    const Json content =
+        Json::parse(answer["choices"][0]["message"]["content"].get<std::string>(), nullptr,
+                    /*allow_exceptions=*/false);
+    ASSERT_TRUE(content.is_object()) << reply->body;
+    ASSERT_EQ(content.size(), 1u) << reply->body;
+    EXPECT_TRUE(content["ok"].is_boolean()) << reply->body;
+  }
+  // json_object: whatever the model, the text is a prefix of a JSON object, and a whole one when
+  // it stopped.
+  int whole = 0;
+  for (int seed = 0; seed < 10; ++seed) {
+    const Json chat = {{"model", "tiny"},
+                       {"max_tokens", 2000},
+                       {"seed", seed},
+                       {"messages", {{{"role", "user"}, {"content", "json"}}}},
+                       {"response_format", {{"type", "json_object"}}}};
+    httplib::Result reply = api.Post("/v1/chat/completions", chat);
+    ASSERT_TRUE(reply);
+    ASSERT_EQ(reply->status, 200) << reply->body;
+    const Json answer = Json::parse(reply->body);
+    const std::string text = answer["choices"][0]["message"]["content"];
+    ASSERT_TRUE(text.starts_with("{")) << text;
+    if (answer["choices"][0]["finish_reason"] != "stop") continue;
+    ++whole;
+    EXPECT_TRUE(Json::parse(text, nullptr, /*allow_exceptions=*/false).is_object()) << text;
+  }
+  EXPECT_GT(whole, 0);
+  // guided_regex on completions, streamed.
+  httplib::Result streamed = api.Post("/v1/completions", {{"model", "tiny"},
+                                                          {"prompt", "x"},
+                                                          {"max_tokens", 50},
+                                                          {"stream", true},
+                                                          {"guided_regex", "(yes|no)"}});
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  std::string text;
+  for (absl::string_view line : absl::StrSplit(streamed->body, "\n")) {
+    if (!absl::ConsumePrefix(&line, "data: ") || line == "[DONE]") continue;
+    const Json chunk = Json::parse(line);
+    text += chunk["choices"][0]["text"].get<std::string>();
+  }
+  EXPECT_TRUE(text == "yes" || text == "no") << streamed->body;
+  // A schema the compiler refuses: a 400 naming the field; with ignore_eos the engine's refusal.
+  Json bad = schema;
+  bad["properties"]["ok"]["format"] = "date";
+  httplib::Result refused = api.Post(
+      "/v1/chat/completions",
+      {{"model", "tiny"},
+       {"messages", {{{"role", "user"}, {"content", "x"}}}},
+       {"response_format",
+        {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", bad}}}}}});
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 400);
+  EXPECT_EQ(Json::parse(refused->body)["error"]["param"], "response_format.json_schema.schema")
+      << refused->body;
+  httplib::Result ignoring = api.Post("/v1/completions", {{"model", "tiny"},
+                                                          {"prompt", "x"},
+                                                          {"ignore_eos", true},
+                                                          {"guided_regex", "a+"}});
+  ASSERT_TRUE(ignoring);
+  EXPECT_EQ(ignoring->status, 400);
+  EXPECT_EQ(Json::parse(ignoring->body)["error"]["param"], "ignore_eos") << ignoring->body;
 }
 
 TEST_F(OpenAiTest, BearerTokensAreRequiredWhenConfigured) {

@@ -1,5 +1,6 @@
 // ToProto(ModelConfig): GetModelInfo's description of a model — the single-block fields where
 // they apply, and for every model its layer list, each layer's state bytes and the final norm.
+// FromProto's constraint: each kind of GenerateRequest.constraint compiled, errors naming it.
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,6 +8,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/format/config.h"
+#include "model/tokenizer/byte_tokenizer.h"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/token_vocabulary.h"
 #include "nlohmann/json.hpp"
 #include "server/transport/convert.h"
 #include "tests/testing/random_model.h"
@@ -15,7 +19,9 @@ namespace linserve {
 namespace {
 
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 using ::testing::Pair;
+using ::testing::StartsWith;
 
 ModelConfig Parse(const nlohmann::json& j) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(j.dump(), "config.json");
@@ -133,6 +139,86 @@ TEST(ConvertTest, APostNormModelHasNoFinalNorm) {
   EXPECT_EQ(info.norm(), "post");
   EXPECT_EQ(info.layers_size(), 2);
   EXPECT_FALSE(info.has_final_norm());
+}
+
+class ConvertConstraintTest : public ::testing::Test {
+ protected:
+  absl::StatusOr<GenerateRequest> Convert(const v1::Constraint& constraint) {
+    v1::GenerateRequest in;
+    in.set_text("a");
+    *in.mutable_constraint() = constraint;
+    return FromProto(in, tokenizer_, RequestLimits(), cache_, "id");
+  }
+
+  const ByteTokenizer tokenizer_{260};
+  ConstraintCache cache_{TokenVocabulary::Create(tokenizer_, 257), ConstraintLimits()};
+};
+
+TEST_F(ConvertConstraintTest, EachKindBecomesItsSpec) {
+  v1::Constraint c;
+  EXPECT_FALSE(FromProto(c).has_value());
+  c.set_json_schema(R"({"type": "integer"})");
+  EXPECT_EQ(FromProto(c), (ConstraintSpec{ConstraintKind::kJsonSchema, R"({"type": "integer"})"}));
+  c.mutable_json_object();
+  EXPECT_EQ(FromProto(c), (ConstraintSpec{ConstraintKind::kJsonObject, ""}));
+  c.set_regex("[ab]+");
+  EXPECT_EQ(FromProto(c), (ConstraintSpec{ConstraintKind::kRegex, "[ab]+"}));
+  c.set_grammar("root ::= \"x\"");
+  EXPECT_EQ(FromProto(c), (ConstraintSpec{ConstraintKind::kGrammar, "root ::= \"x\""}));
+}
+
+TEST_F(ConvertConstraintTest, TheRequestCarriesItCompiled) {
+  absl::StatusOr<GenerateRequest> none = Convert(v1::Constraint());
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->constraint, nullptr);
+
+  v1::Constraint c;
+  c.set_json_schema(R"({"type": "object", "properties": {"n": {"type": "integer"}},
+                       "required": ["n"], "additionalProperties": false})");
+  absl::StatusOr<GenerateRequest> schema = Convert(c);
+  ASSERT_TRUE(schema.ok()) << schema.status();
+  ASSERT_NE(schema->constraint, nullptr);
+  EXPECT_EQ(schema->constraint->spec(), *FromProto(c));
+  c.mutable_json_object();
+  absl::StatusOr<GenerateRequest> object = Convert(c);
+  ASSERT_TRUE(object.ok()) << object.status();
+  ASSERT_NE(object->constraint, nullptr);
+  EXPECT_EQ(object->constraint->spec().kind, ConstraintKind::kJsonObject);
+  c.set_regex("(yes|no)");
+  absl::StatusOr<GenerateRequest> regex = Convert(c);
+  ASSERT_TRUE(regex.ok()) << regex.status();
+  ASSERT_NE(regex->constraint, nullptr);
+  EXPECT_EQ(regex->constraint->spec(), *FromProto(c));
+  c.set_grammar("root ::= [0-9]+");
+  absl::StatusOr<GenerateRequest> grammar = Convert(c);
+  ASSERT_TRUE(grammar.ok()) << grammar.status();
+  ASSERT_NE(grammar->constraint, nullptr);
+  EXPECT_EQ(grammar->constraint->gbnf(), "root ::= [0-9]+");
+  // Compiled once: the same text is the same compiled constraint.
+  EXPECT_EQ(Convert(c)->constraint, grammar->constraint);
+}
+
+TEST_F(ConvertConstraintTest, ErrorsNameTheField) {
+  v1::Constraint c;
+  c.set_json_schema(R"({"type": "string", "format": "email"})");
+  absl::Status status = Convert(c).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith("constraint.json_schema: "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("format"));
+  c.set_regex("(a");
+  status = Convert(c).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith("constraint.regex: "));
+  c.set_grammar("start ::= \"a\"");
+  status = Convert(c).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith("constraint.grammar: "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("root"));
+  c.set_regex(std::string(ConstraintLimits().max_text_bytes + 1, 'a'));
+  status = Convert(c).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), StartsWith("constraint.regex: "));
+  EXPECT_THAT(std::string(status.message()), HasSubstr("max_text_bytes"));
 }
 
 }  // namespace

@@ -10,6 +10,8 @@
 #include "gtest/gtest.h"
 #include "model/tokenizer/byte_tokenizer.h"
 #include "nlohmann/json.hpp"
+#include "server/constraints/compiled_constraint.h"
+#include "server/constraints/token_vocabulary.h"
 #include "server/transport/chat_template.h"
 #include "server/transport/openai_response.h"
 
@@ -19,6 +21,7 @@ namespace {
 using ::nlohmann::json;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::StartsWith;
 
 constexpr char kTemplate[] = R"({
   "message": "{name}: {content}\n",
@@ -31,10 +34,12 @@ class OpenAiRequestTest : public ::testing::Test {
   OpenAiRequestTest()
       : tokenizer_(260),
         template_(*ChatTemplate::Parse(kTemplate, "test")),
+        constraints_(TokenVocabulary::Create(tokenizer_, 257), ConstraintLimits()),
         context_{.model_id = "m",
                  .tokenizer = &tokenizer_,
                  .limits = RequestLimits(),
-                 .chat_template = &template_} {}
+                 .chat_template = &template_,
+                 .constraints = &constraints_} {}
 
   absl::StatusOr<OpenAiRequest> Parse(OpenAiEndpoint endpoint, const json& body) {
     return ParseOpenAiRequest(endpoint, body.dump(), context_, "id");
@@ -56,8 +61,19 @@ class OpenAiRequestTest : public ::testing::Test {
 
   ByteTokenizer tokenizer_;
   ChatTemplate template_;
+  ConstraintCache constraints_;
   OpenAiContext context_;
 };
+
+// What the request's constraint compiled from; a failed test when it has none.
+ConstraintSpec SpecOf(const absl::StatusOr<OpenAiRequest>& r) {
+  EXPECT_TRUE(r.ok()) << r.status();
+  if (!r.ok() || r->generate.constraint == nullptr) {
+    ADD_FAILURE() << "no constraint";
+    return {};
+  }
+  return r->generate.constraint->spec();
+}
 
 TEST(ChatTemplateTest, AppliesNamesOnceAndRefusesIncompleteFiles) {
   const ChatTemplate t = *ChatTemplate::Parse(kTemplate, "test");
@@ -201,6 +217,114 @@ TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
   EXPECT_THAT(Chat({}).status().message(), HasSubstr("no chat template"));
 }
 
+const json kSchema = {{"type", "object"},
+                      {"properties", {{"answer", {{"type", "string"}}}}},
+                      {"required", {"answer"}},
+                      {"additionalProperties", false}};
+
+TEST_F(OpenAiRequestTest, ResponseFormatShapes) {
+  // text, null or absent: no constraint.
+  for (const json& format : {json{{"type", "text"}}, json(nullptr)}) {
+    absl::StatusOr<OpenAiRequest> r = Chat({{"response_format", format}});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->generate.constraint, nullptr);
+    EXPECT_EQ(r->constraint_field, "");
+  }
+  EXPECT_EQ(Chat({})->generate.constraint, nullptr);
+  absl::StatusOr<OpenAiRequest> object = Chat({{"response_format", {{"type", "json_object"}}}});
+  EXPECT_EQ(SpecOf(object), (ConstraintSpec{ConstraintKind::kJsonObject, ""}));
+  EXPECT_EQ(object->constraint_field, "response_format");
+  // json_schema on both endpoints, strict either way; the schema goes to the compiler as the
+  // text nlohmann::json writes.
+  for (const json& strict : {json(true), json(false), json(nullptr)}) {
+    const json format = {{"type", "json_schema"},
+                         {"json_schema",
+                          {{"name", "an_answer-1"},
+                           {"description", "The answer."},
+                           {"schema", kSchema},
+                           {"strict", strict}}}};
+    EXPECT_EQ(SpecOf(Chat({{"response_format", format}})),
+              (ConstraintSpec{ConstraintKind::kJsonSchema, kSchema.dump()}));
+    EXPECT_EQ(SpecOf(Completion({{"prompt", "a"}, {"response_format", format}})),
+              (ConstraintSpec{ConstraintKind::kJsonSchema, kSchema.dump()}));
+  }
+}
+
+TEST_F(OpenAiRequestTest, GuidedFields) {
+  EXPECT_EQ(SpecOf(Completion({{"prompt", "a"}, {"guided_json", kSchema}})),
+            (ConstraintSpec{ConstraintKind::kJsonSchema, kSchema.dump()}));
+  EXPECT_EQ(SpecOf(Completion({{"prompt", "a"}, {"guided_json", R"({"type": "integer"})"}})),
+            (ConstraintSpec{ConstraintKind::kJsonSchema, R"({"type": "integer"})"}));
+  absl::StatusOr<OpenAiRequest> regex = Chat({{"guided_regex", "(yes|no)"}});
+  EXPECT_EQ(SpecOf(regex), (ConstraintSpec{ConstraintKind::kRegex, "(yes|no)"}));
+  EXPECT_EQ(regex->constraint_field, "guided_regex");
+  EXPECT_EQ(SpecOf(Chat({{"guided_grammar", "root ::= \"a\"+"}})),
+            (ConstraintSpec{ConstraintKind::kGrammar, "root ::= \"a\"+"}));
+  // "text" is no constraint: a guided field goes with it.
+  EXPECT_EQ(SpecOf(Chat({{"response_format", {{"type", "text"}}}, {"guided_regex", "a"}})).kind,
+            ConstraintKind::kRegex);
+}
+
+TEST_F(OpenAiRequestTest, AtMostOneConstraint) {
+  absl::StatusOr<OpenAiRequest> r =
+      Chat({{"response_format", {{"type", "json_object"}}}, {"guided_regex", "a"}});
+  EXPECT_EQ(ParamOf(r), "guided_regex");
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("cannot be combined with response_format"));
+  EXPECT_EQ(ParamOf(Chat({{"guided_json", kSchema}, {"guided_grammar", "root ::= \"a\""}})),
+            "guided_grammar");
+  EXPECT_EQ(ParamOf(Chat({{"guided_choice", {"a", "b"}}})), "guided_choice");
+}
+
+TEST_F(OpenAiRequestTest, BadResponseFormatsNameTheirField) {
+  const auto with = [&](const json& format) { return ParamOf(Chat({{"response_format", format}})); };
+  EXPECT_EQ(with("json_object"), "response_format");
+  EXPECT_EQ(with(json::object()), "response_format.type");
+  EXPECT_EQ(with({{"type", "xml"}}), "response_format.type");
+  EXPECT_EQ(with({{"type", "json_schema"}}), "response_format.json_schema");
+  EXPECT_EQ(with({{"type", "json_schema"}, {"json_schema", {{"schema", kSchema}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(with({{"type", "json_schema"}, {"json_schema", {{"name", "a b"}, {"schema", kSchema}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(with({{"type", "json_schema"},
+                  {"json_schema", {{"name", std::string(65, 'a')}, {"schema", kSchema}}}}),
+            "response_format.json_schema.name");
+  EXPECT_EQ(with({{"type", "json_schema"}, {"json_schema", {{"name", "n"}}}}),
+            "response_format.json_schema.schema");
+  EXPECT_EQ(with({{"type", "json_schema"},
+                  {"json_schema", {{"name", "n"}, {"schema", kSchema}, {"strict", "yes"}}}}),
+            "response_format.json_schema.strict");
+  EXPECT_EQ(with({{"type", "json_schema"},
+                  {"json_schema", {{"name", "n"}, {"schema", kSchema}, {"description", 1}}}}),
+            "response_format.json_schema.description");
+  EXPECT_EQ(ParamOf(Chat({{"guided_json", 3}})), "guided_json");
+  EXPECT_EQ(ParamOf(Chat({{"guided_regex", {"a"}}})), "guided_regex");
+  EXPECT_EQ(ParamOf(Chat({{"guided_grammar", 1}})), "guided_grammar");
+}
+
+TEST_F(OpenAiRequestTest, ConstraintsTheCompilerRefusesAre400sNamingTheField) {
+  json schema = kSchema;
+  schema["properties"]["answer"]["format"] = "email";
+  absl::StatusOr<OpenAiRequest> r = Chat(
+      {{"response_format",
+        {{"type", "json_schema"}, {"json_schema", {{"name", "n"}, {"schema", schema}}}}}});
+  ASSERT_FALSE(r.ok());
+  const ApiError e = ToApiError(r.status());
+  EXPECT_EQ(e.http_status, 400);
+  EXPECT_EQ(e.type, "invalid_request_error");
+  EXPECT_EQ(e.param, "response_format.json_schema.schema");
+  EXPECT_THAT(e.message, StartsWith("response_format.json_schema.schema: "));
+  EXPECT_THAT(e.message, HasSubstr("format"));
+  EXPECT_EQ(ParamOf(Chat({{"guided_json", schema}})), "guided_json");
+  EXPECT_EQ(ParamOf(Chat({{"guided_json", "{not json"}})), "guided_json");
+  EXPECT_EQ(ParamOf(Chat({{"guided_regex", "(a"}})), "guided_regex");
+  EXPECT_EQ(ParamOf(Chat({{"guided_grammar", "start ::= \"a\""}})), "guided_grammar");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"},
+                                {"guided_regex", std::string(ConstraintLimits().max_text_bytes + 1,
+                                                             'a')}})),
+            "guided_regex");
+}
+
 TEST_F(OpenAiRequestTest, HostileBodiesAreRefusedNotCrashedOn) {
   for (const std::string& body : {std::string("{"), std::string("[1]"), std::string("\xff"),
                                   std::string(100000, '[') + std::string(100000, ']')}) {
@@ -230,6 +354,12 @@ TEST_F(OpenAiRequestTest, EngineErrorsAreRenamed) {
             "logprobs: x");
   EXPECT_EQ(RenameEngineError(absl::NotFoundError("session gone"), completion).message(),
             "session gone");
+  const OpenAiRequest constrained = *Chat({{"guided_regex", "a"}});
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("constraint.regex: x"), constrained)
+                .message(),
+            "guided_regex: x");
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("constraint: x"), constrained).message(),
+            "guided_regex: x");
 }
 
 TEST(ApiErrorTest, StatusesAndShape) {
@@ -267,6 +397,18 @@ TEST(OpenAiResponseTest, StreamedChunksAreJsonWhateverTheText) {
   const std::string end = response.StreamFinish(result);
   EXPECT_TRUE(end.ends_with("data: [DONE]\n\n"));
   EXPECT_THAT(end, HasSubstr("\"finish_reason\":\"stop\""));
+}
+
+TEST(OpenAiResponseTest, ACompletedConstraintIsAStop) {
+  ByteTokenizer tokenizer(260);
+  OpenAiRequest request;
+  request.endpoint = OpenAiEndpoint::kCompletions;
+  OpenAiResponse response(request, "cmpl-1", 100, "m", tokenizer);
+  GenerationResult result;
+  result.reason = FinishReason::kConstraintComplete;
+  result.text = "{}";
+  const json whole = json::parse(response.Finish(result));
+  EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
 }
 
 }  // namespace
