@@ -80,3 +80,49 @@ test('an unsupported schema keyword is a 400 naming it', async () => {
     (e) => e instanceof OpenAI.BadRequestError && /format/.test(e.message),
   );
 });
+
+// Pathological constraints: each is refused with a 400 naming the limit it breaks, or compiles
+// within the limits and is served (its output valid); the server answers a plain request after.
+test('hostile constraints are refused by name or served within the limits', async () => {
+  const refused = async (fields, pattern) => {
+    await assert.rejects(
+      client.completions.create({ model, prompt: 'Hark', max_tokens: 8, ...fields }),
+      (e) => e instanceof OpenAI.BadRequestError && pattern.test(e.message),
+      JSON.stringify(fields).slice(0, 80),
+    );
+  };
+  await refused({ guided_regex: '(a{1000}){1000}' }, /max_grammar_elements/);
+  await refused({ guided_regex: '('.repeat(200) + 'a' + ')'.repeat(200) }, /max_nesting_depth/);
+  await refused({ guided_grammar: 'root ::= x\nx ::= x "a" | "b"' }, /recurs/);
+  let deep = { type: 'string' };
+  for (let i = 0; i < 200; i++) deep = { type: 'array', items: deep };
+  await refused(
+    { response_format: { type: 'json_schema', json_schema: { name: 'deep', schema: deep } } },
+    /max_nesting_depth/);
+  const huge = { type: 'string', enum: Array.from({ length: 20000 }, (_, i) => `value${i}`) };
+  await refused(
+    { response_format: { type: 'json_schema', json_schema: { name: 'huge', schema: huge } } },
+    /max_text_bytes/);
+
+  // Ambiguous but legal: nested stars and overlapping alternatives, served.
+  const ambiguous = '(a|a)*(a|aa)*(a*)*b';
+  for (let seed = 0; seed < 5; seed++) {
+    const r = await client.completions.create({
+      model, prompt: 'Hark', max_tokens: 48, temperature: 1, seed, guided_regex: ambiguous,
+    });
+    const text = r.choices[0].text;
+    if (r.choices[0].finish_reason === 'stop') {
+      assert.match(text, new RegExp(`^(?:${ambiguous})$`));
+    } else {
+      assert.match(text, /^a*$/);
+    }
+  }
+  const plenty = { type: 'string', enum: Array.from({ length: 3000 }, (_, i) => `v${i}`) };
+  const r = await client.chat.completions.create({
+    model, messages: [{ role: 'user', content: 'Pick' }], max_tokens: 16,
+    response_format: { type: 'json_schema', json_schema: { name: 'plenty', schema: plenty } },
+  });
+  assert.ok(plenty.enum.includes(JSON.parse(r.choices[0].message.content)));
+  const plain = await client.completions.create({ model, prompt: 'Hark', max_tokens: 4 });
+  assert.equal(plain.choices.length, 1);
+});
