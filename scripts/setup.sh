@@ -34,7 +34,9 @@ if ! $build_only; then
   packages+=(nodejs curl)
   command -v npm >/dev/null || packages+=(npm)
   packages+=(python3 python3-torch python3-numpy python3-sentencepiece python3-grpcio
-             python3-protobuf python3-matplotlib)
+             python3-protobuf python3-matplotlib
+             # Independent validators of structured output (tests/clients/openai/structured_*).
+             python3-jsonschema python3-lark)
 fi
 
 missing=()
