@@ -11,12 +11,14 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 #include "nlohmann/json.hpp"
 #include "server/constraints/gbnf_builder.h"
+#include "server/constraints/integer_range_grammar.h"
 #include "server/constraints/regex_grammar.h"
 
 namespace linserve {
@@ -146,10 +148,15 @@ bool IsSupported(absl::string_view keyword) {
   static constexpr absl::string_view kKeywords[] = {
       "type",     "properties", "required",  "additionalProperties", "items", "minItems",
       "maxItems", "enum",       "const",     "pattern",              "minLength", "maxLength",
-      "anyOf",    "$ref",       "$defs",     "definitions"};
+      "anyOf",    "$ref",       "$defs",     "definitions", "minimum", "maximum",
+      "exclusiveMinimum", "exclusiveMaximum"};
   return IsAnnotation(keyword) ||
          std::find(std::begin(kKeywords), std::end(kKeywords), keyword) != std::end(kKeywords);
 }
+
+// The bounds an integer may have (BoundedInteger).
+constexpr const char* kBoundKeywords[] = {"minimum", "maximum", "exclusiveMinimum",
+                                          "exclusiveMaximum"};
 
 constexpr absl::string_view kTypes[] = {"string", "number",  "integer", "boolean",
                                        "null",   "object",  "array"};
@@ -294,6 +301,11 @@ class SchemaCompiler {
     if (schema.contains("enum") || schema.contains("const")) {
       return Enum(schema, types, pointer);
     }
+    // Bounds constrain integers only here (a fractional number's interval is not built).
+    if (HasBounds(schema) && (std::find(types.begin(), types.end(), "integer") == types.end() ||
+                              std::find(types.begin(), types.end(), "number") != types.end())) {
+      return Error(pointer, "minimum/maximum are supported on type \"integer\" only");
+    }
     if (types.empty()) {
       const auto has_any = [&](std::initializer_list<absl::string_view> keywords) {
         for (absl::string_view k : keywords) {
@@ -317,6 +329,8 @@ class SchemaCompiler {
         alternative = Object(schema, pointer, depth);
       } else if (type == "array") {
         alternative = Array(schema, pointer, depth);
+      } else if (type == "integer" && HasBounds(schema)) {
+        alternative = BoundedInteger(schema, pointer);
       } else {
         alternative = Fixed(type);
       }
@@ -324,6 +338,56 @@ class SchemaCompiler {
       alternatives.push_back(*std::move(alternative));
     }
     return GbnfAlt(alternatives);
+  }
+
+  static bool HasBounds(const Json& schema) {
+    for (const char* keyword : kBoundKeywords) {
+      if (schema.contains(keyword)) return true;
+    }
+    return false;
+  }
+
+  // An integer within minimum/maximum and their exclusive forms (numbers: integral or not, each
+  // within ±(10^16 - 1), the digits of an unbounded integer). Bounds on a number that is not an
+  // integer are refused: the grammar of real intervals is not built.
+  absl::StatusOr<GbnfExpr> BoundedInteger(const Json& schema, const std::string& pointer) {
+    constexpr double kLimit = 9'999'999'999'999'999.0;
+    std::optional<int64_t> min, max;
+    for (const char* keyword : kBoundKeywords) {
+      const auto it = schema.find(keyword);
+      if (it == schema.end()) continue;
+      const std::string where = absl::StrCat(pointer, "/", keyword);
+      if (!it->is_number()) return Error(where, absl::StrCat(keyword, " must be a number"));
+      const double bound = it->get<double>();
+      if (!(std::fabs(bound) <= kLimit)) {
+        return Error(where, absl::StrCat(keyword, " beyond ±(10^16 - 1)"));
+      }
+      const absl::string_view name = keyword;
+      if (absl::StartsWith(name, "exclusiveMin") || name == "minimum") {
+        // The least integer allowed: ceil(bound), or the next one above an exclusive bound.
+        double least = std::ceil(bound);
+        if (name != "minimum" && least == bound) least += 1;
+        const int64_t value = static_cast<int64_t>(least);
+        min = min.has_value() ? std::max(*min, value) : value;
+      } else {
+        double most = std::floor(bound);
+        if (name != "maximum" && most == bound) most -= 1;
+        const int64_t value = static_cast<int64_t>(most);
+        max = max.has_value() ? std::min(*max, value) : value;
+      }
+    }
+    if (min.has_value() && max.has_value() && *min > *max) {
+      return Error(pointer, "no integer lies within minimum/maximum");
+    }
+    const std::string name = absl::StrCat("int-", ++rule_count_);
+    const std::string body = IntegerRangeGbnf(min, max);
+    // Each alternative of the range is a few digit classes: count one element per character.
+    if (absl::Status status = rules_.AddText(absl::StrCat(name, " ::= ", body, "\n"),
+                                             static_cast<int64_t>(body.size()));
+        !status.ok()) {
+      return status;
+    }
+    return GbnfRef(name);
   }
 
   absl::StatusOr<GbnfExpr> Ref(const Json& ref, const std::string& pointer, int depth) {

@@ -217,7 +217,7 @@ TEST(JsonSchemaGrammarTest, JsonObjectIsAnObjectOfAnyValues) {
 
 TEST(JsonSchemaGrammarTest, RefusesEveryKeywordOutsideTheSubsetNamingItsPointer) {
   for (const char* keyword :
-       {"format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "multipleOf",
+       {"format", "multipleOf",
         "allOf", "oneOf", "not", "if", "then", "else", "patternProperties", "propertyNames",
         "minProperties", "maxProperties", "dependentRequired", "dependentSchemas",
         "unevaluatedProperties", "prefixItems", "contains", "minContains", "uniqueItems",
@@ -236,6 +236,18 @@ TEST(JsonSchemaGrammarTest, RefusesEveryKeywordOutsideTheSubsetNamingItsPointer)
             "unsupported keyword \"format\" at /anyOf/1");
   EXPECT_EQ(Refusal(R"({"$defs": {"d": {"format": "date"}}, "$ref": "#/$defs/d"})"),
             "unsupported keyword \"format\" at /$defs/d");
+}
+
+TEST(JsonSchemaGrammarTest, BoundsAreSupportedOnIntegersOnly) {
+  EXPECT_EQ(Refusal(R"({"type": "number", "minimum": 1})"),
+            "minimum/maximum are supported on type \"integer\" only at the root");
+  EXPECT_EQ(Refusal(R"({"properties": {"a": {"maximum": 1}}})"),
+            "minimum/maximum are supported on type \"integer\" only at /properties/a");
+  EXPECT_EQ(Refusal(R"({"type": "integer", "minimum": 3, "exclusiveMaximum": 3})"),
+            "no integer lies within minimum/maximum at the root");
+  EXPECT_EQ(Refusal(R"({"type": "integer", "maximum": 1e17})"),
+            "maximum beyond ±(10^16 - 1) at /maximum");
+  EXPECT_EQ(Refusal(R"({"type": "integer", "minimum": "1"})"), "minimum must be a number at /minimum");
 }
 
 TEST(JsonSchemaGrammarTest, RefusesMalformedSchemas) {
