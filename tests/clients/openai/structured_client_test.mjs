@@ -107,8 +107,10 @@ test('hostile constraints are refused by name or served within the limits', asyn
     { response_format: { type: 'json_schema', json_schema: { name: 'huge', schema: huge } } },
     /max_text_bytes/);
 
-  // Ambiguous but legal: nested stars and overlapping alternatives, served.
-  const ambiguous = '(a|a)*(a|aa)*(a*)*b';
+  // A repetition of something that can match nothing is refused (docs/server.md).
+  await refused({ guided_regex: '(a*)*b' }, /left-recursive/);
+  // Ambiguous but legal: overlapping alternatives under stars, served.
+  const ambiguous = '(a|a)*(a|aa)*(ab|a)*b';
   for (let seed = 0; seed < 5; seed++) {
     const r = await client.completions.create({
       model, prompt: 'Hark', max_tokens: 48, temperature: 1, seed, guided_regex: ambiguous,
