@@ -135,6 +135,12 @@ std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
   if (request_.top_logprobs > 0) {
     out.logprob = logprob;
     out.top_logprobs.assign(top_logprobs.begin(), top_logprobs.end());
+    // Under a constraint the alternatives are of the masked distribution: when the mask allows
+    // fewer tokens than asked for, the backend fills the rest with disallowed ones at -inf
+    // (backend.h), which are no alternatives (and no JSON number).
+    while (!out.top_logprobs.empty() && std::isinf(out.top_logprobs.back().logprob)) {
+      out.top_logprobs.pop_back();
+    }
   }
 
   std::optional<FinishReason> finish;

@@ -4,6 +4,8 @@
 // EOS comes only where a document may end, a whole document ends the request with
 // kConstraintComplete, and a session's document continues across requests, forks, export and
 // import, rewinds and restarts, or starts anew with another constraint or none.
+#include <cmath>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <utility>
@@ -148,6 +150,34 @@ TEST_P(EngineConstraintTest, EosComesOnlyWhereTheDocumentMayEnd) {
   }
   EXPECT_GT(ended_by_eos, 0);
   EXPECT_GT(ended_by_length + ended_by_eos, 0);
+}
+
+TEST_P(EngineConstraintTest, TopLogprobsAreTheAllowedTokensOnly) {
+  std::unique_ptr<Engine> engine = Start();
+  ASSERT_NE(engine, nullptr);
+  GenerateRequest request = Turn(*engine, &kObject, 32, 7);
+  request.top_logprobs = 5;
+  const Outcome out = RunRequest(*engine, std::move(request));
+  ExpectWholeDocument(*engine, kObject, out.tokens, out);
+  ASSERT_EQ(out.details.size(), out.tokens.size());
+  GrammarMatcher matcher(Compile(*engine, kObject));
+  std::vector<uint32_t> mask(static_cast<size_t>(matcher.constraint().vocabulary().mask_words()));
+  bool fewer_than_asked = false;
+  for (size_t i = 0; i < out.tokens.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(matcher.FillMask(absl::MakeSpan(mask)).ok());
+    const GeneratedToken& token = out.details[i];
+    EXPECT_TRUE(std::isfinite(token.logprob));
+    EXPECT_FALSE(token.top_logprobs.empty());
+    fewer_than_asked |= token.top_logprobs.size() < 5;
+    for (const TokenLogprob& alt : token.top_logprobs) {
+      EXPECT_TRUE(std::isfinite(alt.logprob));
+      EXPECT_TRUE((mask[static_cast<size_t>(alt.token) / 32] >> (alt.token % 32)) & 1u)
+          << "alternative " << alt.token << " is not allowed";
+    }
+    ASSERT_TRUE(matcher.Accept(out.tokens[i]).ok());
+  }
+  EXPECT_TRUE(fewer_than_asked);  // "{", ":" and "}" positions allow one token
 }
 
 TEST_P(EngineConstraintTest, MaxNewTokensCutsADocumentThatTheNextRequestContinues) {
