@@ -44,9 +44,13 @@ class GrammarMatcher {
   // EOS was accepted.
   bool ended() const;
 
-  // The matcher's position as bytes (ConstraintState::matcher), and back: Deserialize checks
-  // every field against the constraint's grammar (INVALID_ARGUMENT naming "constraint state"),
-  // so bytes from a snapshot cannot put it anywhere the grammar does not lead.
+  // The matcher's position as bytes (ConstraintState::matcher), and back. Deserialize checks
+  // every field against the constraint's grammar (INVALID_ARGUMENT naming "constraint state"):
+  // each position inside it, each stack's top a byte set, each position below it a return point
+  // after a rule reference, the canonical order, max_matcher_stacks. So bytes from a snapshot
+  // can neither crash the matcher nor leave the grammar's positions; it does not check that a
+  // return point belongs to the rule the position above it is in, so a forged snapshot may
+  // continue a document the grammar would not have begun (its own session's output only).
   std::string Serialize() const;
   static absl::StatusOr<GrammarMatcher> Deserialize(
       std::shared_ptr<const CompiledConstraint> constraint, std::string_view bytes);
