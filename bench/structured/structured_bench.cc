@@ -28,6 +28,7 @@
 #include "server/constraints/compiled_constraint.h"
 #include "server/constraints/grammar_matcher.h"
 #include "server/constraints/token_vocabulary.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, model_dir, "models/shakespeare-linear", "The model directory.");
 ABSL_FLAG(std::string, batches, "1,64", "Decode batch sizes, each in [1, 256].");
@@ -215,5 +216,6 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage("The cost of structured output on the CPU decode step.");
   absl::ParseCommandLine(argc, argv);
+  spdlog::set_level(spdlog::level::warn);  // the model's and backend's start lines are no table
   return linserve::Main();
 }
