@@ -185,8 +185,13 @@ TEST_P(SessionsTest, CorruptOrForeignImportIsRejectedAndChangesNothing) {
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(server.client().ImportSession("").status().code(),
             absl::StatusCode::kInvalidArgument);
+  // Past MaxSnapshotBytes, whose bound includes a constraint's text and matcher at their largest.
   const absl::Status oversized =
-      server.client().ImportSession(snapshot + std::string(10 << 20, 'x')).status();
+      server.client()
+          .ImportSession(snapshot + std::string(kMaxSnapshotConstraintTextBytes +
+                                                    kMaxSnapshotMatcherBytes + (10 << 20),
+                                                'x'))
+          .status();
   EXPECT_EQ(oversized.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(oversized.message()), HasSubstr("exceeds"));
 
