@@ -1,7 +1,6 @@
 #include "server/constraints/parse_stacks.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 
 #include "absl/hash/hash.h"
@@ -39,10 +38,9 @@ absl::Status StateError(std::string_view what) {
 }  // namespace
 
 void ParseStacks::AppendKey(std::string* key) const {
-  const size_t at = key->size();
-  key->resize(at + (begins_.size() + positions_.size()) * sizeof(int32_t));
-  std::memcpy(key->data() + at, begins_.data(), begins_.size() * sizeof(int32_t));
-  std::memcpy(key->data() + at + begins_.size() * sizeof(int32_t), positions_.data(),
+  // append() copies nothing for an empty vector, whose data() may be null (memcpy's may not).
+  key->append(reinterpret_cast<const char*>(begins_.data()), begins_.size() * sizeof(int32_t));
+  key->append(reinterpret_cast<const char*>(positions_.data()),
               positions_.size() * sizeof(int32_t));
 }
 

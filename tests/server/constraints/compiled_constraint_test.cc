@@ -1,11 +1,14 @@
 // Every constraint kind end to end: CompileConstraint over the compilers (JSON schema, json_object,
 // regex) and ParseGbnf, then GrammarMatcher over a byte vocabulary: the compilers' acceptance
 // data (documents each constraint must accept and must refuse), and documents sampled at random
-// through the masks, checked by an independent parser (nlohmann::json).
+// through the masks, checked by an independent parser (nlohmann::json); one cache and its
+// masks shared between threads (the tsan stage runs this test).
 #include "server/constraints/compiled_constraint.h"
 
 #include <random>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -119,6 +122,36 @@ TEST(CompiledConstraintTest, JsonSchemaSamplesParse) {
           << c.schema << "\n" << document;
     }
   }
+}
+
+// Transport threads compile into one ConstraintCache while others fill masks of the constraints
+// it returns; a cache of 2 entries and 8 masks keeps both evicting throughout.
+TEST(CompiledConstraintTest, OneCacheSharedBetweenThreads) {
+  ConstraintLimits limits;
+  limits.cache_entries = 2;
+  limits.max_cached_masks = 8;
+  ConstraintCache cache(Bytes(), limits);
+  const std::vector<ConstraintSpec> specs = {
+      {ConstraintKind::kJsonObject, ""},
+      {ConstraintKind::kRegex, "[a-c]{2,5}(x|yz)*"},
+      {ConstraintKind::kJsonSchema, R"({"type": "array", "items": {"type": "integer"}})"}};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937 rng(t);
+      for (int i = 0; i < 30; ++i) {
+        const ConstraintSpec& spec = specs[(t + i) % specs.size()];
+        auto compiled = cache.Get(spec, "constraint");
+        ASSERT_TRUE(compiled.ok()) << compiled.status();
+        const std::string document = Sample(*compiled, rng, 400);
+        if (!document.empty() && spec.kind != ConstraintKind::kRegex) {
+          EXPECT_FALSE(nlohmann::json::parse(document, nullptr, false).is_discarded()) << document;
+        }
+        EXPECT_LE((*compiled)->cached_masks(), limits.max_cached_masks);
+      }
+    });
+  }
+  for (std::thread& thread : threads) thread.join();
 }
 
 TEST(CompiledConstraintTest, ErrorsNameTheField) {
