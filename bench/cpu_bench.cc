@@ -7,8 +7,9 @@
 // writes bench/results/cpu.md.
 //
 // Sections: machine floors; our packed Linear vs OpenBLAS sgemm over the model's weights;
-// decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens chunked and token by token;
-// decode latency at positions 100, 1 000 and 10 000. Output: markdown on stdout.
+// decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens chunked and token by token
+// (batch-1 decode steps); decode latency at positions 100, 1 000 and 10 000. Output: markdown
+// on stdout.
 //
 // With --contexts, only the context sweep of issue 19 runs instead (bench/run_scaling.sh): the
 // decode step at each context and batch, over real states (one session prefilled up to each
@@ -44,6 +45,7 @@
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/threads.h"
 #include "model/backend/backend.h"
+#include "model/backend/cpu/cpu_backend.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -339,14 +341,38 @@ PrefillRow MeasurePrefill(const Model& model, const Work& work, int chunk, int t
   const auto t = Clock::now();
   Must(backend->Prefill(slot, prompt, absl::MakeSpan(logits)));
   const double seconds = Seconds(t);
-  // Layer weights once per chunk, the head once (last logits only).
-  const double passes = (tokens + chunk - 1) / chunk;
-  return {chunk == 1 ? "token by token (chunk 1)" : absl::StrCat("chunked (", chunk, ")"),
+  // The layers' GEMMs run over passes of CpuBackend::kPrefillPassRows rows whatever the chunk
+  // size (which sets the attention's chunk only): layer weights once per pass, the head once
+  // (last logits only).
+  const double passes = (tokens + CpuBackend::kPrefillPassRows - 1) / CpuBackend::kPrefillPassRows;
+  return {absl::StrCat("chunked (", chunk, ")"),
           chunk,
           tokens,
           seconds,
           passes * (work.weight_bytes - work.head_bytes) + work.head_bytes,
           tokens * (work.layer_flops + work.attention_flops) + work.head_flops};
+}
+
+// The prompt fed as batch-1 decode steps, one token at a time (what a server without a
+// parallel prefill does): every weight, the head's included, and the state once per token.
+PrefillRow MeasureTokenByToken(const Model& model, const Work& work, int tokens, int threads,
+                               std::mt19937_64& rng) {
+  BackendOptions options;
+  options.num_threads = threads;
+  options.max_slots = 1;
+  std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
+  const SlotId slot = Must(backend->AllocateSlot());
+  const std::vector<TokenId> prompt = RandomTokens(tokens, rng);
+  std::vector<float> logits(32000);
+  const auto t = Clock::now();
+  for (TokenId token : prompt) Must(backend->Decode({{slot, token}}, absl::MakeSpan(logits)));
+  const double seconds = Seconds(t);
+  return {"token by token (batch-1 decode steps, head included; the peer's step has no head)",
+          1,
+          tokens,
+          seconds,
+          tokens * (work.weight_bytes + 2.0 * work.state_bytes),
+          tokens * (work.layer_flops + work.head_flops + work.attention_flops)};
 }
 
 struct LatencyRow {
@@ -555,9 +581,8 @@ int Main() {
   backend.reset();
   std::fprintf(stderr, "prefill...\n");
   std::vector<PrefillRow> prefill;
-  for (int chunk : {absl::GetFlag(FLAGS_chunk_size), 1}) {
-    prefill.push_back(MeasurePrefill(model, work, chunk, 2048, threads, rng));
-  }
+  prefill.push_back(MeasurePrefill(model, work, absl::GetFlag(FLAGS_chunk_size), 2048, threads, rng));
+  prefill.push_back(MeasureTokenByToken(model, work, 2048, threads, rng));
   std::fprintf(stderr, "latency...\n");
   const std::vector<LatencyRow> latency = MeasureLatency(model, threads, rng);
   const Bandwidth end_bw = MeasureBandwidth(threads);
