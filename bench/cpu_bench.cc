@@ -40,6 +40,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/blas.h"
 #include "kernels/cpu/packed_linear.h"
@@ -65,30 +66,10 @@ ABSL_FLAG(std::string, json_out, "", "The context sweep's JSON file (required wi
 namespace linserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The benchmark cannot go on after a failed call: report it and stop.
-void Must(const absl::Status& status) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "cpu_bench: %s\n", status.ToString().c_str());
-    std::exit(1);
-  }
-}
-
-template <class T>
-T Must(absl::StatusOr<T> value) {
-  Must(value.status());
-  return *std::move(value);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Clock;
+using bench::Median;
+using bench::Must;
+using bench::Seconds;
 
 double Best(int repeats, const std::function<void()>& f) {
   double best = 1e300;

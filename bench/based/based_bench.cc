@@ -32,6 +32,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "model/backend/backend.h"
 #include "model/format/config.h"
 #include "model/format/file_io.h"
@@ -61,30 +62,10 @@ ABSL_FLAG(int32_t, threads, 0, "CPU backend threads, in [0, 1024]; 0 = every cor
 namespace linserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// The benchmark cannot go on after a failed call: report it and stop.
-void Must(const absl::Status& status) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "based_bench: %s\n", status.ToString().c_str());
-    std::exit(1);
-  }
-}
-
-template <class T>
-T Must(absl::StatusOr<T> value) {
-  Must(value.status());
-  return *std::move(value);
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
+using bench::Clock;
+using bench::Median;
+using bench::Must;
+using bench::Seconds;
 
 // Parses a comma-separated list of integers in [lo, hi]; exits on anything else.
 std::vector<int64_t> ParseList(const char* flag, const std::string& text, int64_t lo,

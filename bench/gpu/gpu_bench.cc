@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
@@ -48,17 +49,10 @@ ABSL_FLAG(std::string, json_out, "", "Also write every figure as JSON to this fi
 namespace linserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using bench::Clock;
+using bench::Median;
+using bench::Seconds;
 using Json = nlohmann::json;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 void Die(const absl::Status& status, const char* what) {
   if (status.ok()) return;

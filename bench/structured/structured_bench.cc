@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "bench/bench_support.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
 #include "server/constraints/compiled_constraint.h"
@@ -39,24 +40,10 @@ ABSL_FLAG(int32_t, threads, 0, "CPU backend threads, in [0, 1024]; 0 = every cor
 namespace linserve {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-double Seconds(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-void Must(const absl::Status& status) {
-  if (!status.ok()) {
-    std::fprintf(stderr, "structured_bench: %s\n", status.ToString().c_str());
-    std::exit(1);
-  }
-}
-
-template <class T>
-T Must(absl::StatusOr<T> value) {
-  Must(value.status());
-  return *std::move(value);
-}
+using bench::Clock;
+using bench::Median;
+using bench::Must;
+using bench::Seconds;
 
 struct Case {
   const char* name;
@@ -138,11 +125,6 @@ std::vector<int32_t> ParseList(const std::string& text, int32_t max) {
     values.push_back(value);
   }
   return values;
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values[values.size() / 2];
 }
 
 int Main() {
