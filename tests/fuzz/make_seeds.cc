@@ -125,6 +125,12 @@ void AddSnapshots(std::map<std::string, std::string>& out) {
   const std::string encoded = EncodeSnapshot(mid, kFingerprint);
   out["mid_session"] = SnapshotInput(encoded);
   out["mid_session_raw"] = std::string(1, '\1') + encoded;  // checksum included, as exported
+  // The same session as version 1 wrote it: no has_constraint byte before the checksum (the
+  // input's byte 0, then the 8-byte magic, then the u32 version).
+  std::string v1 = SnapshotInput(encoded);
+  v1.pop_back();
+  v1.replace(1 + 8, 4, std::string("\x01\x00\x00\x00", 4));
+  out["mid_session_v1"] = v1;
 
   // The same session in the middle of a constrained document (snapshot version 2).
   mid.constraint.emplace();
