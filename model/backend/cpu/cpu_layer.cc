@@ -69,6 +69,10 @@ void CpuWorkspace::Allocate() {
   for (int64_t floats : sizes_) buffers_.emplace_back(floats);
 }
 
+cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t) {
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1], context.weight_format);
+}
+
 CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
   const ModelConfig& config = context.model.config;
   const ModelWeights& w = context.model.weights;

@@ -11,6 +11,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/packed_matrix.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
 
@@ -57,7 +58,12 @@ struct CpuLayerContext {
   int threads = 1;
   int max_rows = 0;  // rows of one pass at most
   CpuWorkspace& workspace;
+  // How every weight matrix is packed (options.weight_precision resolved for the CPU).
+  cpu::WeightFormat weight_format = cpu::WeightFormat::kFp32;
 };
+
+// `t` ([out_features, in_features]) packed in context.weight_format.
+cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t);
 
 class CpuNorm {
  public:
