@@ -16,21 +16,6 @@ constexpr int32_t kMaxChunk = 4096;
 constexpr int32_t kMaxThreads = 1024;
 constexpr int32_t kMaxBatch = 1 << 16;
 
-cpu::WeightFormat CpuWeightFormat(WeightPrecision requested) {
-  switch (CpuWeightPrecision(requested)) {
-    case WeightPrecision::kBf16:
-      return cpu::WeightFormat::kBf16;
-    case WeightPrecision::kFp16:
-      return cpu::WeightFormat::kFp16;
-    case WeightPrecision::kInt8:
-      return cpu::WeightFormat::kInt8;
-    case WeightPrecision::kAuto:
-    case WeightPrecision::kFp32:
-      break;
-  }
-  return cpu::WeightFormat::kFp32;
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,

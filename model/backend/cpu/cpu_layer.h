@@ -62,6 +62,9 @@ struct CpuLayerContext {
   cpu::WeightFormat weight_format = cpu::WeightFormat::kFp32;
 };
 
+// The CPU's packing of `requested` (auto: fp32).
+cpu::WeightFormat CpuWeightFormat(WeightPrecision requested);
+
 // `t` ([out_features, in_features]) packed in context.weight_format.
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t);
 
