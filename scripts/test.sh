@@ -31,8 +31,9 @@ jobs=$(nproc)
 # end in-process on a byte-tokenizer model, and the constraint tests under tests/server/constraints
 # and engine_constraint_test run the matcher and the engine's constraint path, here too).
 readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test|structured_test|structured_client_test)$'
-# Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU backend on it; the engine
-# thread against its callers, session store and scheduler (fake backend); the persister's writer
+# Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU
+# backend on it; the engine thread against its callers, session store and scheduler (fake
+# backend); the persister's writer
 # thread against the store reading records back; the load generator; the constraint cache and
 # its masks shared by transport threads and the engine thread. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
