@@ -58,8 +58,7 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
                                 .options = options,
                                 .threads = threads,
                                 .max_rows = max_rows_,
-                                .workspace = workspace_,
-                                .weight_format = CpuWeightFormat(options.weight_precision)};
+                                .workspace = workspace_};
   layers_ = CreateCpuLayers(context);
   workspace_.Allocate();
   head_ = PackWeights(context, model.weights.head(config_));

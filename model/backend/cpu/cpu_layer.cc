@@ -85,7 +85,8 @@ cpu::WeightFormat CpuWeightFormat(WeightPrecision requested) {
 }
 
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1], context.weight_format);
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1],
+                                 CpuWeightFormat(context.options.weight_precision));
 }
 
 CpuLayers CreateCpuLayers(const CpuLayerContext& context) {

@@ -58,14 +58,12 @@ struct CpuLayerContext {
   int threads = 1;
   int max_rows = 0;  // rows of one pass at most
   CpuWorkspace& workspace;
-  // How every weight matrix is packed (options.weight_precision resolved for the CPU).
-  cpu::WeightFormat weight_format = cpu::WeightFormat::kFp32;
 };
 
 // The CPU's packing of `requested` (auto: fp32).
 cpu::WeightFormat CpuWeightFormat(WeightPrecision requested);
 
-// `t` ([out_features, in_features]) packed in context.weight_format.
+// `t` ([out_features, in_features]) packed in CpuWeightFormat(context.options.weight_precision).
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t);
 
 class CpuNorm {
