@@ -12,7 +12,10 @@
 //
 // bf16, fp16 and int8 panels are widened to fp32 in registers (bf16: zero-extend and shift;
 // fp16: vcvtph2ps; int8: vpmovsxbd, vcvtdq2ps, times the block's scale) and go through the
-// same FMA sequence as fp32, which keeps every output bitwise independent of the batch. A step
+// same FMA sequence as fp32, which keeps every output bitwise independent of the batch. int8
+// scales each weight before its FMA rather than each block's partial sum after it (one more
+// vmulps per 8 weights): the result is then exactly the fp32 Linear over the dequantized
+// weights, which the tests check bitwise, and one code path serves every format. A step
 // of up to kMaxRows rows (decode) widens each weight as it streams it (FusedTile); a single row
 // has only two FMA chains per panel, which the 4-cycle FMA latency would hold below the DRAM
 // rate of 1–2-byte weights, so small row counts run several panels side by side. More rows
