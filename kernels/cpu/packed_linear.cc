@@ -191,11 +191,10 @@ struct Bf16Format {
   struct Block {
     const std::byte* data;
     void Load(int64_t i, __m256& lo, __m256& hi) const {
-      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * 32));
-      lo = _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_castsi256_si128(h)), 16));
+      const __m128i* h = reinterpret_cast<const __m128i*>(data + i * 32);
+      lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
       hi = _mm256_castsi256_ps(
-          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm256_extracti128_si256(h, 1)), 16));
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h + 1)), 16));
     }
   };
   static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }

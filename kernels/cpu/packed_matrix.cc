@@ -108,8 +108,9 @@ PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in
             int8_t* q = reinterpret_cast<int8_t*>(block + kWidth * 4);
             for (int64_t k = k0; k < k0 + n; ++k) {
               const float v = scale == 0.0f ? 0.0f : At(w, out_features, in, row, k) / scale;
-              q[(k - k0) * kWidth + c] =
-                  static_cast<int8_t>(std::clamp(std::nearbyint(v), -127.0f, 127.0f));
+              // A NaN (a NaN or infinite weight) stores 0 rather than an undefined conversion.
+              q[(k - k0) * kWidth + c] = static_cast<int8_t>(
+                  std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v), -127.0f, 127.0f));
             }
           }
           break;

@@ -23,7 +23,8 @@ enum class WeightFormat {
   kFp16,
   // int8 with one fp32 scale per block of kInt8Block input features per output feature:
   // scale = max|w| / 127 over the block, q = round-to-nearest-even(w / scale) in [-127, 127]; an
-  // all-zero block has scale 0 (and q = 0). The weight is q · scale, rounded to fp32.
+  // all-zero block has scale 0 (and q = 0); a NaN or infinite weight stores q = 0. The weight is
+  // q · scale, rounded to fp32.
   kInt8,
 };
 
