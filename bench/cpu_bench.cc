@@ -11,6 +11,9 @@
 // (batch-1 decode steps); decode latency at positions 100, 1 000 and 10 000. Output: markdown
 // on stdout.
 //
+// --weight_precision packs every weight matrix (the engine's and the Linear section's) in that
+// format (docs/architecture.md §4.9); the bandwidth floors count its bytes per weight.
+//
 // With --contexts, only the context sweep of issue 19 runs instead (bench/run_scaling.sh): the
 // decode step at each context and batch, over real states (one session prefilled up to each
 // context in turn and forked into the batch), written as JSON to --json_out, whose tables and
@@ -47,6 +50,8 @@
 #include "kernels/cpu/threads.h"
 #include "model/backend/backend.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/cpu/cpu_layer.h"
+#include "model/backend/weight_precision.h"
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "spdlog/sinks/stdout_color_sinks.h"
@@ -62,6 +67,9 @@ ABSL_FLAG(std::string, contexts, "",
           "each context and --context_batches) and write it to --json_out.");
 ABSL_FLAG(std::string, context_batches, "1,32", "Batch sizes of the context sweep, in [1, 1024].");
 ABSL_FLAG(std::string, json_out, "", "The context sweep's JSON file (required with --contexts).");
+// Default: auto (fp32 on the CPU).
+ABSL_FLAG(std::string, weight_precision, "auto",
+          "Weight matrices as auto (fp32), fp32, bf16, fp16 or int8 in everything measured.");
 
 namespace linserve {
 namespace {
@@ -70,6 +78,31 @@ using bench::Clock;
 using bench::Median;
 using bench::Must;
 using bench::Seconds;
+
+// --weight_precision as the CPU backend runs it; exits on a value it does not know.
+WeightPrecision Precision() {
+  absl::StatusOr<WeightPrecision> p = ParseWeightPrecision(absl::GetFlag(FLAGS_weight_precision));
+  if (!p.ok()) {
+    std::fprintf(stderr, "cpu_bench: --%s\n", std::string(p.status().message()).c_str());
+    std::exit(2);
+  }
+  return CpuWeightPrecision(*p);
+}
+
+// Bytes one weight of `precision` takes once packed (int8: 1 + a 4-byte scale per 32).
+double BytesPerWeight(WeightPrecision precision) {
+  switch (precision) {
+    case WeightPrecision::kBf16:
+    case WeightPrecision::kFp16:
+      return 2.0;
+    case WeightPrecision::kInt8:
+      return 1.0 + 4.0 / 32;
+    case WeightPrecision::kAuto:
+    case WeightPrecision::kFp32:
+      break;
+  }
+  return 4.0;
+}
 
 double Best(int repeats, const std::function<void()>& f) {
   double best = 1e300;
@@ -211,11 +244,13 @@ std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
   for (const LayerWeights& l : model.weights.layers) {
     for (const Tensor* t : {&l.q_weight, &l.k_weight, &l.v_weight, &l.o_weight, &l.fc1_weight,
                             &l.fc2_weight}) {
-      ms.push_back({t, cpu::PackedMatrix::Pack(t->data.data(), t->shape[0], t->shape[1])});
+      ms.push_back({t, cpu::PackedMatrix::Pack(t->data.data(), t->shape[0], t->shape[1],
+                                               CpuWeightFormat(Precision()))});
     }
   }
   const Tensor& head = model.weights.token_embedding;
-  ms.push_back({&head, cpu::PackedMatrix::Pack(head.data.data(), head.shape[0], head.shape[1])});
+  ms.push_back({&head, cpu::PackedMatrix::Pack(head.data.data(), head.shape[0], head.shape[1],
+                                               CpuWeightFormat(Precision()))});
 
   std::vector<LinearRow> out;
   for (int rows : {1, 8, 32, 128}) {
@@ -224,7 +259,7 @@ std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
     LinearRow r{rows, 0, 0, 0, 0};
     for (const Matrix& m : ms) {
       r.flops += 2.0 * rows * m.w->shape[0] * m.w->shape[1];
-      r.bytes += 4.0 * m.w->shape[0] * m.w->shape[1];
+      r.bytes += static_cast<double>(m.packed.bytes());
     }
     const int repeats = rows >= 32 ? 3 : 5;
     r.packed_ms = 1e3 * Best(repeats, [&] {
@@ -262,10 +297,11 @@ Work WorkOf(const ModelConfig& c) {
   Work w;
   const double d = c.d_model, hd = static_cast<double>(c.n_heads) * c.head_dim, ff = c.d_ff;
   const double layer_params = 3 * d * hd + hd * d + 2 * d * ff;
-  w.weight_bytes = 4.0 * (c.n_layers * layer_params + static_cast<double>(c.vocab_size) * d);
+  const double weight = BytesPerWeight(Precision());
+  w.weight_bytes = weight * (c.n_layers * layer_params + static_cast<double>(c.vocab_size) * d);
   w.layer_flops = 2.0 * c.n_layers * layer_params;
   w.head_flops = 2.0 * c.vocab_size * d;
-  w.head_bytes = 4.0 * c.vocab_size * d;
+  w.head_bytes = weight * c.vocab_size * d;
   w.attention_flops = 4.0 * c.n_layers * c.n_heads * c.feature_dim * c.head_dim;
   w.state_bytes = 4.0 * static_cast<double>(c.StateFloatsPerSlot());
   return w;
@@ -312,6 +348,7 @@ struct PrefillRow {
 PrefillRow MeasurePrefill(const Model& model, const Work& work, int chunk, int tokens,
                           int threads, std::mt19937_64& rng) {
   BackendOptions options;
+  options.weight_precision = Precision();
   options.prefill_chunk_size = chunk;
   options.num_threads = threads;
   options.max_slots = 1;
@@ -339,6 +376,7 @@ PrefillRow MeasurePrefill(const Model& model, const Work& work, int chunk, int t
 PrefillRow MeasureTokenByToken(const Model& model, const Work& work, int tokens, int threads,
                                std::mt19937_64& rng) {
   BackendOptions options;
+  options.weight_precision = Precision();
   options.num_threads = threads;
   options.max_slots = 1;
   std::unique_ptr<Backend> backend = Must(CreateCpuBackend(model, options));
@@ -366,6 +404,7 @@ struct LatencyRow {
 std::vector<LatencyRow> MeasureLatency(const Model& model, int threads, std::mt19937_64& rng) {
   const std::vector<int64_t> positions = {100, 1000, 10000};
   BackendOptions options;
+  options.weight_precision = Precision();
   options.num_threads = threads;
   options.max_slots = 4;
   options.prefill_chunk_size = 256;
@@ -417,6 +456,7 @@ std::vector<ContextPoint> MeasureContexts(const Model& model, int threads,
   std::sort(contexts.begin(), contexts.end());
   const int max_batch = *std::max_element(batches.begin(), batches.end());
   BackendOptions options;
+  options.weight_precision = Precision();
   options.num_threads = threads;
   options.max_batch_size = max_batch;
   options.max_slots = max_batch + 1;
@@ -492,6 +532,7 @@ int ContextSweep(int threads) {
   const std::vector<ContextPoint> points = MeasureContexts(model, threads, contexts, batches, rng);
   nlohmann::json doc = {{"threads", threads},
                         {"parameters", model.weights.ParameterCount()},
+                        {"weight_precision", std::string(WeightPrecisionName(Precision()))},
                         {"state_bytes_per_session", WorkOf(config).state_bytes},
                         {"points", nlohmann::json::array()}};
   for (const ContextPoint& p : points) {
@@ -520,6 +561,7 @@ std::string Ratio(const nlohmann::json& peer, const std::string& key, double our
 
 int Main() {
   const int threads = cpu::ResolveNumThreads(absl::GetFlag(FLAGS_threads));
+  Precision();  // an unknown value stops the run before anything is measured
   if (!absl::GetFlag(FLAGS_contexts).empty()) return ContextSweep(threads);
   nlohmann::json peer = nlohmann::json::object();
   if (const std::string path = absl::GetFlag(FLAGS_peer_json); !path.empty()) {
@@ -550,6 +592,7 @@ int Main() {
 
   std::fprintf(stderr, "decode...\n");
   BackendOptions options;
+  options.weight_precision = Precision();
   options.num_threads = threads;
   options.max_batch_size = 128;
   options.max_slots = 130;
@@ -562,7 +605,8 @@ int Main() {
   backend.reset();
   std::fprintf(stderr, "prefill...\n");
   std::vector<PrefillRow> prefill;
-  prefill.push_back(MeasurePrefill(model, work, absl::GetFlag(FLAGS_chunk_size), 2048, threads, rng));
+  prefill.push_back(
+      MeasurePrefill(model, work, absl::GetFlag(FLAGS_chunk_size), 2048, threads, rng));
   prefill.push_back(MeasureTokenByToken(model, work, 2048, threads, rng));
   std::fprintf(stderr, "latency...\n");
   const std::vector<LatencyRow> latency = MeasureLatency(model, threads, rng);
@@ -584,9 +628,10 @@ int Main() {
   std::printf("| floors use: read bandwidth %.1f GB/s (the higher), GEMM peak %.1f GFLOP/s (the "
               "higher) | |\n\n",
               floors.read_gbs, floors.peak_gflops());
-  std::printf("Model: 125M shape, %.1f M parameters, weights streamed per step %.0f MB, "
+  std::printf("Model: 125M shape, %.1f M parameters, %s weights streamed per step %.0f MB, "
               "state %.2f MB per session.\n\n",
-              model.weights.ParameterCount() / 1e6, work.weight_bytes / 1e6,
+              model.weights.ParameterCount() / 1e6,
+              std::string(WeightPrecisionName(Precision())).c_str(), work.weight_bytes / 1e6,
               work.state_bytes / 1e6);
 
   std::printf("## Linear layers: packed kernel vs OpenBLAS sgemm (all 73 weight matrices, "

@@ -31,13 +31,14 @@ jobs=$(nproc)
 # end in-process on a byte-tokenizer model, and the constraint tests under tests/server/constraints
 # and engine_constraint_test run the matcher and the engine's constraint path, here too).
 readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test|structured_test|structured_client_test)$'
-# Threads sharing memory of ours: the kernels' thread pool and the CPU backend on it; the engine
-# thread against its callers, session store and scheduler (fake backend); the persister's writer
+# Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU
+# backend on it; the engine thread against its callers, session store and scheduler (fake
+# backend); the persister's writer
 # thread against the store reading records back; the load generator; the constraint cache and
 # its masks shared by transport threads and the engine thread. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
 # cannot see in Debian's uninstrumented build (tests/sanitizers/README.md).
-tsan_tests=(cpu_kernels_test cpu_backend_test engine_test engine_prefix_test session_store_test
+tsan_tests=(cpu_kernels_test weight_formats_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
             engine_constraint_test)
@@ -49,7 +50,7 @@ readonly kTsanTests
 # prefill in pieces, state moving between the backends). The rest of cuda_backend_test (batch
 # invariance at 256, graphs, 1000-token decode, sampling) takes minutes more there and runs on
 # a GPU, or by hand under the emulation.
-readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.AMaskAllowingNoToken*'
+readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.AMaskAllowingNoToken*:CudaBackendTest.Int8WeightsAreRefused*'
 
 export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"

@@ -19,9 +19,11 @@ ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR,
 ABSL_FLAG(std::string, device, "auto",
           "Where the model runs: auto (CUDA when this build has it and a GPU is present, else "
           "CPU), cpu or cuda.");
-ABSL_FLAG(std::string, weight_precision, "bf16",
-          "Weight storage on a GPU: bf16, fp16 or fp32. The CPU always computes in fp32 and the "
-          "recurrent state is fp32 everywhere.");
+// Default: auto (bf16 on CUDA, fp32 on the CPU).
+ABSL_FLAG(std::string, weight_precision, "auto",
+          "Storage of the weight matrices: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16, "
+          "fp16 or int8 (CPU only: a scale per 32 weights). Embeddings, norms, biases and the "
+          "recurrent state stay fp32, and GEMMs accumulate in fp32, everywhere.");
 // Default: 127.0.0.1 (loopback only, as llama.cpp's server; images pass --host=0.0.0.0).
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface the gRPC and HTTP servers listen on (0.0.0.0: every interface). Listening "
@@ -196,14 +198,6 @@ ABSL_FLAG(std::string, log_level, "info", "Log level: trace, debug, info, warn o
 
 namespace linserve {
 namespace {
-
-absl::StatusOr<WeightPrecision> ParseWeightPrecision(const std::string& text) {
-  if (text == "bf16") return WeightPrecision::kBf16;
-  if (text == "fp16") return WeightPrecision::kFp16;
-  if (text == "fp32") return WeightPrecision::kFp32;
-  return absl::InvalidArgumentError(
-      absl::StrCat("--weight_precision: \"", text, "\" is not one of bf16, fp16, fp32"));
-}
 
 absl::StatusOr<std::string> ReadToken(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -398,7 +392,9 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
   o.num_threads = absl::GetFlag(FLAGS_threads);
   absl::StatusOr<WeightPrecision> precision =
       ParseWeightPrecision(absl::GetFlag(FLAGS_weight_precision));
-  if (!precision.ok()) return precision.status();
+  if (!precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", precision.status().message()));
+  }
   o.weight_precision = *precision;
   return o;
 }

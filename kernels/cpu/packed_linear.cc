@@ -9,11 +9,25 @@
 // larger M (decode batches, prefill chunks) compute-bound; there a software prefetch of the next
 // panel hides the DRAM stream behind the tiles that reuse the current one from cache. Threads
 // take contiguous runs of panels.
+//
+// bf16, fp16 and int8 panels are widened to fp32 in registers (bf16: zero-extend and shift;
+// fp16: vcvtph2ps; int8: vpmovsxbd, vcvtdq2ps, times the block's scale) and go through the
+// same FMA sequence as fp32, which keeps every output bitwise independent of the batch. int8
+// scales each weight before its FMA rather than each block's partial sum after it (one more
+// vmulps per 8 weights): the result is then exactly the fp32 Linear over the dequantized
+// weights, which the tests check bitwise, and one code path serves every format. A step
+// of up to kMaxRows rows (decode) widens each weight as it streams it (FusedTile); a single row
+// has only two FMA chains per panel, which the 4-cycle FMA latency would hold below the DRAM
+// rate of 1–2-byte weights, so small row counts run several panels side by side. More rows
+// (batched decode, prefill) widen each panel once into a per-thread fp32 buffer and run the fp32
+// micro-kernel over it for every tile of rows, so the widening is paid once per panel, not per
+// row.
 #include "kernels/cpu/packed_linear.h"
 
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstddef>
 
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math.h"
@@ -24,6 +38,7 @@ namespace {
 
 constexpr int kWidth = PackedMatrix::kPanelWidth;
 constexpr int kMaxRows = 6;  // rows of the register tile
+constexpr int kMaxAccumulators = 12;
 
 inline __m256 Activate(Activation act, __m256 v) {
   switch (act) {
@@ -126,52 +141,257 @@ void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int6
   }
 }
 
-// All rows for panel p. `next` is the panel this thread computes next (or null).
-void Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t p,
-           const float* next, const float* bias, Activation act, LinearOutput output, float* y,
-           int64_t ldy) {
+Epilogue PanelEpilogue(const PackedMatrix& w, int64_t p, const float* bias, Activation act,
+                       LinearOutput output) {
   const int64_t col0 = p * kWidth;
-  const Epilogue e{bias != nullptr ? bias + col0 : nullptr, act, output,
-                   static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};
-  // Rows are split into the fewest tiles of at most kMaxRows, as evenly as possible: a tile of
-  // 1–2 rows has too few independent FMA chains to hide the FMA latency, so 32 rows run as
-  // 6+6+5+5+5+5 rather than 6·5+2.
+  return Epilogue{bias != nullptr ? bias + col0 : nullptr, act, output,
+                  static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};
+}
+
+// Rows are split into the fewest tiles of at most kMaxRows, as evenly as possible: a tile of
+// 1–2 rows has too few independent FMA chains to hide the FMA latency, so 32 rows run as
+// 6+6+5+5+5+5 rather than 6·5+2. Calls tile(first_row, rows, index) for each.
+template <class F>
+void ForEachTile(int64_t rows, const F& tile) {
   const int64_t tiles = (rows + kMaxRows - 1) / kMaxRows;
   const int64_t base = rows / tiles;
   const int64_t longer = rows % tiles;  // the first `longer` tiles take base + 1 rows
   int64_t r = 0;
   for (int64_t t = 0; t < tiles; ++t) {
     const int64_t n = base + (t < longer ? 1 : 0);
-    // The first tile streams this panel from DRAM; the others find it in cache. The second
-    // prefetches the next panel, so that its first tile does not wait on DRAM either (+20%
-    // at 32 rows).
-    TileOfRows(n, x + r * ldx, ldx, w.panel(p), w.in_features(), e, y + r * ldy + col0, ldy,
-               t == 1 ? next : nullptr);
+    tile(r, n, t);
     r += n;
   }
 }
 
-}  // namespace
+// All rows for fp32 panel p. `next` is the panel this thread computes next (or null).
+void Fp32Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t p,
+               const float* next, const float* bias, Activation act, LinearOutput output,
+               float* y, int64_t ldy) {
+  const Epilogue e = PanelEpilogue(w, p, bias, act, output);
+  const float* panel = reinterpret_cast<const float*>(w.panel(p));
+  ForEachTile(rows, [&](int64_t r, int64_t n, int64_t t) {
+    // The first tile streams this panel from DRAM; the others find it in cache. The second
+    // prefetches the next panel, so that its first tile does not wait on DRAM either (+20%
+    // at 32 rows).
+    TileOfRows(n, x + r * ldx, ldx, panel, w.in_features(), e, y + r * ldy + p * kWidth, ldy,
+               t == 1 ? next : nullptr);
+  });
+}
 
-PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in_features) {
-  PackedMatrix m;
-  m.out_features_ = out_features;
-  m.in_features_ = in_features;
-  m.data_ = FloatBuffer(m.panels() * kWidth * in_features);
-  for (int64_t p = 0; p < m.panels(); ++p) {
-    float* dst = m.data_.data() + p * kWidth * in_features;
-    for (int64_t c = 0; c < kWidth; ++c) {
-      const int64_t row = p * kWidth + c;
-      if (row < out_features) {
-        const float* src = w + row * in_features;
-        for (int64_t k = 0; k < in_features; ++k) dst[k * kWidth + c] = src[k];
-      } else {
-        for (int64_t k = 0; k < in_features; ++k) dst[k * kWidth + c] = 0.0f;
+// ---- bf16, fp16, int8 ----------------------------------------------------------------------
+// Each format walks a panel in blocks of kBlock input features: Offset(k0) is where the block
+// starting at k0 lies in the panel, Bytes(n) its size for n features, and Block::Load(i) the 16
+// fp32 weights of its i-th feature (lanes 0–7, 8–15).
+
+struct Bf16Format {
+  static constexpr int64_t kBlock = 32;
+  static int64_t Offset(int64_t k0) { return k0 * kWidth * 2; }
+  static int64_t Bytes(int64_t n) { return n * kWidth * 2; }
+  struct Block {
+    const std::byte* data;
+    void Load(int64_t i, __m256& lo, __m256& hi) const {
+      const __m128i* h = reinterpret_cast<const __m128i*>(data + i * 32);
+      lo = _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h)), 16));
+      hi = _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h + 1)), 16));
+    }
+  };
+  static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
+};
+
+struct Fp16Format {
+  static constexpr int64_t kBlock = 32;
+  static int64_t Offset(int64_t k0) { return k0 * kWidth * 2; }
+  static int64_t Bytes(int64_t n) { return n * kWidth * 2; }
+  struct Block {
+    const std::byte* data;
+    void Load(int64_t i, __m256& lo, __m256& hi) const {
+      lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i * 32)));
+      hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i * 32 + 16)));
+    }
+  };
+  static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
+};
+
+struct Int8Format {
+  static constexpr int64_t kBlock = PackedMatrix::kInt8Block;
+  static int64_t Offset(int64_t k0) { return k0 * kWidth + k0 / kBlock * kWidth * 4; }
+  static int64_t Bytes(int64_t n) { return kWidth * 4 + n * kWidth; }
+  struct Block {
+    __m256 scale_lo, scale_hi;
+    const std::byte* q;
+    void Load(int64_t i, __m256& lo, __m256& hi) const {
+      const std::byte* qi = q + i * kWidth;
+      lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi)))),
+                         scale_lo);
+      hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
+                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi + 8)))),
+                         scale_hi);
+    }
+  };
+  static Block At(const std::byte* panel, int64_t k0) {
+    const std::byte* block = panel + Offset(k0);
+    const float* scales = reinterpret_cast<const float*>(block);
+    return {_mm256_loadu_ps(scales), _mm256_loadu_ps(scales + 8), block + kWidth * 4};
+  }
+};
+
+// Panels that run side by side for a tile of kRows rows: as many as fit in the 12 accumulators.
+template <int kRows>
+constexpr int kPanelsPerTile = kMaxAccumulators / (2 * kRows);
+
+// y rows [0, kRows) of kPanels consecutive panels starting at p, widening as it streams.
+template <class F, int kRows, int kPanels>
+void FusedTile(const float* __restrict x, int64_t ldx, const PackedMatrix& w, int64_t p,
+               const float* bias, Activation act, LinearOutput output, float* __restrict y,
+               int64_t ldy) {
+  static_assert(kPanels >= 1 && 2 * kRows * kPanels <= kMaxAccumulators);
+  const int64_t k_dim = w.in_features();
+  __m256 lo[kPanels][kRows];
+  __m256 hi[kPanels][kRows];
+#pragma GCC unroll 8
+  for (int j = 0; j < kPanels; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) lo[j][i] = hi[j][i] = _mm256_setzero_ps();
+  }
+  for (int64_t k0 = 0; k0 < k_dim; k0 += F::kBlock) {
+    const int64_t n = std::min(F::kBlock, k_dim - k0);
+    typename F::Block block[kPanels];
+#pragma GCC unroll 8
+    for (int j = 0; j < kPanels; ++j) block[j] = F::At(w.panel(p + j), k0);
+    for (int64_t k = 0; k < n; ++k) {
+#pragma GCC unroll 8
+      for (int j = 0; j < kPanels; ++j) {
+        __m256 w_lo, w_hi;
+        block[j].Load(k, w_lo, w_hi);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) {
+          const __m256 xi = _mm256_broadcast_ss(x + i * ldx + k0 + k);
+          lo[j][i] = _mm256_fmadd_ps(xi, w_lo, lo[j][i]);
+          hi[j][i] = _mm256_fmadd_ps(xi, w_hi, hi[j][i]);
+        }
       }
     }
   }
-  return m;
+#pragma GCC unroll 8
+  for (int j = 0; j < kPanels; ++j) {
+    const Epilogue e = PanelEpilogue(w, p + j, bias, act, output);
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) Finish(e, lo[j][i], hi[j][i], y + i * ldy + (p + j) * kWidth);
+  }
 }
+
+// Panels [begin, end) for kRows (<= kMaxRows) rows, kPanelsPerTile<kRows> at a time.
+template <class F, int kRows>
+void FusedPanels(const float* x, int64_t ldx, const PackedMatrix& w, int64_t begin, int64_t end,
+                 const float* bias, Activation act, LinearOutput output, float* y, int64_t ldy) {
+  constexpr int kGroup = kPanelsPerTile<kRows>;
+  int64_t p = begin;
+  for (; p + kGroup <= end; p += kGroup) {
+    FusedTile<F, kRows, kGroup>(x, ldx, w, p, bias, act, output, y, ldy);
+  }
+  if constexpr (kGroup > 1) {
+    for (; p < end; ++p) FusedTile<F, kRows, 1>(x, ldx, w, p, bias, act, output, y, ldy);
+  }
+}
+
+template <class F>
+void FusedRows(int64_t rows, const float* x, int64_t ldx, const PackedMatrix& w, int64_t begin,
+               int64_t end, const float* bias, Activation act, LinearOutput output, float* y,
+               int64_t ldy) {
+  switch (rows) {
+    case 1:
+      return FusedPanels<F, 1>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+    case 2:
+      return FusedPanels<F, 2>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+    case 3:
+      return FusedPanels<F, 3>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+    case 4:
+      return FusedPanels<F, 4>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+    case 5:
+      return FusedPanels<F, 5>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+    case 6:
+      return FusedPanels<F, 6>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+  }
+}
+
+// out[k · 16 + c] = the fp32 weight of panel p's column c at input feature k, for every k.
+// Pulls `next` (the panel this thread widens next, or null) towards L2 as it goes.
+template <class F>
+void Widen(const PackedMatrix& w, int64_t p, const std::byte* next, float* __restrict out) {
+  const int64_t k_dim = w.in_features();
+  for (int64_t k0 = 0; k0 < k_dim; k0 += F::kBlock) {
+    const int64_t n = std::min(F::kBlock, k_dim - k0);
+    if (next != nullptr) {
+      const std::byte* from = next + F::Offset(k0);
+      for (int64_t b = 0; b < F::Bytes(n); b += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(from + b), _MM_HINT_T1);
+      }
+    }
+    const typename F::Block block = F::At(w.panel(p), k0);
+    for (int64_t k = 0; k < n; ++k) {
+      __m256 lo, hi;
+      block.Load(k, lo, hi);
+      _mm256_store_ps(out + (k0 + k) * kWidth, lo);
+      _mm256_store_ps(out + (k0 + k) * kWidth + 8, hi);
+    }
+  }
+}
+
+// Panels [begin, end) for any number of rows: each panel widened once into this thread's
+// buffer, then the fp32 tiles over it.
+template <class F>
+void WidenedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
+                   int64_t begin, int64_t end, const float* bias, Activation act,
+                   LinearOutput output, float* y, int64_t ldy) {
+  thread_local FloatBuffer buffer;
+  const int64_t floats = w.in_features() * kWidth;
+  if (buffer.size() < floats) buffer = FloatBuffer(floats);
+  for (int64_t p = begin; p < end; ++p) {
+    Widen<F>(w, p, p + 1 < end ? w.panel(p + 1) : nullptr, buffer.data());
+    const Epilogue e = PanelEpilogue(w, p, bias, act, output);
+    ForEachTile(rows, [&](int64_t r, int64_t n, int64_t) {
+      TileOfRows(n, x + r * ldx, ldx, buffer.data(), w.in_features(), e,
+                 y + r * ldy + p * kWidth, ldy, nullptr);
+    });
+  }
+}
+
+template <class F>
+void QuantizedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
+                     int64_t begin, int64_t end, const float* bias, Activation act,
+                     LinearOutput output, float* y, int64_t ldy) {
+  if (rows <= kMaxRows) {
+    FusedRows<F>(rows, x, ldx, w, begin, end, bias, act, output, y, ldy);
+  } else {
+    WidenedPanels<F>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+  }
+}
+
+// Panels [begin, end) of w for all rows.
+void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t begin,
+            int64_t end, const float* bias, Activation act, LinearOutput output, float* y,
+            int64_t ldy) {
+  switch (w.format()) {
+    case WeightFormat::kFp32:
+      for (int64_t p = begin; p < end; ++p) {
+        Fp32Panel(x, rows, ldx, w, p,
+                  p + 1 < end ? reinterpret_cast<const float*>(w.panel(p + 1)) : nullptr, bias,
+                  act, output, y, ldy);
+      }
+      return;
+    case WeightFormat::kBf16:
+      return QuantizedPanels<Bf16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+    case WeightFormat::kFp16:
+      return QuantizedPanels<Fp16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+    case WeightFormat::kInt8:
+      return QuantizedPanels<Int8Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+  }
+}
+
+}  // namespace
 
 void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, const float* bias,
             Activation act, LinearOutput output, float* y, int64_t ldy, int num_threads) {
@@ -183,11 +403,8 @@ void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, co
   // and enough tasks that a thread which falls behind is caught up by the others.
   const int64_t tasks = std::min<int64_t>(panels, int64_t{4} * threads);
   ParallelFor(threads, tasks, [&](int64_t task, int) {
-    const int64_t end = panels * (task + 1) / tasks;
-    for (int64_t p = panels * task / tasks; p < end; ++p) {
-      Panel(x, rows, ldx, w, p, p + 1 < end ? w.panel(p + 1) : nullptr, bias, act, output, y,
-            ldy);
-    }
+    Panels(x, rows, ldx, w, panels * task / tasks, panels * (task + 1) / tasks, bias, act, output,
+           y, ldy);
   });
 }
 

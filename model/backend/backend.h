@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "model/model.h"
 #include "model/backend/sampler.h"
+#include "model/backend/weight_precision.h"
 #include "model/types.h"
 
 namespace linserve {
@@ -60,10 +61,6 @@ struct PrefillItem {
   const uint32_t* allowed_tokens = nullptr;
 };
 
-// How an accelerator stores the weights. GEMMs accumulate in fp32 and the recurrent state is
-// fp32 whatever is chosen; the CPU backend always computes in fp32 and ignores this.
-enum class WeightPrecision { kBf16, kFp16, kFp32 };
-
 struct BackendOptions {
   // Bytes the state pool may use; the slot count is min(max_slots, budget / state bytes).
   // Default: 1 GiB.
@@ -76,8 +73,9 @@ struct BackendOptions {
   int32_t num_threads = 0;
   // Largest decode batch the backend must accept in one Decode call. Default: 256.
   int32_t max_batch_size = 256;
-  // Storage precision of the weights on an accelerator (see WeightPrecision). Default: kBf16.
-  WeightPrecision weight_precision = WeightPrecision::kBf16;
+  // Storage precision of the weight matrices (weight_precision.h): auto is bf16 on CUDA and fp32
+  // on the CPU; int8 is CPU only. Default: kAuto.
+  WeightPrecision weight_precision = WeightPrecision::kAuto;
 };
 
 // Not thread-safe: one owner (the engine thread) calls it.

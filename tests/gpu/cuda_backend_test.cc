@@ -35,17 +35,7 @@ double Tolerance(const Variant& variant, WeightPrecision precision) {
   return precision == WeightPrecision::kFp32 ? 1e-4 : variant.narrow_tolerance;
 }
 
-const char* Name(WeightPrecision precision) {
-  switch (precision) {
-    case WeightPrecision::kFp32:
-      return "fp32";
-    case WeightPrecision::kBf16:
-      return "bf16";
-    case WeightPrecision::kFp16:
-      return "fp16";
-  }
-  return "?";
-}
+std::string Name(WeightPrecision precision) { return std::string(WeightPrecisionName(precision)); }
 
 std::unique_ptr<CudaBackend> MakeCuda(const Model& model, BackendOptions options = {},
                                       CudaBackendOptions cuda_options = {}) {
@@ -799,6 +789,18 @@ TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {
   EXPECT_EQ(fresh.position, 0);
   EXPECT_EQ(std::count(fresh.state.begin(), fresh.state.end(), 0.0f),
             static_cast<std::ptrdiff_t>(fresh.state.size()));
+}
+
+// int8 is a CPU format: refused before any device is touched (so also where there is none).
+TEST(CudaBackendTest, Int8WeightsAreRefusedNamingWhatCudaRuns) {
+  const Model model = MakeRandomModel(TinyConfig(), 3);
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kInt8;
+  absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(model, options);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("weight_precision int8: the CUDA backend runs bf16, fp16 or fp32"));
 }
 
 TEST(CudaBackendTest, OutOfMemoryAtStartIsAClearError) {

@@ -16,10 +16,6 @@ constexpr int32_t kMaxChunk = 4096;
 constexpr int32_t kMaxThreads = 1024;
 constexpr int32_t kMaxBatch = 1 << 16;
 
-cpu::PackedMatrix Pack(const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
-}
-
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
@@ -37,8 +33,10 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   cpu::SetBlasThreads(1);
   auto backend =
       std::unique_ptr<CpuBackend>(new CpuBackend(model, options, *capacity, threads));
-  spdlog::info("cpu backend: {} slots of {} KiB state, {} threads, prefill chunk {}", *capacity,
-               model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
+  spdlog::info(
+      "cpu backend: {} weights, {} slots of {} KiB state, {} threads, prefill chunk {}",
+      WeightPrecisionName(CpuWeightPrecision(options.weight_precision)), *capacity,
+      model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
   return backend;
 }
 
@@ -56,13 +54,14 @@ CpuBackend::CpuBackend(const Model& model, const BackendOptions& options, int32_
       pool_(model.config, options, capacity),
       states_(static_cast<int64_t>(capacity) * model.config.StateFloatsPerSlot()),
       sampling_(capacity, model.config.vocab_size, threads) {
-  layers_ = CreateCpuLayers({.model = model,
-                             .options = options,
-                             .threads = threads,
-                             .max_rows = max_rows_,
-                             .workspace = workspace_});
+  const CpuLayerContext context{.model = model,
+                                .options = options,
+                                .threads = threads,
+                                .max_rows = max_rows_,
+                                .workspace = workspace_};
+  layers_ = CreateCpuLayers(context);
   workspace_.Allocate();
-  head_ = Pack(model.weights.head(config_));
+  head_ = PackWeights(context, model.weights.head(config_));
   x_ = cpu::FloatBuffer(int64_t{max_rows_} * config_.d_model);
   h_ = cpu::FloatBuffer(int64_t{max_rows_} * config_.d_model);
   decode_slots_.resize(static_cast<size_t>(options.max_batch_size));

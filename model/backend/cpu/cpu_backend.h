@@ -1,11 +1,16 @@
-// CpuBackend: the Backend of model/backend/backend.h on the host, in fp32 — the source of truth every
-// other backend is tested against.
+// CpuBackend: the Backend of model/backend/backend.h on the host, computing in fp32 — the source
+// of truth every other backend is tested against (with its default, fp32 weights).
 //
 // The model runs as its list of layers (model/backend/cpu/cpu_layer.h: one object per mixer,
 // norm and MLP, by kind); a slot's state is the layers' slices concatenated.
 //
-// Memory: the weights are repacked once into the panel layout of kernels/cpu/packed_linear.h
-// (as many bytes again as the model's projection and head weights); the state pool is one
+// Weights: every projection and the LM head are repacked once into the panel layout of
+// kernels/cpu/packed_matrix.h in BackendOptions::weight_precision (auto: fp32; bf16, fp16, or
+// int8 with a scale per 32 weights), which the kernels widen to fp32 as they stream it;
+// embeddings, norms, biases, conv taps and the state stay fp32.
+//
+// Memory: the packed weights (fp32: as many bytes again as the model's projection and head
+// weights; bf16/fp16: half that; int8: 1.125 bytes per weight); the state pool is one
 // allocation of slot_capacity() · StateFloatsPerSlot() floats whose pages are only touched when
 // a slot is first used; scratch for max(max_batch_size, kPrefillPassRows, prefill_chunk_size)
 // rows.

@@ -33,10 +33,8 @@ class CpuGatedMlp final : public CpuMlp {
         d_model_(context.model.config.d_model),
         d_ff_(p.d_ff),
         activation_(ToKernel(p.activation)),
-        fc1_(cpu::PackedMatrix::Pack(w.fc1_weight.data.data(), w.fc1_weight.shape[0],
-                                     w.fc1_weight.shape[1])),
-        fc2_(cpu::PackedMatrix::Pack(w.fc2_weight.data.data(), w.fc2_weight.shape[0],
-                                     w.fc2_weight.shape[1])) {
+        fc1_(PackWeights(context, w.fc1_weight)),
+        fc2_(PackWeights(context, w.fc2_weight)) {
     workspace_.Reserve(kFc1, int64_t{context.max_rows} * 2 * d_ff_);
     workspace_.Reserve(kHidden, int64_t{context.max_rows} * d_ff_);
   }

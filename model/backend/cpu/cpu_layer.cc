@@ -69,6 +69,26 @@ void CpuWorkspace::Allocate() {
   for (int64_t floats : sizes_) buffers_.emplace_back(floats);
 }
 
+cpu::WeightFormat CpuWeightFormat(WeightPrecision requested) {
+  switch (CpuWeightPrecision(requested)) {
+    case WeightPrecision::kBf16:
+      return cpu::WeightFormat::kBf16;
+    case WeightPrecision::kFp16:
+      return cpu::WeightFormat::kFp16;
+    case WeightPrecision::kInt8:
+      return cpu::WeightFormat::kInt8;
+    case WeightPrecision::kAuto:
+    case WeightPrecision::kFp32:
+      break;
+  }
+  return cpu::WeightFormat::kFp32;
+}
+
+cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t) {
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1],
+                                 CpuWeightFormat(context.options.weight_precision));
+}
+
 CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
   const ModelConfig& config = context.model.config;
   const ModelWeights& w = context.model.weights;

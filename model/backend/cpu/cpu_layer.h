@@ -11,6 +11,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/packed_matrix.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
 
@@ -58,6 +59,12 @@ struct CpuLayerContext {
   int max_rows = 0;  // rows of one pass at most
   CpuWorkspace& workspace;
 };
+
+// The CPU's packing of `requested` (auto: fp32).
+cpu::WeightFormat CpuWeightFormat(WeightPrecision requested);
+
+// `t` ([out_features, in_features]) packed in CpuWeightFormat(context.options.weight_precision).
+cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t);
 
 class CpuNorm {
  public:

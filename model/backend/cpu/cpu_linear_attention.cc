@@ -28,10 +28,6 @@ cpu::FeatureMap ToKernel(FeatureMap m) {
   return cpu::FeatureMap::kEluPlusOne;
 }
 
-cpu::PackedMatrix Pack(const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
-}
-
 const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
 
 class CpuLinearAttention final : public CpuMixer {
@@ -47,10 +43,10 @@ class CpuLinearAttention final : public CpuMixer {
         shape_{p.n_heads, p.feature_dim, p.head_dim, static_cast<float>(p.eps)},
         feature_map_(ToKernel(p.feature_map)),
         state_offset_(state_offset),
-        q_(Pack(w.q_weight)),
-        k_(Pack(w.k_weight)),
-        v_(Pack(w.v_weight)),
-        o_(Pack(w.o_weight)),
+        q_(PackWeights(context, w.q_weight)),
+        k_(PackWeights(context, w.k_weight)),
+        v_(PackWeights(context, w.v_weight)),
+        o_(PackWeights(context, w.o_weight)),
         layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
     const int64_t rows = context.max_rows;
     const int64_t hd = int64_t{p.n_heads} * p.head_dim;

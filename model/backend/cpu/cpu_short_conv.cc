@@ -35,10 +35,8 @@ class CpuShortConv final : public CpuMixer {
         d_model_(context.model.config.d_model),
         params_(p),
         state_offset_(state_offset),
-        in_(cpu::PackedMatrix::Pack(w.conv_in_weight.data.data(), w.conv_in_weight.shape[0],
-                                    w.conv_in_weight.shape[1])),
-        out_(cpu::PackedMatrix::Pack(w.conv_out_weight.data.data(), w.conv_out_weight.shape[0],
-                                     w.conv_out_weight.shape[1])),
+        in_(PackWeights(context, w.conv_in_weight)),
+        out_(PackWeights(context, w.conv_out_weight)),
         taps_(TapMajor(w.conv_weight)) {
     workspace_.Reserve(kIn, int64_t{context.max_rows} * 2 * p.d_inner);
     workspace_.Reserve(kGated, int64_t{context.max_rows} * p.d_inner);

@@ -15,10 +15,6 @@ namespace {
 // Workspace buffers (CpuWorkspace indices).
 enum Buffer { kQ, kK, kV, kAttn, kScores };
 
-cpu::PackedMatrix Pack(const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
-}
-
 const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
 
 // Where one token's attention in one head reads and writes.
@@ -46,10 +42,10 @@ class CpuSlidingWindowAttention final : public CpuMixer {
         half_(p.rotary_dim / 2),
         scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))),
         state_offset_(state_offset),
-        q_(Pack(w.q_weight)),
-        k_(Pack(w.k_weight)),
-        v_(Pack(w.v_weight)),
-        o_(Pack(w.o_weight)) {
+        q_(PackWeights(context, w.q_weight)),
+        k_(PackWeights(context, w.k_weight)),
+        v_(PackWeights(context, w.v_weight)),
+        o_(PackWeights(context, w.o_weight)) {
     // cos and sin of distance · inv_freq[i] for every distance a query sees, in double.
     cos_.resize(static_cast<size_t>(p.window) * half_);
     sin_.resize(cos_.size());

@@ -14,10 +14,6 @@ namespace {
 // Workspace buffers (CpuWorkspace indices).
 enum Buffer { kQ, kK, kV, kPhiQ, kPhiK, kAttn, kChunkScratch };
 
-cpu::PackedMatrix Pack(const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1]);
-}
-
 class CpuTaylorLinearAttention final : public CpuMixer {
  public:
   CpuTaylorLinearAttention(const CpuLayerContext& context, const TaylorLinearAttentionParams& p,
@@ -29,10 +25,10 @@ class CpuTaylorLinearAttention final : public CpuMixer {
         params_(p),
         shape_{p.n_heads, static_cast<int>(p.Features()), p.head_dim, static_cast<float>(p.eps)},
         state_offset_(state_offset),
-        q_(Pack(w.q_weight)),
-        k_(Pack(w.k_weight)),
-        v_(Pack(w.v_weight)),
-        o_(Pack(w.o_weight)),
+        q_(PackWeights(context, w.q_weight)),
+        k_(PackWeights(context, w.k_weight)),
+        v_(PackWeights(context, w.v_weight)),
+        o_(PackWeights(context, w.o_weight)),
         layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
     const int64_t rows = context.max_rows;
     const int64_t hf = int64_t{p.n_heads} * p.feature_dim;

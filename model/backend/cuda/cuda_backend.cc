@@ -504,7 +504,11 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
-    const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options) {
+    const Model& model, const BackendOptions& requested, const CudaBackendOptions& cuda_options) {
+  absl::StatusOr<WeightPrecision> precision = CudaWeightPrecision(requested.weight_precision);
+  if (!precision.ok()) return precision.status();
+  BackendOptions options = requested;
+  options.weight_precision = *precision;
   const ModelConfig& config = model.config;
   const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
   absl::StatusOr<int32_t> capacity =

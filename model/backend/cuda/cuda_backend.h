@@ -2,8 +2,9 @@
 //
 // Memory, all allocated once at creation (an out-of-memory is a RESOURCE_EXHAUSTED from
 // CreateCudaBackend naming the part that did not fit, never a crash later):
-//   - weights in BackendOptions::weight_precision (bf16 by default; LayerNorm parameters, biases
-//     and the favor_plus projections stay fp32), q/k/v fused into one [3·H·Dh, d_model] matrix;
+//   - weights in BackendOptions::weight_precision (auto: bf16; int8, a CPU format, is refused;
+//     LayerNorm parameters, biases and the favor_plus projections stay fp32), q/k/v fused into
+//     one [3·H·Dh, d_model] matrix;
 //   - the fp32 state pool, slot_capacity() = min(max_slots, state_memory_budget_bytes / state
 //     bytes per slot) slots, in StateBlob layout, so fork/export/import are plain copies;
 //   - per-slot sampler state for DecodeAndSample (vocab_size int32 seen-token counts, an
@@ -72,7 +73,7 @@ class CudaBackend : public Backend {
 };
 
 // UNAVAILABLE when there is no usable device, INVALID_ARGUMENT for options out of range
-// (naming the field and its limit), RESOURCE_EXHAUSTED when the weights, state pool, sampler
+// (naming the field and its limit) or weight_precision int8, RESOURCE_EXHAUSTED when the weights, state pool, sampler
 // state or workspace do not fit on the device. The backend copies what it needs from `model`.
 absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
     const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options = {});

@@ -15,12 +15,14 @@ using cuda::DType;
 
 DType WeightDType(WeightPrecision precision) {
   switch (precision) {
-    case WeightPrecision::kBf16:
-      return DType::kBf16;
     case WeightPrecision::kFp16:
       return DType::kF16;
     case WeightPrecision::kFp32:
       return DType::kF32;
+    case WeightPrecision::kAuto:
+    case WeightPrecision::kBf16:
+    case WeightPrecision::kInt8:  // never here: CreateCudaBackend refuses it (CudaWeightPrecision)
+      break;
   }
   return DType::kBf16;
 }

@@ -18,7 +18,7 @@
 
 namespace linserve {
 
-// The element type of the device matrices for `precision`.
+// The element type of the device matrices for `precision` (auto: bf16).
 cuda::DType WeightDType(WeightPrecision precision);
 
 // One layer's tensors (model/layers/layer_weights.h names them); a tensor the layer's kinds do

@@ -1,0 +1,156 @@
+#include "kernels/cpu/packed_matrix.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+namespace linserve::cpu {
+namespace {
+
+constexpr int kWidth = PackedMatrix::kPanelWidth;
+constexpr int kBlock = PackedMatrix::kInt8Block;
+constexpr int64_t kAlign = FloatBuffer::kAlignment;
+
+uint16_t ToBf16(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, sizeof(u));
+  if (std::isnan(v)) return static_cast<uint16_t>((u >> 16) | 0x40);  // stays a (quiet) NaN
+  u += 0x7FFF + ((u >> 16) & 1);  // round to nearest, ties to even
+  return static_cast<uint16_t>(u >> 16);
+}
+
+float FromBf16(uint16_t h) {
+  const uint32_t u = static_cast<uint32_t>(h) << 16;
+  float v;
+  std::memcpy(&v, &u, sizeof(v));
+  return v;
+}
+
+uint16_t ToFp16(float v) { return _cvtss_sh(v, _MM_FROUND_TO_NEAREST_INT); }
+float FromFp16(uint16_t h) { return _cvtsh_ss(h); }
+
+// Bytes of one panel before padding.
+int64_t RawPanelBytes(WeightFormat format, int64_t in) {
+  switch (format) {
+    case WeightFormat::kFp32:
+      return in * kWidth * 4;
+    case WeightFormat::kBf16:
+    case WeightFormat::kFp16:
+      return in * kWidth * 2;
+    case WeightFormat::kInt8:
+      return in * kWidth + (in + kBlock - 1) / kBlock * kWidth * 4;
+  }
+  return 0;
+}
+
+// W[row][k], or 0 past out_features.
+float At(const float* w, int64_t out, int64_t in, int64_t row, int64_t k) {
+  return row < out ? w[row * in + k] : 0.0f;
+}
+
+}  // namespace
+
+std::string_view WeightFormatName(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kFp32:
+      return "fp32";
+    case WeightFormat::kBf16:
+      return "bf16";
+    case WeightFormat::kFp16:
+      return "fp16";
+    case WeightFormat::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in_features,
+                                WeightFormat format) {
+  PackedMatrix m;
+  m.format_ = format;
+  m.out_features_ = out_features;
+  m.in_features_ = in_features;
+  m.panel_bytes_ = (RawPanelBytes(format, in_features) + kAlign - 1) / kAlign * kAlign;
+  m.data_ = FloatBuffer(m.panels() * m.panel_bytes_ / 4);
+  std::memset(m.data_.data(), 0, static_cast<size_t>(m.bytes()));
+  const int64_t in = in_features;
+  for (int64_t p = 0; p < m.panels(); ++p) {
+    std::byte* dst = m.bytes_data() + p * m.panel_bytes_;
+    for (int64_t c = 0; c < kWidth; ++c) {
+      const int64_t row = p * kWidth + c;
+      switch (format) {
+        case WeightFormat::kFp32: {
+          float* f = reinterpret_cast<float*>(dst);
+          for (int64_t k = 0; k < in; ++k) f[k * kWidth + c] = At(w, out_features, in, row, k);
+          break;
+        }
+        case WeightFormat::kBf16:
+        case WeightFormat::kFp16: {
+          uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+          for (int64_t k = 0; k < in; ++k) {
+            const float v = At(w, out_features, in, row, k);
+            h[k * kWidth + c] = format == WeightFormat::kBf16 ? ToBf16(v) : ToFp16(v);
+          }
+          break;
+        }
+        case WeightFormat::kInt8: {
+          for (int64_t k0 = 0; k0 < in; k0 += kBlock) {
+            const int64_t n = std::min<int64_t>(kBlock, in - k0);
+            std::byte* block = dst + k0 * kWidth + k0 / kBlock * kWidth * 4;
+            float max_abs = 0.0f;
+            for (int64_t k = k0; k < k0 + n; ++k) {
+              max_abs = std::max(max_abs, std::abs(At(w, out_features, in, row, k)));
+            }
+            const float scale = max_abs / 127.0f;
+            std::memcpy(block + c * 4, &scale, sizeof(scale));
+            int8_t* q = reinterpret_cast<int8_t*>(block + kWidth * 4);
+            for (int64_t k = k0; k < k0 + n; ++k) {
+              const float v = scale == 0.0f ? 0.0f : At(w, out_features, in, row, k) / scale;
+              // A NaN (a NaN or infinite weight) stores 0 rather than an undefined conversion.
+              q[(k - k0) * kWidth + c] = static_cast<int8_t>(
+                  std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v), -127.0f, 127.0f));
+            }
+          }
+          break;
+        }
+      }
+    }
+  }
+  return m;
+}
+
+void PackedMatrix::Dequantize(float* w) const {
+  const int64_t in = in_features_;
+  for (int64_t row = 0; row < out_features_; ++row) {
+    const std::byte* src = panel(row / kWidth);
+    const int64_t c = row % kWidth;
+    for (int64_t k = 0; k < in; ++k) {
+      float v = 0.0f;
+      switch (format_) {
+        case WeightFormat::kFp32:
+          v = reinterpret_cast<const float*>(src)[k * kWidth + c];
+          break;
+        case WeightFormat::kBf16:
+          v = FromBf16(reinterpret_cast<const uint16_t*>(src)[k * kWidth + c]);
+          break;
+        case WeightFormat::kFp16:
+          v = FromFp16(reinterpret_cast<const uint16_t*>(src)[k * kWidth + c]);
+          break;
+        case WeightFormat::kInt8: {
+          const int64_t k0 = k / kBlock * kBlock;
+          const std::byte* block = src + k0 * kWidth + k0 / kBlock * kWidth * 4;
+          float scale;
+          std::memcpy(&scale, block + c * 4, sizeof(scale));
+          const int8_t q = reinterpret_cast<const int8_t*>(block + kWidth * 4)[(k - k0) * kWidth + c];
+          v = static_cast<float>(q) * scale;
+          break;
+        }
+      }
+      w[row * in + k] = v;
+    }
+  }
+}
+
+}  // namespace linserve::cpu

@@ -1,0 +1,83 @@
+// PackedMatrix: a weight matrix W [out_features, in_features] (as nn.Linear stores it), repacked
+// once at load into the panel layout packed_linear.h's kernels stream, in one of four formats.
+#ifndef LINSERVE_KERNELS_CPU_PACKED_MATRIX_H_
+#define LINSERVE_KERNELS_CPU_PACKED_MATRIX_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "kernels/cpu/aligned_buffer.h"
+
+namespace linserve::cpu {
+
+// How a PackedMatrix stores its weights. The kernels widen every format to fp32 in registers
+// and compute in fp32, so a Linear over a packed matrix is bitwise the fp32 Linear over its
+// dequantized weights (see Dequantize).
+enum class WeightFormat {
+  kFp32,
+  // bfloat16, rounded to nearest even (NaN stays NaN).
+  kBf16,
+  // IEEE half, rounded to nearest even by F16C (x86-64-v3 has it); magnitudes above 65504
+  // become ±inf, as in any fp16 store.
+  kFp16,
+  // int8 with one fp32 scale per block of kInt8Block input features per output feature:
+  // scale = max|w| / 127 over the block, q = round-to-nearest-even(w / scale) in [-127, 127]; an
+  // all-zero block has scale 0 (and q = 0); a NaN or infinite weight stores q = 0. The weight is
+  // q · scale, rounded to fp32.
+  kInt8,
+};
+
+std::string_view WeightFormatName(WeightFormat format);
+
+// Panel p holds output features 16p .. 16p+15 (zero past out_features), for every input
+// feature k in order, so that a Linear streams each weight byte once, contiguously:
+//   fp32:      16 floats per k.
+//   bf16/fp16: 16 halves per k (32 bytes).
+//   int8:      per block of kInt8Block k: the block's 16 scales (64 bytes), then 16 int8 per k;
+//              the last block may be shorter.
+// Each panel starts on a 64-byte boundary. Immutable after Pack.
+class PackedMatrix {
+ public:
+  static constexpr int kPanelWidth = 16;
+  // Why 32: the quantization error of a weight is at most half its block's scale, so a smaller
+  // block tracks local magnitude better; 32 is what llama.cpp's Q8_0 uses (results comparable
+  // to the peer's), and the 16 scales of a block (64 bytes) add 4/32 = 0.125 bytes per weight —
+  // 11% over 1 byte — while one scale per 32 k keeps the scale loads off the inner loop's
+  // critical path.
+  static constexpr int kInt8Block = 32;
+
+  PackedMatrix() = default;
+  // Packs `w`, [out_features, in_features] row-major; both dimensions must be positive.
+  // Default format: fp32.
+  static PackedMatrix Pack(const float* w, int64_t out_features, int64_t in_features,
+                           WeightFormat format = WeightFormat::kFp32);
+
+  WeightFormat format() const { return format_; }
+  int64_t out_features() const { return out_features_; }
+  int64_t in_features() const { return in_features_; }
+  int64_t panels() const { return (out_features_ + kPanelWidth - 1) / kPanelWidth; }
+  const std::byte* panel(int64_t p) const { return bytes_data() + p * panel_bytes_; }
+  // Bytes of one panel, padding to 64 bytes included.
+  int64_t panel_bytes() const { return panel_bytes_; }
+  // Bytes of weights one Linear call streams (fp32: 4 per weight, bf16/fp16: 2, int8: 1 + 4/32;
+  // plus the padding of the last panel to 16 outputs and of each panel to 64 bytes).
+  int64_t bytes() const { return panels() * panel_bytes_; }
+  // The weights the kernels compute with, as fp32 [out_features, in_features] row-major into
+  // `w` (out_features · in_features floats).
+  void Dequantize(float* w) const;
+
+ private:
+  const std::byte* bytes_data() const { return reinterpret_cast<const std::byte*>(data_.data()); }
+  std::byte* bytes_data() { return reinterpret_cast<std::byte*>(data_.data()); }
+
+  WeightFormat format_ = WeightFormat::kFp32;
+  int64_t out_features_ = 0;
+  int64_t in_features_ = 0;
+  int64_t panel_bytes_ = 0;
+  FloatBuffer data_;
+};
+
+}  // namespace linserve::cpu
+
+#endif  // LINSERVE_KERNELS_CPU_PACKED_MATRIX_H_

@@ -1,0 +1,48 @@
+#include "model/backend/weight_precision.h"
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+
+absl::StatusOr<WeightPrecision> ParseWeightPrecision(std::string_view text) {
+  for (WeightPrecision p : {WeightPrecision::kAuto, WeightPrecision::kFp32, WeightPrecision::kBf16,
+                            WeightPrecision::kFp16, WeightPrecision::kInt8}) {
+    if (text == WeightPrecisionName(p)) return p;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight_precision \"", std::string(text), "\" is not one of auto, fp32, bf16, fp16, int8"));
+}
+
+std::string_view WeightPrecisionName(WeightPrecision precision) {
+  switch (precision) {
+    case WeightPrecision::kAuto:
+      return "auto";
+    case WeightPrecision::kFp32:
+      return "fp32";
+    case WeightPrecision::kBf16:
+      return "bf16";
+    case WeightPrecision::kFp16:
+      return "fp16";
+    case WeightPrecision::kInt8:
+      return "int8";
+  }
+  return "?";
+}
+
+WeightPrecision CpuWeightPrecision(WeightPrecision requested) {
+  return requested == WeightPrecision::kAuto ? WeightPrecision::kFp32 : requested;
+}
+
+absl::StatusOr<WeightPrecision> CudaWeightPrecision(WeightPrecision requested) {
+  if (requested == WeightPrecision::kInt8) {
+    return absl::InvalidArgumentError(
+        "weight_precision int8: the CUDA backend runs bf16, fp16 or fp32 weights (auto = bf16); "
+        "int8 is for --device=cpu");
+  }
+  return requested == WeightPrecision::kAuto ? WeightPrecision::kBf16 : requested;
+}
+
+}  // namespace linserve
