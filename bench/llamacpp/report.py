@@ -77,7 +77,7 @@ def markdown(run):
         lines.append(f"| decode, batch {batch}, context {context} | " + " | ".join(row) + " |")
     lines.append(f"| prefill, {run['prefill_tokens']}-token prompt | "
                  + " | ".join(f"{m['prefill_tokens_per_s']:,.1f}" for m in models) + " |")
-    lines.append("| weight bytes (MB) | "
+    lines.append("| model size (MB, all tensors) | "
                  + " | ".join(f"{m['size_bytes'] / 1e6:,.0f}" for m in models) + " |")
     return "\n".join(lines)
 
