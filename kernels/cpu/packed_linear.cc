@@ -10,12 +10,10 @@
 // panel hides the DRAM stream behind the tiles that reuse the current one from cache. Threads
 // take contiguous runs of panels.
 //
-// bf16, fp16 and int8 panels are widened to fp32 in registers (bf16: zero-extend and shift;
-// fp16: vcvtph2ps; int8: vpmovsxbd, vcvtdq2ps, times the block's scale) and go through the
-// same FMA sequence as fp32, which keeps every output bitwise independent of the batch. int8
-// scales each weight before its FMA rather than each block's partial sum after it (one more
-// vmulps per 8 weights): the result is then exactly the fp32 Linear over the dequantized
-// weights, which the tests check bitwise, and one code path serves every format. A step
+// bf16 and fp16 panels are widened to fp32 in registers (bf16: zero-extend and shift;
+// fp16: vcvtph2ps) and go through the same FMA sequence as fp32, which keeps every output
+// bitwise independent of the batch and exactly the fp32 Linear over the dequantized weights,
+// which the tests check bitwise. int8 multiplies in integers instead (int8_linear.h). A step
 // of up to kMaxRows rows (decode) widens each weight as it streams it (FusedTile); a single row
 // has only two FMA chains per panel, which the 4-cycle FMA latency would hold below the DRAM
 // rate of 1–2-byte weights, so small row counts run several panels side by side. More rows
@@ -29,6 +27,9 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/linear_epilogue.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/threads.h"
@@ -36,66 +37,13 @@
 namespace linserve::cpu {
 namespace {
 
-constexpr int kWidth = PackedMatrix::kPanelWidth;
+using linear_internal::Epilogue;
+using linear_internal::Finish;
+using linear_internal::kWidth;
+using linear_internal::PanelEpilogue;
+
 constexpr int kMaxRows = 6;  // rows of the register tile
 constexpr int kMaxAccumulators = 12;
-
-inline __m256 Activate(Activation act, __m256 v) {
-  switch (act) {
-    case Activation::kNone:
-      return v;
-    case Activation::kGelu:
-      return simd::Gelu(v);
-    case Activation::kGeluTanh:
-      return simd::GeluTanh(v);
-    case Activation::kRelu:
-      return simd::Relu(v);
-    case Activation::kSilu:
-      return simd::Silu(v);
-    case Activation::kSigmoid:
-      return simd::Sigmoid(v);
-  }
-  return v;
-}
-
-struct Epilogue {
-  const float* bias;  // this panel's 16 bias values, or null
-  Activation act;
-  LinearOutput output;
-  int cols;  // valid columns of this panel, 1..16
-};
-
-inline void Finish(const Epilogue& e, __m256 lo, __m256 hi, float* y) {
-  if (e.cols == kWidth) {
-    if (e.bias != nullptr) {
-      lo = _mm256_add_ps(lo, _mm256_loadu_ps(e.bias));
-      hi = _mm256_add_ps(hi, _mm256_loadu_ps(e.bias + 8));
-    }
-    lo = Activate(e.act, lo);
-    hi = Activate(e.act, hi);
-    if (e.output == LinearOutput::kAccumulate) {
-      lo = _mm256_add_ps(lo, _mm256_loadu_ps(y));
-      hi = _mm256_add_ps(hi, _mm256_loadu_ps(y + 8));
-    }
-    _mm256_storeu_ps(y, lo);
-    _mm256_storeu_ps(y + 8, hi);
-    return;
-  }
-  const __m256i mlo = simd::TailMask(std::min(e.cols, 8));
-  const __m256i mhi = simd::TailMask(std::max(e.cols - 8, 0));
-  if (e.bias != nullptr) {
-    lo = _mm256_add_ps(lo, _mm256_maskload_ps(e.bias, mlo));
-    hi = _mm256_add_ps(hi, _mm256_maskload_ps(e.bias + 8, mhi));
-  }
-  lo = Activate(e.act, lo);
-  hi = Activate(e.act, hi);
-  if (e.output == LinearOutput::kAccumulate) {
-    lo = _mm256_add_ps(lo, _mm256_maskload_ps(y, mlo));
-    hi = _mm256_add_ps(hi, _mm256_maskload_ps(y + 8, mhi));
-  }
-  _mm256_maskstore_ps(y, mlo, lo);
-  _mm256_maskstore_ps(y + 8, mhi, hi);
-}
 
 // y[i][0..cols) for i < kRows: one register tile over the whole k range. With `prefetch` set,
 // also pulls that panel (same size) towards L2, one 64-byte k-row per iteration.
@@ -141,13 +89,6 @@ void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int6
   }
 }
 
-Epilogue PanelEpilogue(const PackedMatrix& w, int64_t p, const float* bias, Activation act,
-                       LinearOutput output) {
-  const int64_t col0 = p * kWidth;
-  return Epilogue{bias != nullptr ? bias + col0 : nullptr, act, output,
-                  static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};
-}
-
 // Rows are split into the fewest tiles of at most kMaxRows, as evenly as possible: a tile of
 // 1–2 rows has too few independent FMA chains to hide the FMA latency, so 32 rows run as
 // 6+6+5+5+5+5 rather than 6·5+2. Calls tile(first_row, rows, index) for each.
@@ -179,7 +120,7 @@ void Fp32Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
   });
 }
 
-// ---- bf16, fp16, int8 ----------------------------------------------------------------------
+// ---- bf16, fp16 ----------------------------------------------------------------------
 // Each format walks a panel in blocks of kBlock input features: Offset(k0) is where the block
 // starting at k0 lies in the panel, Bytes(n) its size for n features, and Block::Load(i) the 16
 // fp32 weights of its i-th feature (lanes 0–7, 8–15).
@@ -212,30 +153,6 @@ struct Fp16Format {
     }
   };
   static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
-};
-
-struct Int8Format {
-  static constexpr int64_t kBlock = PackedMatrix::kInt8Block;
-  static int64_t Offset(int64_t k0) { return k0 * kWidth + k0 / kBlock * kWidth * 4; }
-  static int64_t Bytes(int64_t n) { return kWidth * 4 + n * kWidth; }
-  struct Block {
-    __m256 scale_lo, scale_hi;
-    const std::byte* q;
-    void Load(int64_t i, __m256& lo, __m256& hi) const {
-      const std::byte* qi = q + i * kWidth;
-      lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi)))),
-                         scale_lo);
-      hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi + 8)))),
-                         scale_hi);
-    }
-  };
-  static Block At(const std::byte* panel, int64_t k0) {
-    const std::byte* block = panel + Offset(k0);
-    const float* scales = reinterpret_cast<const float*>(block);
-    return {_mm256_loadu_ps(scales), _mm256_loadu_ps(scales + 8), block + kWidth * 4};
-  }
 };
 
 // Panels that run side by side for a tile of kRows rows: as many as fit in the 12 accumulators.
@@ -387,7 +304,7 @@ void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, in
     case WeightFormat::kFp16:
       return QuantizedPanels<Fp16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
     case WeightFormat::kInt8:
-      return QuantizedPanels<Int8Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+      return;  // Linear hands int8 to Int8Linear
   }
 }
 
@@ -396,6 +313,9 @@ void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, in
 void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, const float* bias,
             Activation act, LinearOutput output, float* y, int64_t ldy, int num_threads) {
   if (rows <= 0) return;
+  if (w.format() == WeightFormat::kInt8) {
+    return Int8Linear(x, rows, ldx, w, bias, act, output, y, ldy, num_threads, ChosenCpuIsa());
+  }
   const int64_t panels = w.panels();
   const int threads = static_cast<int>(std::min<int64_t>(
       ThreadsForWork(num_threads, rows * w.in_features() * w.out_features()), panels));
