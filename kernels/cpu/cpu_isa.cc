@@ -40,8 +40,9 @@ CpuIsa ChosenCpuIsa() {
   }
   static std::atomic<bool> warned{false};
   if (!warned.exchange(true)) {
-    spdlog::warn("LINSERVE_CPU_ISA={}: not one of avx2, avx512vnni that this CPU supports; using {}",
-                 want, CpuIsaName(best));
+    spdlog::warn(
+        "LINSERVE_CPU_ISA={}: not one of avx2, avx512vnni that this CPU supports; using {}", want,
+        CpuIsaName(best));
   }
   return best;
 }

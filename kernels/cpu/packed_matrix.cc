@@ -150,8 +150,8 @@ void PackedMatrix::Dequantize(float* w) const {
           const std::byte* block = src + k0 / kBlock * kInt8BlockBytes;
           float scale;
           std::memcpy(&scale, block + c * 4, sizeof(scale));
-          const int8_t q = reinterpret_cast<const int8_t*>(block + kWidth * 4)[Int8Index(k - k0, c)];
-          v = static_cast<float>(q) * scale;
+          const int8_t* q = reinterpret_cast<const int8_t*>(block + kWidth * 4);
+          v = static_cast<float>(q[Int8Index(k - k0, c)]) * scale;
           break;
         }
       }

@@ -97,7 +97,8 @@ TEST(Int8QuantizeTest, ActivationsAreTheirDefinitionBitwise) {
     for (int64_t b = 0; b < blocks; ++b) {
       SCOPED_TRACE("row " + std::to_string(r) + " block " + std::to_string(b));
       const int64_t i = r * blocks + b;
-      const Block ref = QuantizeRef(x.data() + r * ld + b * kBlock, std::min(kBlock, in - b * kBlock));
+      const Block ref =
+          QuantizeRef(x.data() + r * ld + b * kBlock, std::min(kBlock, in - b * kBlock));
       EXPECT_EQ(Bits(scales[i]), Bits(ref.scale));
       EXPECT_EQ(sums[i], ref.sum);
       for (int64_t j = 0; j < kBlock; ++j) ASSERT_EQ(q[i * kBlock + j], ref.q[j]) << "j " << j;

@@ -105,11 +105,13 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The largest logit error, relative to the largest fp32 logit, each format may have over the
 // prompts below. A weight's relative error is at most 2⁻⁹ in bf16 and 2⁻¹¹ in fp16, and up to
-// 1/254 of its block's largest in int8 (about 4× bf16's in rms for Gaussian weights); the
-// logits' error follows. Measured (worst model): random models bf16 1.3e-2, fp16 1.2e-3, int8
-// 4.9e-2 (the Based model; its softmax and short convolutions amplify most); bundled model bf16
-// 7.5e-4, fp16 9.5e-5, int8 2.9e-3. The bounds are about twice (random) and 3.5 times
-// (bundled) those, far below what a wrong scale, rounding or panel would give (order 1).
+// 1/254 of its block's largest in int8 (about 4× bf16's in rms for Gaussian weights), and int8
+// quantizes the activations it multiplies the same way (int8_linear.h); the logits' error
+// follows. Measured (worst model): random models bf16 1.3e-2, fp16 1.2e-3, int8 5.8e-2 (the
+// Based model; its softmax and short convolutions amplify most); bundled model bf16 7.5e-4,
+// fp16 9.5e-5, int8 3.6e-3. The bounds are about twice (random; int8 1.7×) and 3.5 times
+// (bundled; int8 2.8×) those, far below what a wrong scale, rounding or panel would give
+// (order 1).
 double LogitBound(WeightPrecision precision, bool bundled) {
   switch (precision) {
     case WeightPrecision::kBf16:
