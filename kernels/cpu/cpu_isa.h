@@ -7,6 +7,11 @@
 
 #include <string_view>
 
+// Marks a function compiled for the AVX-512 VNNI path (the rest of kernels/cpu is compiled for
+// x86-64-v3); call it only where ChosenCpuIsa() or CpuSupports says the CPU has it.
+#define LINSERVE_TARGET_AVX512_VNNI \
+  __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
+
 namespace linserve::cpu {
 
 enum class CpuIsa {

@@ -37,7 +37,7 @@ namespace linserve::cpu {
 namespace {
 
 using linear_internal::Epilogue;
-using linear_internal::Finish;
+using linear_internal::FinishRows;
 using linear_internal::kWidth;
 using linear_internal::PanelEpilogue;
 
@@ -112,12 +112,10 @@ void Avx2Tile(const Activations& a, int64_t r0, const std::byte* panel, float* _
   }
 }
 
-#define LINSERVE_AVX512_VNNI __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni")))
-
 // As Avx2Tile, on 16 lanes: the same fp32 operations per output in the same order.
 template <int kRows>
-LINSERVE_AVX512_VNNI void Avx512Tile(const Activations& a, int64_t r0, const std::byte* panel,
-                                     float* __restrict dot) {
+LINSERVE_TARGET_AVX512_VNNI void Avx512Tile(const Activations& a, int64_t r0,
+                                            const std::byte* panel, float* __restrict dot) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512 acc[kRows];
 #pragma GCC unroll 8
@@ -172,8 +170,8 @@ void Avx2Rows(int64_t n, const Activations& a, int64_t r0, const std::byte* pane
   }
 }
 
-LINSERVE_AVX512_VNNI void Avx512Rows(int64_t n, const Activations& a, int64_t r0,
-                                     const std::byte* panel, float* dot) {
+LINSERVE_TARGET_AVX512_VNNI void Avx512Rows(int64_t n, const Activations& a, int64_t r0,
+                                            const std::byte* panel, float* dot) {
   switch (n) {
     case 1:
       return Avx512Tile<1>(a, r0, panel, dot);
@@ -214,10 +212,7 @@ void Panels(const Activations& a, int64_t rows, const PackedMatrix& w, int64_t b
       } else {
         Avx2Rows(n, a, r, w.panel(p), dot);
       }
-      for (int64_t i = 0; i < n; ++i) {
-        Finish(e, _mm256_load_ps(dot + kWidth * i), _mm256_load_ps(dot + kWidth * i + 8),
-               y + (r + i) * ldy + p * kWidth);
-      }
+      FinishRows(e, dot, n, y + r * ldy + p * kWidth, ldy);
       r += n;
     }
   }

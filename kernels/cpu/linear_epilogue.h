@@ -76,9 +76,18 @@ inline void Finish(const Epilogue& e, __m256 lo, __m256 hi, float* y) {
   _mm256_maskstore_ps(y + 8, mhi, hi);
 }
 
+// Finishes rows [0, n) of y (row stride ldy) from dot[16 i + c], 64-byte aligned: the sums a
+// tile computed in code built for another instruction set (cpu_isa.h), so that the epilogue is
+// the same instructions on every path.
+inline void FinishRows(const Epilogue& e, const float* dot, int64_t n, float* y, int64_t ldy) {
+  for (int64_t i = 0; i < n; ++i) {
+    Finish(e, _mm256_load_ps(dot + i * kWidth), _mm256_load_ps(dot + i * kWidth + 8), y + i * ldy);
+  }
+}
+
 // Panel p's epilogue.
-inline Epilogue PanelEpilogue(const PackedMatrix& w, int64_t p, const float* bias, Activation act,
-                       LinearOutput output) {
+inline Epilogue PanelEpilogue(const PackedMatrix& w, int64_t p, const float* bias,
+                              Activation act, LinearOutput output) {
   const int64_t col0 = p * kWidth;
   return Epilogue{bias != nullptr ? bias + col0 : nullptr, act, output,
                   static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};

@@ -1,6 +1,6 @@
 // Linear layers y = act(x · Wᵀ + b) over a PackedMatrix (packed_matrix.h) in any of its weight
-// formats. fp32/bf16/fp16: AVX2 + FMA only (the x86-64-v3 baseline); int8 goes to Int8Linear
-// (int8_linear.h) with the path ChosenCpuIsa() picks (cpu_isa.h).
+// formats, on the path ChosenCpuIsa() picks (cpu_isa.h: AVX2 + FMA, or AVX-512 where the CPU has
+// it; bitwise the same results). int8 goes to Int8Linear (int8_linear.h).
 #ifndef LINSERVE_KERNELS_CPU_PACKED_LINEAR_H_
 #define LINSERVE_KERNELS_CPU_PACKED_LINEAR_H_
 
