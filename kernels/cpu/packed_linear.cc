@@ -37,7 +37,6 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/linear_epilogue.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
