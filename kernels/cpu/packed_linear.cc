@@ -10,18 +10,22 @@
 // panel hides the DRAM stream behind the tiles that reuse the current one from cache. Threads
 // take contiguous runs of panels.
 //
-// bf16, fp16 and int8 panels are widened to fp32 in registers (bf16: zero-extend and shift;
-// fp16: vcvtph2ps; int8: vpmovsxbd, vcvtdq2ps, times the block's scale) and go through the
-// same FMA sequence as fp32, which keeps every output bitwise independent of the batch. int8
-// scales each weight before its FMA rather than each block's partial sum after it (one more
-// vmulps per 8 weights): the result is then exactly the fp32 Linear over the dequantized
-// weights, which the tests check bitwise, and one code path serves every format. A step
+// bf16 and fp16 panels are widened to fp32 in registers (bf16: zero-extend and shift;
+// fp16: vcvtph2ps) and go through the same FMA sequence as fp32, which keeps every output
+// bitwise independent of the batch and exactly the fp32 Linear over the dequantized weights,
+// which the tests check bitwise. int8 multiplies in integers instead (int8_linear.h). A step
 // of up to kMaxRows rows (decode) widens each weight as it streams it (FusedTile); a single row
 // has only two FMA chains per panel, which the 4-cycle FMA latency would hold below the DRAM
 // rate of 1–2-byte weights, so small row counts run several panels side by side. More rows
 // (batched decode, prefill) widen each panel once into a per-thread fp32 buffer and run the fp32
 // micro-kernel over it for every tile of rows, so the widening is paid once per panel, not per
 // row.
+//
+// The AVX-512 path (cpu_isa.h) holds a panel's 16 outputs in one register instead of two halves
+// of 8 and runs the same fused multiply-adds in the same order per output (the widening is
+// exact either way), so its results are bitwise AVX2's; its tiles write their sums to a small
+// buffer and the epilogue (linear_epilogue.h) runs outside the AVX-512 code, the same
+// instructions on every path.
 #include "kernels/cpu/packed_linear.h"
 
 #include <immintrin.h>
@@ -29,73 +33,23 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/int8_linear.h"
+#include "kernels/cpu/linear_epilogue.h"
 #include "kernels/cpu/parallel.h"
-#include "kernels/cpu/simd_math.h"
 #include "kernels/cpu/threads.h"
 
 namespace linserve::cpu {
 namespace {
 
-constexpr int kWidth = PackedMatrix::kPanelWidth;
+using linear_internal::Epilogue;
+using linear_internal::Finish;
+using linear_internal::FinishRows;
+using linear_internal::kWidth;
+using linear_internal::PanelEpilogue;
+
 constexpr int kMaxRows = 6;  // rows of the register tile
 constexpr int kMaxAccumulators = 12;
-
-inline __m256 Activate(Activation act, __m256 v) {
-  switch (act) {
-    case Activation::kNone:
-      return v;
-    case Activation::kGelu:
-      return simd::Gelu(v);
-    case Activation::kGeluTanh:
-      return simd::GeluTanh(v);
-    case Activation::kRelu:
-      return simd::Relu(v);
-    case Activation::kSilu:
-      return simd::Silu(v);
-    case Activation::kSigmoid:
-      return simd::Sigmoid(v);
-  }
-  return v;
-}
-
-struct Epilogue {
-  const float* bias;  // this panel's 16 bias values, or null
-  Activation act;
-  LinearOutput output;
-  int cols;  // valid columns of this panel, 1..16
-};
-
-inline void Finish(const Epilogue& e, __m256 lo, __m256 hi, float* y) {
-  if (e.cols == kWidth) {
-    if (e.bias != nullptr) {
-      lo = _mm256_add_ps(lo, _mm256_loadu_ps(e.bias));
-      hi = _mm256_add_ps(hi, _mm256_loadu_ps(e.bias + 8));
-    }
-    lo = Activate(e.act, lo);
-    hi = Activate(e.act, hi);
-    if (e.output == LinearOutput::kAccumulate) {
-      lo = _mm256_add_ps(lo, _mm256_loadu_ps(y));
-      hi = _mm256_add_ps(hi, _mm256_loadu_ps(y + 8));
-    }
-    _mm256_storeu_ps(y, lo);
-    _mm256_storeu_ps(y + 8, hi);
-    return;
-  }
-  const __m256i mlo = simd::TailMask(std::min(e.cols, 8));
-  const __m256i mhi = simd::TailMask(std::max(e.cols - 8, 0));
-  if (e.bias != nullptr) {
-    lo = _mm256_add_ps(lo, _mm256_maskload_ps(e.bias, mlo));
-    hi = _mm256_add_ps(hi, _mm256_maskload_ps(e.bias + 8, mhi));
-  }
-  lo = Activate(e.act, lo);
-  hi = Activate(e.act, hi);
-  if (e.output == LinearOutput::kAccumulate) {
-    lo = _mm256_add_ps(lo, _mm256_maskload_ps(y, mlo));
-    hi = _mm256_add_ps(hi, _mm256_maskload_ps(y + 8, mhi));
-  }
-  _mm256_maskstore_ps(y, mlo, lo);
-  _mm256_maskstore_ps(y + 8, mhi, hi);
-}
 
 // y[i][0..cols) for i < kRows: one register tile over the whole k range. With `prefetch` set,
 // also pulls that panel (same size) towards L2, one 64-byte k-row per iteration.
@@ -123,8 +77,55 @@ void Tile(const float* __restrict x, int64_t ldx, const float* __restrict panel,
   for (int i = 0; i < kRows; ++i) Finish(e, lo[i], hi[i], y + i * ldy);
 }
 
+// Tile on 16 lanes: dot[16 i + c] gets output c of row i's dot product, with the same fused
+// multiply-adds in the same order as Tile's two 8-lane halves.
+template <int kRows>
+LINSERVE_TARGET_AVX512_VNNI void Avx512Tile(const float* __restrict x, int64_t ldx,
+                                            const float* __restrict panel, int64_t k_dim,
+                                            float* __restrict dot, const float* prefetch) {
+  __m512 acc[kRows];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) acc[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < k_dim; ++k) {
+    const __m512 wk = _mm512_load_ps(panel + k * kWidth);
+    if (prefetch != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch + k * kWidth), _MM_HINT_T1);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k]), wk, acc[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) _mm512_store_ps(dot + i * kWidth, acc[i]);
+}
+
+LINSERVE_TARGET_AVX512_VNNI void Avx512TileOfRows(int64_t n, const float* x, int64_t ldx,
+                                                  const float* panel, int64_t k_dim, float* dot,
+                                                  const float* prefetch) {
+  switch (n) {
+    case 1:
+      return Avx512Tile<1>(x, ldx, panel, k_dim, dot, prefetch);
+    case 2:
+      return Avx512Tile<2>(x, ldx, panel, k_dim, dot, prefetch);
+    case 3:
+      return Avx512Tile<3>(x, ldx, panel, k_dim, dot, prefetch);
+    case 4:
+      return Avx512Tile<4>(x, ldx, panel, k_dim, dot, prefetch);
+    case 5:
+      return Avx512Tile<5>(x, ldx, panel, k_dim, dot, prefetch);
+    case 6:
+      return Avx512Tile<6>(x, ldx, panel, k_dim, dot, prefetch);
+  }
+}
+
 void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int64_t k_dim,
-                const Epilogue& e, float* y, int64_t ldy, const float* prefetch) {
+                const Epilogue& e, float* y, int64_t ldy, const float* prefetch, CpuIsa isa) {
+  if (isa == CpuIsa::kAvx512Vnni) {
+    alignas(64) float dot[kMaxRows * kWidth];
+    Avx512TileOfRows(n, x, ldx, panel, k_dim, dot, prefetch);
+    return FinishRows(e, dot, n, y, ldy);
+  }
   switch (n) {
     case 1:
       return Tile<1>(x, ldx, panel, k_dim, e, y, ldy, prefetch);
@@ -139,13 +140,6 @@ void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int6
     case 6:
       return Tile<6>(x, ldx, panel, k_dim, e, y, ldy, prefetch);
   }
-}
-
-Epilogue PanelEpilogue(const PackedMatrix& w, int64_t p, const float* bias, Activation act,
-                       LinearOutput output) {
-  const int64_t col0 = p * kWidth;
-  return Epilogue{bias != nullptr ? bias + col0 : nullptr, act, output,
-                  static_cast<int>(std::min<int64_t>(kWidth, w.out_features() - col0))};
 }
 
 // Rows are split into the fewest tiles of at most kMaxRows, as evenly as possible: a tile of
@@ -167,7 +161,7 @@ void ForEachTile(int64_t rows, const F& tile) {
 // All rows for fp32 panel p. `next` is the panel this thread computes next (or null).
 void Fp32Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t p,
                const float* next, const float* bias, Activation act, LinearOutput output,
-               float* y, int64_t ldy) {
+               float* y, int64_t ldy, CpuIsa isa) {
   const Epilogue e = PanelEpilogue(w, p, bias, act, output);
   const float* panel = reinterpret_cast<const float*>(w.panel(p));
   ForEachTile(rows, [&](int64_t r, int64_t n, int64_t t) {
@@ -175,11 +169,11 @@ void Fp32Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
     // prefetches the next panel, so that its first tile does not wait on DRAM either (+20%
     // at 32 rows).
     TileOfRows(n, x + r * ldx, ldx, panel, w.in_features(), e, y + r * ldy + p * kWidth, ldy,
-               t == 1 ? next : nullptr);
+               t == 1 ? next : nullptr, isa);
   });
 }
 
-// ---- bf16, fp16, int8 ----------------------------------------------------------------------
+// ---- bf16, fp16 ----------------------------------------------------------------------
 // Each format walks a panel in blocks of kBlock input features: Offset(k0) is where the block
 // starting at k0 lies in the panel, Bytes(n) its size for n features, and Block::Load(i) the 16
 // fp32 weights of its i-th feature (lanes 0–7, 8–15).
@@ -196,6 +190,12 @@ struct Bf16Format {
       hi = _mm256_castsi256_ps(
           _mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(h + 1)), 16));
     }
+    LINSERVE_TARGET_AVX512_VNNI __m512 Load512(int64_t i) const {
+      // maskz with all lanes: the unmasked forms trip GCC 12's -Wmaybe-uninitialized.
+      const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * 32));
+      return _mm512_castsi512_ps(
+          _mm512_maskz_slli_epi32(0xFFFF, _mm512_maskz_cvtepu16_epi32(0xFFFF, h), 16));
+    }
   };
   static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
 };
@@ -210,32 +210,12 @@ struct Fp16Format {
       lo = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i * 32)));
       hi = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(data + i * 32 + 16)));
     }
-  };
-  static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
-};
-
-struct Int8Format {
-  static constexpr int64_t kBlock = PackedMatrix::kInt8Block;
-  static int64_t Offset(int64_t k0) { return k0 * kWidth + k0 / kBlock * kWidth * 4; }
-  static int64_t Bytes(int64_t n) { return kWidth * 4 + n * kWidth; }
-  struct Block {
-    __m256 scale_lo, scale_hi;
-    const std::byte* q;
-    void Load(int64_t i, __m256& lo, __m256& hi) const {
-      const std::byte* qi = q + i * kWidth;
-      lo = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi)))),
-                         scale_lo);
-      hi = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(
-                             _mm_loadl_epi64(reinterpret_cast<const __m128i*>(qi + 8)))),
-                         scale_hi);
+    LINSERVE_TARGET_AVX512_VNNI __m512 Load512(int64_t i) const {
+      return _mm512_maskz_cvtph_ps(
+          0xFFFF, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(data + i * 32)));
     }
   };
-  static Block At(const std::byte* panel, int64_t k0) {
-    const std::byte* block = panel + Offset(k0);
-    const float* scales = reinterpret_cast<const float*>(block);
-    return {_mm256_loadu_ps(scales), _mm256_loadu_ps(scales + 8), block + kWidth * 4};
-  }
+  static Block At(const std::byte* panel, int64_t k0) { return {panel + Offset(k0)}; }
 };
 
 // Panels that run side by side for a tile of kRows rows: as many as fit in the 12 accumulators.
@@ -283,37 +263,90 @@ void FusedTile(const float* __restrict x, int64_t ldx, const PackedMatrix& w, in
   }
 }
 
+// FusedTile on 16 lanes: dot[16 (j · kRows + i) + c] gets output c of panel p + j for row i,
+// with the same fused multiply-adds in the same order.
+template <class F, int kRows, int kPanels>
+LINSERVE_TARGET_AVX512_VNNI void Avx512FusedTile(const float* __restrict x, int64_t ldx,
+                                                 const PackedMatrix& w, int64_t p,
+                                                 float* __restrict dot) {
+  const int64_t k_dim = w.in_features();
+  __m512 acc[kPanels][kRows];
+#pragma GCC unroll 8
+  for (int j = 0; j < kPanels; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) acc[j][i] = _mm512_setzero_ps();
+  }
+  for (int64_t k0 = 0; k0 < k_dim; k0 += F::kBlock) {
+    const int64_t n = std::min(F::kBlock, k_dim - k0);
+    typename F::Block block[kPanels];
+#pragma GCC unroll 8
+    for (int j = 0; j < kPanels; ++j) block[j] = F::At(w.panel(p + j), k0);
+    for (int64_t k = 0; k < n; ++k) {
+#pragma GCC unroll 8
+      for (int j = 0; j < kPanels; ++j) {
+        const __m512 wk = block[j].Load512(k);
+#pragma GCC unroll 8
+        for (int i = 0; i < kRows; ++i) {
+          acc[j][i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * ldx + k0 + k]), wk, acc[j][i]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int j = 0; j < kPanels; ++j) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) _mm512_store_ps(dot + (j * kRows + i) * kWidth, acc[j][i]);
+  }
+}
+
+// kPanels panels from p for kRows rows on the given path.
+template <class F, int kRows, int kPanels>
+void FusedGroup(const float* x, int64_t ldx, const PackedMatrix& w, int64_t p, const float* bias,
+                Activation act, LinearOutput output, float* y, int64_t ldy, CpuIsa isa) {
+  if (isa == CpuIsa::kAvx512Vnni) {
+    alignas(64) float dot[kPanels * kRows * kWidth];
+    Avx512FusedTile<F, kRows, kPanels>(x, ldx, w, p, dot);
+    for (int j = 0; j < kPanels; ++j) {
+      FinishRows(PanelEpilogue(w, p + j, bias, act, output), dot + j * kRows * kWidth, kRows,
+                 y + (p + j) * kWidth, ldy);
+    }
+    return;
+  }
+  FusedTile<F, kRows, kPanels>(x, ldx, w, p, bias, act, output, y, ldy);
+}
+
 // Panels [begin, end) for kRows (<= kMaxRows) rows, kPanelsPerTile<kRows> at a time.
 template <class F, int kRows>
 void FusedPanels(const float* x, int64_t ldx, const PackedMatrix& w, int64_t begin, int64_t end,
-                 const float* bias, Activation act, LinearOutput output, float* y, int64_t ldy) {
+                 const float* bias, Activation act, LinearOutput output, float* y, int64_t ldy,
+                 CpuIsa isa) {
   constexpr int kGroup = kPanelsPerTile<kRows>;
   int64_t p = begin;
   for (; p + kGroup <= end; p += kGroup) {
-    FusedTile<F, kRows, kGroup>(x, ldx, w, p, bias, act, output, y, ldy);
+    FusedGroup<F, kRows, kGroup>(x, ldx, w, p, bias, act, output, y, ldy, isa);
   }
   if constexpr (kGroup > 1) {
-    for (; p < end; ++p) FusedTile<F, kRows, 1>(x, ldx, w, p, bias, act, output, y, ldy);
+    for (; p < end; ++p) FusedGroup<F, kRows, 1>(x, ldx, w, p, bias, act, output, y, ldy, isa);
   }
 }
 
 template <class F>
 void FusedRows(int64_t rows, const float* x, int64_t ldx, const PackedMatrix& w, int64_t begin,
                int64_t end, const float* bias, Activation act, LinearOutput output, float* y,
-               int64_t ldy) {
+               int64_t ldy, CpuIsa isa) {
   switch (rows) {
     case 1:
-      return FusedPanels<F, 1>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 1>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
     case 2:
-      return FusedPanels<F, 2>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 2>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
     case 3:
-      return FusedPanels<F, 3>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 3>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
     case 4:
-      return FusedPanels<F, 4>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 4>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
     case 5:
-      return FusedPanels<F, 5>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 5>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
     case 6:
-      return FusedPanels<F, 6>(x, ldx, w, begin, end, bias, act, output, y, ldy);
+      return FusedPanels<F, 6>(x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
   }
 }
 
@@ -345,7 +378,7 @@ void Widen(const PackedMatrix& w, int64_t p, const std::byte* next, float* __res
 template <class F>
 void WidenedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
                    int64_t begin, int64_t end, const float* bias, Activation act,
-                   LinearOutput output, float* y, int64_t ldy) {
+                   LinearOutput output, float* y, int64_t ldy, CpuIsa isa) {
   thread_local FloatBuffer buffer;
   const int64_t floats = w.in_features() * kWidth;
   if (buffer.size() < floats) buffer = FloatBuffer(floats);
@@ -354,7 +387,7 @@ void WidenedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix
     const Epilogue e = PanelEpilogue(w, p, bias, act, output);
     ForEachTile(rows, [&](int64_t r, int64_t n, int64_t) {
       TileOfRows(n, x + r * ldx, ldx, buffer.data(), w.in_features(), e,
-                 y + r * ldy + p * kWidth, ldy, nullptr);
+                 y + r * ldy + p * kWidth, ldy, nullptr, isa);
     });
   }
 }
@@ -362,32 +395,34 @@ void WidenedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix
 template <class F>
 void QuantizedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
                      int64_t begin, int64_t end, const float* bias, Activation act,
-                     LinearOutput output, float* y, int64_t ldy) {
+                     LinearOutput output, float* y, int64_t ldy, CpuIsa isa) {
   if (rows <= kMaxRows) {
-    FusedRows<F>(rows, x, ldx, w, begin, end, bias, act, output, y, ldy);
+    FusedRows<F>(rows, x, ldx, w, begin, end, bias, act, output, y, ldy, isa);
   } else {
-    WidenedPanels<F>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+    WidenedPanels<F>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy, isa);
   }
 }
 
 // Panels [begin, end) of w for all rows.
 void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t begin,
             int64_t end, const float* bias, Activation act, LinearOutput output, float* y,
-            int64_t ldy) {
+            int64_t ldy, CpuIsa isa) {
   switch (w.format()) {
     case WeightFormat::kFp32:
       for (int64_t p = begin; p < end; ++p) {
         Fp32Panel(x, rows, ldx, w, p,
                   p + 1 < end ? reinterpret_cast<const float*>(w.panel(p + 1)) : nullptr, bias,
-                  act, output, y, ldy);
+                  act, output, y, ldy, isa);
       }
       return;
     case WeightFormat::kBf16:
-      return QuantizedPanels<Bf16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+      return QuantizedPanels<Bf16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy,
+                                         isa);
     case WeightFormat::kFp16:
-      return QuantizedPanels<Fp16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+      return QuantizedPanels<Fp16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy,
+                                         isa);
     case WeightFormat::kInt8:
-      return QuantizedPanels<Int8Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy);
+      return;  // Linear hands int8 to Int8Linear
   }
 }
 
@@ -396,6 +431,10 @@ void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, in
 void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, const float* bias,
             Activation act, LinearOutput output, float* y, int64_t ldy, int num_threads) {
   if (rows <= 0) return;
+  const CpuIsa isa = ChosenCpuIsa();
+  if (w.format() == WeightFormat::kInt8) {
+    return Int8Linear(x, rows, ldx, w, bias, act, output, y, ldy, num_threads, isa);
+  }
   const int64_t panels = w.panels();
   const int threads = static_cast<int>(std::min<int64_t>(
       ThreadsForWork(num_threads, rows * w.in_features() * w.out_features()), panels));
@@ -404,7 +443,7 @@ void Linear(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, co
   const int64_t tasks = std::min<int64_t>(panels, int64_t{4} * threads);
   ParallelFor(threads, tasks, [&](int64_t task, int) {
     Panels(x, rows, ldx, w, panels * task / tasks, panels * (task + 1) / tasks, bias, act, output,
-           y, ldy);
+           y, ldy, isa);
   });
 }
 

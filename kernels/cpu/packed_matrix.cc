@@ -12,6 +12,13 @@ namespace {
 constexpr int kWidth = PackedMatrix::kPanelWidth;
 constexpr int kBlock = PackedMatrix::kInt8Block;
 constexpr int64_t kAlign = FloatBuffer::kAlignment;
+// One int8 block of a panel: 16 scales, then kBlock · 16 int8.
+constexpr int64_t kInt8BlockBytes = kWidth * 4 + kBlock * kWidth;
+
+// Offset in an int8 block's weights of output c's weight at k (k - k0 within the block).
+int64_t Int8Index(int64_t k_in_block, int64_t c) {
+  return k_in_block / 4 * (kWidth * 4) + c * 4 + k_in_block % 4;
+}
 
 uint16_t ToBf16(float v) {
   uint32_t u;
@@ -40,7 +47,7 @@ int64_t RawPanelBytes(WeightFormat format, int64_t in) {
     case WeightFormat::kFp16:
       return in * kWidth * 2;
     case WeightFormat::kInt8:
-      return in * kWidth + (in + kBlock - 1) / kBlock * kWidth * 4;
+      return (in + kBlock - 1) / kBlock * kInt8BlockBytes;
   }
   return 0;
 }
@@ -98,7 +105,7 @@ PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in
         case WeightFormat::kInt8: {
           for (int64_t k0 = 0; k0 < in; k0 += kBlock) {
             const int64_t n = std::min<int64_t>(kBlock, in - k0);
-            std::byte* block = dst + k0 * kWidth + k0 / kBlock * kWidth * 4;
+            std::byte* block = dst + k0 / kBlock * kInt8BlockBytes;
             float max_abs = 0.0f;
             for (int64_t k = k0; k < k0 + n; ++k) {
               max_abs = std::max(max_abs, std::abs(At(w, out_features, in, row, k)));
@@ -109,7 +116,7 @@ PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in
             for (int64_t k = k0; k < k0 + n; ++k) {
               const float v = scale == 0.0f ? 0.0f : At(w, out_features, in, row, k) / scale;
               // A NaN (a NaN or infinite weight) stores 0 rather than an undefined conversion.
-              q[(k - k0) * kWidth + c] = static_cast<int8_t>(
+              q[Int8Index(k - k0, c)] = static_cast<int8_t>(
                   std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v), -127.0f, 127.0f));
             }
           }
@@ -140,11 +147,11 @@ void PackedMatrix::Dequantize(float* w) const {
           break;
         case WeightFormat::kInt8: {
           const int64_t k0 = k / kBlock * kBlock;
-          const std::byte* block = src + k0 * kWidth + k0 / kBlock * kWidth * 4;
+          const std::byte* block = src + k0 / kBlock * kInt8BlockBytes;
           float scale;
           std::memcpy(&scale, block + c * 4, sizeof(scale));
-          const int8_t q = reinterpret_cast<const int8_t*>(block + kWidth * 4)[(k - k0) * kWidth + c];
-          v = static_cast<float>(q) * scale;
+          const int8_t* q = reinterpret_cast<const int8_t*>(block + kWidth * 4);
+          v = static_cast<float>(q[Int8Index(k - k0, c)]) * scale;
           break;
         }
       }

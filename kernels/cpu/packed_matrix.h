@@ -11,9 +11,10 @@
 
 namespace linserve::cpu {
 
-// How a PackedMatrix stores its weights. The kernels widen every format to fp32 in registers
-// and compute in fp32, so a Linear over a packed matrix is bitwise the fp32 Linear over its
-// dequantized weights (see Dequantize).
+// How a PackedMatrix stores its weights. The kernels widen fp32/bf16/fp16 to fp32 in registers
+// and compute in fp32, so a Linear over such a matrix is bitwise the fp32 Linear over its
+// dequantized weights (see Dequantize); int8 is multiplied in integers against activations
+// quantized to int8 (int8_linear.h).
 enum class WeightFormat {
   kFp32,
   // bfloat16, rounded to nearest even (NaN stays NaN).
@@ -34,8 +35,10 @@ std::string_view WeightFormatName(WeightFormat format);
 // feature k in order, so that a Linear streams each weight byte once, contiguously:
 //   fp32:      16 floats per k.
 //   bf16/fp16: 16 halves per k (32 bytes).
-//   int8:      per block of kInt8Block k: the block's 16 scales (64 bytes), then 16 int8 per k;
-//              the last block may be shorter.
+//   int8:      per block of kInt8Block k: the block's 16 scales (64 bytes), then kInt8Block / 4
+//              groups of 4 consecutive k, 64 bytes each: bytes 4c .. 4c+3 of a group are
+//              output c's 4 weights, in k order (the lane layout of AVX2's maddubs + madd and
+//              of AVX-512 VNNI's vpdpbusd). The last block is padded with q = 0 to kInt8Block.
 // Each panel starts on a 64-byte boundary. Immutable after Pack.
 class PackedMatrix {
  public:
@@ -61,7 +64,8 @@ class PackedMatrix {
   // Bytes of one panel, padding to 64 bytes included.
   int64_t panel_bytes() const { return panel_bytes_; }
   // Bytes of weights one Linear call streams (fp32: 4 per weight, bf16/fp16: 2, int8: 1 + 4/32;
-  // plus the padding of the last panel to 16 outputs and of each panel to 64 bytes).
+  // plus the padding of the last panel to 16 outputs, of the last int8 block to 32 inputs and of
+  // each panel to 64 bytes).
   int64_t bytes() const { return panels() * panel_bytes_; }
   // The weights the kernels compute with, as fp32 [out_features, in_features] row-major into
   // `w` (out_features · in_features floats).

@@ -2,6 +2,7 @@
 linserve_test(cpu_kernels_test SOURCES cpu_kernels_test.cc LIBS linserve_kernels_cpu)
 # Issue 28: the CPU weight formats (bf16, fp16, int8) and the Linear over them.
 linserve_test(weight_formats_test SOURCES weight_formats_test.cc LIBS linserve_kernels_cpu)
+linserve_test(int8_linear_test SOURCES int8_linear_test.cc LIBS linserve_kernels_cpu)
 linserve_test(weight_precision_test SOURCES weight_precision_test.cc
               LIBS linserve_model_compute linserve_testing)
 linserve_test(cpu_backend_test SOURCES cpu_backend_test.cc

@@ -1,15 +1,19 @@
 // kernels/cpu's weight formats (packed_matrix.h) and the Linear over them (packed_linear.h):
 // what Pack stores against the formats' definitions written out here, the kernels against
 // double-precision loops over the dequantized and over the original fp32 weights, and the
-// bitwise independence of every output from batch size, row index and thread count.
+// bitwise independence of every output from batch size, row index and thread count (int8 on
+// the path ChosenCpuIsa() picks; int8_linear_test.cc compares the paths).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_isa.h"
+#include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/packed_matrix.h"
 
@@ -172,9 +176,13 @@ class FormatLinearTest : public ::testing::TestWithParam<FormatCase> {};
 // The kernel against double-precision sums over (a) the dequantized weights: the fp32
 // rounding of a sequential sum of `in` products, |error| <= in · 2⁻²⁴ · Σ|x·w| plus the
 // activation's few ulps, checked as 1e-5 · (Σ|x·w| + |y|) + 1e-6 for in <= 130 (as the fp32
-// kernel's own test); and bitwise the fp32 kernel over those weights; (b) the original fp32
-// weights: additionally Σ_k |x_k| · (the format's bound on |w' − w|, WeightErrorBound), times
-// 1.2 for the activations' slope (at most 1.13, GELU's).
+// kernel's own test); for bf16/fp16 also bitwise the fp32 kernel over those weights; (b) the
+// original fp32 weights: additionally Σ_k |x_k| · (the format's bound on |w' − w|,
+// WeightErrorBound), times 1.2 for the activations' slope (at most 1.13, GELU's). int8
+// multiplies quantized activations (int8_linear.h), so its (a) uses them in place of x — the
+// kernel then differs from the sum only by the fp32 roundings of w_scale · a_scale and of each
+// block's fma — and its (b) adds Σ_k |w'_k| · (half a step of x_k's block scale, plus the fp32
+// rounding of x / scale).
 TEST_P(FormatLinearTest, MatchesReferencesOverDequantizedAndOriginalWeights) {
   const FormatCase c = GetParam();
   const int64_t ldx = c.in + 3;
@@ -191,10 +199,34 @@ TEST_P(FormatLinearTest, MatchesReferencesOverDequantizedAndOriginalWeights) {
   std::vector<float> y = y0;
   Linear(x.data(), c.rows, ldx, packed, bias, c.act, c.output, y.data(), ldy, 1);
 
-  const PackedMatrix as_fp32 = PackedMatrix::Pack(dq.data(), c.out, c.in, WeightFormat::kFp32);
-  std::vector<float> y_fp32 = y0;
-  Linear(x.data(), c.rows, ldx, as_fp32, bias, c.act, c.output, y_fp32.data(), ldy, 1);
-  EXPECT_EQ(y, y_fp32) << "not bitwise the fp32 kernel over the dequantized weights";
+  // The activations the kernel multiplies, and the bound on their distance from x.
+  const bool int8 = c.format == WeightFormat::kInt8;
+  std::vector<double> xa(static_cast<size_t>(c.rows * ldx));
+  std::vector<double> x_error(xa.size(), 0.0);
+  for (size_t i = 0; i < xa.size(); ++i) xa[i] = x[i];
+  if (int8) {
+    const int64_t blocks = (c.in + PackedMatrix::kInt8Block - 1) / PackedMatrix::kInt8Block;
+    std::vector<int8_t> q(static_cast<size_t>(c.rows * blocks * PackedMatrix::kInt8Block));
+    std::vector<float> scales(static_cast<size_t>(c.rows * blocks));
+    std::vector<int32_t> sums(scales.size());
+    QuantizeActivations(x.data(), c.rows, ldx, c.in, q.data(), scales.data(), sums.data());
+    for (int64_t r = 0; r < c.rows; ++r) {
+      for (int64_t k = 0; k < c.in; ++k) {
+        const int64_t block = r * blocks + k / PackedMatrix::kInt8Block;
+        const double scale = scales[block];
+        xa[r * ldx + k] = q[block * PackedMatrix::kInt8Block + k % PackedMatrix::kInt8Block] *
+                          scale;
+        x_error[r * ldx + k] =
+            0.5 * scale * (1 + 0x1p-20) + std::abs(static_cast<double>(x[r * ldx + k])) * 0x1p-22;
+      }
+    }
+  } else {
+    const PackedMatrix as_fp32 =
+        PackedMatrix::Pack(dq.data(), c.out, c.in, WeightFormat::kFp32);
+    std::vector<float> y_fp32 = y0;
+    Linear(x.data(), c.rows, ldx, as_fp32, bias, c.act, c.output, y_fp32.data(), ldy, 1);
+    EXPECT_EQ(y, y_fp32) << "not bitwise the fp32 kernel over the dequantized weights";
+  }
 
   for (int64_t r = 0; r < c.rows; ++r) {
     for (int64_t n = 0; n < c.out; ++n) {
@@ -204,10 +236,12 @@ TEST_P(FormatLinearTest, MatchesReferencesOverDequantizedAndOriginalWeights) {
       double weight_error = 0.0;
       for (int64_t k = 0; k < c.in; ++k) {
         const double xk = x[r * ldx + k];
-        acc_dq += xk * dq[n * c.in + k];
+        const double wk = dq[n * c.in + k];
+        acc_dq += xa[r * ldx + k] * wk;
         acc_w += xk * w[n * c.in + k];
-        mag += std::abs(xk * dq[n * c.in + k]);
-        weight_error += std::abs(xk) * WeightErrorBound(c.format, w, c.in, n, k);
+        mag += std::abs(xa[r * ldx + k] * wk);
+        weight_error += std::abs(xk) * WeightErrorBound(c.format, w, c.in, n, k) +
+                        std::abs(wk) * x_error[r * ldx + k];
       }
       const double base = c.output == LinearOutput::kAccumulate ? y0[r * ldy + n] : 0.0;
       const double expect_dq = ActivationRef(c.act, acc_dq) + base;
@@ -271,6 +305,48 @@ TEST(FormatLinearInvarianceTest, EveryRowIsBitwiseItselfWhateverTheBatchAndThrea
                y.data(), out, threads);
         ASSERT_TRUE(std::equal(y.begin(), y.end(), alone.begin()))
             << rows << " rows on " << threads << " threads";
+      }
+    }
+  }
+}
+
+// Issue 28: the AVX-512 path (LINSERVE_CPU_ISA=avx512vnni, where this CPU has it) gives bitwise
+// the AVX2 path's outputs in every format — fp32/bf16/fp16 run the same fused multiply-adds per
+// output on 16 lanes instead of two halves of 8, int8 sums exactly in integers
+// (int8_linear_test.cc has more) — on odd shapes, batch sizes 1–40 (the streaming kernel up to 6
+// rows, the widened one beyond), 1–2 threads, with bias, GELU and accumulation.
+TEST(FormatLinearPathsTest, Avx512IsBitwiseAvx2InEveryFormatAndBatch) {
+  if (!CpuSupports(CpuIsa::kAvx512Vnni)) {
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI (F+BW+VL+VNNI): only the AVX2 path runs here";
+  }
+  struct Shape {
+    int64_t out, in;
+  };
+  for (const Shape& s : {Shape{37, 29}, Shape{100, 65}, Shape{300, 450}}) {
+    const int64_t ld = s.in + 2, rows_max = 40;
+    const std::vector<float> x = Random(rows_max * ld, 51);
+    const std::vector<float> w = Random(s.out * s.in, 52, 0.05f);
+    const std::vector<float> b = Random(s.out, 53);
+    const std::vector<float> y0 = Random(rows_max * s.out, 54);
+    for (WeightFormat format : kFormats) {
+      SCOPED_TRACE(std::string(WeightFormatName(format)) + " " + std::to_string(s.out) + "x" +
+                   std::to_string(s.in));
+      const PackedMatrix packed = PackedMatrix::Pack(w.data(), s.out, s.in, format);
+      for (int threads : {1, 2}) {
+        for (int64_t rows = 1; rows <= rows_max; ++rows) {
+          std::vector<float> y[2] = {y0, y0};
+          for (int path = 0; path < 2; ++path) {
+            setenv("LINSERVE_CPU_ISA", path == 0 ? "avx2" : "avx512vnni", 1);
+            Linear(x.data(), rows, ld, packed, b.data(), Activation::kGelu,
+                   LinearOutput::kAccumulate, y[path].data(), s.out, threads);
+          }
+          unsetenv("LINSERVE_CPU_ISA");
+          for (size_t i = 0; i < y[0].size(); ++i) {
+            ASSERT_EQ(Bits(y[1][i]), Bits(y[0][i]))
+                << rows << " rows on " << threads << " threads, row " << i / s.out << " col "
+                << i % s.out;
+          }
+        }
       }
     }
   }

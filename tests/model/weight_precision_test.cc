@@ -1,9 +1,10 @@
 // --weight_precision (model/backend/weight_precision.h) and the CPU backend's weight formats:
 // parsing and each backend's resolution and refusals; whole models (random ones of every layer
 // kind, and the bundled model) in bf16, fp16 and int8 against fp32 logits; and bitwise batch
-// invariance, tokens included, in every format.
+// invariance, tokens included, in every format; int8's tokens on every CPU path.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -13,6 +14,7 @@
 #include "absl/status/status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "model/backend/backend.h"
 #include "model/backend/cpu/cpu_backend.h"
 #include "model/backend/weight_precision.h"
@@ -103,11 +105,13 @@ double RelativeError(const std::vector<float>& a, const std::vector<float>& b) {
 
 // The largest logit error, relative to the largest fp32 logit, each format may have over the
 // prompts below. A weight's relative error is at most 2⁻⁹ in bf16 and 2⁻¹¹ in fp16, and up to
-// 1/254 of its block's largest in int8 (about 4× bf16's in rms for Gaussian weights); the
-// logits' error follows. Measured (worst model): random models bf16 1.3e-2, fp16 1.2e-3, int8
-// 4.9e-2 (the Based model; its softmax and short convolutions amplify most); bundled model bf16
-// 7.5e-4, fp16 9.5e-5, int8 2.9e-3. The bounds are about twice (random) and 3.5 times
-// (bundled) those, far below what a wrong scale, rounding or panel would give (order 1).
+// 1/254 of its block's largest in int8 (about 4× bf16's in rms for Gaussian weights), and int8
+// quantizes the activations it multiplies the same way (int8_linear.h); the logits' error
+// follows. Measured (worst model): random models bf16 1.3e-2, fp16 1.2e-3, int8 5.8e-2 (the
+// Based model; its softmax and short convolutions amplify most); bundled model bf16 7.5e-4,
+// fp16 9.5e-5, int8 3.6e-3. The bounds are about twice (random; int8 1.7×) and 3.5 times
+// (bundled; int8 2.8×) those, far below what a wrong scale, rounding or panel would give
+// (order 1).
 double LogitBound(WeightPrecision precision, bool bundled) {
   switch (precision) {
     case WeightPrecision::kBf16:
@@ -227,6 +231,52 @@ TEST(CpuWeightFormatsTest, GreedyTokensAndLogitsAreTheSameInEveryBatchSize) {
     EXPECT_EQ(logits_by_batch[1], logits_by_batch[0]) << "batch 3 vs 1";
     EXPECT_EQ(logits_by_batch[2], logits_by_batch[0]) << "batch 8 vs 1";
   }
+}
+
+// Issue 28: the bundled model's int8 greedy continuation of a prompt (prefill, then 24 decode
+// steps) gives bitwise the same logits, so the same tokens, on the AVX2 path and on the AVX-512
+// VNNI path (LINSERVE_CPU_ISA picks it; the int8 kernels' results are identical by construction,
+// int8_linear.h). Skipped where the CPU has no AVX-512 VNNI: then AVX2 is the only path.
+TEST(CpuWeightFormatsTest, BundledModelInt8GreedyTokensAreTheSameOnEveryCpuPath) {
+  if (!cpu::CpuSupports(cpu::CpuIsa::kAvx512Vnni)) {
+    GTEST_SKIP() << "this CPU has no AVX-512 VNNI (F+BW+VL+VNNI): only the AVX2 path runs here";
+  }
+  absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(LINSERVE_DEFAULT_MODEL_DIR);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::vector<TokenId>> prompt = (*model)->tokenizer->Encode("ROMEO:\nBut soft,");
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  const int vocab = (*model)->config.vocab_size, steps = 24;
+  struct Run {
+    std::vector<TokenId> tokens;
+    std::vector<float> logits;
+  };
+  auto generate = [&](cpu::CpuIsa isa) {
+    setenv("LINSERVE_CPU_ISA", std::string(cpu::CpuIsaName(isa)).c_str(), 1);
+    EXPECT_EQ(cpu::ChosenCpuIsa(), isa);
+    Run run;
+    std::unique_ptr<Backend> b = MakeBackend(**model, WeightPrecision::kInt8);
+    if (b == nullptr) return run;
+    const SlotId slot = *b->AllocateSlot();
+    std::vector<float> logits(prompt->size() * vocab);
+    EXPECT_TRUE(b->Prefill(slot, *prompt, absl::MakeSpan(logits)).ok());
+    run.logits = logits;
+    const float* last = logits.data() + (prompt->size() - 1) * vocab;
+    TokenId next = static_cast<TokenId>(std::max_element(last, last + vocab) - last);
+    std::vector<float> step(vocab);
+    for (int s = 0; s < steps; ++s) {
+      run.tokens.push_back(next);
+      EXPECT_TRUE(b->Decode({DecodeItem{slot, next}}, absl::MakeSpan(step)).ok());
+      run.logits.insert(run.logits.end(), step.begin(), step.end());
+      next = static_cast<TokenId>(std::max_element(step.begin(), step.end()) - step.begin());
+    }
+    return run;
+  };
+  const Run avx2 = generate(cpu::CpuIsa::kAvx2);
+  const Run avx512 = generate(cpu::CpuIsa::kAvx512Vnni);
+  unsetenv("LINSERVE_CPU_ISA");
+  ASSERT_EQ(avx2.tokens.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(avx512.tokens, avx2.tokens);
+  EXPECT_TRUE(avx512.logits == avx2.logits) << "logits differ between the paths";
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/threads.h"
 #include "spdlog/spdlog.h"
@@ -34,8 +35,10 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   auto backend =
       std::unique_ptr<CpuBackend>(new CpuBackend(model, options, *capacity, threads));
   spdlog::info(
-      "cpu backend: {} weights, {} slots of {} KiB state, {} threads, prefill chunk {}",
-      WeightPrecisionName(CpuWeightPrecision(options.weight_precision)), *capacity,
+      "cpu backend: {} weights ({} kernels), {} slots of {} KiB state, {} threads, prefill "
+      "chunk {}",
+      WeightPrecisionName(CpuWeightPrecision(options.weight_precision)),
+      cpu::CpuIsaName(cpu::ChosenCpuIsa()), *capacity,
       model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
   return backend;
 }
