@@ -17,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "model/backend/cpu/cpu_backend.h"
+#include "model/backend/cpu/cpu_layer.h"
 #include "model/backend/weight_precision.h"
 #include "model/format/config.h"
 #include "model/format/safetensors.h"
@@ -331,6 +332,30 @@ TEST(StoredInt8PrecisionTest, CudaRefusesTheInt8FileFormat) {
   }
   EXPECT_EQ(*CudaWeightPrecision(WeightPrecision::kAuto, WeightFileFormat::kFloat),
             WeightPrecision::kBf16);
+}
+
+// The CPU backend packs a stored-int8 tensor from its q and scales, never from q · scale
+// quantized again: here q stays 1 where quantizing q · scale again would give 127.
+TEST(StoredInt8PrecisionTest, CpuPacksTheStoredQAndScalesAsTheyAre) {
+  const Model model = MakeRandomModel(TinyConfig(), 1);
+  BackendOptions options;
+  options.weight_precision = WeightPrecision::kInt8;
+  CpuWorkspace workspace;
+  const CpuLayerContext context{
+      .model = model, .options = options, .threads = 1, .max_rows = 1, .workspace = workspace};
+  const int64_t out = 20, in = 40;
+  Tensor t;
+  t.shape = {out, in};
+  t.int8_q.assign(static_cast<size_t>(out * in), 1);
+  t.int8_scales.assign(static_cast<size_t>(out * 2), 0.3f);
+  t.data.assign(t.int8_q.size(), 0.3f);
+  const PackedMatrix stored =
+      PackedMatrix::FromInt8(t.int8_q.data(), t.int8_scales.data(), out, in);
+  const PackedMatrix requantized = PackedMatrix::Pack(t.data.data(), out, in, WeightFormat::kInt8);
+  ASSERT_FALSE(SameBytes(stored, requantized));
+  EXPECT_TRUE(SameBytes(PackWeights(context, t), stored));
+  options.weight_precision = WeightPrecision::kFp32;  // widened: q · scale, as fp32
+  EXPECT_TRUE(SameBytes(PackWeights(context, t), PackedMatrix::Pack(t.data.data(), out, in)));
 }
 
 // ---- The converter's output on the CPU backend ---------------------------------------------
