@@ -324,6 +324,11 @@ absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
     return absl::InvalidArgumentError(
         absl::StrCat("weight dtype ", DtypeName(dtype).data(), " is not one of F32, F16, BF16"));
   }
+  if (config.weight_format != WeightFileFormat::kFloat) {
+    return absl::InvalidArgumentError(
+        "config weight_format int8: this writer stores float weights only (the int8 file "
+        "format is written by reference/quantize_weights.py)");
+  }
   if (absl::Status s = ValidateWeights(config, weights); !s.ok()) return s;
   std::vector<SafetensorsWriteTensor> tensors;
   ForEachTensor(config, weights, [&](const TensorSpec& spec, const Tensor& t) {

@@ -68,7 +68,8 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
                                               const SafetensorsFile& file);
 
 // The bytes of a model.safetensors holding `weights` (which must pass ValidateWeights), every
-// tensor stored as `dtype`: F32, F16 or BF16. Deterministic: the same weights give the same bytes.
+// tensor stored as `dtype`: F32, F16 or BF16; a config of weight_format int8 is
+// INVALID_ARGUMENT (reference/quantize_weights.py writes that format). Deterministic: the same weights give the same bytes.
 absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
                                                   const ModelWeights& weights, Dtype dtype);
 

@@ -806,9 +806,8 @@ TEST(CudaBackendTest, Int8WeightsAreRefusedNamingWhatCudaRuns) {
 // Issue 28: a model file stored int8 (config.json weight_format int8) is refused whatever
 // --weight_precision says, before any device is looked for.
 TEST(CudaBackendTest, Int8FileFormatIsRefused) {
-  ModelConfig config = TinyConfig();
-  config.weight_format = WeightFileFormat::kInt8;
-  const Model model = MakeRandomModel(config, 3);
+  Model model = MakeRandomModel(TinyConfig(), 3);
+  model.config.weight_format = WeightFileFormat::kInt8;
   for (WeightPrecision p : {WeightPrecision::kAuto, WeightPrecision::kFp32}) {
     BackendOptions options;
     options.weight_precision = p;

@@ -294,6 +294,15 @@ TEST(StoredInt8LoaderTest, AnInt8FileUnderAFloatConfigIsRefusedNamingTheConfigFi
   EXPECT_THAT(message, HasSubstr("(not used by this config)"));
 }
 
+TEST(StoredInt8LoaderTest, TheFloatWriterRefusesAnInt8Config) {
+  const ModelConfig config = Int8Config();
+  absl::StatusOr<std::string> bytes =
+      SerializeModelWeights(config, MakeRandomWeights(config, 14), Dtype::kF32);
+  ASSERT_FALSE(bytes.ok());
+  EXPECT_THAT(std::string(bytes.status().message()),
+              HasSubstr("config weight_format int8: this writer stores float weights only"));
+}
+
 // ---- --weight_precision against the stored format ------------------------------------------
 
 TEST(StoredInt8PrecisionTest, CpuRunsInt8OrWidensToFp32AndRefusesHalves) {
