@@ -180,7 +180,8 @@ absl::Status ReadInt8Projection(const SafetensorsFile& file, const TensorSpec& s
     const int64_t block = static_cast<int64_t>(i) % in / kInt8WeightBlock;
     t.int8_q[i] = static_cast<int8_t>(v);
     // As PackedMatrix::Dequantize computes it: the weight the int8 kernels use.
-    t.data[i] = static_cast<float>(t.int8_q[i]) * (*scales)[static_cast<size_t>(row * blocks + block)];
+    const float scale = (*scales)[static_cast<size_t>(row * blocks + block)];
+    t.data[i] = static_cast<float>(t.int8_q[i]) * scale;
   }
   t.int8_scales = *std::move(scales);
   t.shape = spec.shape;

@@ -147,7 +147,8 @@ std::vector<StoredTensor> Int8Tensors(const ModelConfig& config, const ModelWeig
     std::vector<int8_t> q(t.data.size());
     std::vector<float> scales(static_cast<size_t>(rows * PackedMatrix::Int8Blocks(in)));
     PackedMatrix::QuantizeInt8(t.data.data(), rows, in, q.data(), scales.data());
-    out.push_back({spec.name, Dtype::kI8, spec.shape, {}, std::vector<int64_t>(q.begin(), q.end())});
+    out.push_back(
+        {spec.name, Dtype::kI8, spec.shape, {}, std::vector<int64_t>(q.begin(), q.end())});
     out.push_back({Int8ScalesName(spec.name), Dtype::kF32, {rows, PackedMatrix::Int8Blocks(in)},
                    scales, {}});
   });
@@ -200,7 +201,8 @@ TEST(StoredInt8LoaderTest, ReadsQScalesAndTheirProduct) {
   EXPECT_EQ(q.int8_scales, stored_s.floats);
   for (size_t i = 0; i < q.int8_q.size(); ++i) {
     ASSERT_EQ(q.int8_q[i], stored_q.ints[i]);
-    ASSERT_EQ(q.data[i], static_cast<float>(q.int8_q[i]) * stored_s.floats[i / 64 * 2 + i % 64 / 32]);
+    const float scale = stored_s.floats[i / 64 * 2 + i % 64 / 32];
+    ASSERT_EQ(q.data[i], static_cast<float>(q.int8_q[i]) * scale);
   }
   EXPECT_FALSE(read->lm_head.int8_q.empty());
   EXPECT_TRUE(read->token_embedding.int8_q.empty());  // embeddings stay float
@@ -381,7 +383,8 @@ std::vector<float> Logits(const Model& model, WeightPrecision precision,
   absl::StatusOr<SlotId> slot = (*b)->AllocateSlot();
   EXPECT_TRUE(slot.ok());
   std::vector<float> logits((tokens.size() + 4) * vocab);
-  EXPECT_TRUE((*b)->Prefill(*slot, tokens, absl::MakeSpan(logits).first(tokens.size() * vocab)).ok());
+  EXPECT_TRUE(
+      (*b)->Prefill(*slot, tokens, absl::MakeSpan(logits).first(tokens.size() * vocab)).ok());
   for (int i = 0; i < 4; ++i) {
     const DecodeItem item{*slot, tokens[static_cast<size_t>(i)]};
     EXPECT_TRUE((*b)->Decode({&item, 1}, absl::MakeSpan(logits).subspan(
