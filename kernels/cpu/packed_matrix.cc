@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <vector>
 
 namespace linserve::cpu {
 namespace {
@@ -75,6 +76,80 @@ std::string_view WeightFormatName(WeightFormat format) {
 
 PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in_features,
                                 WeightFormat format) {
+  if (format == WeightFormat::kInt8) {
+    std::vector<int8_t> q(static_cast<size_t>(out_features * in_features));
+    std::vector<float> scales(static_cast<size_t>(out_features * Int8Blocks(in_features)));
+    QuantizeInt8(w, out_features, in_features, q.data(), scales.data());
+    return FromInt8(q.data(), scales.data(), out_features, in_features);
+  }
+  PackedMatrix m = Allocate(format, out_features, in_features);
+  const int64_t in = in_features;
+  for (int64_t p = 0; p < m.panels(); ++p) {
+    std::byte* dst = m.bytes_data() + p * m.panel_bytes_;
+    for (int64_t c = 0; c < kWidth; ++c) {
+      const int64_t row = p * kWidth + c;
+      if (format == WeightFormat::kFp32) {
+        float* f = reinterpret_cast<float*>(dst);
+        for (int64_t k = 0; k < in; ++k) f[k * kWidth + c] = At(w, out_features, in, row, k);
+      } else {
+        uint16_t* h = reinterpret_cast<uint16_t*>(dst);
+        for (int64_t k = 0; k < in; ++k) {
+          const float v = At(w, out_features, in, row, k);
+          h[k * kWidth + c] = format == WeightFormat::kBf16 ? ToBf16(v) : ToFp16(v);
+        }
+      }
+    }
+  }
+  return m;
+}
+
+void PackedMatrix::QuantizeInt8(const float* w, int64_t out_features, int64_t in_features,
+                                int8_t* q, float* scales) {
+  const int64_t in = in_features;
+  const int64_t blocks = Int8Blocks(in);
+  for (int64_t row = 0; row < out_features; ++row) {
+    const float* wr = w + row * in;
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t k0 = b * kBlock;
+      const int64_t k1 = std::min<int64_t>(k0 + kBlock, in);
+      float max_abs = 0.0f;
+      for (int64_t k = k0; k < k1; ++k) max_abs = std::max(max_abs, std::abs(wr[k]));
+      const float scale = max_abs / 127.0f;
+      scales[row * blocks + b] = scale;
+      for (int64_t k = k0; k < k1; ++k) {
+        const float v = scale == 0.0f ? 0.0f : wr[k] / scale;
+        // A NaN (a NaN or infinite weight) stores 0 rather than an undefined conversion.
+        q[row * in + k] = static_cast<int8_t>(
+            std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v), -127.0f, 127.0f));
+      }
+    }
+  }
+}
+
+PackedMatrix PackedMatrix::FromInt8(const int8_t* q, const float* scales, int64_t out_features,
+                                    int64_t in_features) {
+  PackedMatrix m = Allocate(WeightFormat::kInt8, out_features, in_features);
+  const int64_t in = in_features;
+  const int64_t blocks = Int8Blocks(in);
+  for (int64_t p = 0; p < m.panels(); ++p) {
+    std::byte* dst = m.bytes_data() + p * m.panel_bytes_;
+    for (int64_t c = 0; c < kWidth && p * kWidth + c < out_features; ++c) {
+      const int64_t row = p * kWidth + c;
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t k0 = b * kBlock;
+        const int64_t n = std::min<int64_t>(kBlock, in - k0);
+        std::byte* block = dst + b * kInt8BlockBytes;
+        std::memcpy(block + c * 4, &scales[row * blocks + b], sizeof(float));
+        int8_t* qb = reinterpret_cast<int8_t*>(block + kWidth * 4);
+        for (int64_t k = 0; k < n; ++k) qb[Int8Index(k, c)] = q[row * in + k0 + k];
+      }
+    }
+  }
+  return m;
+}
+
+PackedMatrix PackedMatrix::Allocate(WeightFormat format, int64_t out_features,
+                                    int64_t in_features) {
   PackedMatrix m;
   m.format_ = format;
   m.out_features_ = out_features;
@@ -82,49 +157,6 @@ PackedMatrix PackedMatrix::Pack(const float* w, int64_t out_features, int64_t in
   m.panel_bytes_ = (RawPanelBytes(format, in_features) + kAlign - 1) / kAlign * kAlign;
   m.data_ = FloatBuffer(m.panels() * m.panel_bytes_ / 4);
   std::memset(m.data_.data(), 0, static_cast<size_t>(m.bytes()));
-  const int64_t in = in_features;
-  for (int64_t p = 0; p < m.panels(); ++p) {
-    std::byte* dst = m.bytes_data() + p * m.panel_bytes_;
-    for (int64_t c = 0; c < kWidth; ++c) {
-      const int64_t row = p * kWidth + c;
-      switch (format) {
-        case WeightFormat::kFp32: {
-          float* f = reinterpret_cast<float*>(dst);
-          for (int64_t k = 0; k < in; ++k) f[k * kWidth + c] = At(w, out_features, in, row, k);
-          break;
-        }
-        case WeightFormat::kBf16:
-        case WeightFormat::kFp16: {
-          uint16_t* h = reinterpret_cast<uint16_t*>(dst);
-          for (int64_t k = 0; k < in; ++k) {
-            const float v = At(w, out_features, in, row, k);
-            h[k * kWidth + c] = format == WeightFormat::kBf16 ? ToBf16(v) : ToFp16(v);
-          }
-          break;
-        }
-        case WeightFormat::kInt8: {
-          for (int64_t k0 = 0; k0 < in; k0 += kBlock) {
-            const int64_t n = std::min<int64_t>(kBlock, in - k0);
-            std::byte* block = dst + k0 / kBlock * kInt8BlockBytes;
-            float max_abs = 0.0f;
-            for (int64_t k = k0; k < k0 + n; ++k) {
-              max_abs = std::max(max_abs, std::abs(At(w, out_features, in, row, k)));
-            }
-            const float scale = max_abs / 127.0f;
-            std::memcpy(block + c * 4, &scale, sizeof(scale));
-            int8_t* q = reinterpret_cast<int8_t*>(block + kWidth * 4);
-            for (int64_t k = k0; k < k0 + n; ++k) {
-              const float v = scale == 0.0f ? 0.0f : At(w, out_features, in, row, k) / scale;
-              // A NaN (a NaN or infinite weight) stores 0 rather than an undefined conversion.
-              q[Int8Index(k - k0, c)] = static_cast<int8_t>(
-                  std::isnan(v) ? 0.0f : std::clamp(std::nearbyint(v), -127.0f, 127.0f));
-            }
-          }
-          break;
-        }
-      }
-    }
-  }
   return m;
 }
 

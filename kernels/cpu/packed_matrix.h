@@ -55,6 +55,20 @@ class PackedMatrix {
   // Default format: fp32.
   static PackedMatrix Pack(const float* w, int64_t out_features, int64_t in_features,
                            WeightFormat format = WeightFormat::kFp32);
+  // int8 weights quantized elsewhere (a model file stored int8): q [out_features, in_features]
+  // row-major, each in [-127, 127], and scales [out_features, Int8Blocks(in_features)] row-major,
+  // finite and non-negative (the caller checks). Packs them as they are, through the same layout
+  // Pack's int8 path uses: Pack(w, …, kInt8) is FromInt8 of QuantizeInt8(w).
+  static PackedMatrix FromInt8(const int8_t* q, const float* scales, int64_t out_features,
+                               int64_t in_features);
+  // The int8 rule (see WeightFormat::kInt8) applied to `w` [out_features, in_features]: writes
+  // q (out_features · in_features values) and scales (out_features · Int8Blocks(in_features)).
+  static void QuantizeInt8(const float* w, int64_t out_features, int64_t in_features, int8_t* q,
+                           float* scales);
+  // Blocks of kInt8Block inputs per output feature: ceil(in_features / kInt8Block).
+  static int64_t Int8Blocks(int64_t in_features) {
+    return (in_features + kInt8Block - 1) / kInt8Block;
+  }
 
   WeightFormat format() const { return format_; }
   int64_t out_features() const { return out_features_; }
@@ -72,6 +86,8 @@ class PackedMatrix {
   void Dequantize(float* w) const;
 
  private:
+  // A zeroed matrix of `format`'s panel layout.
+  static PackedMatrix Allocate(WeightFormat format, int64_t out_features, int64_t in_features);
   const std::byte* bytes_data() const { return reinterpret_cast<const std::byte*>(data_.data()); }
   std::byte* bytes_data() { return reinterpret_cast<std::byte*>(data_.data()); }
 

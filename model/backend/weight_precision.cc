@@ -36,6 +36,37 @@ WeightPrecision CpuWeightPrecision(WeightPrecision requested) {
   return requested == WeightPrecision::kAuto ? WeightPrecision::kFp32 : requested;
 }
 
+absl::StatusOr<WeightPrecision> CpuWeightPrecision(WeightPrecision requested,
+                                                   WeightFileFormat stored) {
+  if (stored == WeightFileFormat::kFloat) return CpuWeightPrecision(requested);
+  switch (requested) {
+    case WeightPrecision::kAuto:
+    case WeightPrecision::kInt8:
+      return WeightPrecision::kInt8;
+    case WeightPrecision::kFp32:
+      return WeightPrecision::kFp32;
+    case WeightPrecision::kBf16:
+    case WeightPrecision::kFp16:
+      break;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "weight_precision ", std::string(WeightPrecisionName(requested)),
+      ": the model file stores its weights int8 (config.json weight_format), which the CPU "
+      "backend runs as int8 (auto, int8) or widens to fp32; convert the float model to ",
+      std::string(WeightPrecisionName(requested)), " instead"));
+}
+
+absl::StatusOr<WeightPrecision> CudaWeightPrecision(WeightPrecision requested,
+                                                    WeightFileFormat stored) {
+  if (stored == WeightFileFormat::kInt8) {
+    return absl::InvalidArgumentError(
+        "model file format int8 (config.json weight_format): the CUDA backend does not read "
+        "int8-stored weights; serve this model with --device=cpu, or give the CUDA backend the "
+        "float model it was converted from");
+  }
+  return CudaWeightPrecision(requested);
+}
+
 absl::StatusOr<WeightPrecision> CudaWeightPrecision(WeightPrecision requested) {
   if (requested == WeightPrecision::kInt8) {
     return absl::InvalidArgumentError(

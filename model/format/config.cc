@@ -43,6 +43,11 @@ constexpr std::array<EnumName<TokenizerKind>, 3> kTokenizerNames = {{
     {TokenizerKind::kGpt2Bpe, "gpt2_bpe"},
 }};
 
+constexpr std::array<EnumName<WeightFileFormat>, 2> kWeightFormatNames = {{
+    {WeightFileFormat::kFloat, "float"},
+    {WeightFileFormat::kInt8, "int8"},
+}};
+
 template <typename Enum, size_t N>
 std::string_view NameOf(const std::array<EnumName<Enum>, N>& names, Enum value) {
   for (const auto& entry : names) {
@@ -161,6 +166,35 @@ absl::Status CheckCrossFields(const ModelConfig& c, FieldReader& reader) {
     }
   }
   return absl::OkStatus();
+}
+
+// "weight_format": {"kind": "float"} or {"kind": "int8", "block": 32}; absent is float.
+absl::Status ReadWeightFormat(FieldReader& reader, std::string_view source, ModelConfig& c) {
+  const Json* value = reader.Find("weight_format");
+  if (value == nullptr) return absl::OkStatus();
+  if (!value->is_object()) {
+    return reader.Error("weight_format",
+                        absl::StrCat("must be an object such as {\"kind\": \"int8\", \"block\": ",
+                                     kInt8WeightBlock, "}, got ", DescribeJson(*value)));
+  }
+  FieldReader inner(*value, source, "weight_format.");
+  if (inner.Find("kind") == nullptr) {
+    return inner.Error("kind", "is required (\"float\" or \"int8\")");
+  }
+  if (absl::Status s = ReadEnum(inner, "kind", kWeightFormatNames, c.weight_format); !s.ok()) {
+    return s;
+  }
+  if (c.weight_format == WeightFileFormat::kInt8) {
+    int32_t block = 0;
+    if (absl::Status s = inner.Int("block", 1, 1 << 20, true, block); !s.ok()) return s;
+    if (block != kInt8WeightBlock) {
+      return inner.Error("block", absl::StrCat("must be ", kInt8WeightBlock,
+                                               " (one scale per 32 input features, the only "
+                                               "int8 block linserve runs), got ",
+                                               block));
+    }
+  }
+  return inner.RejectUnknown();
 }
 
 // "layers", "final_norm" and n_layers beside them; the single-block fields must be absent.
@@ -293,6 +327,7 @@ absl::StatusOr<ModelConfig> ParseModelConfig(std::string_view json_text, std::st
   check(ReadEnum(reader, "tokenizer", kTokenizerNames, c.tokenizer));
   check(reader.Int("bos_token_id", -1, (1 << 20) - 1, false, c.bos_token_id));
   check(reader.Int("eos_token_id", -1, (1 << 20) - 1, false, c.eos_token_id));
+  check(ReadWeightFormat(reader, source, c));
   if (layers != nullptr) check(ReadLayers(*layers, reader, source, c));
   if (!status.ok()) return status;
   if (absl::Status s = reader.RejectUnknown(); !s.ok()) return s;
@@ -331,6 +366,9 @@ std::string ModelConfigToJson(const ModelConfig& c) {
   j["tokenizer"] = ToString(c.tokenizer);
   j["bos_token_id"] = c.bos_token_id;
   j["eos_token_id"] = c.eos_token_id;
+  if (c.weight_format == WeightFileFormat::kInt8) {
+    j["weight_format"] = {{"kind", ToString(c.weight_format)}, {"block", kInt8WeightBlock}};
+  }
   if (!single_block) {
     nlohmann::ordered_json layers = nlohmann::ordered_json::array();
     for (const LayerSpec& layer : c.layers) {
@@ -349,5 +387,6 @@ std::string ModelConfigToJson(const ModelConfig& c) {
 std::string_view ToString(NormPlacement v) { return NameOf(kNormNames, v); }
 std::string_view ToString(PositionEmbedding v) { return NameOf(kPositionNames, v); }
 std::string_view ToString(TokenizerKind v) { return NameOf(kTokenizerNames, v); }
+std::string_view ToString(WeightFileFormat v) { return NameOf(kWeightFormatNames, v); }
 
 }  // namespace linserve

@@ -25,6 +25,12 @@ enum class NormPlacement { kPre, kPost };              // "pre" | "post"
 enum class PositionEmbedding { kLearned, kSinusoidal, kNone };   // "learned" | "sinusoidal" | "none"
 // "byte" | "sentencepiece" | "gpt2_bpe"
 enum class TokenizerKind { kByte, kSentencePiece, kGpt2Bpe };
+// How model.safetensors stores the projection matrices (every Linear's weight and lm_head):
+// "float" (F32, F16 or BF16) or "int8" (I8 plus "<name>.scales", docs/model-format.md).
+enum class WeightFileFormat { kFloat, kInt8 };
+// The one block size of stored int8 weights: one F32 scale per this many input features, the
+// CPU backend's int8 block (kernels/cpu/packed_matrix.h kInt8Block).
+inline constexpr int32_t kInt8WeightBlock = 32;
 
 // config.json, field by field. Every field is required unless a default is given. The fields
 // from n_heads to layer_norm_eps marked "single-block" describe every layer when `layers` is
@@ -57,6 +63,9 @@ struct ModelConfig {
   TokenizerKind tokenizer = TokenizerKind::kByte;
   TokenId bos_token_id = -1;  // -1: none; else in [0, vocab_size)
   TokenId eos_token_id = -1;  // -1: none; else in [0, vocab_size)
+  // config.json's "weight_format": {"kind": "int8", "block": 32} or {"kind": "float"}.
+  // Default: float (the field absent).
+  WeightFileFormat weight_format = WeightFileFormat::kFloat;
 
   // config.json's "layers", bottom first; empty for the single-block schema.
   std::vector<LayerSpec> layers;
@@ -92,6 +101,7 @@ std::string ModelConfigToJson(const ModelConfig& config);
 std::string_view ToString(NormPlacement v);
 std::string_view ToString(PositionEmbedding v);
 std::string_view ToString(TokenizerKind v);
+std::string_view ToString(WeightFileFormat v);
 
 }  // namespace linserve
 

@@ -32,9 +32,15 @@ template <typename W, typename Fn>
 void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
   const int64_t d = c.d_model;
   const int64_t vocab = c.vocab_size;
-  auto visit = [&fn](std::string name, bool required, std::vector<int64_t> shape, auto& tensor) {
-    fn(TensorSpec{std::move(name), required ? std::move(shape) : std::vector<int64_t>{}}, tensor,
-       required);
+  auto visit = [&fn](std::string name, bool required, std::vector<int64_t> shape, auto& tensor,
+                     bool projection = false) {
+    fn(TensorSpec{std::move(name), required ? std::move(shape) : std::vector<int64_t>{},
+                  projection},
+       tensor, required);
+  };
+  auto is_projection = [](Tensor LayerWeights::*field) {
+    return std::find(kProjectionFields.begin(), kProjectionFields.end(), field) !=
+           kProjectionFields.end();
   };
   // A norm's tensors under `prefix`, into its scale and shift fields.
   auto visit_norm = [&](const std::string& prefix, const ComponentSpec& norm, bool used,
@@ -62,9 +68,13 @@ void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
     std::vector<TensorDecl> used = FindMixerKind(spec.mixer.kind)->tensors(spec.mixer.params, d);
     const std::vector<TensorDecl> mlp = FindMlpKind(spec.mlp.kind)->tensors(spec.mlp.params, d);
     visit_norm(p + "ln1.", spec.norm, true, l.ln1_weight, l.ln1_bias);
-    for (const TensorDecl& t : used) visit(p + t.name, true, t.shape, l.*t.field);
+    for (const TensorDecl& t : used) {
+      visit(p + t.name, true, t.shape, l.*t.field, is_projection(t.field));
+    }
     visit_norm(p + "ln2.", spec.norm, true, l.ln2_weight, l.ln2_bias);
-    for (const TensorDecl& t : mlp) visit(p + t.name, true, t.shape, l.*t.field);
+    for (const TensorDecl& t : mlp) {
+      visit(p + t.name, true, t.shape, l.*t.field, is_projection(t.field));
+    }
     used.insert(used.end(), mlp.begin(), mlp.end());
     for (const LayerWeightsField& field : kLayerWeightsFields) {
       const bool declared = std::any_of(
@@ -77,7 +87,7 @@ void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
   }
   visit_norm("final_norm.", c.FinalNorm(), c.norm == NormPlacement::kPre, w.final_norm_weight,
              w.final_norm_bias);
-  visit("lm_head.weight", !c.tie_embeddings, {vocab, d}, w.lm_head);
+  visit("lm_head.weight", !c.tie_embeddings, {vocab, d}, w.lm_head, true);
 }
 
 // "a, b, c (and 7 more)": long lists of tensor names stay readable.
@@ -104,7 +114,83 @@ absl::Status CheckFinite(const std::string& source, const std::string& name,
   return absl::OkStatus();
 }
 
+// The first problem with an int8-stored projection `spec` (stored as `q_stored`), or "": the
+// dtypes and shapes of the tensor and of its scales.
+std::string Int8ProjectionProblem(const SafetensorsFile& file, const TensorSpec& spec,
+                                  const SafetensorsTensor& q_stored) {
+  const std::string scales_name = Int8ScalesName(spec.name);
+  const int64_t out = spec.shape[0];
+  const int64_t blocks = (spec.shape[1] + kInt8WeightBlock - 1) / kInt8WeightBlock;
+  const std::vector<int64_t> scales_shape = {out, blocks};
+  if (q_stored.dtype != Dtype::kI8) {
+    return absl::StrCat("tensor \"", spec.name, "\" has dtype ", DtypeName(q_stored.dtype).data(),
+                        "; config.json's weight_format int8 stores every projection matrix as I8");
+  }
+  if (q_stored.shape != spec.shape) {
+    return absl::StrCat("tensor \"", spec.name, "\" has shape ", ShapeText(q_stored.shape),
+                        ", expected ", ShapeText(spec.shape));
+  }
+  absl::StatusOr<const SafetensorsTensor*> scales = file.Find(scales_name);
+  if (!scales.ok()) {
+    return absl::StrCat("tensor \"", spec.name, "\" is I8 but its scales tensor \"", scales_name,
+                        "\" is missing (F32 ", ShapeText(scales_shape), ": one scale per block of ",
+                        kInt8WeightBlock, " inputs)");
+  }
+  if ((*scales)->dtype != Dtype::kF32) {
+    return absl::StrCat("tensor \"", scales_name, "\" has dtype ",
+                        DtypeName((*scales)->dtype).data(), "; int8 scales must be F32");
+  }
+  if ((*scales)->shape != scales_shape) {
+    return absl::StrCat("tensor \"", scales_name, "\" has shape ", ShapeText((*scales)->shape),
+                        ", expected ", ShapeText(scales_shape), " (one scale per block of ",
+                        kInt8WeightBlock, " of the ", spec.shape[1], " inputs, for each of the ",
+                        out, " outputs)");
+  }
+  return "";
+}
+
+// Reads an int8-stored projection that Int8ProjectionProblem accepted into `t`: q, the scales
+// (finite and non-negative) and data = q · scale.
+absl::Status ReadInt8Projection(const SafetensorsFile& file, const TensorSpec& spec, Tensor& t) {
+  const std::string scales_name = Int8ScalesName(spec.name);
+  absl::StatusOr<std::vector<int64_t>> q = file.ReadInt64(spec.name);
+  if (!q.ok()) return q.status();
+  absl::StatusOr<std::vector<float>> scales = file.ReadFloat32(scales_name);
+  if (!scales.ok()) return scales.status();
+  for (size_t i = 0; i < scales->size(); ++i) {
+    const float s = (*scales)[i];
+    if (!std::isfinite(s) || s < 0.0f) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          file.source(), ": tensor \"", scales_name, "\" element ", i, " is ", s,
+          "; int8 scales must be finite and non-negative"));
+    }
+  }
+  const int64_t in = spec.shape[1];
+  const int64_t blocks = (in + kInt8WeightBlock - 1) / kInt8WeightBlock;
+  t.int8_q.resize(q->size());
+  t.data.resize(q->size());
+  for (size_t i = 0; i < q->size(); ++i) {
+    const int64_t v = (*q)[i];
+    if (v < -127 || v > 127) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(file.source(), ": tensor \"", spec.name, "\" element ", i, " is ", v,
+                       "; int8 weights must be in [-127, 127]"));
+    }
+    const int64_t row = static_cast<int64_t>(i) / in;
+    const int64_t block = static_cast<int64_t>(i) % in / kInt8WeightBlock;
+    t.int8_q[i] = static_cast<int8_t>(v);
+    // As PackedMatrix::Dequantize computes it: the weight the int8 kernels use.
+    const float scale = (*scales)[static_cast<size_t>(row * blocks + block)];
+    t.data[i] = static_cast<float>(t.int8_q[i]) * scale;
+  }
+  t.int8_scales = *std::move(scales);
+  t.shape = spec.shape;
+  return CheckFinite(file.source(), spec.name, t.data);
+}
+
 }  // namespace
+
+std::string Int8ScalesName(const std::string& name) { return name + ".scales"; }
 
 int64_t ModelWeights::ParameterCount() const {
   auto count = [](const Tensor& t) { return static_cast<int64_t>(t.data.size()); };
@@ -170,18 +256,28 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
   ForEachTensor(config, weights,
                 [&](const TensorSpec& spec, Tensor& t) { wanted.emplace_back(spec, &t); });
 
+  const bool int8 = config.weight_format == WeightFileFormat::kInt8;
   std::vector<std::string> missing, unexpected, problems;
   std::set<std::string> expected_names;
   for (const auto& [spec, tensor] : wanted) {
     expected_names.insert(spec.name);
+    if (int8 && spec.projection) expected_names.insert(Int8ScalesName(spec.name));
     absl::StatusOr<const SafetensorsTensor*> found = file.Find(spec.name);
     if (!found.ok()) {
       missing.push_back(spec.name);
       continue;
     }
     const SafetensorsTensor& stored = **found;
-    if (stored.dtype != Dtype::kF32 && stored.dtype != Dtype::kF16 &&
-        stored.dtype != Dtype::kBF16) {
+    if (int8 && spec.projection) {
+      if (std::string problem = Int8ProjectionProblem(file, spec, stored); !problem.empty()) {
+        problems.push_back(std::move(problem));
+      }
+    } else if (stored.dtype == Dtype::kI8) {
+      problems.push_back(absl::StrCat(
+          "tensor \"", spec.name, "\" has dtype I8 but config.json declares no weight_format "
+          "int8", spec.projection ? "" : " (and only projection matrices may be I8)"));
+    } else if (stored.dtype != Dtype::kF32 && stored.dtype != Dtype::kF16 &&
+               stored.dtype != Dtype::kBF16) {
       problems.push_back(absl::StrCat("tensor \"", spec.name, "\" has dtype ",
                                       DtypeName(stored.dtype).data(),
                                       "; weights must be F32, F16 or BF16"));
@@ -210,6 +306,10 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
   }
 
   for (const auto& [spec, tensor] : wanted) {
+    if (int8 && spec.projection) {
+      if (absl::Status s = ReadInt8Projection(file, spec, *tensor); !s.ok()) return s;
+      continue;
+    }
     absl::StatusOr<std::vector<float>> data = file.ReadFloat32(spec.name);
     if (!data.ok()) return data.status();
     if (absl::Status s = CheckFinite(file.source(), spec.name, *data); !s.ok()) return s;
@@ -224,6 +324,11 @@ absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
   if (dtype != Dtype::kF32 && dtype != Dtype::kF16 && dtype != Dtype::kBF16) {
     return absl::InvalidArgumentError(
         absl::StrCat("weight dtype ", DtypeName(dtype).data(), " is not one of F32, F16, BF16"));
+  }
+  if (config.weight_format != WeightFileFormat::kFloat) {
+    return absl::InvalidArgumentError(
+        "config weight_format int8: this writer stores float weights only (the int8 file "
+        "format is written by reference/quantize_weights.py)");
   }
   if (absl::Status s = ValidateWeights(config, weights); !s.ok()) return s;
   std::vector<SafetensorsWriteTensor> tensors;

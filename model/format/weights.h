@@ -36,7 +36,13 @@ struct ModelWeights {
 struct TensorSpec {
   std::string name;            // e.g. "layers.3.attn.q_proj.weight"
   std::vector<int64_t> shape;
+  // A projection matrix [out, in] (kProjectionFields, and lm_head.weight): I8 with
+  // "<name>.scales" in a file whose config declares weight_format int8.
+  bool projection = false;
 };
+
+// The name of the scales tensor of an int8-stored projection: "<name>.scales".
+std::string Int8ScalesName(const std::string& name);
 
 // Calls fn(spec, tensor) for every tensor `config` requires, in a fixed order (embeddings, then
 // each layer, then the final norm and head), skipping the fields the config leaves absent. The
@@ -54,12 +60,16 @@ absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weig
 // Reads the tensors `config` requires from a parsed model.safetensors, converting F32, F16 and
 // BF16 to fp32. Errors are INVALID_ARGUMENT and name the file and every missing, unexpected or
 // wrongly shaped tensor (expected vs actual shape), a tensor of another dtype, or the first
-// non-finite value.
+// non-finite value. With config weight_format int8 every projection must be I8 [out, in] with
+// values in [-127, 127] and an F32 "<name>.scales" [out, ceil(in / 32)] of finite,
+// non-negative values; the tensor then keeps them (Tensor::int8_q, int8_scales) and its data is
+// q · scale. An I8 tensor under weight_format float is refused naming the config field.
 absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
                                               const SafetensorsFile& file);
 
 // The bytes of a model.safetensors holding `weights` (which must pass ValidateWeights), every
-// tensor stored as `dtype`: F32, F16 or BF16. Deterministic: the same weights give the same bytes.
+// tensor stored as `dtype`: F32, F16 or BF16; a config of weight_format int8 is
+// INVALID_ARGUMENT (reference/quantize_weights.py writes that format). Deterministic: the same weights give the same bytes.
 absl::StatusOr<std::string> SerializeModelWeights(const ModelConfig& config,
                                                   const ModelWeights& weights, Dtype dtype);
 

@@ -17,6 +17,11 @@ namespace linserve {
 struct Tensor {
   std::vector<int64_t> shape;
   std::vector<float> data;
+  // A projection matrix read from a file stored int8 (config weight_format int8): its stored q
+  // [out, in] row-major and scales [out, ceil(in / 32)]; `data` then holds q · scale (rounded to
+  // fp32), the weights the int8 kernels compute with. Empty otherwise.
+  std::vector<int8_t> int8_q;
+  std::vector<float> int8_scales;
   bool empty() const { return data.empty(); }
 };
 
@@ -35,6 +40,13 @@ struct LayerWeights {
   Tensor conv_weight, conv_bias;          // conv.weight / .bias
   Tensor conv_out_weight, conv_out_bias;  // conv.out_proj.weight / .bias
 };
+
+// The fields that are projection matrices (a Linear's weight [out, in]): what the CPU backend
+// packs and a file stored int8 holds as I8.
+inline constexpr std::array<Tensor LayerWeights::*, 8> kProjectionFields = {
+    &LayerWeights::q_weight,  &LayerWeights::k_weight,       &LayerWeights::v_weight,
+    &LayerWeights::o_weight,  &LayerWeights::fc1_weight,     &LayerWeights::fc2_weight,
+    &LayerWeights::conv_in_weight, &LayerWeights::conv_out_weight};
 
 // A field of LayerWeights and its C++ name (for messages about tensors held in memory).
 struct LayerWeightsField {

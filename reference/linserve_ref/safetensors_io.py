@@ -26,6 +26,7 @@ _DTYPES = {
     "BF16": (torch.bfloat16, 2, "<u2"),
     "I32": (torch.int32, 4, "<i4"),
     "I64": (torch.int64, 8, "<i8"),
+    "I8": (torch.int8, 1, "<i1"),
 }
 _NAME_OF = {v[0]: k for k, v in _DTYPES.items()}
 
@@ -138,7 +139,7 @@ def load_file(path):
 
 
 def save_bytes(tensors, metadata=None):
-    """Serialises a dict name -> tensor (F32, F16, BF16, I32 or I64) to safetensors bytes."""
+    """Serialises a dict name -> tensor (F32, F16, BF16, I32, I64 or I8) to safetensors bytes."""
     header, chunks, offset = {}, [], 0
     if metadata:
         header["__metadata__"] = {str(k): str(v) for k, v in metadata.items()}

@@ -803,6 +803,22 @@ TEST(CudaBackendTest, Int8WeightsAreRefusedNamingWhatCudaRuns) {
               HasSubstr("weight_precision int8: the CUDA backend runs bf16, fp16 or fp32"));
 }
 
+// Issue 28: a model file stored int8 (config.json weight_format int8) is refused whatever
+// --weight_precision says, before any device is looked for.
+TEST(CudaBackendTest, Int8FileFormatIsRefused) {
+  Model model = MakeRandomModel(TinyConfig(), 3);
+  model.config.weight_format = WeightFileFormat::kInt8;
+  for (WeightPrecision p : {WeightPrecision::kAuto, WeightPrecision::kFp32}) {
+    BackendOptions options;
+    options.weight_precision = p;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(model, options);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(b.status().message()),
+                HasSubstr("the CUDA backend does not read int8-stored weights"));
+  }
+}
+
 TEST(CudaBackendTest, OutOfMemoryAtStartIsAClearError) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   ModelConfig config = TinyConfig();

@@ -46,3 +46,8 @@ set_tests_properties(golden_test.openblas_Haswell golden_test.openblas_Zen
 # Issue 26: the Based layer kinds on the CPU backend, and the CUDA backend's refusal of them.
 linserve_test(based_kinds_test SOURCES based_kinds_test.cc
               LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)
+# Issue 28: weights stored int8 in the model file (reference/quantize_weights.py, which the test
+# runs): the loader's refusals, the CPU backend's bitwise parity with load-time int8, the CUDA
+# backend's refusal of the format.
+linserve_test(stored_int8_test SOURCES stored_int8_test.cc
+              LIBS linserve_model_compute linserve_testing LABELS python)

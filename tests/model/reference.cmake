@@ -11,7 +11,7 @@ set_tests_properties(golden_data PROPERTIES FIXTURES_SETUP golden LABELS "python
 
 # One ctest test per unittest module: reference/tests/test_<name>.py -> reference_<name>.
 foreach(name model layers based_layers safetensors export golden convert_fast_transformers
-             convert_based sampling training mqar)
+             convert_based sampling training mqar quantize_weights)
   add_test(NAME reference_${name}
            COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_${name}.py
            WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})

@@ -20,7 +20,12 @@ constexpr int32_t kMaxBatch = 1 << 16;
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
-                                                               const BackendOptions& options) {
+                                                               const BackendOptions& requested) {
+  absl::StatusOr<WeightPrecision> precision =
+      CpuWeightPrecision(requested.weight_precision, model.config.weight_format);
+  if (!precision.ok()) return precision.status();
+  BackendOptions options = requested;
+  options.weight_precision = *precision;
   absl::StatusOr<int32_t> capacity = SlotCapacity(
       model.config, options, {.max_prefill_chunk_size = kMaxChunk, .max_batch_size = kMaxBatch});
   if (!capacity.ok()) return capacity.status();
@@ -34,11 +39,15 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   cpu::SetBlasThreads(1);
   auto backend =
       std::unique_ptr<CpuBackend>(new CpuBackend(model, options, *capacity, threads));
+  if (model.config.weight_format == WeightFileFormat::kInt8 &&
+      options.weight_precision == WeightPrecision::kFp32) {
+    spdlog::info("cpu backend: the model file stores int8 weights; widening them to fp32");
+  }
   spdlog::info(
       "cpu backend: {} weights ({} kernels), {} slots of {} KiB state, {} threads, prefill "
       "chunk {}",
-      WeightPrecisionName(CpuWeightPrecision(options.weight_precision)),
-      cpu::CpuIsaName(cpu::ChosenCpuIsa()), *capacity,
+      WeightPrecisionName(options.weight_precision), cpu::CpuIsaName(cpu::ChosenCpuIsa()),
+      *capacity,
       model.config.StateFloatsPerSlot() * 4 / 1024, threads, options.prefill_chunk_size);
   return backend;
 }

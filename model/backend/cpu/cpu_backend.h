@@ -50,8 +50,9 @@ namespace linserve {
 
 class CpuBackend final : public Backend {
  public:
-  // Checks `options` (errors name the field and its range) and packs the weights. `model` must
-  // outlive the backend.
+  // Checks `options` (errors name the field and its range; weight_precision against the model
+  // file's weight_format: CpuWeightPrecision) and packs the weights. `model` must outlive the
+  // backend.
   static absl::StatusOr<std::unique_ptr<CpuBackend>> Create(const Model& model,
                                                             const BackendOptions& options);
 

@@ -85,8 +85,14 @@ cpu::WeightFormat CpuWeightFormat(WeightPrecision requested) {
 }
 
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t) {
-  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1],
-                                 CpuWeightFormat(context.options.weight_precision));
+  static_assert(cpu::PackedMatrix::kInt8Block == kInt8WeightBlock);
+  const cpu::WeightFormat format = CpuWeightFormat(context.options.weight_precision);
+  if (format == cpu::WeightFormat::kInt8 && !t.int8_q.empty()) {
+    // Stored int8: packed as stored, never quantized again.
+    return cpu::PackedMatrix::FromInt8(t.int8_q.data(), t.int8_scales.data(), t.shape[0],
+                                       t.shape[1]);
+  }
+  return cpu::PackedMatrix::Pack(t.data.data(), t.shape[0], t.shape[1], format);
 }
 
 CpuLayers CreateCpuLayers(const CpuLayerContext& context) {

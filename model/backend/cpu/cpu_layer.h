@@ -63,7 +63,8 @@ struct CpuLayerContext {
 // The CPU's packing of `requested` (auto: fp32).
 cpu::WeightFormat CpuWeightFormat(WeightPrecision requested);
 
-// `t` ([out_features, in_features]) packed in CpuWeightFormat(context.options.weight_precision).
+// `t` ([out_features, in_features]) packed in CpuWeightFormat(context.options.weight_precision);
+// in int8 from its stored q and scales when the file stored it int8 (Tensor::int8_q).
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t);
 
 class CpuNorm {

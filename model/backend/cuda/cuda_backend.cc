@@ -505,7 +505,8 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
 
 absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
     const Model& model, const BackendOptions& requested, const CudaBackendOptions& cuda_options) {
-  absl::StatusOr<WeightPrecision> precision = CudaWeightPrecision(requested.weight_precision);
+  absl::StatusOr<WeightPrecision> precision =
+      CudaWeightPrecision(requested.weight_precision, model.config.weight_format);
   if (!precision.ok()) return precision.status();
   BackendOptions options = requested;
   options.weight_precision = *precision;
