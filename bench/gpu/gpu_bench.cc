@@ -36,6 +36,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
+#include "bench/gpu/bench_shapes.h"
 #include "bench/gpu/kernel_account.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
@@ -43,11 +44,6 @@
 #include "model/backend/cuda/cuda_backend.h"
 #include "model/model.h"
 #include "model/backend/sampler.h"
-#include "model/layers/gated_mlp.h"
-#include "model/layers/rms_norm.h"
-#include "model/layers/short_conv.h"
-#include "model/layers/sliding_window_attention.h"
-#include "model/layers/taylor_linear_attention.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random_model.h"
 
@@ -96,69 +92,6 @@ std::vector<int> ParseList(const std::string& text, const char* flag) {
     std::exit(2);
   }
   return out;
-}
-
-ModelConfig Config125M() {
-  ModelConfig c;
-  c.vocab_size = 50257;
-  c.d_model = 768;
-  c.n_layers = 12;
-  c.n_heads = 12;
-  c.head_dim = 64;
-  c.feature_dim = 64;
-  c.d_ff = 3072;
-  c.norm = NormPlacement::kPre;
-  c.activation = Activation::kGelu;
-  c.feature_map = FeatureMap::kEluPlusOne;
-  c.position = PositionEmbedding::kSinusoidal;
-  c.bias = true;
-  c.tie_embeddings = true;
-  c.tokenizer = TokenizerKind::kByte;
-  return c;
-}
-
-// The based-360m layer pattern (bench/based: taylor_linear_attention at i % 5 == 1,
-// sliding_window_attention at i % 5 == 2, short_conv elsewhere; rms_norm, gated_mlp) at the 125M
-// shape's width, depth and vocabulary: d_model 768 = 12 heads × 64, 12 layers, d_inner and d_ff
-// 2 · d_model, feature_dim 16, window 129 (based-360m's), vocab 50257, tied head.
-ModelConfig ConfigBased125M() {
-  const int d = 768;
-  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
-  const ComponentSpec mlp = {.kind = "gated_mlp",
-                             .params = GatedMlpParams{.d_ff = 2 * d}.ToValues()};
-  ModelConfig c;
-  c.vocab_size = 50257;
-  c.d_model = d;
-  c.position = PositionEmbedding::kNone;
-  c.tie_embeddings = true;
-  c.tokenizer = TokenizerKind::kByte;
-  for (int i = 0; i < 12; ++i) {
-    ComponentSpec mixer;
-    if (i % 5 == 1) {
-      mixer = {.kind = "taylor_linear_attention",
-               .params = TaylorLinearAttentionParams{.n_heads = 12, .feature_dim = 16,
-                                                     .head_dim = 64, .eps = 1e-6}
-                             .ToValues()};
-    } else if (i % 5 == 2) {
-      mixer = {.kind = "sliding_window_attention",
-               .params = SlidingWindowAttentionParams{.n_heads = 12, .head_dim = 64,
-                                                      .window = 129, .rotary_dim = 64}
-                             .ToValues()};
-    } else {
-      mixer = {.kind = "short_conv", .params = ShortConvParams{.d_inner = 2 * d}.ToValues()};
-    }
-    c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
-  }
-  c.n_layers = 12;
-  c.final_norm = norm;
-  return c;
-}
-
-// Through config.json text, so that the fields derived from the layers are filled in.
-ModelConfig Parsed(const ModelConfig& config) {
-  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(config), "gpu_bench");
-  Die(parsed.status(), "the model shape");
-  return *std::move(parsed);
 }
 
 // Matrix FLOPs of one token through the layers (the LM head is added where it runs): the GEMMs
@@ -502,7 +435,9 @@ int Main() {
   }
   const int max_batch =
       profile_batch > 0 ? profile_batch : *std::max_element(batches.begin(), batches.end());
-  const ModelConfig config = Parsed(shape == "based" ? ConfigBased125M() : Config125M());
+  absl::StatusOr<ModelConfig> parsed = shape == "based" ? ConfigBased125M() : Config125M();
+  Die(parsed.status(), "the model shape");
+  const ModelConfig config = *std::move(parsed);
   const int64_t element = options.weight_precision == WeightPrecision::kFp32 ? 4 : 2;
   const int64_t slot_bytes = config.StateFloatsPerSlot() * 4;
   options.max_batch_size = max_batch;

@@ -1,5 +1,7 @@
 #include "bench/gpu/kernel_account.h"
 
+#include "bench/gpu/bench_shapes.h"
+
 #include <string>
 #include <vector>
 
@@ -135,6 +137,42 @@ TEST(KernelAccountTest, BasedKindsByHand) {
   // fp32 value and gate 8 (32) in, bf16 4 (8) out.
   ExpectCost(a, "bias + gate", 3, {.activations = 3 * 40}, 0);
   ExpectCost(a, "gemm conv_out", 1, {.weights = 32, .activations = 8 + 16}, 32);
+}
+
+// gpu_bench's two shapes parse and account as their layers say. 125M at batch 1, bf16: every
+// layer matrix once (12 × (4 · 768² + 2 · 768 · 3072) parameters), the head (50257 × 768) and one
+// gathered embedding row; the state read and written whole.
+TEST(KernelAccountTest, BenchShapes) {
+  absl::StatusOr<ModelConfig> linear = Config125M();
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  absl::StatusOr<std::vector<KernelCost>> a = DecodeKernelAccount(*linear, 1, 2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const KernelCost total = AccountTotal(*a);
+  EXPECT_EQ(total.bytes.weights, 2 * (12 * (4 * 768 * 768 + 2 * 768 * 3072) + 50257 * 768 + 768));
+  EXPECT_EQ(total.bytes.state, 2 * linear->StateFloatsPerSlot() * 4);
+  EXPECT_EQ(total.bytes.logits, 2 * 50257 * 4);
+
+  absl::StatusOr<ModelConfig> based = ConfigBased125M();
+  ASSERT_TRUE(based.ok()) << based.status();
+  absl::StatusOr<std::vector<KernelCost>> b = DecodeKernelAccount(*based, 64, 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Layers 1, 6, 11 Taylor; 2, 7 sliding window; the other 7 short convolutions.
+  auto launches = [&](const std::string& name) {
+    const KernelCost* c = Find(*b, name);
+    return c == nullptr ? -1 : c->launches;
+  };
+  EXPECT_EQ(launches("taylor_linear_attention decode"), 3);
+  EXPECT_EQ(launches("sliding_window_attention decode"), 2);
+  EXPECT_EQ(launches("short_conv decode"), 7);
+  EXPECT_EQ(launches("gemm qkv"), 5);
+  EXPECT_EQ(launches("gemm conv_in"), 7);
+  EXPECT_EQ(launches("rms_norm"), 1);
+  EXPECT_EQ(launches("rms_norm (+ residual add)"), 24);
+  EXPECT_EQ(launches("bias + gate"), 12);
+  // Taylor: F = 1 + 16 + 256 = 273 features × (64 + 1) per head, 12 heads, read and written,
+  // 64 sessions, 3 layers.
+  EXPECT_EQ(Find(*b, "taylor_linear_attention decode")->bytes.state,
+            3 * 64 * 2 * 12 * 273 * 65 * 4);
 }
 
 TEST(KernelAccountTest, RefusesBadArguments) {
