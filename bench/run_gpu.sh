@@ -10,8 +10,13 @@
 #   bench/run_gpu.sh run [BUNDLE] [WHAT]    on the GPU machine: runs the packed binaries from
 #                                           the directory or the .tar.xz (default: whichever of
 #                                           build/gpu-bundle, build/gpu-bundle.tar.xz exists).
-#                                           WHAT: all (default: tests, bench, peers), tests,
-#                                           bench, peers, served (issue 9: gpu_bench's
+#                                           WHAT: all (default: tests, bench, kernels, peers),
+#                                           tests, bench (125M shape, then the Based shape at
+#                                           batches 1, 64, 256), kernels (issue 29: per-kernel
+#                                           times under nsys at batches 1, 64, 256 of both
+#                                           shapes beside their floors, bench/gpu/
+#                                           kernel_report.py; writes gpu_kernels.md), peers,
+#                                           served (issue 9: gpu_bench's
 #                                           engine-alone decode next to linserve --device=cuda
 #                                           driven by linserve-loadtest; writes gpu_serving.md)
 #                                           or prefill (issue 16: bench/prefill/run.sh on the
@@ -109,10 +114,13 @@ EOF
 export_results() {
   local out=$1
   [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
-  for f in gpu.md gpu_bench.json peers.json tests.txt gpu_serving.md prefill_serving_gpu.md; do
+  for f in gpu.md gpu_bench.json peers.json tests.txt gpu_kernels.md gpu_serving.md \
+    prefill_serving_gpu.md; do
     [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
   done
-  tar -C "$out" -czf "$OUT/logs.tar.gz" . 2>/dev/null || true
+  # Without the nsys profiles (tens of MB each): their per-kernel sums are in the logs.
+  tar -C "$out" --exclude='*.nsys-rep' --exclude='*.sqlite' -czf "$OUT/logs.tar.gz" . \
+    2>/dev/null || true
 }
 
 # The served path of issue 9 in this call: gpu_bench's engine-alone decode at the served batch
@@ -168,6 +176,34 @@ served() {
     --greedy "${greedy[@]}" --sampling "$c=$out/served_${c}_topk_topp.json" \
     --gpu "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)" \
     --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
+}
+
+# Issue 29 in this call: gpu_bench --profile_batch under nsys (kernels only, CUDA graphs traced
+# node by node) for each shape and batch, nsys's per-kernel sums, and kernel_report.py's table of
+# each kernel's time per step against its floor; writes $out/gpu_kernels.md.
+kernels() {
+  local out=$1 nsys
+  nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
+    2>/dev/null | head -1 || true)
+  if [[ -z $nsys ]]; then
+    echo "run_gpu: nsys not found: per-kernel times not measured" | tee "$out/gpu_kernels.md" >&2
+    return 1
+  fi
+  local pairs=() shape b
+  for shape in 125m based; do
+    for b in 1 64 256; do
+      local name=kernels_${shape}_$b
+      "$nsys" profile --trace=cuda --cuda-graph-trace=node --capture-range=cudaProfilerApi \
+        --capture-range-end=stop --force-overwrite=true --output="$out/$name" \
+        "$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b" --profile_steps=50 \
+        --json_out="$out/$name.json" >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; return 1; }
+      "$nsys" stats --report cuda_gpu_kern_sum --format csv --force-export=true \
+        --output="$out/$name" "$out/$name.nsys-rep" >>"$out/$name.log" 2>&1 || {
+        cat "$out/$name.log" >&2; return 1; }
+      pairs+=("$out/$name.json=$(ls "$out/$name"*kern_sum*.csv | head -1)")
+    done
+  done
+  python3 "$root/bench/gpu/kernel_report.py" "${pairs[@]}" | tee "$out/gpu_kernels.md"
 }
 
 # A random model of gpu_bench's Config125M shape but for the position embedding (none here,
@@ -231,6 +267,11 @@ run() {
   fi
   if wants all || wants bench; then
     "$bundle/bin/gpu_bench" --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
+    "$bundle/bin/gpu_bench" --shape=based --batches=1,64,256 --prefill_lengths=2048 \
+      --positions=1024 --json_out="$out/gpu_bench_based.json" | tee "$out/gpu_bench_based.md" >&2
+  fi
+  if wants all || wants kernels; then
+    kernels "$out" || failed=1
   fi
   if wants all || wants peers; then
     PYTHONUNBUFFERED=1 python3 "$root/bench/gpu/peers.py" --json_out="$out/peers.json" >/dev/null
@@ -255,5 +296,5 @@ case $mode in
   pack) pack ;;
   run) run ;;
   both) pack; run ;;
-  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|peers|served|prefill[,...]]]" >&2; exit 2 ;;
+  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|kernels|peers|served|prefill[,...]]]" >&2; exit 2 ;;
 esac

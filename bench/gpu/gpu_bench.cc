@@ -1,13 +1,20 @@
 // gpu_bench: the CUDA backend on the 125M shape (d_model 768, 12 layers, 12 heads × 64, d_ff
-// 3072, vocab 50257, tied head, random weights in bf16, fp32 state), each figure against its
-// floor (docs/architecture.md §7), measured in this same run:
+// 3072, vocab 50257, tied head, random weights in bf16, fp32 state) or, with --shape=based, the
+// Based layer kinds at the same width (ConfigBased125M), each figure against its floor
+// (docs/architecture.md §7), measured in this same run:
 //   HBM floor  = bytes that must move (every weight once per step + every decoding session's
 //                state read and written) / the device-to-device copy bandwidth;
 //   FLOP floor = matrix FLOPs / a large bf16 cuBLASLt GEMM's rate (prefill only).
 // Sections: floors; decode tokens/s at each batch size (greedy DecodeAndSample, so only token
 // ids cross PCIe), plus batch 1 without CUDA graphs and batch 64 with top-k/top-p sampling;
-// prefill tokens/s; per-token latency at far positions. bench/gpu/peers.py measures the peers
-// and bench/gpu/report.py merges both JSON files into bench/results/gpu.md.
+// prefill tokens/s; per-token latency at far positions; the per-kernel floors of a decode step
+// (kernel_account.h) at each batch size. bench/gpu/peers.py measures the peers and
+// bench/gpu/report.py merges both JSON files into bench/results/gpu.md.
+// With --profile_batch=B it only runs --profile_steps greedy decode steps at batch B between
+// cudaProfilerStart and cudaProfilerStop (for nsys --capture-range=cudaProfilerApi) and writes
+// that batch's kernel account to --json_out; bench/gpu/kernel_report.py sets the profile's
+// per-kernel times beside it (bench/run_gpu.sh does both).
+#include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -29,6 +36,8 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
+#include "bench/gpu/bench_shapes.h"
+#include "bench/gpu/kernel_account.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
@@ -45,6 +54,13 @@ ABSL_FLAG(std::string, positions, "1024,16384,262144",
 ABSL_FLAG(std::string, precision, "bf16", "Weight precision: bf16, fp16 or fp32.");
 ABSL_FLAG(double, min_seconds, 1.0, "Each decode figure runs at least this long, (0, 60].");
 ABSL_FLAG(std::string, json_out, "", "Also write every figure as JSON to this file.");
+ABSL_FLAG(std::string, shape, "125m",
+          "Model shape: 125m (linear attention) or based (short_conv, taylor_linear_attention, "
+          "sliding_window_attention, rms_norm, gated_mlp at d_model 768).");
+ABSL_FLAG(int, profile_batch, 0,
+          "If > 0: only run --profile_steps decode steps at this batch inside "
+          "cudaProfilerStart/Stop and write the batch's kernel account to --json_out.");
+ABSL_FLAG(int, profile_steps, 50, "Decode steps of a --profile_batch run, [1, 100000].");
 
 namespace linserve {
 namespace {
@@ -78,33 +94,16 @@ std::vector<int> ParseList(const std::string& text, const char* flag) {
   return out;
 }
 
-ModelConfig Config125M() {
-  ModelConfig c;
-  c.vocab_size = 50257;
-  c.d_model = 768;
-  c.n_layers = 12;
-  c.n_heads = 12;
-  c.head_dim = 64;
-  c.feature_dim = 64;
-  c.d_ff = 3072;
-  c.norm = NormPlacement::kPre;
-  c.activation = Activation::kGelu;
-  c.feature_map = FeatureMap::kEluPlusOne;
-  c.position = PositionEmbedding::kSinusoidal;
-  c.bias = true;
-  c.tie_embeddings = true;
-  c.tokenizer = TokenizerKind::kByte;
-  return c;
-}
-
-// Matrix FLOPs of one token through the layers (the LM head is added where it runs).
+// Matrix FLOPs of one token through the layers (the LM head is added where it runs): the GEMMs
+// and mixers of the kernel account at batch 1.
 double LayerFlopsPerToken(const ModelConfig& c) {
-  const double d = c.d_model;
-  const double hd = static_cast<double>(c.n_heads) * c.head_dim;
-  const double per_layer = 2.0 * (3 * d * hd + hd * d + 2 * d * c.d_ff);
-  // Attention: φ(q)ᵀS and φ(k)vᵀ, 2·F·Dh multiply-adds each per head.
-  const double attention = 2.0 * 2.0 * c.n_heads * c.feature_dim * c.head_dim;
-  return c.n_layers * (per_layer + attention);
+  absl::StatusOr<std::vector<KernelCost>> account = DecodeKernelAccount(c, 1, 2);
+  Die(account.status(), "kernel account");
+  double flops = 0;
+  for (const KernelCost& k : *account) {
+    if (k.name != "lm head") flops += static_cast<double>(k.flops);
+  }
+  return flops;
 }
 
 // The device-to-device copy rate, counting bytes read plus bytes written (KINDS.md's measure).
@@ -306,6 +305,96 @@ Json MeasureLatencyAt(CudaBackend& backend, const Floors& floors, int64_t positi
   return j;
 }
 
+Json AccountJson(const std::vector<KernelCost>& account, const Floors& floors) {
+  Json rows = Json::array();
+  for (const KernelCost& k : account) {
+    const double floor_s = std::max(static_cast<double>(k.bytes.total()) / floors.bandwidth,
+                                    static_cast<double>(k.flops) / floors.flops);
+    rows.push_back({{"name", k.name},
+                    {"cuda_kernels", k.cuda_kernels},
+                    {"launches", k.launches},
+                    {"weight_bytes", k.bytes.weights},
+                    {"state_bytes", k.bytes.state},
+                    {"activation_bytes", k.bytes.activations},
+                    {"logit_bytes", k.bytes.logits},
+                    {"flops", k.flops},
+                    {"floor_us", floor_s * 1e6}});
+  }
+  return rows;
+}
+
+// The decode step's kernel account at `batch` (kernel_account.h): a markdown table, each kernel's
+// floor the larger of its bytes at the measured copy rate and its FLOPs at the measured GEMM rate.
+Json PrintKernelAccount(const ModelConfig& config, int64_t element, const Floors& floors,
+                        int batch) {
+  absl::StatusOr<std::vector<KernelCost>> account = DecodeKernelAccount(config, batch, element);
+  Die(account.status(), "kernel account");
+  std::printf("\n### Batch %d\n\n", batch);
+  std::printf("| kernel | launches | weights MB | state MB | activations MB | logits MB | GFLOP | "
+              "floor µs |\n|---|---|---|---|---|---|---|---|\n");
+  std::vector<KernelCost> rows = *account;
+  rows.push_back(AccountTotal(*account));
+  for (const KernelCost& k : rows) {
+    const double floor_s = std::max(static_cast<double>(k.bytes.total()) / floors.bandwidth,
+                                    static_cast<double>(k.flops) / floors.flops);
+    std::printf("| %s | %d | %.3f | %.3f | %.3f | %.3f | %.3f | %.2f |\n", k.name.c_str(),
+                k.launches, k.bytes.weights / 1e6, k.bytes.state / 1e6, k.bytes.activations / 1e6,
+                k.bytes.logits / 1e6, k.flops / 1e9, floor_s * 1e6);
+  }
+  std::fflush(stdout);
+  Json j;
+  j["batch"] = batch;
+  j["kernels"] = AccountJson(*account, floors);
+  return j;
+}
+
+// --profile_batch: `steps` greedy decode steps at `batch` between cudaProfilerStart and
+// cudaProfilerStop, after a warm-up that captures the bucket's graph.
+void ProfileDecode(CudaBackend& backend, int batch, int steps) {
+  std::vector<SlotId> slots;
+  const std::vector<TokenId> prompt(32, 65);
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (int i = 0; i < batch; ++i) {
+    absl::StatusOr<SlotId> s = backend.AllocateSlot();
+    Die(s.status(), "AllocateSlot");
+    slots.push_back(*s);
+    if (i == 0) {
+      Die(backend.Prefill(*s, prompt, {}), "Prefill");
+    } else {
+      Die(backend.CopySlot(slots[0], *s), "CopySlot");
+    }
+    Die(backend.StartSampling(*s, greedy, 0, {}), "StartSampling");
+  }
+  std::vector<DecodeItem> items(batch);
+  std::vector<TokenId> tokens(batch, 66);
+  auto step = [&]() {
+    for (int i = 0; i < batch; ++i) items[i] = {slots[i], tokens[i]};
+    Die(backend.DecodeAndSample(items, {.tokens = absl::MakeSpan(tokens)}), "DecodeAndSample");
+  };
+  for (int i = 0; i < 3; ++i) step();
+  Die(cuda::CudaErrorToStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__), "sync");
+  Die(cuda::CudaErrorToStatus(cudaProfilerStart(), "cudaProfilerStart", __FILE__, __LINE__),
+      "cudaProfilerStart");
+  for (int i = 0; i < steps; ++i) step();
+  Die(cuda::CudaErrorToStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__), "sync");
+  Die(cuda::CudaErrorToStatus(cudaProfilerStop(), "cudaProfilerStop", __FILE__, __LINE__),
+      "cudaProfilerStop");
+  for (SlotId s : slots) backend.FreeSlot(s);
+}
+
+bool WriteJson(const Json& out) {
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (json_out.empty()) return true;
+  std::ofstream f(json_out);
+  f << out.dump(2) << "\n";
+  if (!f) {
+    std::fprintf(stderr, "gpu_bench: cannot write --json_out %s\n", json_out.c_str());
+    return false;
+  }
+  return true;
+}
+
 int Main() {
   const std::vector<int> batches = ParseList(absl::GetFlag(FLAGS_batches), "batches");
   const std::vector<int> lengths =
@@ -329,14 +418,33 @@ int Main() {
                  precision.c_str());
     return 2;
   }
-  const int max_batch = *std::max_element(batches.begin(), batches.end());
-  const ModelConfig config = Config125M();
+  const std::string shape = absl::GetFlag(FLAGS_shape);
+  if (shape != "125m" && shape != "based") {
+    std::fprintf(stderr, "gpu_bench: --shape = \"%s\" is not one of 125m, based\n",
+                 shape.c_str());
+    return 2;
+  }
+  const int profile_batch = absl::GetFlag(FLAGS_profile_batch);
+  const int profile_steps = absl::GetFlag(FLAGS_profile_steps);
+  if (profile_batch < 0 || profile_steps < 1 || profile_steps > 100000) {
+    std::fprintf(stderr,
+                 "gpu_bench: --profile_batch = %d must be >= 0 and --profile_steps = %d in "
+                 "[1, 100000]\n",
+                 profile_batch, profile_steps);
+    return 2;
+  }
+  const int max_batch =
+      profile_batch > 0 ? profile_batch : *std::max_element(batches.begin(), batches.end());
+  absl::StatusOr<ModelConfig> parsed = shape == "based" ? ConfigBased125M() : Config125M();
+  Die(parsed.status(), "the model shape");
+  const ModelConfig config = *std::move(parsed);
+  const int64_t element = options.weight_precision == WeightPrecision::kFp32 ? 4 : 2;
   const int64_t slot_bytes = config.StateFloatsPerSlot() * 4;
   options.max_batch_size = max_batch;
   options.max_slots = max_batch + 1;
   options.state_memory_budget_bytes = slot_bytes * options.max_slots;
 
-  std::fprintf(stderr, "gpu_bench: building a random 125M-shape model...\n");
+  std::fprintf(stderr, "gpu_bench: building a random %s-shape model...\n", shape.c_str());
   const Model model = MakeRandomModel(config, 1);
   absl::StatusOr<std::unique_ptr<CudaBackend>> backend = CreateCudaBackend(model, options);
   Die(backend.status(), "CreateCudaBackend");
@@ -347,6 +455,21 @@ int Main() {
   floors.slot_bytes = slot_bytes;
 
   Json out;
+  out["shape"] = shape;
+  if (profile_batch > 0) {
+    ProfileDecode(**backend, profile_batch, profile_steps);
+    absl::StatusOr<std::vector<KernelCost>> account =
+        DecodeKernelAccount(config, profile_batch, element);
+    Die(account.status(), "kernel account");
+    out["device"] = (*backend)->device_description();
+    out["precision"] = precision;
+    out["batch"] = profile_batch;
+    out["steps"] = profile_steps;
+    out["bandwidth_bytes_per_s"] = floors.bandwidth;
+    out["gemm_flops_per_s"] = floors.flops;
+    out["kernels"] = AccountJson(*account, floors);
+    return WriteJson(out) ? 0 : 1;
+  }
   out["device"] = (*backend)->device_description();
   out["precision"] = precision;
   out["parameters"] = model.weights.ParameterCount();
@@ -355,8 +478,8 @@ int Main() {
   out["weight_bytes"] = floors.weight_bytes;
   out["slot_bytes"] = floors.slot_bytes;
 
-  std::printf("## Floors\n\n%s, %s weights (%s), fp32 state (%s per session).\n\n",
-              out["device"].get<std::string>().c_str(), precision.c_str(),
+  std::printf("## Floors\n\n%s shape: %s, %s weights (%s), fp32 state (%s per session).\n\n",
+              shape.c_str(), out["device"].get<std::string>().c_str(), precision.c_str(),
               cuda::FormatBytes(floors.weight_bytes).c_str(),
               cuda::FormatBytes(slot_bytes).c_str());
   std::printf("| measured | value |\n|---|---|\n");
@@ -408,16 +531,11 @@ int Main() {
   for (int p : positions) latency.push_back(MeasureLatencyAt(**backend, floors, p));
   out["latency"] = latency;
 
-  const std::string json_out = absl::GetFlag(FLAGS_json_out);
-  if (!json_out.empty()) {
-    std::ofstream f(json_out);
-    f << out.dump(2) << "\n";
-    if (!f) {
-      std::fprintf(stderr, "gpu_bench: cannot write --json_out %s\n", json_out.c_str());
-      return 1;
-    }
-  }
-  return 0;
+  std::printf("\n## Kernel floors of a decode step (bench/gpu/kernel_account.h)\n");
+  Json kernel_floors = Json::array();
+  for (int b : batches) kernel_floors.push_back(PrintKernelAccount(config, element, floors, b));
+  out["kernel_floors"] = kernel_floors;
+  return WriteJson(out) ? 0 : 1;
 }
 
 }  // namespace
@@ -426,9 +544,10 @@ int Main() {
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench [--batches=1,8,64,256,1024] [--prefill_lengths=2048,32768] "
-      "[--positions=1024,16384,262144] [--precision=bf16] [--min_seconds=1] [--json_out=FILE]\n"
-      "The CUDA backend on the 125M shape against the HBM and GEMM floors measured in the same "
-      "run; markdown on stdout.");
+      "[--positions=1024,16384,262144] [--precision=bf16] [--min_seconds=1] [--json_out=FILE] "
+      "[--shape=125m|based] [--profile_batch=B --profile_steps=50]\n"
+      "The CUDA backend on the 125M (or Based) shape against the HBM and GEMM floors measured "
+      "in the same run; markdown on stdout.");
   absl::ParseCommandLine(argc, argv);
   return linserve::Main();
 }

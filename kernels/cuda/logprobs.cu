@@ -69,7 +69,8 @@ __global__ void TopLogprobsKernel(TopLogprobsArgs args) {
   const int row = blockIdx.x;
   const int n = args.top_n[row];
   if (n <= 0) return;  // uniform over the block: no barrier is skipped by part of it
-  const float* row_logits = args.logits + static_cast<int64_t>(row) * args.vocab;
+  const int64_t stride = args.logits_stride == 0 ? args.vocab : args.logits_stride;
+  const float* row_logits = args.logits + static_cast<int64_t>(row) * stride;
   const uint32_t* mask = MaskOfRow(args.masks, row);
   // Token i's logit in the masked distribution.
   auto logit = [row_logits, mask](int i) {
@@ -113,6 +114,11 @@ absl::Status LaunchTopLogprobs(cudaStream_t stream, const TopLogprobsArgs& args)
   if (args.vocab < 1 || args.max_top < 1) {
     return absl::InvalidArgumentError(absl::StrCat("top logprobs: vocab ", args.vocab,
                                                    " and max_top ", args.max_top, " must be >= 1"));
+  }
+  if (args.logits_stride != 0 && args.logits_stride < args.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("top logprobs: logits_stride ",
+                                                   args.logits_stride, " is neither 0 nor >= vocab ",
+                                                   args.vocab));
   }
   TopLogprobsKernel<<<args.rows, kThreads, 0, stream>>>(args);
   return LaunchStatus("TopLogprobsKernel", __FILE__, __LINE__);

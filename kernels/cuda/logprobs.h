@@ -19,11 +19,13 @@
 namespace linserve::cuda {
 
 struct TopLogprobsArgs {
-  const float* logits = nullptr;    // [rows, vocab]
+  const float* logits = nullptr;    // [rows, logits_stride]: the first vocab columns are read
   const int32_t* tokens = nullptr;  // [rows]: each row's sampled token
   const int32_t* top_n = nullptr;   // [rows]: alternatives wanted, in [0, max_top]; 0 skips the row
   int rows = 0;
   int vocab = 0;
+  // Floats from one row of logits to the next, 0 or >= vocab. Default: 0, meaning vocab.
+  int64_t logits_stride = 0;
   int max_top = 0;                // stride of the alternatives, per row
   RowMasks masks;                 // as the sample kernel's
   float* logprobs = nullptr;      // [rows] out: log p(tokens[r]) for rows with top_n > 0

@@ -425,7 +425,8 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   const int row = blockIdx.x;
   const int slot = args.slots[row];
   const int vocab = args.vocab;
-  const RowView view{args.logits + static_cast<int64_t>(row) * vocab,
+  const int64_t stride = args.logits_stride == 0 ? vocab : args.logits_stride;
+  const RowView view{args.logits + static_cast<int64_t>(row) * stride,
                      args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
                      MaskOfRow(args.masks, row), args.state.params[slot], vocab};
   const int token = view.params.temperature == 0.0f ? GreedyToken(view, sh)
@@ -450,6 +451,10 @@ absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
   if (args.rows <= 0) return absl::OkStatus();
   if (args.vocab < 1) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: vocab ", args.vocab, " < 1"));
+  }
+  if (args.logits_stride != 0 && args.logits_stride < args.vocab) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling: logits_stride ", args.logits_stride,
+                                                   " is neither 0 nor >= vocab ", args.vocab));
   }
   SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
   return LaunchStatus("SampleKernel", __FILE__, __LINE__);

@@ -38,12 +38,15 @@ struct SamplerSlots {
 };
 
 struct SampleArgs {
-  const float* logits = nullptr;   // [rows, vocab]
+  const float* logits = nullptr;   // [rows, logits_stride]: the first vocab columns are read
   const int32_t* slots = nullptr;  // [rows], distinct, each >= 0
   SamplerSlots state;
   RowMasks masks;  // each masked row picks among the tokens its mask allows (at least one)
   int rows = 0;
   int vocab = 0;
+  // Floats from one row of logits to the next, 0 or >= vocab (the CUDA backend's rows are padded,
+  // model/backend/cuda/padded_vocab.h). Default: 0, meaning vocab (dense rows).
+  int64_t logits_stride = 0;
   int32_t* tokens = nullptr;  // [rows] out; each sampled token is also counted as seen
 };
 absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args);

@@ -147,6 +147,80 @@ TEST(CudaBackendTest, LogitsMatchCpuForEveryVariantAndPrecision) {
   }
 }
 
+// An odd vocabulary (301, tied and untied heads) is stored padded to 320 rows (padded_vocab.h):
+// the backend reports that stride, and nothing of the pad shows: Decode's logits are the CPU
+// backend's within the fp32 bound, and on a copy of each session the device's greedy picks,
+// logprobs and top alternatives are those of the real vocab_size columns of these logits (the 19
+// pad logits are exactly 0, above many real ones: read by the sampler or the logprobs, they would
+// add e^0 terms to every partition function and move every logprob).
+TEST(CudaBackendTest, OddVocabularyIsPaddedAndThePadNeverShows) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kSessions = 3;
+  constexpr int kSteps = 12;
+  constexpr int kTop = 5;
+  for (bool tied : {true, false}) {
+    SCOPED_TRACE(tied ? "tied" : "untied");
+    ModelConfig config = TinyConfig();
+    config.vocab_size = 301;
+    config.tie_embeddings = tied;
+    const Model model = MakeRandomModel(config, 19);
+    const int64_t vocab = config.vocab_size;
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kFp32;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    std::unique_ptr<Backend> cpu = MakeCpu(model);
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_EQ(gpu->logits_stride(), 320);
+    std::vector<SlotId> plain, sampled, reference;
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    for (int s = 0; s < kSessions; ++s) {
+      const std::vector<int32_t> prompt = RandomTokens(9 + s, vocab, 900 + s);
+      plain.push_back(Allocate(*gpu));
+      sampled.push_back(Allocate(*gpu));
+      reference.push_back(Allocate(*cpu));
+      ASSERT_TRUE(gpu->Prefill(plain[s], prompt, {}).ok());
+      ASSERT_TRUE(gpu->CopySlot(plain[s], sampled[s]).ok());
+      ASSERT_TRUE(gpu->StartSampling(sampled[s], greedy, kTop, prompt).ok());
+      ASSERT_TRUE(cpu->Prefill(reference[s], prompt, {}).ok());
+    }
+    std::vector<int32_t> scratch;
+    for (int step = 0; step < kSteps; ++step) {
+      SCOPED_TRACE(step);
+      const std::vector<int32_t> tokens = RandomTokens(kSessions, vocab, 950 + step);
+      std::vector<DecodeItem> gpu_batch, sample_batch, cpu_batch;
+      for (int s = 0; s < kSessions; ++s) {
+        gpu_batch.push_back({plain[s], tokens[s]});
+        sample_batch.push_back({sampled[s], tokens[s]});
+        cpu_batch.push_back({reference[s], tokens[s]});
+      }
+      std::vector<float> logits(kSessions * vocab), cpu_logits(kSessions * vocab);
+      ASSERT_TRUE(gpu->Decode(gpu_batch, absl::MakeSpan(logits)).ok());
+      ASSERT_TRUE(cpu->Decode(cpu_batch, absl::MakeSpan(cpu_logits)).ok());
+      EXPECT_LE(RelativeError(logits, cpu_logits), 1e-4);
+      std::vector<TokenId> picks(kSessions, -1);
+      std::vector<float> logprobs(kSessions);
+      std::vector<TokenLogprob> top(kSessions * kMaxTopLogprobs);
+      ASSERT_TRUE(gpu->DecodeAndSample(sample_batch, {.tokens = absl::MakeSpan(picks),
+                                                      .logprobs = absl::MakeSpan(logprobs),
+                                                      .top_logprobs = absl::MakeSpan(top)})
+                      .ok());
+      for (int s = 0; s < kSessions; ++s) {
+        const absl::Span<const float> row = absl::MakeConstSpan(logits).subspan(s * vocab, vocab);
+        EXPECT_EQ(picks[s], Argmax(row)) << "session " << s;
+        EXPECT_NEAR(logprobs[s], LogProbOf(row, picks[s]), 1e-5) << "session " << s;
+        std::vector<TokenLogprob> expected(kTop);
+        TopLogprobsInto(row, kTop, nullptr, scratch, expected.data());
+        for (int k = 0; k < kTop; ++k) {
+          const TokenLogprob& got = top[s * kMaxTopLogprobs + k];
+          EXPECT_EQ(got.token, expected[k].token) << "session " << s << " k " << k;
+          EXPECT_NEAR(got.logprob, expected[k].logprob, 1e-5) << "session " << s << " k " << k;
+        }
+      }
+    }
+  }
+}
+
 // The acceptance check: 1000 greedy tokens with fp32 weights, GPU (sampling on the
 // device) and CPU (argmax of its logits), identical.
 TEST(CudaBackendTest, GreedyDecodeOf1000TokensEqualsCpu) {

@@ -1353,5 +1353,102 @@ TEST(CudaKernelsTest, TopLogprobsMatchTheHostUnderTokenMasks) {
   EXPECT_GT(got_values[kMaxTop + 2], -std::numeric_limits<float>::infinity());
 }
 
+// Padded logits rows (the CUDA backend's LM head output, model/backend/cuda/padded_vocab.h): with
+// logits_stride > vocab the sampler and the logprobs read only the first vocab columns of each
+// row. The pad columns hold 1e30, which would win every argmax, swamp every softmax and be drawn
+// by every sampled row if either kernel read them; the picks and logprobs must equal the host's
+// over the dense rows.
+TEST(CudaKernelsTest, SamplerAndLogprobsReadOnlyTheVocabColumnsOfPaddedRows) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 301;
+  constexpr int kStride = 320;
+  constexpr int kMaxTop = 5;
+  std::vector<SamplingParams> settings(3);
+  settings[0].temperature = 0.0f;  // greedy
+  settings[1].temperature = 1.0f;
+  settings[1].seed = 7;
+  settings[2].temperature = 0.8f;
+  settings[2].top_k = 40;
+  settings[2].top_p = 0.9f;
+  settings[2].seed = 8;
+  const int rows = static_cast<int>(settings.size());
+  std::vector<cuda::DeviceSamplingParams> params;
+  std::vector<cuda::Mt19937_64> rngs(rows);
+  std::vector<Sampler> host;
+  std::vector<int32_t> slots;
+  for (int r = 0; r < rows; ++r) {
+    const SamplingParams& p = settings[r];
+    params.push_back({p.temperature, p.top_k, p.top_p, p.min_p, p.repetition_penalty,
+                      p.presence_penalty, p.frequency_penalty});
+    rngs[r].Seed(p.seed);
+    host.emplace_back(p);
+    slots.push_back(r);
+  }
+  DeviceArray<cuda::DeviceSamplingParams> params_dev(params);
+  DeviceArray<cuda::Mt19937_64> rngs_dev(rngs);
+  DeviceArray<int32_t> counts_dev(std::vector<int32_t>(static_cast<size_t>(rows) * kVocab, 0));
+  DeviceArray<int32_t> slots_dev(slots), tokens_dev(rows);
+  const std::vector<int32_t> top_n(rows, kMaxTop);
+  DeviceArray<int32_t> top_n_dev(top_n);
+  DeviceArray<float> logprobs_dev(rows);
+  DeviceArray<int32_t> top_ids_dev(rows * kMaxTop);
+  DeviceArray<float> top_values_dev(rows * kMaxTop);
+  std::vector<int32_t> scratch;
+  for (int step = 0; step < 10; ++step) {
+    SCOPED_TRACE(step);
+    const std::vector<float> dense = RandomFloats(static_cast<size_t>(rows) * kVocab, 70 + step, 2.0f);
+    std::vector<float> padded(static_cast<size_t>(rows) * kStride, 1e30f);
+    for (int r = 0; r < rows; ++r) {
+      std::copy_n(dense.begin() + r * kVocab, kVocab, padded.begin() + r * kStride);
+    }
+    DeviceArray<float> logits_dev(padded);
+    cuda::SampleArgs args;
+    args.logits = logits_dev.get();
+    args.slots = slots_dev.get();
+    args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+    args.rows = rows;
+    args.vocab = kVocab;
+    args.logits_stride = kStride;
+    args.tokens = tokens_dev.get();
+    ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
+    const std::vector<int32_t> got = tokens_dev.Download();
+
+    cuda::TopLogprobsArgs lp;
+    lp.logits = logits_dev.get();
+    lp.tokens = tokens_dev.get();
+    lp.top_n = top_n_dev.get();
+    lp.rows = rows;
+    lp.vocab = kVocab;
+    lp.logits_stride = kStride;
+    lp.max_top = kMaxTop;
+    lp.logprobs = logprobs_dev.get();
+    lp.top_ids = top_ids_dev.get();
+    lp.top_logprobs = top_values_dev.get();
+    ASSERT_TRUE(cuda::LaunchTopLogprobs(nullptr, lp).ok());
+    const std::vector<float> got_logprobs = logprobs_dev.Download();
+    const std::vector<int32_t> got_ids = top_ids_dev.Download();
+    const std::vector<float> got_values = top_values_dev.Download();
+    for (int r = 0; r < rows; ++r) {
+      const absl::Span<const float> row(dense.data() + static_cast<size_t>(r) * kVocab, kVocab);
+      ASSERT_EQ(got[r], host[r].Sample(row)) << "row " << r;
+      EXPECT_FLOAT_EQ(got_logprobs[r], LogProbOf(row, got[r])) << "row " << r;
+      std::vector<TokenLogprob> expected(kMaxTop);
+      TopLogprobsInto(row, kMaxTop, nullptr, scratch, expected.data());
+      for (int k = 0; k < kMaxTop; ++k) {
+        EXPECT_EQ(got_ids[r * kMaxTop + k], expected[k].token) << "row " << r << " k " << k;
+        EXPECT_FLOAT_EQ(got_values[r * kMaxTop + k], expected[k].logprob);
+      }
+    }
+  }
+  // A stride shorter than a row is refused, naming the field.
+  cuda::SampleArgs bad;
+  bad.rows = 1;
+  bad.vocab = kVocab;
+  bad.logits_stride = kVocab - 1;
+  const absl::Status status = cuda::LaunchSample(nullptr, bad);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("logits_stride"), std::string::npos) << status;
+}
+
 }  // namespace
 }  // namespace linserve

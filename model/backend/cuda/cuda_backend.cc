@@ -121,6 +121,7 @@ class CudaBackendImpl final : public CudaBackend {
             .sampler_bytes = ws_.sampler_bytes,
             .workspace_bytes = ws_.activation_bytes};
   }
+  int64_t logits_stride() const override { return ws_.act.logits_stride; }
   std::string device_description() const override { return description_; }
 
  private:
@@ -338,9 +339,8 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(logits.data(), ws_.act.logits,
-                                                logits.size() * sizeof(float),
-                                                cudaMemcpyDeviceToHost, stream_.get()));
+  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLogitsToHost(
+      stream_.get(), static_cast<int64_t>(batch.size()), logits.data()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   return absl::OkStatus();

@@ -14,6 +14,8 @@
 //     the draw. The logprobs of rows that ask for top_logprobs are computed on the device too
 //     (kernels/cuda/logprobs.h): only tokens, and those rows' 1 + 2n numbers, cross PCIe;
 //   - activations for max(max_batch_size, 2048) rows and the cuBLASLt workspace.
+//   The LM head and embedding rows are padded to a multiple of 64 (logits_stride()), so the
+//   head GEMM's leading dimensions stay 16-byte aligned for an odd vocabulary.
 //
 // Math: cuBLASLt GEMMs with fp32 accumulation over the whole batch (activations are rounded to
 // the weight type on the way in), kernels from kernels/cuda for the rest. A decode step is
@@ -68,6 +70,10 @@ struct CudaMemoryUse {
 class CudaBackend : public Backend {
  public:
   virtual CudaMemoryUse memory_use() const = 0;
+  // Floats from one row of the device logits to the next: vocab_size rounded up to a multiple of
+  // 64, the rows of the LM head and embedding as stored (padded_vocab.h). The pad columns never
+  // leave the device and are never sampled.
+  virtual int64_t logits_stride() const = 0;
   // "NVIDIA H200 (sm_90, 132 SMs, 139.8 GiB)".
   virtual std::string device_description() const = 0;
 };

@@ -99,7 +99,17 @@ absl::Status CudaForward::EnqueueHead(cudaStream_t s, int64_t first_row, int64_t
   const int64_t d = config_.d_model;
   void* input = static_cast<char*>(ws_.act.xt) +
                 first_row * d * static_cast<int64_t>(cuda::DTypeSize(dtype_));
-  return gemm_.Linear(s, dtype_, input, weights_.head, logits, rows, config_.vocab_size, d);
+  // Over the padded rows of the head, so the logits' row stride stays aligned; the pad columns
+  // come out zero and are never read.
+  return gemm_.Linear(s, dtype_, input, weights_.head, logits, rows, weights_.padded_vocab, d);
+}
+
+absl::Status CudaForward::EnqueueLogitsToHost(cudaStream_t s, int64_t rows, float* host) {
+  const size_t vocab_bytes = static_cast<size_t>(config_.vocab_size) * sizeof(float);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpy2DAsync(
+      host, vocab_bytes, ws_.act.logits, static_cast<size_t>(ws_.act.logits_stride) * sizeof(float),
+      vocab_bytes, static_cast<size_t>(rows), cudaMemcpyDeviceToHost, s));
+  return absl::OkStatus();
 }
 
 }  // namespace linserve

@@ -38,8 +38,12 @@ class CudaForward {
   // pieces' (prefill). Leaves the LM head's input (T) in act.xt.
   absl::Status EnqueueLayers(cudaStream_t stream, int rows,
                              absl::Span<const CudaPrefillPiece> pieces);
-  // logits[rows, vocab] = the LM head of act.xt's rows [first_row, first_row + rows).
+  // logits[rows, padded vocab] = the LM head of act.xt's rows [first_row, first_row + rows); row
+  // r starts at logits + r · act.logits_stride, its first vocab_size columns the real logits.
   absl::Status EnqueueHead(cudaStream_t stream, int64_t first_row, int64_t rows, float* logits);
+  // Copies the first `rows` rows of act.logits, their vocab_size real columns only, to `host`
+  // ([rows, vocab_size], dense).
+  absl::Status EnqueueLogitsToHost(cudaStream_t stream, int64_t rows, float* host);
 
  private:
   const ModelConfig& config_;

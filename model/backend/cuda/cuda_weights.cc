@@ -7,6 +7,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.h"
 #include "model/backend/cuda/buffer_layout.h"
+#include "model/backend/cuda/padded_vocab.h"
 
 namespace linserve {
 
@@ -37,12 +38,24 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
     const Tensor* tensor;
     size_t offset;
     bool convert;  // stored in dtype (matrices) or kept fp32 (vectors, favor projections)
+    size_t zero_bytes = 0;  // zeroed after the tensor: the pad rows of a vocabulary matrix
   };
   std::vector<Upload> uploads;
   constexpr size_t kAbsent = static_cast<size_t>(-1);
   auto add = [&](const Tensor& t, bool convert) -> size_t {
     const size_t offset = layout.Reserve(t.data.size() * (convert ? element : sizeof(float)));
     uploads.push_back({&t, offset, convert});
+    return offset;
+  };
+  // A [vocab, d] matrix (embedding, LM head) stored with PaddedVocab(vocab) rows, the pad rows
+  // zero, so that the head's logits have an aligned row stride (padded_vocab.h).
+  const int64_t vocab = config.vocab_size;
+  const int64_t padded_vocab = PaddedVocab(vocab);
+  auto add_vocab_rows = [&](const Tensor& t) -> size_t {
+    const size_t row_bytes = static_cast<size_t>(config.d_model) * element;
+    const size_t offset = layout.Reserve(static_cast<size_t>(padded_vocab) * row_bytes);
+    uploads.push_back(
+        {&t, offset, true, static_cast<size_t>(padded_vocab - vocab) * row_bytes});
     return offset;
   };
   // q, k, v must be adjacent rows of one matrix (and their biases one vector): reserve the
@@ -69,7 +82,7 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
     return t.empty() ? kAbsent : add(t, convert);
   };
   std::vector<LayerOffsets> offsets;
-  const size_t embedding = add(w.token_embedding, true);
+  const size_t embedding = add_vocab_rows(w.token_embedding);
   const size_t position =
       config.position == PositionEmbedding::kLearned ? add(w.position_embedding, true) : kAbsent;
   for (const LayerWeights& l : w.layers) {
@@ -97,9 +110,10 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   }
   const size_t final_weight = optional(w.final_norm_weight, false);
   const size_t final_bias = optional(w.final_norm_bias, false);
-  const size_t head = config.tie_embeddings ? embedding : add(w.lm_head, true);
+  const size_t head = config.tie_embeddings ? embedding : add_vocab_rows(w.lm_head);
 
   CudaWeights weights;
+  weights.padded_vocab = padded_vocab;
   absl::StatusOr<DeviceBuffer> buffer =
       DeviceBuffer::Allocate(layout.size(), absl::StrCat("the weights (", cuda::DTypeName(dtype),
                                                          ", ", w.ParameterCount(), " parameters)"));
@@ -119,6 +133,10 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   for (const Upload& u : uploads) {
     const Tensor& t = *u.tensor;
     const size_t bytes = t.data.size() * sizeof(float);
+    if (u.zero_bytes > 0) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
+          base + u.offset + t.data.size() * element, 0, u.zero_bytes, stream));
+    }
     if (!u.convert || dtype == DType::kF32) {
       LINSERVE_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(base + u.offset, t.data.data(), bytes, cudaMemcpyHostToDevice, stream));

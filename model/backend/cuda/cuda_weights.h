@@ -2,12 +2,13 @@
 // stored in BackendOptions::weight_precision, with q/k/v fused into one matrix (q rows, then k,
 // then v; their biases into one vector) so that a mixer's projections are one GEMM; norm
 // parameters, biases, the favor_plus projections and the short convolutions' depthwise kernels
-// stay fp32.
+// stay fp32. The embedding and LM head rows are padded to a multiple of 64 (padded_vocab.h).
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 
 #include <cuda_runtime_api.h>
 
+#include <cstdint>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -48,9 +49,11 @@ struct CudaLayerWeights {
 struct CudaWeights {
   cuda::DeviceBuffer buffer;  // every pointer below points into it
   std::vector<CudaLayerWeights> layers;
-  const void* embedding = nullptr;           // T [vocab, d]
+  // The embedding and the head have padded_vocab rows (padded_vocab.h), rows >= vocab zero.
+  int64_t padded_vocab = 0;
+  const void* embedding = nullptr;           // T [padded_vocab, d]
   const void* position_embedding = nullptr;  // T [max_position, d], learned positions only
-  const void* head = nullptr;                // T [vocab, d]: the embedding when tied
+  const void* head = nullptr;                // T [padded_vocab, d]: the embedding when tied
   const float* final_norm_weight = nullptr;  // pre-norm only
   const float* final_norm_bias = nullptr;
 };

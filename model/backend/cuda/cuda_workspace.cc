@@ -10,6 +10,7 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/mt19937_64.h"
 #include "model/backend/cuda/buffer_layout.h"
+#include "model/backend/cuda/padded_vocab.h"
 #include "model/backend/token_mask.h"
 
 namespace linserve {
@@ -75,8 +76,9 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t x = work.Reserve(n * d * sizeof(float));
   const size_t xt = work.Reserve(n * d * element);
   const size_t proj = work.Reserve(n * d * sizeof(float));
+  const int64_t logits_stride = PaddedVocab(vocab);
   const size_t logits =
-      work.Reserve(static_cast<size_t>(options.max_batch_size) * vocab * sizeof(float));
+      work.Reserve(static_cast<size_t>(options.max_batch_size) * logits_stride * sizeof(float));
   std::array<std::vector<size_t>, 2> scratch_at;
   for (ScratchRole role : {ScratchRole::kMixer, ScratchRole::kMlp}) {
     for (size_t bytes : scratch.sizes(role)) {
@@ -136,6 +138,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.act.xt = w + xt;
   ws.act.proj = reinterpret_cast<float*>(w + proj);
   ws.act.logits = reinterpret_cast<float*>(w + logits);
+  ws.act.logits_stride = logits_stride;
   for (size_t role = 0; role < scratch_at.size(); ++role) {
     for (size_t offset : scratch_at[role]) ws.scratch[role].push_back(w + offset);
   }

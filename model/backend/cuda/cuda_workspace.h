@@ -57,7 +57,10 @@ struct Activations {
   float* x = nullptr;       // [rows, d] residual stream
   void* xt = nullptr;       // T [rows, d] next component's input (normalised / cast)
   float* proj = nullptr;    // [rows, d] a mixer's or MLP's output
-  float* logits = nullptr;  // [max_batch_size, vocab]
+  // [max_batch_size, logits_stride]: a row's first vocab_size columns are the logits, the rest
+  // pad the row to an aligned stride and are never read (padded_vocab.h).
+  float* logits = nullptr;
+  int64_t logits_stride = 0;  // PaddedVocab(vocab_size)
 };
 
 // The layer components' own scratch, reserved before the workspace is allocated: numbered

@@ -154,6 +154,7 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   sample.masks = *row_masks;
   sample.rows = rows;
   sample.vocab = vocab_;
+  sample.logits_stride = ws_.act.logits_stride;
   sample.tokens = dev.tokens;
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
   LINSERVE_CUDA_RETURN_IF_ERROR(
@@ -174,6 +175,7 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   args.top_n = dev.top_n;
   args.rows = rows;
   args.vocab = vocab_;
+  args.logits_stride = ws_.act.logits_stride;
   args.max_top = kMaxTopLogprobs;
   args.masks = *row_masks;
   args.logprobs = dev.logprobs;

@@ -37,15 +37,13 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
       for (int64_t r = 0; r < rows; r += head_rows_) {
         const int64_t m = std::min<int64_t>(head_rows_, rows - r);
         LINSERVE_RETURN_IF_ERROR(forward_.EnqueueHead(s, r, m, logits));
-        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(all_logits + (first + r) * vocab_, logits,
-                                                      m * vocab_ * sizeof(float),
-                                                      cudaMemcpyDeviceToHost, s));
+        LINSERVE_RETURN_IF_ERROR(
+            forward_.EnqueueLogitsToHost(s, m, all_logits + (first + r) * vocab_));
       }
     } else if ((last_logits != nullptr || last_on_device) && first + rows == n) {
       LINSERVE_RETURN_IF_ERROR(forward_.EnqueueHead(s, rows - 1, 1, logits));
       if (last_logits != nullptr) {
-        LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(last_logits, logits, vocab_ * sizeof(float),
-                                                      cudaMemcpyDeviceToHost, s));
+        LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLogitsToHost(s, 1, last_logits));
       }
     }
     // The pinned row inputs are refilled by the next segment.
@@ -94,7 +92,7 @@ absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillIt
     // The LM head of each sampling item's last row, into the next row of the logits.
     for (int row : pending_head_rows_) {
       LINSERVE_RETURN_IF_ERROR(
-          forward_.EnqueueHead(s, row, 1, ws_.act.logits + logits_row * vocab_));
+          forward_.EnqueueHead(s, row, 1, ws_.act.logits + logits_row * ws_.act.logits_stride));
       ++logits_row;
     }
     // The pinned row inputs are refilled by the next pass.

@@ -123,6 +123,17 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   emu::Enqueue(stream, [dst, src, bytes] { std::memmove(dst, src, bytes); });
   return cudaSuccess;
 }
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dpitch, const void* src, size_t spitch,
+                              size_t width, size_t height, cudaMemcpyKind, cudaStream_t stream) {
+  if (width > dpitch || width > spitch) return cudaErrorInvalidPitchValue;
+  emu::Enqueue(stream, [=] {
+    for (size_t r = 0; r < height; ++r) {
+      std::memmove(static_cast<char*>(dst) + r * dpitch,
+                   static_cast<const char*>(src) + r * spitch, width);
+    }
+  });
+  return cudaSuccess;
+}
 cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
   std::memset(dst, value, bytes);
   return cudaSuccess;

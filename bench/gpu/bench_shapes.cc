@@ -1,0 +1,71 @@
+#include "bench/gpu/bench_shapes.h"
+
+#include "model/layers/gated_mlp.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
+#include "model/layers/taylor_linear_attention.h"
+
+namespace linserve {
+namespace {
+
+// Through config.json text, so that the fields derived from the layers are filled in.
+absl::StatusOr<ModelConfig> Parsed(const ModelConfig& config) {
+  return ParseModelConfig(ModelConfigToJson(config), "gpu_bench shape");
+}
+
+}  // namespace
+
+absl::StatusOr<ModelConfig> Config125M() {
+  ModelConfig c;
+  c.vocab_size = 50257;
+  c.d_model = 768;
+  c.n_layers = 12;
+  c.n_heads = 12;
+  c.head_dim = 64;
+  c.feature_dim = 64;
+  c.d_ff = 3072;
+  c.norm = NormPlacement::kPre;
+  c.activation = Activation::kGelu;
+  c.feature_map = FeatureMap::kEluPlusOne;
+  c.position = PositionEmbedding::kSinusoidal;
+  c.bias = true;
+  c.tie_embeddings = true;
+  c.tokenizer = TokenizerKind::kByte;
+  return Parsed(c);
+}
+
+absl::StatusOr<ModelConfig> ConfigBased125M() {
+  const int d = 768;
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp",
+                             .params = GatedMlpParams{.d_ff = 2 * d}.ToValues()};
+  ModelConfig c;
+  c.vocab_size = 50257;
+  c.d_model = d;
+  c.position = PositionEmbedding::kNone;
+  c.tie_embeddings = true;
+  c.tokenizer = TokenizerKind::kByte;
+  for (int i = 0; i < 12; ++i) {
+    ComponentSpec mixer;
+    if (i % 5 == 1) {
+      mixer = {.kind = "taylor_linear_attention",
+               .params = TaylorLinearAttentionParams{.n_heads = 12, .feature_dim = 16,
+                                                     .head_dim = 64, .eps = 1e-6}
+                             .ToValues()};
+    } else if (i % 5 == 2) {
+      mixer = {.kind = "sliding_window_attention",
+               .params = SlidingWindowAttentionParams{.n_heads = 12, .head_dim = 64,
+                                                      .window = 129, .rotary_dim = 64}
+                             .ToValues()};
+    } else {
+      mixer = {.kind = "short_conv", .params = ShortConvParams{.d_inner = 2 * d}.ToValues()};
+    }
+    c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
+  }
+  c.n_layers = 12;
+  c.final_norm = norm;
+  return Parsed(c);
+}
+
+}  // namespace linserve

@@ -1,0 +1,23 @@
+// The model shapes gpu_bench measures, as parsed configs (the fields derived from the layers
+// filled in); kernel_account_test checks them on the CPU.
+#ifndef LINSERVE_BENCH_GPU_BENCH_SHAPES_H_
+#define LINSERVE_BENCH_GPU_BENCH_SHAPES_H_
+
+#include "absl/status/statusor.h"
+#include "model/format/config.h"
+
+namespace linserve {
+
+// The 125M shape: d_model 768, 12 layers of linear attention (12 heads × 64, elu_plus_one),
+// d_ff 3072 GELU, LayerNorm pre-norm, sinusoidal positions, biases, vocab 50257, tied head.
+absl::StatusOr<ModelConfig> Config125M();
+
+// The based-360m layer pattern (bench/based: taylor_linear_attention at i % 5 == 1,
+// sliding_window_attention at i % 5 == 2, short_conv elsewhere; rms_norm, gated_mlp silu) at the
+// 125M shape's width, depth and vocabulary: d_model 768 = 12 heads × 64, 12 layers, d_inner and
+// d_ff 2 · d_model, feature_dim 16, window 129 (based-360m's), no positions, vocab 50257, tied.
+absl::StatusOr<ModelConfig> ConfigBased125M();
+
+}  // namespace linserve
+
+#endif  // LINSERVE_BENCH_GPU_BENCH_SHAPES_H_

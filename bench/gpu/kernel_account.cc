@@ -1,0 +1,182 @@
+#include "bench/gpu/kernel_account.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "model/layers/ffn.h"
+#include "model/layers/gated_mlp.h"
+#include "model/layers/linear_attention.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
+#include "model/layers/taylor_linear_attention.h"
+
+namespace linserve {
+namespace {
+
+constexpr int64_t kF32 = 4;
+
+// Accumulates launches by kernel name, keeping the order of first launch.
+class Account {
+ public:
+  Account(int64_t batch, int64_t element) : b_(batch), w_(element) {}
+
+  void Add(const std::string& name, const std::string& kernels, const KernelBytes& bytes,
+           int64_t flops) {
+    KernelCost* cost = nullptr;
+    for (KernelCost& c : costs_) {
+      if (c.name == name) cost = &c;
+    }
+    if (cost == nullptr) {
+      cost = &costs_.emplace_back();
+      cost->name = name;
+      cost->cuda_kernels = kernels;
+    }
+    cost->launches += 1;
+    cost->bytes.weights += bytes.weights;
+    cost->bytes.state += bytes.state;
+    cost->bytes.activations += bytes.activations;
+    cost->bytes.logits += bytes.logits;
+    cost->flops += flops;
+  }
+
+  // y[b, n] (fp32) = x[b, k] (weight type) · w[n, k]ᵀ.
+  void Gemm(const std::string& name, int64_t n, int64_t k) {
+    Add(absl::StrCat("gemm ", name), "",
+        {.weights = n * k * w_, .activations = b_ * k * w_ + b_ * n * kF32}, 2 * b_ * n * k);
+  }
+
+  // A norm after a residual add (x += delta; y_t = norm(x)): reads x and delta, writes x and
+  // y_t; the first norm of a pre-norm model has no delta and writes only y_t.
+  void Norm(const std::string& kind, int64_t d, bool with_delta) {
+    const int64_t bytes = with_delta ? 3 * b_ * d * kF32 + b_ * d * w_ : b_ * d * kF32 + b_ * d * w_;
+    Add(with_delta ? absl::StrCat(kind, " (+ residual add)") : kind, "AddNormKernel",
+        {.activations = bytes}, 0);
+  }
+
+  // A linear attention's decode kernel over H heads of F features and head_dim values whose q
+  // and k are key_dim wide: reads the fp32 q, k, v, reads and rewrites S and z, writes o.
+  void LinearAttention(const std::string& name, int64_t heads, int64_t features, int64_t key_dim,
+                       int64_t head_dim) {
+    const int64_t state = heads * features * (head_dim + 1) * kF32;
+    Add(name, "DecodeAttentionKernel",
+        {.state = 2 * b_ * state,
+         .activations = b_ * heads * (2 * key_dim + head_dim) * kF32 + b_ * heads * head_dim * w_},
+        b_ * heads * features * (4 * head_dim + 3));
+  }
+
+  std::vector<KernelCost> Take() { return std::move(costs_); }
+
+ private:
+  const int64_t b_, w_;
+  std::vector<KernelCost> costs_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& config,
+                                                            int64_t batch,
+                                                            int64_t weight_element_bytes) {
+  if (batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: batch ", batch, " < 1"));
+  }
+  if (weight_element_bytes != 2 && weight_element_bytes != 4) {
+    return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: weight_element_bytes ",
+                                                   weight_element_bytes, " is not 2 or 4"));
+  }
+  Account a(batch, weight_element_bytes);
+  const int64_t b = batch, w = weight_element_bytes;
+  const int64_t d = config.d_model;
+  const int64_t vocab = config.vocab_size;
+  const bool pre = config.norm == NormPlacement::kPre;
+  const std::vector<LayerSpec> layers = config.LayerList();
+
+  const int64_t tables = config.position == PositionEmbedding::kLearned ? 2 : 1;
+  // Writes x (fp32) and, post-norm, the first GEMM's input in the weights' type too.
+  a.Add("embedding", "EmbedKernel",
+        {.weights = tables * b * d * w, .activations = b * d * kF32 + (pre ? 0 : b * d * w)}, 0);
+  if (pre && !layers.empty()) a.Norm(layers[0].norm.kind, d, /*with_delta=*/false);
+  for (size_t l = 0; l < layers.size(); ++l) {
+    const LayerSpec& layer = layers[l];
+    const std::string& mixer = layer.mixer.kind;
+    if (mixer == "linear_attention") {
+      const LinearAttentionParams p = LinearAttentionParams::From(layer.mixer.params);
+      a.Gemm("qkv", 3 * p.n_heads * p.head_dim, d);
+      a.LinearAttention("linear_attention decode", p.n_heads, p.feature_dim, p.head_dim,
+                        p.head_dim);
+      a.Gemm("o", d, p.n_heads * p.head_dim);
+    } else if (mixer == "taylor_linear_attention") {
+      const TaylorLinearAttentionParams p = TaylorLinearAttentionParams::From(layer.mixer.params);
+      a.Gemm("qkv", p.n_heads * (2 * p.feature_dim + p.head_dim), d);
+      a.LinearAttention("taylor_linear_attention decode", p.n_heads, p.Features(), p.feature_dim,
+                        p.head_dim);
+      a.Gemm("o", d, p.n_heads * p.head_dim);
+    } else if (mixer == "sliding_window_attention") {
+      const SlidingWindowAttentionParams p =
+          SlidingWindowAttentionParams::From(layer.mixer.params);
+      const int64_t hd = static_cast<int64_t>(p.n_heads) * p.head_dim;
+      const int64_t ring = p.window - 1;
+      a.Gemm("qkv", 3 * hd, d);
+      // Reads the ring's keys and values (a full ring: the steady state), writes one entry.
+      a.Add("sliding_window_attention decode", "DecodeKernel|AdvanceKernel",
+            {.state = b * (ring + 1) * 2 * hd * kF32,
+             .activations = b * 3 * hd * kF32 + b * hd * w},
+            b * 4 * static_cast<int64_t>(p.window) * hd);
+      a.Gemm("o", d, hd);
+    } else if (mixer == "short_conv") {
+      const ShortConvParams p = ShortConvParams::From(layer.mixer.params);
+      const int64_t di = p.d_inner;
+      const int64_t past = static_cast<int64_t>(p.kernel_size) - 1;
+      a.Gemm("conv_in", 2 * di, d);
+      // Reads u and g (fp32), reads the K−1 past rows and rewrites them shifted, writes the
+      // gated output.
+      a.Add("short_conv decode", "DecodeShortConvKernel",
+            {.state = 2 * b * past * di * kF32, .activations = b * 2 * di * kF32 + b * di * w},
+            b * 2 * static_cast<int64_t>(p.kernel_size) * di);
+      a.Gemm("conv_out", d, di);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
+                                                     "].mixer.kind \"", mixer, "\" is unknown"));
+    }
+    a.Norm(layer.norm.kind, d, /*with_delta=*/true);
+    const std::string& mlp = layer.mlp.kind;
+    if (mlp == "ffn") {
+      const int64_t ff = FfnParams::From(layer.mlp.params).d_ff;
+      a.Gemm("fc1", ff, d);
+      a.Add("bias + activation", "BiasActivationKernel", {.activations = b * ff * kF32 + b * ff * w}, 0);
+      a.Gemm("fc2", d, ff);
+    } else if (mlp == "gated_mlp") {
+      const int64_t ff = GatedMlpParams::From(layer.mlp.params).d_ff;
+      a.Gemm("fc1", 2 * ff, d);
+      a.Add("bias + gate", "BiasGateKernel", {.activations = b * 2 * ff * kF32 + b * ff * w}, 0);
+      a.Gemm("fc2", d, ff);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
+                                                     "].mlp.kind \"", mlp, "\" is unknown"));
+    }
+    const bool last = l + 1 == layers.size();
+    const std::string& next_norm = !pre   ? layer.norm.kind
+                                   : last ? config.FinalNorm().kind
+                                          : layers[l + 1].norm.kind;
+    a.Norm(next_norm, d, /*with_delta=*/true);
+  }
+  a.Add("lm head", "", {.weights = vocab * d * w, .activations = b * d * w, .logits = b * vocab * kF32},
+        2 * b * vocab * d);
+  a.Add("sample", "SampleKernel|CountTokensKernel", {.logits = b * vocab * kF32}, 0);
+  return a.Take();
+}
+
+KernelCost AccountTotal(const std::vector<KernelCost>& account) {
+  KernelCost total;
+  total.name = "total";
+  for (const KernelCost& c : account) {
+    total.launches += c.launches;
+    total.bytes.weights += c.bytes.weights;
+    total.bytes.state += c.bytes.state;
+    total.bytes.activations += c.bytes.activations;
+    total.bytes.logits += c.bytes.logits;
+    total.flops += c.flops;
+  }
+  return total;
+}
+
+}  // namespace linserve

@@ -1,0 +1,196 @@
+#include "bench/gpu/kernel_account.h"
+
+#include "bench/gpu/bench_shapes.h"
+
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "model/layers/gated_mlp.h"
+#include "model/layers/rms_norm.h"
+#include "model/layers/short_conv.h"
+#include "model/layers/sliding_window_attention.h"
+#include "model/layers/taylor_linear_attention.h"
+
+namespace linserve {
+namespace {
+
+const KernelCost* Find(const std::vector<KernelCost>& account, const std::string& name) {
+  for (const KernelCost& c : account) {
+    if (c.name == name) return &c;
+  }
+  ADD_FAILURE() << "no kernel named " << name;
+  return nullptr;
+}
+
+void ExpectCost(const std::vector<KernelCost>& account, const std::string& name, int launches,
+                KernelBytes bytes, int64_t flops) {
+  SCOPED_TRACE(name);
+  const KernelCost* c = Find(account, name);
+  if (c == nullptr) return;
+  EXPECT_EQ(c->launches, launches);
+  EXPECT_EQ(c->bytes.weights, bytes.weights);
+  EXPECT_EQ(c->bytes.state, bytes.state);
+  EXPECT_EQ(c->bytes.activations, bytes.activations);
+  EXPECT_EQ(c->bytes.logits, bytes.logits);
+  EXPECT_EQ(c->flops, flops);
+}
+
+// One single-block layer (vocab 10, d 4, one head of 4, φ 4 wide, d_ff 8, pre-norm), batch 2,
+// bf16 matrices; every figure below is worked by hand from kernel_account.h's rules.
+TEST(KernelAccountTest, SingleBlockLayerByHand) {
+  ModelConfig c;
+  c.vocab_size = 10;
+  c.d_model = 4;
+  c.n_layers = 1;
+  c.n_heads = 1;
+  c.head_dim = 4;
+  c.feature_dim = 4;
+  c.d_ff = 8;
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(c, 2, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  std::vector<std::string> names;
+  for (const KernelCost& k : a) names.push_back(k.name);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "embedding", "layer_norm", "gemm qkv", "linear_attention decode", "gemm o",
+                       "layer_norm (+ residual add)", "gemm fc1", "bias + activation", "gemm fc2",
+                       "lm head", "sample"}));
+  // 2 rows × 4 bf16 gathered; x: 2 × 4 fp32.
+  ExpectCost(a, "embedding", 1, {.weights = 16, .activations = 32}, 0);
+  // Reads x (32), writes bf16 y (16).
+  ExpectCost(a, "layer_norm", 1, {.activations = 48}, 0);
+  // w 12 × 4 bf16 = 96; x 2 × 4 bf16 = 16, y 2 × 12 fp32 = 96; 2·2·12·4.
+  ExpectCost(a, "gemm qkv", 1, {.weights = 96, .activations = 112}, 192);
+  // S and z: 1 head × 4 × (4 + 1) fp32 = 80 per session, read and written for 2 sessions;
+  // q, k, v 2 × 12 fp32 = 96, o 2 × 4 bf16 = 16; 2 · 1 · 4 · (4·4 + 3).
+  ExpectCost(a, "linear_attention decode", 1, {.state = 320, .activations = 112}, 152);
+  ExpectCost(a, "gemm o", 1, {.weights = 32, .activations = 48}, 64);
+  // Twice: x and delta read, x written (3 × 32), bf16 y (16).
+  ExpectCost(a, "layer_norm (+ residual add)", 2, {.activations = 224}, 0);
+  ExpectCost(a, "gemm fc1", 1, {.weights = 64, .activations = 80}, 128);
+  // fp32 in 2 × 8 (64), bf16 out (32).
+  ExpectCost(a, "bias + activation", 1, {.activations = 96}, 0);
+  ExpectCost(a, "gemm fc2", 1, {.weights = 64, .activations = 64}, 128);
+  // w 10 × 4 bf16 = 80; x 2 × 4 bf16 = 16; logits 2 × 10 fp32 = 80.
+  ExpectCost(a, "lm head", 1, {.weights = 80, .activations = 16, .logits = 80}, 160);
+  ExpectCost(a, "sample", 1, {.logits = 80}, 0);
+  const KernelCost total = AccountTotal(a);
+  EXPECT_EQ(total.launches, 12);
+  EXPECT_EQ(total.bytes, (KernelBytes{.weights = 352, .state = 320, .activations = 832,
+                                      .logits = 160}));
+  EXPECT_EQ(total.flops, 824);
+  // fp32 matrices double every weight byte.
+  absl::StatusOr<std::vector<KernelCost>> fp32 = DecodeKernelAccount(c, 2, 4);
+  ASSERT_TRUE(fp32.ok());
+  EXPECT_EQ(AccountTotal(*fp32).bytes.weights, 704);
+}
+
+// The Based kinds (short_conv, taylor_linear_attention, sliding_window_attention, rms_norm,
+// gated_mlp), d 4, batch 1, bf16, by hand.
+TEST(KernelAccountTest, BasedKindsByHand) {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp",
+                             .params = GatedMlpParams{.d_ff = 4}.ToValues()};
+  const ComponentSpec conv = {
+      .kind = "short_conv", .params = ShortConvParams{.d_inner = 4, .kernel_size = 3}.ToValues()};
+  const ComponentSpec taylor = {
+      .kind = "taylor_linear_attention",
+      .params = TaylorLinearAttentionParams{.n_heads = 1, .feature_dim = 2, .head_dim = 4}
+                    .ToValues()};
+  const ComponentSpec window = {
+      .kind = "sliding_window_attention",
+      .params =
+          SlidingWindowAttentionParams{.n_heads = 1, .head_dim = 4, .window = 3, .rotary_dim = 4}
+              .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 4;
+  c.position = PositionEmbedding::kNone;
+  for (const ComponentSpec& mixer : {conv, taylor, window}) {
+    c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
+  }
+  c.n_layers = 3;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(*parsed, 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  // w 8 × 4 bf16 = 64; x 4 bf16 = 8, y (u and g) 8 fp32 = 32; 2 · 8 · 4.
+  ExpectCost(a, "gemm conv_in", 1, {.weights = 64, .activations = 40}, 64);
+  // K − 1 = 2 rows of 4 fp32 read and rewritten (64); u, g fp32 (32) in, bf16 out (8);
+  // K · d_inner = 12 multiply-adds.
+  ExpectCost(a, "short_conv decode", 1, {.state = 64, .activations = 40}, 24);
+  // F = 1 + 2 + 4 = 7: S and z 7 × 5 fp32 = 140, read and written; q, k 2 wide, v 4: 8 fp32
+  // (32) in, 4 bf16 (8) out; 7 · (4·4 + 3).
+  ExpectCost(a, "taylor_linear_attention decode", 1, {.state = 280, .activations = 40}, 133);
+  // Taylor's q, k, v: 8 × 4; the window's: 12 × 4; bf16.
+  ExpectCost(a, "gemm qkv", 2, {.weights = 160, .activations = 8 + 32 + 8 + 48}, 160);
+  // Ring of 2 entries and the new one, k and v of 4 fp32 each: 3 · 2 · 4 · 4 = 96; q, k, v 12
+  // fp32 (48) in, 4 bf16 (8) out; 4 · window 3 · 4.
+  ExpectCost(a, "sliding_window_attention decode", 1, {.state = 96, .activations = 56}, 48);
+  // Pre-norm: the first norm has no residual add; then 2 per layer, each 3 × 16 + 8.
+  ExpectCost(a, "rms_norm", 1, {.activations = 16 + 8}, 0);
+  ExpectCost(a, "rms_norm (+ residual add)", 6, {.activations = 6 * 56}, 0);
+  ExpectCost(a, "gemm fc1", 3, {.weights = 3 * 64, .activations = 3 * (8 + 32)}, 3 * 64);
+  // fp32 value and gate 8 (32) in, bf16 4 (8) out.
+  ExpectCost(a, "bias + gate", 3, {.activations = 3 * 40}, 0);
+  ExpectCost(a, "gemm conv_out", 1, {.weights = 32, .activations = 8 + 16}, 32);
+}
+
+// gpu_bench's two shapes parse and account as their layers say. 125M at batch 1, bf16: every
+// layer matrix once (12 × (4 · 768² + 2 · 768 · 3072) parameters), the head (50257 × 768) and one
+// gathered embedding row; the state read and written whole.
+TEST(KernelAccountTest, BenchShapes) {
+  absl::StatusOr<ModelConfig> linear = Config125M();
+  ASSERT_TRUE(linear.ok()) << linear.status();
+  absl::StatusOr<std::vector<KernelCost>> a = DecodeKernelAccount(*linear, 1, 2);
+  ASSERT_TRUE(a.ok()) << a.status();
+  const KernelCost total = AccountTotal(*a);
+  EXPECT_EQ(total.bytes.weights, 2 * (12 * (4 * 768 * 768 + 2 * 768 * 3072) + 50257 * 768 + 768));
+  EXPECT_EQ(total.bytes.state, 2 * linear->StateFloatsPerSlot() * 4);
+  EXPECT_EQ(total.bytes.logits, 2 * 50257 * 4);
+
+  absl::StatusOr<ModelConfig> based = ConfigBased125M();
+  ASSERT_TRUE(based.ok()) << based.status();
+  absl::StatusOr<std::vector<KernelCost>> b = DecodeKernelAccount(*based, 64, 2);
+  ASSERT_TRUE(b.ok()) << b.status();
+  // Layers 1, 6, 11 Taylor; 2, 7 sliding window; the other 7 short convolutions.
+  auto launches = [&](const std::string& name) {
+    const KernelCost* c = Find(*b, name);
+    return c == nullptr ? -1 : c->launches;
+  };
+  EXPECT_EQ(launches("taylor_linear_attention decode"), 3);
+  EXPECT_EQ(launches("sliding_window_attention decode"), 2);
+  EXPECT_EQ(launches("short_conv decode"), 7);
+  EXPECT_EQ(launches("gemm qkv"), 5);
+  EXPECT_EQ(launches("gemm conv_in"), 7);
+  EXPECT_EQ(launches("rms_norm"), 1);
+  EXPECT_EQ(launches("rms_norm (+ residual add)"), 24);
+  EXPECT_EQ(launches("bias + gate"), 12);
+  // Taylor: F = 1 + 16 + 256 = 273 features × (64 + 1) per head, 12 heads, read and written,
+  // 64 sessions, 3 layers.
+  EXPECT_EQ(Find(*b, "taylor_linear_attention decode")->bytes.state,
+            3 * 64 * 2 * 12 * 273 * 65 * 4);
+}
+
+TEST(KernelAccountTest, RefusesBadArguments) {
+  ModelConfig c;
+  c.vocab_size = 10;
+  c.d_model = 4;
+  c.n_layers = 1;
+  c.n_heads = 1;
+  c.head_dim = 4;
+  c.feature_dim = 4;
+  c.d_ff = 8;
+  absl::StatusOr<std::vector<KernelCost>> zero = DecodeKernelAccount(c, 0, 2);
+  EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(zero.status().message().find("batch"), std::string::npos);
+  absl::StatusOr<std::vector<KernelCost>> odd = DecodeKernelAccount(c, 1, 3);
+  EXPECT_EQ(odd.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(odd.status().message().find("weight_element_bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace linserve

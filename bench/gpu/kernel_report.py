@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""Per-kernel times of a CUDA decode step beside their floors (issue 29), as markdown.
+
+  kernel_report.py ACCOUNT.json=KERN_SUM.csv [...]
+
+Each pair is one profiled run: ACCOUNT.json is `gpu_bench --profile_batch=B --json_out` (the
+batch's kernel account, bench/gpu/kernel_account.h, with each kernel's floor at the copy and GEMM
+rates measured in that run) and KERN_SUM.csv is `nsys stats --report cuda_gpu_kern_sum --format
+csv` of the same run's profile (total time and instances per kernel name over its
+--profile_steps steps). Account rows that run the same CUDA kernels (every norm runs
+AddNormKernel) are one row here; the cuBLASLt GEMMs (gemm, cutlass, xmma or cublas in the name)
+are one row too, since a profile's kernel names do not say which projection a GEMM computed; a
+kernel the account does not know lands in an "other" row. The per-step
+time is a kernel's total over the profiled steps divided by their number; "of floor" = floor /
+time (1.0 = at the floor).
+"""
+import csv
+import json
+import re
+import sys
+from collections import OrderedDict
+
+GEMM_ROW = "gemm (cuBLASLt: every projection and the LM head)"
+# cuBLASLt's kernel names (sm90_xmma_gemm_..., cutlass_80_tensorop_..._gemm_..., ...).
+GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas", re.IGNORECASE)
+
+
+def read_kernel_sum(path):
+    """{kernel name: (total ns, instances)} from nsys's cuda_gpu_kern_sum CSV."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.strip()]
+    # nsys may print a banner before the header: start at the header line.
+    start = next(i for i, line in enumerate(lines) if "Name" in line and "Total Time" in line)
+    out = {}
+    for row in csv.DictReader(lines[start:]):
+        total = next(v for k, v in row.items() if k and k.startswith("Total Time"))
+        instances = row["Instances"]
+        out[row["Name"]] = (float(total), int(float(instances)))
+    return out
+
+
+def report(account, kernels):
+    steps = account["steps"]
+    groups = OrderedDict()  # pattern -> {names, launches, floor_us, ns, instances}
+    for k in account["kernels"]:
+        pattern = k["cuda_kernels"]
+        g = groups.setdefault(pattern, {"names": [], "launches": 0, "floor_us": 0.0,
+                                        "ns": 0.0, "instances": 0})
+        g["names"].append(k["name"])
+        g["launches"] += k["launches"]
+        g["floor_us"] += k["floor_us"]
+    other = {"names": ["other kernels (not in the account)"], "launches": 0, "floor_us": 0.0,
+             "ns": 0.0, "instances": 0}
+    for name, (ns, instances) in kernels.items():
+        target = None
+        for pattern in groups:
+            if pattern and re.search(r"\b(%s)\b" % pattern, name):
+                target = groups[pattern]
+                break
+        if target is None:
+            target = groups[""] if "" in groups and GEMM_NAMES.search(name) else other
+        target["ns"] += ns
+        target["instances"] += instances
+    if other["instances"]:
+        groups["<other>"] = other
+
+    lines = ["| kernel | account rows / CUDA kernel launches per step | floor µs | µs per step | of floor |",
+             "|---|---|---|---|---|"]
+    total_floor = total_us = 0.0
+    for pattern, g in groups.items():
+        name = GEMM_ROW if pattern == "" else " + ".join(g["names"])
+        us = g["ns"] / steps / 1e3
+        total_floor += g["floor_us"]
+        total_us += us
+        of = "%.0f%%" % (100 * g["floor_us"] / us) if us > 0 and g["floor_us"] > 0 else "—"
+        lines.append("| %s | %d / %.1f | %.2f | %.2f | %s |" % (
+            name, g["launches"], g["instances"] / steps, g["floor_us"], us, of))
+    lines.append("| **step (kernels only)** | | %.2f | %.2f | %.0f%% |" % (
+        total_floor, total_us, 100 * total_floor / total_us if total_us else 0))
+    return lines, total_floor, total_us
+
+
+def main(argv):
+    if len(argv) < 2 or any("=" not in a for a in argv[1:]):
+        sys.stderr.write(__doc__)
+        return 2
+    runs = []
+    for arg in argv[1:]:
+        account_path, kernels_path = arg.split("=", 1)
+        with open(account_path) as f:
+            account = json.load(f)
+        runs.append((account, read_kernel_sum(kernels_path)))
+    runs.sort(key=lambda r: (r[0]["shape"], r[0]["batch"]))
+    print("## Per-kernel decode times against their floors\n")
+    print("%s, %s weights; GPU time per step from nsys (kernels only: host gaps and graph "
+          "launch not counted); floors from bench/gpu/kernel_account.h at this run's measured "
+          "copy and GEMM rates.\n" % (runs[0][0]["device"], runs[0][0]["precision"]))
+    print("| shape | batch | step ms | of floor |\n|---|---|---|---|")
+    tables = []
+    for account, kernels in runs:
+        lines, floor_us, us = report(account, kernels)
+        print("| %s | %d | %.3f | %.0f%% |" % (account["shape"], account["batch"], us / 1e3,
+                                              100 * floor_us / us if us else 0))
+        tables.append(("\n### %s, batch %d (%d steps profiled)\n" %
+                       (account["shape"], account["batch"], account["steps"]), lines))
+    for title, lines in tables:
+        print(title)
+        print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

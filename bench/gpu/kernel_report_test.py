@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""Tests of bench/gpu/kernel_report.py (ctest: kernel_report_test) on a small hand-made account
+and nsys kernel sum: each profiled kernel lands in its account row by name (our kernels by their
+patterns, cuBLASLt's under the GEMM row, anything else under "other"), times are per step, and
+"of floor" is floor / time. No GPU: the figures are the fixture's.
+"""
+
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from contextlib import redirect_stdout
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+import kernel_report  # noqa: E402
+
+ACCOUNT = {
+    "shape": "based", "device": "FAKE GPU", "precision": "bf16", "batch": 2, "steps": 10,
+    "kernels": [
+        {"name": "embedding", "cuda_kernels": "EmbedKernel", "launches": 1, "floor_us": 1.0},
+        {"name": "rms_norm", "cuda_kernels": "AddNormKernel", "launches": 1, "floor_us": 0.5},
+        {"name": "gemm qkv", "cuda_kernels": "", "launches": 1, "floor_us": 2.0},
+        {"name": "sliding_window_attention decode", "cuda_kernels": "DecodeKernel|AdvanceKernel",
+         "launches": 1, "floor_us": 1.0},
+        {"name": "rms_norm (+ residual add)", "cuda_kernels": "AddNormKernel", "launches": 2,
+         "floor_us": 1.0},
+        {"name": "lm head", "cuda_kernels": "", "launches": 1, "floor_us": 3.0},
+    ]}
+# nsys prints a banner line before the CSV header.
+KERN_SUM = """Generating SQLite file x.sqlite
+"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)","StdDev (ns)","Name"
+50.0,200000,20,1,1,1,1,0,"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64"
+10.0,20000,10,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::EmbedKernel<__nv_bfloat16>(linserve::cuda::EmbedArgs)"
+10.0,60000,30,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::AddNormKernel<__nv_bfloat16>(int)"
+5.0,30000,10,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::DecodeKernel<float>(int)"
+5.0,10000,10,1,1,1,1,0,"linserve::cuda::(anonymous namespace)::AdvanceKernel(int)"
+5.0,10000,10,1,1,1,1,0,"linserve::cuda::(anonymous namespace)::DecodeShortConvKernel<float>(int)"
+"""
+
+
+class KernelReportTest(unittest.TestCase):
+    def test_rows(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            account = os.path.join(tmp, "a.json")
+            kern_sum = os.path.join(tmp, "k.csv")
+            with open(account, "w") as f:
+                json.dump(ACCOUNT, f)
+            with open(kern_sum, "w") as f:
+                f.write(KERN_SUM)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                self.assertEqual(kernel_report.main(["kernel_report.py",
+                                                     account + "=" + kern_sum]), 0)
+        text = out.getvalue()
+        # 200 µs of GEMMs over 10 steps = 20 µs per step against 2 + 3 µs of floors: 25%.
+        self.assertIn("| gemm (cuBLASLt: every projection and the LM head) | 2 / 2.0 | 5.00 | "
+                      "20.00 | 25% |", text)
+        self.assertIn("| embedding | 1 / 1.0 | 1.00 | 2.00 | 50% |", text)
+        # Both norm rows run AddNormKernel: one row, 3 launches per step.
+        self.assertIn("| rms_norm + rms_norm (+ residual add) | 3 / 3.0 | 1.50 | 6.00 | 25% |",
+                      text)
+        # DecodeKernel and AdvanceKernel, not DecodeShortConvKernel.
+        self.assertIn("| sliding_window_attention decode | 1 / 2.0 | 1.00 | 4.00 | 25% |", text)
+        self.assertIn("| other kernels (not in the account) | 0 / 1.0 | 0.00 | 1.00 | — |", text)
+        # Step: floors 8.5 µs, kernels 33 µs.
+        self.assertIn("| based | 2 | 0.033 | 26% |", text)
+        self.assertIn("| **step (kernels only)** | | 8.50 | 33.00 | 26% |", text)
+
+    def test_usage(self):
+        with redirect_stdout(io.StringIO()):
+            self.assertEqual(kernel_report.main(["kernel_report.py", "no-pair"]), 2)
+
+
+if __name__ == "__main__":
+    unittest.main()
