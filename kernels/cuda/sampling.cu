@@ -36,7 +36,7 @@ namespace linserve::cuda {
 namespace {
 
 constexpr int kThreads = 512;
-constexpr int kArgmaxThreads = 1024;
+constexpr int kArgmaxThreads = 512;
 constexpr int kBuckets = 256;
 constexpr double kMassScale = 1152921504606846976.0;  // 2^60
 constexpr double kMinusInf = -static_cast<double>(INFINITY);
