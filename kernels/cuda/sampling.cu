@@ -8,6 +8,11 @@
 // of sorting: top-k by an 8-pass radix select on the 64-bit order key of the double logit,
 // top-p by the same radix select with per-bucket probability mass, min-p by one min-reduction.
 // The final draw walks the survivors in ascending id order with a block-wide prefix scan.
+// That whole-row path is the exact fallback of a cheaper one: most rows' survivors lie among the
+// few tokens near the maximum, so a second read of the row collects those (the candidate set,
+// sampling.h), sorts them in shared memory and runs every step there; whenever a cut may lie
+// outside the set the row takes the whole-row path instead, before its random draw. Greedy rows
+// never come here: ArgmaxKernel reads their row once.
 // A token mask (step 0) fits the same picture: a disallowed token's logit is -inf, the lowest
 // key, and a masked row starts from the prefix of every key above it.
 //
@@ -31,6 +36,7 @@ namespace linserve::cuda {
 namespace {
 
 constexpr int kThreads = 512;
+constexpr int kArgmaxThreads = 512;
 constexpr int kBuckets = 256;
 constexpr double kMassScale = 1152921504606846976.0;  // 2^60
 constexpr double kMinusInf = -static_cast<double>(INFINITY);
@@ -103,18 +109,26 @@ __device__ __forceinline__ T BlockInclusiveScan(T v, T* scratch, T* total) {
   return v;
 }
 
+// Whether step 1 changes any logit: with r = 1 and both penalties 0 it is exactly the identity
+// (l / 1, l * 1 and l - 0 are l), so the seen counts need not be read.
+__device__ __forceinline__ bool UsesPenalty(const DeviceSamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f;
+}
+
 struct RowView {
   const float* logits;
   const int32_t* counts;
   const uint32_t* mask;  // nullptr: every token allowed
   DeviceSamplingParams params;
   int vocab;
+  bool penalised;  // UsesPenalty(params): otherwise step 1 is the identity and counts go unread
 
   // Steps 0 and 1: penalised logit in double, -inf for a token the mask disallows.
   __device__ double Penalised(int t) const {
     if (!MaskAllows(mask, t)) return kMinusInf;
     double l = static_cast<double>(logits[t]);
-    const int32_t c = counts[t];
+    const int32_t c = penalised ? counts[t] : 0;
     if (c > 0) {
       const double r = static_cast<double>(params.repetition_penalty);
       l = l > 0.0 ? l / r : l * r;
@@ -166,21 +180,6 @@ __device__ int NthEligibleId(int vocab, int n, Eligible eligible, SharedState& s
     }
   }
   return BlockMin(found, sh.iscratch, INT_MAX);
-}
-
-// Step 2: greedy, the highest penalised logit (the lowest id among ties).
-__device__ int GreedyToken(const RowView& view, SharedState& sh) {
-  double best = -DBL_MAX;
-  int best_id = INT_MAX;
-  for (int t = threadIdx.x; t < view.vocab; t += blockDim.x) {
-    const double l = view.Penalised(t);
-    if (l > best) {
-      best = l;
-      best_id = t;
-    }
-  }
-  const double top = BlockMax(best, sh.dscratch, -DBL_MAX);
-  return BlockMin(best == top ? best_id : INT_MAX, sh.iscratch, INT_MAX);
 }
 
 // Step 3: the tempered logit of token t.
@@ -391,14 +390,12 @@ __device__ int InverseCdf(const TemperedLogits& logit, Threshold keep, const Dis
   return found;
 }
 
-// Steps 3 to 8 for a row whose temperature is not 0.
-__device__ int DrawToken(const RowView& view, Mt19937_64* rngs, int slot, SharedState& sh) {
+// Steps 3 to 8 over the whole row, the exact path: every filter's cut by radix select, every
+// sum over the row. dist.m is set.
+__device__ int WholeRowDraw(const RowView& view, const TemperedLogits& logit, Distribution dist,
+                            Mt19937_64* rngs, int slot, SharedState& sh) {
   const DeviceSamplingParams& p = view.params;
   const int vocab = view.vocab;
-  const TemperedLogits logit{view, static_cast<double>(p.temperature)};
-  Distribution dist;
-  dist.renormalised = p.top_p < 1.0f;
-  dist.m = RowMax(logit, vocab, sh);
   // Everything, or under a mask every key above -inf's (the allowed tokens).
   Threshold keep = view.mask == nullptr ? Threshold{0, vocab - 1} : Threshold{Key(kMinusInf), -1};
   if (p.top_k > 0 && p.top_k < vocab) {
@@ -420,21 +417,282 @@ __device__ int DrawToken(const RowView& view, Mt19937_64* rngs, int slot, Shared
   return InverseCdf(logit, keep, dist, z3, u, vocab, sh);
 }
 
-__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
-  __shared__ SharedState sh;
-  const int row = blockIdx.x;
-  const int slot = args.slots[row];
-  const int vocab = args.vocab;
-  const int64_t stride = args.logits_stride == 0 ? vocab : args.logits_stride;
-  const RowView view{args.logits + static_cast<int64_t>(row) * stride,
-                     args.state.seen_counts + static_cast<int64_t>(slot) * vocab,
-                     MaskOfRow(args.masks, row), args.state.params[slot], vocab};
-  const int token = view.params.temperature == 0.0f ? GreedyToken(view, sh)
-                                                    : DrawToken(view, args.state.rngs, slot, sh);
+// The candidate set: every allowed token whose tempered logit is at least
+// m - kSampleCandidateSpan, when there are at most kSampleCandidates of them. It is a prefix of
+// the order (logit desc, id asc) that holds all ties at its end, so each filter's cut, when it
+// falls inside the set, is found there; a cut that may fall outside sends the row to the
+// whole-row path before the draw.
+struct Candidates {
+  double l[kSampleCandidates];
+  int id[kSampleCandidates];
+  int found;     // allowed tokens at or above the span (may exceed kSampleCandidates)
+  int allowed;   // allowed tokens of the row
+  int unusual;   // a NaN logit, or no finite maximum: the whole-row path decides
+};
+
+// a before b in the order (logit desc, id asc); padding (id INT_MAX, -inf) comes last.
+__device__ __forceinline__ bool RanksBefore(double la, int ia, double lb, int ib) {
+  const uint64_t ka = Key(la);
+  const uint64_t kb = Key(lb);
+  return ka > kb || (ka == kb && ia < ib);
+}
+
+// Bitonic sort of c[0, n) (n <= kSampleCandidates) by `before`, entries [n, pow2) padded with
+// (-inf, INT_MAX), which every comparator here puts last.
+template <typename Before>
+__device__ void SortCandidates(Candidates& c, int n, Before before) {
+  int size = 2;
+  while (size < n) size <<= 1;
+  for (int i = n + static_cast<int>(threadIdx.x); i < size; i += blockDim.x) {
+    c.l[i] = kMinusInf;
+    c.id[i] = INT_MAX;
+  }
+  __syncthreads();
+  for (int k = 2; k <= size; k <<= 1) {
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      for (int i = threadIdx.x; i < size; i += blockDim.x) {
+        const int partner = i ^ j;
+        if (partner <= i) continue;
+        const bool up = (i & k) == 0;
+        const bool swap = up ? before(c.l[partner], c.id[partner], c.l[i], c.id[i])
+                             : before(c.l[i], c.id[i], c.l[partner], c.id[partner]);
+        if (swap) {
+          const double l = c.l[i];
+          const int id = c.id[i];
+          c.l[i] = c.l[partner];
+          c.id[i] = c.id[partner];
+          c.l[partner] = l;
+          c.id[partner] = id;
+        }
+      }
+      __syncthreads();
+    }
+  }
+}
+
+// The 1-based position, in c[0, n), of the first entry at which the running sum of value(i) in
+// index order reaches `target` (>= when inclusive_ge, > otherwise); 0 when none does.
+template <typename Value>
+__device__ int FirstCrossing(int n, Value value, double target, bool inclusive_ge,
+                             SharedState& sh) {
+  int lo, hi;
+  ContiguousRange(n, &lo, &hi);
+  double local = 0.0;
+  for (int i = lo; i < hi; ++i) local += value(i);
+  double total;
+  const double inclusive = BlockInclusiveScan(local, sh.dscratch, &total);
+  const bool crosses = inclusive_ge ? inclusive >= target : inclusive > target;
+  const int crossing =
+      BlockMin(crosses && hi > lo ? static_cast<int>(threadIdx.x) : INT_MAX, sh.iscratch, INT_MAX);
+  int found = INT_MAX;
+  if (static_cast<int>(threadIdx.x) == crossing) {
+    double cumulative = inclusive - local;
+    found = hi;
+    for (int i = lo; i < hi; ++i) {
+      cumulative += value(i);
+      if (inclusive_ge ? cumulative >= target : cumulative > target) {
+        found = i + 1;
+        break;
+      }
+    }
+  }
+  found = BlockMin(found, sh.iscratch, INT_MAX);
+  return found == INT_MAX ? 0 : found;
+}
+
+// Steps 3 to 8 on the candidate set; false (before any draw) when a cut may lie outside it.
+// dist.m is set.
+__device__ bool CandidateDraw(const RowView& view, const TemperedLogits& logit, Distribution dist,
+                              Mt19937_64* rngs, int slot, SharedState& sh, Candidates& c,
+                              int* token) {
+  const DeviceSamplingParams& p = view.params;
+  const int vocab = view.vocab;
+  if (threadIdx.x == 0) {
+    c.found = 0;
+    c.allowed = 0;
+    c.unusual = isfinite(dist.m) ? 0 : 1;
+  }
+  __syncthreads();
+  // One pass: collect, count the allowed tokens, and the softmax denominator over all of them
+  // (step 5's when no filter before it closes the set).
+  const double floor = dist.m - kSampleCandidateSpan;
+  double z_all = 0.0;
+  int allowed = 0;
+  bool unusual = false;
+  for (int t = threadIdx.x; t < vocab; t += blockDim.x) {
+    if (!MaskAllows(view.mask, t)) continue;
+    const double l = logit(t);
+    ++allowed;
+    unusual = unusual || isnan(l);
+    z_all += exp(l - dist.m);
+    if (l >= floor) {
+      const int at = atomicAdd(&c.found, 1);
+      if (at < kSampleCandidates) {
+        c.l[at] = l;
+        c.id[at] = t;
+      }
+    }
+  }
+  allowed = BlockSum(allowed, sh.iscratch);
+  z_all = BlockSum(z_all, sh.dscratch);
+  if (unusual) c.unusual = 1;  // every writer writes 1
+  __syncthreads();
+  const int found = c.found;
+  if (c.unusual != 0 || found > kSampleCandidates) return false;
+  SortCandidates(c, found, [](double la, int ia, double lb, int ib) {
+    return RanksBefore(la, ia, lb, ib);
+  });
+  // The survivors are c[0, size) when `closed`, else c[0, found) and every allowed token below.
+  int size = found;
+  bool closed = found == allowed;
+  // Step 4.
+  if (p.top_k > 0 && p.top_k < allowed) {
+    if (p.top_k > found) return false;
+    size = p.top_k;
+    closed = true;
+  }
+  // Step 5.
+  if (closed) {
+    double partial = 0.0;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) partial += exp(c.l[i] - dist.m);
+    dist.z1 = BlockSum(partial, sh.dscratch);
+  } else {
+    dist.z1 = z_all;
+  }
+  // Step 6: the survivors passing min-p are a prefix (p is monotone in l).
+  if (p.min_p > 0.0f) {
+    const double threshold = static_cast<double>(p.min_p) * (1.0 / dist.z1);
+    int passing = 0;
+    for (int i = threadIdx.x; i < size; i += blockDim.x) {
+      if (dist.V1(c.l[i]) >= threshold) passing = max(passing, i + 1);
+    }
+    passing = BlockMax(passing, sh.iscratch, 0);
+    // Ties at the cut pass together; when the last candidate passes, tokens below may too.
+    if (!closed && passing == size) return false;
+    size = passing;
+    closed = true;
+  }
+  // Step 7: the shortest prefix whose cumulative probability reaches top_p.
+  if (dist.renormalised) {
+    if (closed) {
+      double partial = 0.0;
+      for (int i = threadIdx.x; i < size; i += blockDim.x) partial += dist.V1(c.l[i]);
+      dist.z2 = BlockSum(partial, sh.dscratch);
+    } else {
+      const Threshold all =
+          view.mask == nullptr ? Threshold{0, vocab - 1} : Threshold{Key(kMinusInf), -1};
+      dist.z2 = SurvivorSum(
+          logit, all, vocab, [&](double l) { return dist.V1(l); }, sh);
+    }
+    const double top_p = static_cast<double>(p.top_p);
+    const int cut = FirstCrossing(
+        size, [&](int i) { return dist.V1(c.l[i]) / dist.z2; }, top_p, /*inclusive_ge=*/true,
+        sh);
+    if (cut == 0 && !closed) return false;
+    // cut 0 in a closed set: rounding left the total below top_p, every survivor stays.
+    if (cut > 0) {
+      // Every tie of the cut's logit has the same probability: the host takes them in id order,
+      // as the sort does, so the prefix ends at the cut itself.
+      size = cut;
+    }
+    closed = true;
+  }
+  if (!closed) return false;
+  // Step 8: renormalise over c[0, size) and walk it in ascending id order.
+  SortCandidates(c, size, [](double, int ia, double, int ib) { return ia < ib; });
+  double partial = 0.0;
+  for (int i = threadIdx.x; i < size; i += blockDim.x) partial += dist.Current(c.l[i]);
+  const double z3 = BlockSum(partial, sh.dscratch);
+  const double u = Uniform(rngs, slot, sh);
+  const int at = FirstCrossing(
+      size, [&](int i) { return dist.Current(c.l[i]) / z3; }, u, /*inclusive_ge=*/false, sh);
+  // The draw at or above the rounded total: the last survivor.
+  *token = c.id[at == 0 ? size - 1 : at - 1];
+  return true;
+}
+
+// Steps 3 to 8 for a row whose temperature is not 0: the candidate set when it holds every
+// cut, the whole row otherwise.
+__device__ int DrawToken(const RowView& view, Mt19937_64* rngs, int slot, SharedState& sh,
+                         Candidates& c) {
+  const TemperedLogits logit{view, static_cast<double>(view.params.temperature)};
+  Distribution dist;
+  dist.renormalised = view.params.top_p < 1.0f;
+  dist.m = RowMax(logit, view.vocab, sh);
+  int token;
+  if (CandidateDraw(view, logit, dist, rngs, slot, sh, c, &token)) return token;
+  return WholeRowDraw(view, logit, dist, rngs, slot, sh);
+}
+
+__device__ __forceinline__ RowView ViewOfRow(const SampleArgs& args, int row, int slot) {
+  const DeviceSamplingParams& params = args.state.params[slot];
+  const int64_t stride = args.logits_stride == 0 ? args.vocab : args.logits_stride;
+  return RowView{args.logits + static_cast<int64_t>(row) * stride,
+                 args.state.seen_counts + static_cast<int64_t>(slot) * args.vocab,
+                 MaskOfRow(args.masks, row), params, args.vocab, UsesPenalty(params)};
+}
+
+// Writes a row's pick and counts it as seen (thread 0).
+__device__ __forceinline__ void Emit(const SampleArgs& args, int row, int slot, int token) {
   if (threadIdx.x == 0) {
     args.tokens[row] = token;
-    args.state.seen_counts[static_cast<int64_t>(slot) * vocab + token] += 1;
+    args.state.seen_counts[static_cast<int64_t>(slot) * args.vocab + token] += 1;
   }
+}
+
+// Step 2 over one row in one read of it: the host's fold "the first allowed token, replaced by
+// each later one whose logit is strictly greater". Each thread folds its strided ids (ascending)
+// skipping NaN, the block takes the largest value and the lowest id holding it; that is the
+// host's pick unless the first allowed token's logit is NaN, which the host never replaces.
+// `value` is the penalised logit, in float when step 1 is the identity (float to double is
+// exact and monotone, so the comparisons are the double ones).
+template <typename T, typename Value>
+__device__ int ArgmaxOfRow(const RowView& view, Value value, T* scratch, int* iscratch) {
+  T best = -static_cast<T>(INFINITY);
+  int best_id = INT_MAX;
+  int first_allowed = INT_MAX;
+  for (int t = threadIdx.x; t < view.vocab; t += blockDim.x) {
+    if (!MaskAllows(view.mask, t)) continue;
+    if (first_allowed == INT_MAX) first_allowed = t;
+    const T l = value(t);
+    if (l > best || (best_id == INT_MAX && l == best)) {
+      best = l;
+      best_id = t;
+    }
+  }
+  first_allowed = BlockMin(first_allowed, iscratch, INT_MAX);
+  // No allowed token (a mask the caller refuses): token 0, as the host.
+  if (first_allowed == INT_MAX) return 0;
+  if (isnan(value(first_allowed))) return first_allowed;
+  const T top = BlockMax(best, scratch, -static_cast<T>(INFINITY));
+  return BlockMin(best_id != INT_MAX && best == top ? best_id : INT_MAX, iscratch, INT_MAX);
+}
+
+// Greedy rows (temperature 0); the other rows are SampleKernel's.
+__global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) {
+  __shared__ float fscratch[32];
+  __shared__ double dscratch[32];
+  __shared__ int iscratch[32];
+  const int row = blockIdx.x;
+  const int slot = args.slots[row];
+  if (args.state.params[slot].temperature != 0.0f) return;
+  const RowView view = ViewOfRow(args, row, slot);
+  const int token =
+      view.penalised
+          ? ArgmaxOfRow<double>(view, [&](int t) { return view.Penalised(t); }, dscratch, iscratch)
+          : ArgmaxOfRow<float>(view, [&](int t) { return view.logits[t]; }, fscratch, iscratch);
+  Emit(args, row, slot, token);
+}
+
+// Rows with a temperature (steps 3 to 8); greedy rows are ArgmaxKernel's.
+__global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
+  __shared__ SharedState sh;
+  __shared__ Candidates candidates;
+  const int row = blockIdx.x;
+  const int slot = args.slots[row];
+  if (args.state.params[slot].temperature == 0.0f) return;
+  const RowView view = ViewOfRow(args, row, slot);
+  Emit(args, row, slot, DrawToken(view, args.state.rngs, slot, sh, candidates));
 }
 
 __global__ void CountTokensKernel(const int32_t* tokens, int n, int vocab, int32_t slot,
@@ -456,6 +714,11 @@ absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: logits_stride ", args.logits_stride,
                                                    " is neither 0 nor >= vocab ", args.vocab));
   }
+  if (args.any_greedy) {
+    ArgmaxKernel<<<args.rows, kArgmaxThreads, 0, stream>>>(args);
+    LINSERVE_RETURN_IF_ERROR(LaunchStatus("ArgmaxKernel", __FILE__, __LINE__));
+  }
+  if (!args.any_sampled) return absl::OkStatus();
   SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
   return LaunchStatus("SampleKernel", __FILE__, __LINE__);
 }

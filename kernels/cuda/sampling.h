@@ -1,11 +1,13 @@
 // On-device sampling: one token per decode row from the logits the LM head just wrote, so that
-// only token ids cross PCIe. It implements model/backend/sampler.h's algorithm step for step (the
-// token mask, penalties,
-// greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in ascending id
-// order, one MT19937-64 draw per non-greedy call), in double like the host Sampler. Given the
-// same logits and seed it returns the host Sampler's token except when a cumulative sum lands
-// within rounding (~1e-16) of top_p or of the random draw, since sums are formed in a different
-// order.
+// only token ids cross PCIe. Greedy rows take a one-pass argmax (ArgmaxKernel, one block per
+// row, ties to the lowest id as the host's fold); the other rows the full algorithm
+// (SampleKernel), on a candidate set when it holds every cut. A row whose parameters apply no
+// penalty never reads the seen counts. It implements model/backend/sampler.h's algorithm step
+// for step (the token mask, penalties, greedy, temperature, top-k, softmax, min-p, top-p, the
+// inverse-CDF walk in ascending id order, one MT19937-64 draw per non-greedy call), in double
+// like the host Sampler. Given the same logits and seed it returns the host Sampler's token
+// except when a cumulative sum lands within rounding (~1e-16) of top_p or of the random draw,
+// since sums are formed in a different order.
 #ifndef LINSERVE_KERNELS_CUDA_SAMPLING_H_
 #define LINSERVE_KERNELS_CUDA_SAMPLING_H_
 
@@ -18,6 +20,13 @@
 #include "kernels/cuda/row_masks.h"
 
 namespace linserve::cuda {
+
+// A sampled row's candidate set (sampling.cu): its allowed tokens whose tempered, penalised
+// logit is at least the row's largest minus kSampleCandidateSpan, when there are at most
+// kSampleCandidates of them and no logit is NaN. The filters and the draw run on the set when
+// every cut provably lies inside it, on the whole row otherwise; the picks are the same.
+inline constexpr int kSampleCandidates = 1024;
+inline constexpr double kSampleCandidateSpan = 16.0;
 
 // The fields of SamplingParams that shape the distribution (see model/backend/sampler.h).
 struct DeviceSamplingParams {
@@ -48,6 +57,12 @@ struct SampleArgs {
   // model/backend/cuda/padded_vocab.h). Default: 0, meaning vocab (dense rows).
   int64_t logits_stride = 0;
   int32_t* tokens = nullptr;  // [rows] out; each sampled token is also counted as seen
+  // Which kernels run: the argmax over the greedy rows (temperature 0), the draw over the
+  // others; each skips the other's rows. False only when no row is of that kind (the rows'
+  // temperatures, as the caller set them). Default: true.
+  bool any_greedy = true;
+  // Default: true.
+  bool any_sampled = true;
 };
 absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args);
 

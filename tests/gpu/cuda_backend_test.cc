@@ -17,6 +17,9 @@
 #include "model/layers/kinds.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/random_model.h"
+#ifdef LINSERVE_CUDA_EMULATION
+#include "tests/gpu/emulation/launch_log.h"
+#endif
 
 namespace linserve {
 namespace {
@@ -389,6 +392,88 @@ TEST(CudaBackendTest, DecodeAndSampleEqualsHostSamplerOnTheSameLogits) {
     }
     gpu->FreeSlot(host_slot);
     gpu->FreeSlot(device_slot);
+  }
+}
+
+// Runs of `kernel` so far: the emulation's launch log; -1 on a GPU (no log, no assertion).
+int64_t KernelRuns(const char* kernel) {
+#ifdef LINSERVE_CUDA_EMULATION
+  return emu::KernelRuns(kernel);
+#else
+  (void)kernel;
+  return -1;
+#endif
+}
+
+// The work of a step follows its rows' parameters: a greedy session without penalties runs the
+// argmax kernel only and its prompt launches no count kernel; forked and restarted with
+// penalties and a temperature, its prompt, the pending first prompt and the picks so far are
+// all counted (the picks equal the host Sampler's, which has seen them all), and only the draw
+// kernel runs. The launch counts are asserted under the emulation, the picks everywhere.
+TEST(CudaBackendTest, PenaltyCountsAndSamplingKernelsOnlyWhereAStepNeedsThem) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(gpu_test::ModelVariants()[2].config, 16);
+  const int64_t vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  const bool logged = KernelRuns("ArgmaxKernel") >= 0;
+  auto runs = [&](const char* kernel) { return logged ? KernelRuns(kernel) : 0; };
+  const std::vector<int32_t> prompt = RandomTokens(25, vocab, 700);
+  const SlotId host_slot = Allocate(*gpu);
+  const SlotId slot = Allocate(*gpu);
+  ASSERT_TRUE(gpu->Prefill(host_slot, prompt, {}).ok());
+  ASSERT_TRUE(gpu->CopySlot(host_slot, slot).ok());
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  Sampler sampler(greedy);
+  sampler.Observe(prompt);
+  const int64_t counts_before = runs("CountTokensKernel");
+  ASSERT_TRUE(gpu->StartSampling(slot, greedy, 0, prompt).ok());
+  EXPECT_EQ(runs("CountTokensKernel"), counts_before) << "no penalty: no count kernel";
+  TokenId next = prompt.back();
+  // Steps of `device_slot` in lockstep with host_slot, whose logits the host Sampler picks from.
+  auto steps = [&](SlotId device_slot, int n) {
+    for (int step = 0; step < n; ++step) {
+      std::vector<float> logits(vocab);
+      const DecodeItem host_item{host_slot, next};
+      ASSERT_TRUE(gpu->Decode({&host_item, 1}, absl::MakeSpan(logits)).ok());
+      const TokenId expect = sampler.Sample(logits);
+      TokenId got = -1;
+      const DecodeItem device_item{device_slot, next};
+      ASSERT_TRUE(gpu->DecodeAndSample({&device_item, 1}, {.tokens = {&got, 1}}).ok());
+      ASSERT_EQ(got, expect) << "step " << step;
+      next = got;
+    }
+  };
+  int64_t argmax_before = runs("ArgmaxKernel");
+  int64_t sample_before = runs("SampleKernel");
+  steps(slot, 20);
+  if (logged) {
+    EXPECT_EQ(runs("ArgmaxKernel"), argmax_before + 20);
+    EXPECT_EQ(runs("SampleKernel"), sample_before);
+  }
+
+  const SlotId fork = Allocate(*gpu);
+  ASSERT_TRUE(gpu->CopySlot(slot, fork).ok());
+  SamplingParams penalised;
+  penalised.temperature = 0.7f;
+  penalised.repetition_penalty = 1.5f;
+  penalised.presence_penalty = 0.8f;
+  penalised.frequency_penalty = 0.6f;
+  penalised.seed = 9;
+  const std::vector<int32_t> second = RandomTokens(10, vocab, 701);
+  sampler.Restart(penalised);
+  sampler.Observe(second);
+  ASSERT_TRUE(gpu->StartSampling(fork, penalised, 0, second).ok());
+  if (logged) {
+    EXPECT_GT(runs("CountTokensKernel"), counts_before);
+  }
+  argmax_before = runs("ArgmaxKernel");
+  sample_before = runs("SampleKernel");
+  steps(fork, 30);
+  if (logged) {
+    EXPECT_EQ(runs("ArgmaxKernel"), argmax_before);
+    EXPECT_EQ(runs("SampleKernel"), sample_before + 30);
   }
 }
 

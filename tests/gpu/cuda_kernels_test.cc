@@ -1114,12 +1114,45 @@ std::vector<uint32_t> RowMask(int vocab, int kind, std::mt19937_64& rng) {
   return mask;
 }
 
+// Which path the device takes for an unpenalised sampled row, by sampling.h's rule (one-token
+// masks take the set at any scale): more than
+// kSampleCandidates tokens within kSampleCandidateSpan of the maximum (the whole row), a set
+// that no filter closes (plain sampling, or top_k beyond it: the whole row), or the candidate
+// set (counted when a top-k, min-p or top-p may close it; top-p reaches its mass inside the set
+// for these rows, whose tail beyond the span weighs under 1e-3).
+enum SamplePath { kCandidateSet, kOverflow, kOpen };
+SamplePath ExpectedPath(absl::Span<const float> logits, const SamplingParams& p,
+                        const uint32_t* mask) {
+  auto allowed = [&](int t) { return mask == nullptr || ((mask[t / 32] >> (t % 32)) & 1u) != 0; };
+  double m = -std::numeric_limits<double>::infinity();
+  int n_allowed = 0;
+  for (int t = 0; t < static_cast<int>(logits.size()); ++t) {
+    if (!allowed(t)) continue;
+    ++n_allowed;
+    m = std::max(m, static_cast<double>(logits[t]) / p.temperature);
+  }
+  int found = 0;
+  for (int t = 0; t < static_cast<int>(logits.size()); ++t) {
+    const double l = static_cast<double>(logits[t]) / p.temperature;
+    if (allowed(t) && l >= m - cuda::kSampleCandidateSpan) ++found;
+  }
+  if (found > cuda::kSampleCandidates) return kOverflow;
+  if (found == n_allowed) return kCandidateSet;
+  if (p.top_k > 0 && p.top_k < n_allowed) return p.top_k <= found ? kCandidateSet : kOpen;
+  return p.min_p > 0.0f || p.top_p < 1.0f ? kCandidateSet : kOpen;
+}
+
 // The device sampler against the host Sampler: the same logits and seed give the same tokens,
 // step after step (so the random streams and the seen-token counts advance alike), over every
 // filter and penalty, including logits with many exact ties around the top-k and top-p cuts.
 // With `masked`, two rows in three sample under a token mask that changes every step (the host
-// Sampler gets the same mask) and the others under none.
-void CheckSamplerMatchesHost(bool masked) {
+// Sampler gets the same mask) and the others under none. `scale` is the logits' spread: at 2.5
+// every sampled row has more than kSampleCandidates tokens within kSampleCandidateSpan of its
+// maximum (the whole-row path) unless its mask allows few; at 12 most have a few dozen to a few
+// hundred (the candidate set, or the whole row when no filter closes the set or top-k reaches
+// past it). The unpenalised rows' paths are counted on the host from the documented rule and
+// must include each one the scale is meant to force.
+void CheckSamplerMatchesHost(bool masked, float scale = 2.5f) {
   std::vector<SamplingParams> settings;
   auto add = [&](float temperature, int top_k, float top_p, float min_p, float repetition,
                  float presence, float frequency) {
@@ -1178,9 +1211,10 @@ void CheckSamplerMatchesHost(bool masked) {
 
   std::mt19937_64 rng(99);
   const int words = (vocab + 31) / 32;
+  std::vector<int> paths(3, 0);  // by SamplePath, unpenalised sampled rows
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE(step);
-    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 40 + step, 2.5f);
+    std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * vocab, 40 + step, scale);
     if (step % 3 == 1) {
       // Quantised logits: many exact ties, also at the top.
       for (float& l : logits) l = std::round(l * 2.0f) / 2.0f;
@@ -1210,6 +1244,12 @@ void CheckSamplerMatchesHost(bool masked) {
     const std::vector<int32_t> got = tokens_dev.Download();
     for (int r = 0; r < rows; ++r) {
       const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
+      const SamplingParams& p = host[r].params();
+      if (p.temperature > 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
+          p.frequency_penalty == 0.0f) {
+        ++paths[static_cast<size_t>(ExpectedPath(
+            absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab), p, mask))];
+      }
       const TokenId expect = host[r].Sample(
           absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab), mask);
       EXPECT_EQ(got[r], expect) << "row " << r << " params " << r % settings.size();
@@ -1223,6 +1263,12 @@ void CheckSamplerMatchesHost(bool masked) {
   int64_t total = 0;
   for (int32_t c : final_counts) total += c;
   EXPECT_EQ(total, static_cast<int64_t>(rows) * (30 + steps));
+  if (scale < 5.0f) {
+    EXPECT_GT(paths[kOverflow], 0);
+  } else {
+    EXPECT_GT(paths[kCandidateSet], 20);
+    EXPECT_GT(paths[kOpen], 0);
+  }
 }
 
 TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
@@ -1230,11 +1276,144 @@ TEST(CudaKernelsTest, SamplerMatchesHostSampler) {
   CheckSamplerMatchesHost(/*masked=*/false);
 }
 
+// Peaked rows: the sampled rows take the candidate set (or the whole row when no filter closes
+// it), with and without token masks.
+TEST(CudaKernelsTest, SamplerMatchesHostSamplerOnTheCandidateSet) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  CheckSamplerMatchesHost(/*masked=*/false, /*scale=*/12.0f);
+  CheckSamplerMatchesHost(/*masked=*/true, /*scale=*/12.0f);
+}
+
 // Token masks: greedy, temperature with every filter and penalty, one-token masks, masks on
 // some rows only; the picks stay in the mask and equal the host's.
 TEST(CudaKernelsTest, SamplerMatchesHostSamplerUnderTokenMasks) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   CheckSamplerMatchesHost(/*masked=*/true);
+}
+
+// The greedy rows' one-pass argmax against the host Sampler's step 2, on the rows that decide a
+// tie-break: exact ties at the top (lowest id wins), +0 against -0, the maximum on the last
+// token, every allowed logit -inf (the lowest allowed id), NaN on the first allowed token (the
+// host never replaces it) and elsewhere (never picked), masks, and penalties that move the
+// maximum. Only the argmax kernel runs (any_sampled false): a sampled row in the batch is left
+// alone, its token and counts untouched.
+TEST(CudaKernelsTest, ArgmaxMatchesHostGreedyOnEveryTieBreak) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr int kVocab = 2053;
+  constexpr int kWords = (kVocab + 31) / 32;
+  constexpr float kNan = std::numeric_limits<float>::quiet_NaN();
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  enum Case { kRandom, kTiesAtTop, kZeros, kLast, kAllMinusInf, kNanFirst, kNanElsewhere, kCases };
+  // Every case with and without penalties, with and without a mask, and one sampled row.
+  const int rows = 2 * 2 * kCases + 1;
+  const int sampled = rows - 1;
+  std::vector<float> logits = RandomFloats(static_cast<size_t>(rows) * kVocab, 7, 2.0f);
+  std::vector<std::vector<uint32_t>> masks(rows);
+  std::vector<uint32_t> packed;
+  std::vector<int32_t> index(rows, -1);
+  std::vector<cuda::DeviceSamplingParams> params(rows);
+  std::vector<int32_t> counts(static_cast<size_t>(rows) * kVocab, 0);
+  std::vector<int32_t> slots(rows);
+  std::vector<Sampler> host;
+  std::mt19937_64 rng(5);
+  for (int r = 0; r < rows; ++r) {
+    slots[r] = (r * 7) % rows;  // a permutation: rows address slots out of order
+    const int c = r % kCases;
+    const bool penalised = (r / kCases) % 2 == 1;
+    const bool masked = (r / (2 * kCases)) % 2 == 1;
+    SamplingParams p;
+    p.temperature = r == sampled ? 1.0f : 0.0f;
+    if (penalised) {
+      p.repetition_penalty = 1.3f;
+      p.presence_penalty = 0.4f;
+      p.frequency_penalty = 0.2f;
+    }
+    p.seed = 17 + r;
+    float* row = logits.data() + static_cast<size_t>(r) * kVocab;
+    std::vector<uint32_t> mask;
+    if (masked) {
+      mask = RowMask(kVocab, r, rng);
+      // Some allowed tokens for the cases below: the first, two in the middle, the last.
+      for (int t : {0, 700, 701, kVocab - 1}) mask[t / 32] |= uint32_t{1} << (t % 32);
+    }
+    auto allowed = [&](int t) { return mask.empty() || ((mask[t / 32] >> (t % 32)) & 1u) != 0; };
+    int first_allowed = 0;
+    while (!allowed(first_allowed)) ++first_allowed;
+    switch (c) {
+      case kTiesAtTop:
+        for (int t = 0; t < kVocab; ++t) row[t] = std::round(row[t]);
+        row[700] = row[701] = row[kVocab - 1] = 9.0f;
+        break;
+      case kZeros:
+        for (int t = 0; t < kVocab; ++t) row[t] = -std::abs(row[t]) - 1.0f;
+        row[701] = -0.0f;
+        row[kVocab - 1] = 0.0f;
+        break;
+      case kLast:
+        row[kVocab - 1] = 50.0f;
+        break;
+      case kAllMinusInf:
+        for (int t = 0; t < kVocab; ++t) row[t] = -kInf;
+        break;
+      case kNanFirst:
+        row[first_allowed] = kNan;
+        break;
+      case kNanElsewhere:
+        row[700] = kNan;
+        row[kVocab - 1] = kNan;
+        break;
+      default:
+        break;
+    }
+    host.emplace_back(p);
+    params[slots[r]] = {p.temperature,        p.top_k,           p.top_p,
+                        p.min_p,              p.repetition_penalty, p.presence_penalty,
+                        p.frequency_penalty};
+    // A prompt with the maxima among the seen tokens, so that penalties move the pick.
+    std::vector<int32_t> prompt = gpu_test::RandomTokens(40, kVocab, 60 + r);
+    prompt.push_back(700);
+    prompt.push_back(kVocab - 1);
+    host.back().Observe(prompt);
+    for (int32_t t : prompt) ++counts[static_cast<size_t>(slots[r]) * kVocab + t];
+    if (!mask.empty()) {
+      index[r] = static_cast<int32_t>(packed.size()) / kWords;
+      packed.insert(packed.end(), mask.begin(), mask.end());
+    }
+    masks[r] = std::move(mask);
+  }
+  DeviceArray<float> logits_dev(logits);
+  DeviceArray<uint32_t> packed_dev(packed);
+  DeviceArray<int32_t> index_dev(index), slots_dev(slots), counts_dev(counts);
+  DeviceArray<int32_t> tokens_dev(std::vector<int32_t>(rows, -7));
+  DeviceArray<cuda::DeviceSamplingParams> params_dev(params);
+  DeviceArray<cuda::Mt19937_64> rngs_dev(rows);
+  cuda::SampleArgs args;
+  args.logits = logits_dev.get();
+  args.slots = slots_dev.get();
+  args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+  args.masks = {packed_dev.get(), index_dev.get(), kWords};
+  args.rows = rows;
+  args.vocab = kVocab;
+  args.tokens = tokens_dev.get();
+  args.any_sampled = false;
+  ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
+  const std::vector<int32_t> got = tokens_dev.Download();
+  const std::vector<int32_t> got_counts = counts_dev.Download();
+  for (int r = 0; r < rows; ++r) {
+    const size_t at = static_cast<size_t>(slots[r]) * kVocab;
+    if (r == sampled) {
+      EXPECT_EQ(got[r], -7) << "the sampled row is SampleKernel's";
+      EXPECT_TRUE(std::equal(got_counts.begin() + at, got_counts.begin() + at + kVocab,
+                             counts.begin() + at));
+      continue;
+    }
+    const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
+    const TokenId expect = host[r].Sample(
+        absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * kVocab, kVocab), mask);
+    EXPECT_EQ(got[r], expect) << "row " << r << " case " << r % kCases;
+    ASSERT_GE(got[r], 0);
+    EXPECT_EQ(got_counts[at + got[r]], counts[at + got[r]] + 1) << "row " << r;
+  }
 }
 
 // The device's logprobs equal the host's LogProbOf / TopLogprobsInto: the same alternatives in

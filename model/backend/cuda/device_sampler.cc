@@ -20,7 +20,23 @@ DeviceSampler::DeviceSampler(int32_t capacity, int32_t vocab, int rows,
       rows_(rows),
       ws_(workspace),
       ready_(static_cast<size_t>(capacity), 0),
-      top_logprobs_(static_cast<size_t>(capacity), 0) {}
+      top_logprobs_(static_cast<size_t>(capacity), 0),
+      greedy_(static_cast<size_t>(capacity), 0),
+      pending_(static_cast<size_t>(capacity)) {}
+
+namespace {
+
+bool UsesPenalty(const SamplingParams& p) {
+  return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
+         p.frequency_penalty != 0.0f;
+}
+
+}  // namespace
+
+void DeviceSampler::Forget(int32_t slot) {
+  ready_[static_cast<size_t>(slot)] = 0;
+  pending_[static_cast<size_t>(slot)] = {};
+}
 
 absl::Status DeviceSampler::EnqueueClear(cudaStream_t stream, int32_t slot) {
   LINSERVE_CUDA_RETURN_IF_ERROR(
@@ -46,8 +62,12 @@ absl::Status DeviceSampler::EnqueueCopy(cudaStream_t s, int32_t from, int32_t to
 }
 
 void DeviceSampler::CopySettings(int32_t from, int32_t to) {
-  ready_[static_cast<size_t>(to)] = ready_[static_cast<size_t>(from)];
-  top_logprobs_[static_cast<size_t>(to)] = top_logprobs_[static_cast<size_t>(from)];
+  const size_t f = static_cast<size_t>(from);
+  const size_t t = static_cast<size_t>(to);
+  ready_[t] = ready_[f];
+  top_logprobs_[t] = top_logprobs_[f];
+  greedy_[t] = greedy_[f];
+  pending_[t] = pending_[f];  // EnqueueCopy copied the device counts: with these, the history
 }
 
 absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingParams& params,
@@ -67,21 +87,35 @@ absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingPa
                                                 sizeof(device_params), cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
       sampler.rngs + slot, rng.get(), sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice, s));
-  // The observed tokens go through the pinned token buffer, rows_ at a time, and add to the
-  // counts the slot already has.
-  for (size_t first = 0; first < observed.size(); first += static_cast<size_t>(rows_)) {
-    const int n = static_cast<int>(std::min<size_t>(rows_, observed.size() - first));
+  const size_t at = static_cast<size_t>(slot);
+  std::vector<TokenId>& pending = pending_[at];
+  pending.insert(pending.end(), observed.begin(), observed.end());
+  if (UsesPenalty(params) || static_cast<int64_t>(pending.size()) >= vocab_) {
+    LINSERVE_RETURN_IF_ERROR(CountOnDevice(s, slot, pending));
+    pending = {};
+  } else {
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  }
+  ready_[at] = 1;
+  top_logprobs_[at] = top_logprobs;
+  greedy_[at] = params.temperature == 0.0f ? 1 : 0;
+  return absl::OkStatus();
+}
+
+absl::Status DeviceSampler::CountOnDevice(cudaStream_t s, int32_t slot,
+                                          absl::Span<const TokenId> tokens) {
+  // rows_ tokens at a time through the pinned token buffer.
+  for (size_t first = 0; first < tokens.size(); first += static_cast<size_t>(rows_)) {
+    const int n = static_cast<int>(std::min<size_t>(rows_, tokens.size() - first));
     // The previous piece has left the pinned buffer.
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    std::copy_n(observed.begin() + first, n, ws_.host_rows.tokens);
+    std::copy_n(tokens.begin() + first, n, ws_.host_rows.tokens);
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, ws_.host_rows.tokens,
                                                   n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    LINSERVE_RETURN_IF_ERROR(
-        cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot, sampler.seen_counts));
+    LINSERVE_RETURN_IF_ERROR(cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot,
+                                                     ws_.sampler.seen_counts));
   }
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-  ready_[static_cast<size_t>(slot)] = 1;
-  top_logprobs_[static_cast<size_t>(slot)] = top_logprobs;
   return absl::OkStatus();
 }
 
@@ -98,6 +132,7 @@ absl::Status DeviceSampler::SetSeenCounts(cudaStream_t s, int32_t slot,
                                                 dense_counts_.size() * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  pending_[static_cast<size_t>(slot)] = {};
   return absl::OkStatus();
 }
 
@@ -156,6 +191,10 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   sample.vocab = vocab_;
   sample.logits_stride = ws_.act.logits_stride;
   sample.tokens = dev.tokens;
+  sample.any_greedy = std::any_of(slots.begin(), slots.end(),
+                                  [&](int32_t slot) { return greedy_[slot] != 0; });
+  sample.any_sampled = std::any_of(slots.begin(), slots.end(),
+                                   [&](int32_t slot) { return greedy_[slot] == 0; });
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
   LINSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(host.tokens, dev.tokens, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));

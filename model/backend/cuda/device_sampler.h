@@ -4,7 +4,13 @@
 // those rows' 1 + 2n numbers, cross PCIe. For the same logits, seed and token masks the picks
 // are the host Sampler's except when a cumulative sum lands within rounding of top_p or of the
 // draw. A step's masks travel through the workspace's pinned mask buffers with its other inputs;
-// a step without any costs nothing more.
+// a step without any costs nothing more. A step launches the argmax kernel only when a row is
+// greedy and the draw kernel only when one is not.
+//
+// Seen counts cost work only for slots whose parameters use a penalty: a Start without one keeps
+// its observed tokens on the host (pending, at most vocab of them; past that they are counted
+// on the device) and launches no count kernel; a later Start with a penalty counts them first,
+// so the counts are always the slot's whole history when a penalty reads them.
 //
 // Enqueues on the stream it is given unless a method says it waits.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
@@ -34,15 +40,15 @@ class DeviceSampler {
 
   // Zeroes the slot's seen counts; it has no parameters until the next Start.
   absl::Status EnqueueClear(cudaStream_t stream, int32_t slot);
-  void Forget(int32_t slot) { ready_[static_cast<size_t>(slot)] = 0; }
+  void Forget(int32_t slot);
   // Copies `from`'s seen counts to `to`, and its parameters and random stream when it has them.
   // Once the stream has run it, CopySettings(from, to) makes `to` sample as `from` does.
   absl::Status EnqueueCopy(cudaStream_t stream, int32_t from, int32_t to) const;
   void CopySettings(int32_t from, int32_t to);
 
   // Sets the slot's parameters (already validated), seeds its stream and adds `observed`
-  // (tokens in the vocabulary) to its counts, staging them through the pinned token buffer;
-  // waits for the stream.
+  // (tokens in the vocabulary) to its counts: pending while no penalty needs them, else with the
+  // pending ones through the pinned token buffer and the count kernel; waits for the stream.
   absl::Status Start(cudaStream_t stream, int32_t slot, const SamplingParams& params,
                      int32_t top_logprobs, absl::Span<const TokenId> observed);
   // Replaces the slot's seen counts (tokens in the vocabulary, counts >= 0, summed per token and
@@ -69,6 +75,9 @@ class DeviceSampler {
   int32_t* counts(int32_t slot) const {
     return ws_.sampler.seen_counts + static_cast<int64_t>(slot) * vocab_;
   }
+  // Counts `tokens` into the slot's device counts, through the pinned token buffer; waits for
+  // the stream.
+  absl::Status CountOnDevice(cudaStream_t stream, int32_t slot, absl::Span<const TokenId> tokens);
   // Stages and uploads the masked rows' masks; the RowMasks for the kernels (words = nullptr
   // when no row has a mask, with nothing uploaded).
   absl::StatusOr<cuda::RowMasks> UploadMasks(cudaStream_t stream,
@@ -79,6 +88,10 @@ class DeviceSampler {
   const CudaWorkspace& ws_;
   std::vector<char> ready_;            // per slot: Start since cleared
   std::vector<int32_t> top_logprobs_;  // per slot
+  std::vector<char> greedy_;           // per slot: temperature 0 since the last Start
+  // Per slot: observed tokens not yet in the device counts (the slot's parameters use no
+  // penalty), fewer than vocab.
+  std::vector<std::vector<TokenId>> pending_;
   std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
 };
 

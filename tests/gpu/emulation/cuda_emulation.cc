@@ -2,9 +2,13 @@
 // the callee-saved registers by hand, which is ~100x faster than swapcontext's signal-mask
 // system calls).
 #include "tests/gpu/emulation/cuda_emulation.h"
+#include "tests/gpu/emulation/launch_log.h"
 
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
+#include <string>
 #include <vector>
 
 extern "C" void emu_switch_stack(void** save_sp, void* load_sp);
@@ -31,6 +35,24 @@ emu_switch_stack:
 )");
 
 namespace emu {
+
+namespace {
+
+std::mutex g_log_mutex;
+std::map<std::string, int64_t> g_launch_log;  // runs per kernel name
+
+void LogRun(const std::string& kernel) {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  ++g_launch_log[kernel];
+}
+
+}  // namespace
+
+int64_t KernelRuns(const char* kernel) {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  const auto it = g_launch_log.find(kernel);
+  return it == g_launch_log.end() ? 0 : it->second;
+}
 
 dim3 g_thread_idx, g_block_idx, g_block_dim, g_grid_dim;
 
@@ -155,7 +177,7 @@ void* DynamicSharedMemory() { return g_dynamic_shared.data(); }
 
 uint64_t* WarpExchange() { return &g_exchange[(g_thread_idx.x >> 5) * 32]; }
 
-void Launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+void Launch(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
             std::function<void()> body) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
       block.x == 0 || block.x > 1024 || shared_bytes > 227 * 1024) {
@@ -163,7 +185,8 @@ void Launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
                  grid.x, grid.y, grid.z, block.x, shared_bytes);
     std::abort();
   }
-  std::function<void()> run = [grid, block, shared_bytes, body] {
+  std::function<void()> run = [name = std::string(kernel), grid, block, shared_bytes, body] {
+    LogRun(name);
     g_grid_dim = grid;
     g_block_dim = block;
     for (unsigned z = 0; z < grid.z; ++z) {

@@ -31,9 +31,10 @@ void SyncThreads();
 void SyncWarp();
 // The block's dynamic shared memory (poisoned with 0xFF bytes, i.e. NaN floats, per block).
 void* DynamicSharedMemory();
-// Runs (or, while the stream is being captured, records) a kernel launch: `body` once per
-// thread of every block. Aborts on configurations CUDA would reject.
-void Launch(dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+// Runs (or, while the stream is being captured, records) a launch of `kernel`: `body` once per
+// thread of every block, counted in the launch log (launch_log.h) when it runs. Aborts on
+// configurations CUDA would reject.
+void Launch(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
             std::function<void()> body);
 uint64_t* WarpExchange();
 

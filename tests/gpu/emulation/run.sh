@@ -32,7 +32,8 @@ cxx=("${launcher[@]}" g++ -std=gnu++20 -O2 -g -ffp-contract=off -fopenmp -Wall -
      -DGTEST_HAS_PTHREAD=1 -I"$root" -isystem /usr/include/x86_64-linux-gnu/openblas-pthread
      -isystem /usr/local/cuda/include)
 tests_defines=(-DLINSERVE_SOURCE_DIR=\""$root"\" -DLINSERVE_BINARY_DIR=\""$build"\"
-               -DLINSERVE_PYTHON=\"/usr/bin/python3\" -DLINSERVE_DEFAULT_MODEL_DIR=\"\")
+               -DLINSERVE_PYTHON=\"/usr/bin/python3\" -DLINSERVE_DEFAULT_MODEL_DIR=\"\"
+               -DLINSERVE_CUDA_EMULATION=1)
 
 # (source, object, extra flags) for every translation unit.
 units=()

@@ -2,8 +2,9 @@
 
 Two rewrites, nothing else: `extern __shared__ float smem[];` becomes a pointer to the emulated
 block's dynamic shared memory, and every launch `Kernel<<<grid, block[, shared[, stream]]>>>(args)`
-becomes `::emu::Launch(dim3(grid), dim3(block), shared, stream, [=] { Kernel(args); })` (the
-lambda copies the arguments, as a launch does, which graph capture relies on).
+becomes `::emu::Launch("Kernel", dim3(grid), dim3(block), shared, stream, [=] { Kernel(args); })`
+(the name for the launch log; the lambda copies the arguments, as a launch does, which graph
+capture relies on).
 """
 
 import re
@@ -51,7 +52,8 @@ def translate(source):
                 break
             close += 1
         args = source[open_paren + 1:close]
-        out.append(f"::emu::Launch(dim3({config[0]}), dim3({config[1]}), {config[2]}, "
+        out.append(f"::emu::Launch(\"{match.group(1)}\", dim3({config[0]}), dim3({config[1]}), "
+                   f"{config[2]}, "
                    f"{config[3]}, [=] {{ {match.group(1)}({args}); }})")
         pos = close + 1
 

@@ -1,0 +1,16 @@
+// The emulation's launch log: how many times each kernel has run in this process (a graph
+// replay runs its kernels again). Tests compiled for the emulation (LINSERVE_CUDA_EMULATION,
+// set by run.sh) use it to assert which kernels a step launches; a real GPU build has no log.
+#ifndef LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
+#define LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
+
+#include <cstdint>
+
+namespace emu {
+
+// Runs of the kernel named `kernel` (its name as written at the launch) so far.
+int64_t KernelRuns(const char* kernel);
+
+}  // namespace emu
+
+#endif  // LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
