@@ -82,8 +82,13 @@ libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/lib
       /usr/lib/x86_64-linux-gnu/libfmt.so /usr/lib/x86_64-linux-gnu/libsentencepiece.so
       /usr/lib/x86_64-linux-gnu/libsentencepiece_train.so /usr/lib/x86_64-linux-gnu/libcrypto.so
       -lpthread -ldl -Wl,-rpath,/usr/lib/x86_64-linux-gnu/openblas-pthread)
-shared=("$out"/obj/k_*.o "$out"/obj/c_*.o "$out"/obj/b_*.o "$out/obj/backend_factory.o"
-        "$out/obj/cuda_emulation.o" "$out/obj/fake_cuda_runtime.o" "$out/obj/gpu_test_util.o")
+# Every non-test unit of this tree (not a glob of obj/: an object left there by a source file
+# that has since been removed would still define, and break, the link).
+shared=()
+for u in "${units[@]}"; do
+  IFS='|' read -r _ obj flags <<<"$u"
+  [[ $flags == TEST ]] || shared+=("$out/obj/$obj.o")
+done
 status=0
 for t in "${tests[@]}"; do
   "${cxx[@]}" -o "$out/$t" "$out/obj/t_$t.o" "${shared[@]}" "${libs[@]}"
