@@ -20,6 +20,7 @@ constexpr int32_t kMaxBatch = 1 << 16;
 
 absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& model,
                                                                const BackendOptions& options) {
+  if (absl::Status s = CheckCpuStatePrecision(options.state_precision); !s.ok()) return s;
   absl::StatusOr<int32_t> capacity = SlotCapacity(
       model.config, options, {.max_prefill_chunk_size = kMaxChunk, .max_batch_size = kMaxBatch});
   if (!capacity.ok()) return capacity.status();
