@@ -23,7 +23,14 @@ ABSL_FLAG(std::string, device, "auto",
 ABSL_FLAG(std::string, weight_precision, "auto",
           "Storage of the weight matrices: auto (bf16 on CUDA, fp32 on the CPU), fp32, bf16, "
           "fp16 or int8 (CPU only: a scale per 32 weights). Embeddings, norms, biases and the "
-          "recurrent state stay fp32, and GEMMs accumulate in fp32, everywhere.");
+          "recurrent state (see --state_precision) stay fp32, and GEMMs accumulate in fp32, "
+          "everywhere.");
+// Default: fp32.
+ABSL_FLAG(std::string, state_precision, "fp32",
+          "Storage of the recurrent state in the slot pool: fp32, or bf16 (CUDA only, models whose "
+          "mixers are all linear_attention or taylor_linear_attention: S and z in bf16, "
+          "accumulated in fp32, half the state memory and traffic). Exported, imported, "
+          "snapshotted and persisted states stay fp32.");
 // Default: 127.0.0.1 (loopback only, as llama.cpp's server; images pass --host=0.0.0.0).
 ABSL_FLAG(std::string, host, "127.0.0.1",
           "Interface the gRPC and HTTP servers listen on (0.0.0.0: every interface). Listening "
@@ -396,6 +403,12 @@ absl::StatusOr<BackendOptions> BackendOptionsFromFlags() {
     return absl::InvalidArgumentError(absl::StrCat("--", precision.status().message()));
   }
   o.weight_precision = *precision;
+  absl::StatusOr<StatePrecision> state_precision =
+      ParseStatePrecision(absl::GetFlag(FLAGS_state_precision));
+  if (!state_precision.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", state_precision.status().message()));
+  }
+  o.state_precision = *state_precision;
   return o;
 }
 

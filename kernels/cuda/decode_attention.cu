@@ -4,14 +4,26 @@
 // batch), so this kernel exists to touch each S and z element exactly twice: one load and one
 // store (with Based's Taylor map, F = 273 rows of S per head against q and k 16 wide, all the
 // more so). q, k and v come straight from the fused QKV GEMM (bias added here), φ(q) and φ(k)
-// are evaluated into shared memory, and then each thread walks a column of S:
+// are evaluated into shared memory, and then each thread walks one or four columns of S:
 //   s = S[f, c] + φk[f]·v[c];  S[f, c] = s;  num_c += φq[f]·s
-// with the block's threads split as (row group g, column c) so that a warp reads a contiguous
-// 128-256 B segment of a row of S; eight independent rows are loaded before use to keep enough
-// requests in flight. z and the denominator φ(q)ᵀz' + eps are done in the same pass.
+// with the block's threads split as (row group g, column vector c) so that a warp reads a
+// contiguous segment of a row of S. Where the block's S (slot, layer and head offsets together)
+// starts on a 4-element boundary and head_dim is a multiple of 4 (decided per block: every block
+// of the plain maps' usual shapes; with Taylor's odd F, those whose offset happens to be), each
+// thread owns 4 adjacent columns and
+// moves them with one 16-byte (fp32) or 8-byte (bf16) load and store, 4 rows in flight, 64 B
+// (fp32) per thread; other heads take the same path one column at a time, 8 rows in flight. The
+// layout of a head's S is the StateBlob's, row-major and contiguous, so a block streams one run
+// of memory; it is left as it is because a state moves bitwise between backends and files.
+// With a bf16 state (--state_precision=bf16) S and z are widened to fp32 on load, updated and
+// summed in fp32, and rounded to nearest even on store, halving the traffic that dominates a
+// large batch. z and the denominator φ(q)ᵀz' + eps are done in the same pass.
 // The slot index comes from a device array, so the batch may be any set of sessions, and the
 // whole step can be captured in a CUDA graph; negative slots are padding rows of a graph bucket
 // (computed from a zero state, never written).
+#include <cstdint>
+
+#include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/feature_map.cuh"
 #include "kernels/cuda/linear_attention.h"
@@ -20,9 +32,128 @@ namespace linserve::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-constexpr int kUnroll = 8;
+constexpr int kMaxVec = 4;
 
-template <typename T>
+// Four adjacent bf16 state elements, moved as one 8-byte access.
+struct alignas(8) Bf16x4 {
+  __nv_bfloat16 e[4];
+};
+
+template <int kVec>
+__device__ __forceinline__ void LoadState(const float* p, float (&x)[kVec]) {
+  if constexpr (kVec == 4) {
+    const float4 v = *reinterpret_cast<const float4*>(p);
+    x[0] = v.x;
+    x[1] = v.y;
+    x[2] = v.z;
+    x[3] = v.w;
+  } else {
+    x[0] = *p;
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void LoadState(const __nv_bfloat16* p, float (&x)[kVec]) {
+  if constexpr (kVec == 4) {
+    const Bf16x4 v = *reinterpret_cast<const Bf16x4*>(p);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) x[j] = ToFloat(v.e[j]);
+  } else {
+    x[0] = ToFloat(*p);
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void StoreState(float* p, const float (&x)[kVec]) {
+  if constexpr (kVec == 4) {
+    float4 v;
+    v.x = x[0];
+    v.y = x[1];
+    v.z = x[2];
+    v.w = x[3];
+    *reinterpret_cast<float4*>(p) = v;
+  } else {
+    *p = x[0];
+  }
+}
+template <int kVec>
+__device__ __forceinline__ void StoreState(__nv_bfloat16* p, const float (&x)[kVec]) {
+  if constexpr (kVec == 4) {
+    Bf16x4 v;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) v.e[j] = FromFloat<__nv_bfloat16>(x[j]);
+    *reinterpret_cast<Bf16x4*>(p) = v;
+  } else {
+    *p = FromFloat<__nv_bfloat16>(x[0]);
+  }
+}
+
+// The S pass of one (head, row): kVec adjacent columns per thread. `partial` holds
+// kMaxVec × kThreads floats.
+template <int kVec, typename T, typename S>
+__device__ __forceinline__ void StreamState(const AttentionShape& shape, S* s_state,
+                                            const float* xv, const float* phi_q,
+                                            const float* phi_k, float den, float* partial,
+                                            T* out) {
+  constexpr int kUnroll = kVec == 4 ? 4 : 8;
+  const int dh = shape.head_dim;
+  const int features = shape.feature_dim;
+  const int vectors = dh / kVec;
+  const int width = vectors < 64 ? vectors : 64;
+  const int groups = kThreads / width;
+  const int group = threadIdx.x / width;
+  const int lane = threadIdx.x % width;
+  for (int v0 = 0; v0 < vectors; v0 += width) {
+    const int c = (v0 + lane) * kVec;
+    float num[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) num[j] = 0.0f;
+    if (group < groups && c < dh) {
+      float v[kVec];
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) v[j] = xv[c + j];
+      for (int f0 = group; f0 < features; f0 += kUnroll * groups) {
+        float s[kUnroll][kVec];
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int f = f0 + u * groups;
+          if (s_state != nullptr && f < features) {
+            LoadState<kVec>(s_state + static_cast<int64_t>(f) * dh + c, s[u]);
+          } else {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) s[u][j] = 0.0f;
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < kUnroll; ++u) {
+          const int f = f0 + u * groups;
+          if (f < features) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) {
+              s[u][j] += phi_k[f] * v[j];
+              num[j] += phi_q[f] * s[u][j];
+            }
+            if (s_state != nullptr) {
+              StoreState<kVec>(s_state + static_cast<int64_t>(f) * dh + c, s[u]);
+            }
+          }
+        }
+      }
+    }
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) partial[j * kThreads + threadIdx.x] = num[j];
+    __syncthreads();
+    if (group == 0 && c < dh) {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) {
+        float total = 0.0f;
+        for (int g = 0; g < groups; ++g) total += partial[j * kThreads + g * width + lane];
+        out[c + j] = FromFloat<T>(total / den);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentionArgs args) {
   extern __shared__ float smem[];
   __shared__ float scratch[32];
@@ -37,65 +168,37 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
   float* xv = xk + dk;
   float* phi_q = xv + dh;
   float* phi_k = phi_q + features;
-  float* partial = phi_k + features;  // [kThreads]
+  float* partial = phi_k + features;  // [kMaxVec × kThreads]
 
   LoadHeadQkv(shape, args.qkv, args.qkv_bias, row, head, xq, xk, xv);
   BlockFeatureMap(shape, xq, phi_q, scratch);
   BlockFeatureMap(shape, xk, phi_k, scratch);
 
   const int slot = args.slots[row];
-  float* s_state = nullptr;
+  S* s_state = nullptr;
   if (slot >= 0) {
-    s_state = args.state + static_cast<int64_t>(slot) * args.slot_stride + args.layer_offset +
-              static_cast<int64_t>(head) * features * (dh + 1);
+    s_state = static_cast<S*>(args.state) + static_cast<int64_t>(slot) * args.slot_stride +
+              args.layer_offset + static_cast<int64_t>(head) * features * (dh + 1);
   }
-  float* z_state = s_state == nullptr ? nullptr : s_state + static_cast<int64_t>(features) * dh;
+  S* z_state = s_state == nullptr ? nullptr : s_state + static_cast<int64_t>(features) * dh;
 
   float den_part = 0.0f;
   for (int f = threadIdx.x; f < features; f += blockDim.x) {
-    const float z = (z_state != nullptr ? z_state[f] : 0.0f) + phi_k[f];
-    if (z_state != nullptr) z_state[f] = z;
+    const float z = (z_state != nullptr ? ToFloat(z_state[f]) : 0.0f) + phi_k[f];
+    if (z_state != nullptr) z_state[f] = FromFloat<S>(z);
     den_part += phi_q[f] * z;
   }
   const float den = BlockSum(den_part, scratch) + shape.eps;
 
-  const int width = dh < 64 ? dh : 64;
-  const int groups = kThreads / width;
-  const int group = threadIdx.x / width;
-  const int lane = threadIdx.x % width;
   T* out = static_cast<T*>(args.out) + row * shape.heads * dh + static_cast<int64_t>(head) * dh;
-  for (int c0 = 0; c0 < dh; c0 += width) {
-    const int c = c0 + lane;
-    float num = 0.0f;
-    if (group < groups && c < dh) {
-      const float v = xv[c];
-      for (int f0 = group; f0 < features; f0 += kUnroll * groups) {
-        float s[kUnroll];
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int f = f0 + u * groups;
-          s[u] = (s_state != nullptr && f < features) ? s_state[static_cast<int64_t>(f) * dh + c]
-                                                      : 0.0f;
-        }
-#pragma unroll
-        for (int u = 0; u < kUnroll; ++u) {
-          const int f = f0 + u * groups;
-          if (f < features) {
-            s[u] += phi_k[f] * v;
-            if (s_state != nullptr) s_state[static_cast<int64_t>(f) * dh + c] = s[u];
-            num += phi_q[f] * s[u];
-          }
-        }
-      }
-    }
-    partial[threadIdx.x] = num;
-    __syncthreads();
-    if (group == 0 && c < dh) {
-      float total = 0.0f;
-      for (int g = 0; g < groups; ++g) total += partial[g * width + lane];
-      out[c] = FromFloat<T>(total / den);
-    }
-    __syncthreads();
+  // Every row of S starts on a kMaxVec-element boundary when the head's first one does.
+  const bool vectorized =
+      dh % kMaxVec == 0 &&
+      reinterpret_cast<uintptr_t>(s_state) % (kMaxVec * sizeof(S)) == 0;  // null: padding row
+  if (vectorized) {
+    StreamState<kMaxVec>(shape, s_state, xv, phi_q, phi_k, den, partial, out);
+  } else {
+    StreamState<1>(shape, s_state, xv, phi_q, phi_k, den, partial, out);
   }
 }
 
@@ -103,18 +206,29 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
 
 absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArgs& args) {
   if (absl::Status status = CheckAttentionShape(args.shape); !status.ok()) return status;
+  if (args.state_dtype != DType::kF32 && args.state_dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("decode attention: state_dtype ", DTypeName(args.state_dtype),
+                     " is not fp32 or bf16"));
+  }
   if (args.rows <= 0) return absl::OkStatus();
   const size_t smem = sizeof(float) * (2 * static_cast<size_t>(args.shape.key_dim) +
                                        static_cast<size_t>(args.shape.head_dim) +
-                                       2 * static_cast<size_t>(args.shape.feature_dim) + kThreads);
+                                       2 * static_cast<size_t>(args.shape.feature_dim) +
+                                       kMaxVec * kThreads);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    if (smem > 48 * 1024) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          DecodeAttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem)));
+    auto launch = [&](auto kernel) -> absl::Status {
+      if (smem > 48 * 1024) {
+        LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      }
+      kernel<<<dim3(args.shape.heads, args.rows), kThreads, smem, stream>>>(args);
+      return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);
+    };
+    if (args.state_dtype == DType::kBf16) {
+      return launch(DecodeAttentionKernel<T, __nv_bfloat16>);
     }
-    DecodeAttentionKernel<T><<<dim3(args.shape.heads, args.rows), kThreads, smem, stream>>>(args);
-    return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);
+    return launch(DecodeAttentionKernel<T, float>);
   });
 }
 

@@ -4,8 +4,10 @@
 // (feature_map.cuh), and q/k may be narrower or wider than v (key_dim vs head_dim).
 //
 // State layout (the same as StateBlob and as the CPU backend): a slot is one contiguous run of
-// fp32; within it, for each layer, for each head: S (feature_dim × head_dim, row-major) then z
-// (feature_dim). Kernels address a head's state as
+// elements, fp32 or (--state_precision=bf16) bf16, read into fp32 and accumulated in fp32 in
+// the kernels and rounded to nearest even when stored; within it, for each layer, for each
+// head: S (feature_dim × head_dim, row-major) then z (feature_dim). Kernels address a head's
+// state as
 //   state + slot * slot_stride + layer_offset + head * feature_dim * (head_dim + 1).
 // The q/k/v input is the fused projection's output: row r holds q (H·Dk) | k (H·Dk) | v (H·Dh)
 // (Dk = key_dim, Dh = head_dim), head h at columns h·Dk ... of q and k and h·Dh ... of v, without
@@ -62,22 +64,25 @@ struct DecodeAttentionArgs {
   const float* qkv = nullptr;       // [rows, QkvColumns(shape)]
   const float* qkv_bias = nullptr;  // optional [QkvColumns(shape)]
   const int32_t* slots = nullptr;   // [rows]; a negative slot is padding: zero state, no write
-  float* state = nullptr;
-  int64_t slot_stride = 0;   // floats per slot
-  int64_t layer_offset = 0;  // floats from a slot's start to this layer's state
+  void* state = nullptr;                // elements of state_dtype
+  DType state_dtype = DType::kF32;      // kF32 or kBf16
+  int64_t slot_stride = 0;   // elements per slot
+  int64_t layer_offset = 0;  // elements from a slot's start to this layer's state
   int rows = 0;
   DType out_dtype = DType::kF32;
   void* out = nullptr;  // T [rows, H·Dh]: concat_heads(o)
 };
 // One step per row: S += φ(k) vᵀ, z += φ(k), o = φ(q)ᵀS / (φ(q)ᵀz + eps), with S and z read
-// once and written once. Rows must name distinct slots.
+// once and written once (o from the fp32 sums, before the store rounds them to state_dtype).
+// Rows must name distinct slots. INVALID_ARGUMENT for a state_dtype other than kF32 or kBf16.
 absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArgs& args);
 
 struct PrefillAttentionArgs {
   AttentionShape shape;
   const float* qkv = nullptr;       // [tokens, QkvColumns(shape)], consecutive tokens of a session
   const float* qkv_bias = nullptr;  // optional [QkvColumns(shape)]
-  float* state = nullptr;  // this layer's state of the session's slot (H heads, S then z each)
+  void* state = nullptr;  // this layer's state of the session's slot (H heads, S then z each)
+  DType state_dtype = DType::kF32;  // kF32 or kBf16
   int tokens = 0;
   int chunk = 64;  // intra-chunk size, 1 ..= kMaxPrefillChunk
   // Scratch, sized by PrefillAttentionScratchFloats(shape, tokens, chunk).

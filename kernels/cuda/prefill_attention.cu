@@ -74,18 +74,20 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Step 3: one thread per element of the layer's state.
-__global__ void ChunkScanKernel(PrefillGeometry g, float* chunk_states, float* state) {
+// Step 3: one thread per element of the layer's state (fp32 or bf16: carried in fp32, rounded
+// once when stored).
+template <typename S>
+__global__ void ChunkScanKernel(PrefillGeometry g, float* chunk_states, S* state) {
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (e >= g.layer_state) return;
-  float running = state[e];
+  float running = ToFloat(state[e]);
   for (int c = 0; c < g.chunks; ++c) {
     float* cell = chunk_states + c * g.layer_state + e;
     const float delta = *cell;
     *cell = running;
     running += delta;
   }
-  state[e] = running;
+  state[e] = FromFloat<S>(running);
 }
 
 // Step 4: grid (heads, chunks). Dynamic shared memory: scores [chunk²], den [chunk],
@@ -167,6 +169,10 @@ absl::Status LaunchPrefillAttention(cudaStream_t stream, const PrefillAttentionA
     return absl::InvalidArgumentError(absl::StrCat("prefill attention: chunk ", args.chunk,
                                                    " outside [1, ", kMaxPrefillChunk, "]"));
   }
+  if (args.state_dtype != DType::kF32 && args.state_dtype != DType::kBf16) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "prefill attention: state_dtype ", DTypeName(args.state_dtype), " is not fp32 or bf16"));
+  }
   if (args.tokens <= 0) return absl::OkStatus();
 
   PrefillGeometry g;
@@ -194,8 +200,13 @@ absl::Status LaunchPrefillAttention(cudaStream_t stream, const PrefillAttentionA
   ChunkSumKernel<<<grid, kThreads, 0, stream>>>(g, args.qkv, args.qkv_bias, phi_k, chunk_states);
   LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkSumKernel");
   const int64_t scan_blocks = (g.layer_state + kThreads - 1) / kThreads;
-  ChunkScanKernel<<<static_cast<unsigned>(scan_blocks), kThreads, 0, stream>>>(g, chunk_states,
-                                                                               args.state);
+  if (args.state_dtype == DType::kBf16) {
+    ChunkScanKernel<<<static_cast<unsigned>(scan_blocks), kThreads, 0, stream>>>(
+        g, chunk_states, static_cast<__nv_bfloat16*>(args.state));
+  } else {
+    ChunkScanKernel<<<static_cast<unsigned>(scan_blocks), kThreads, 0, stream>>>(
+        g, chunk_states, static_cast<float*>(args.state));
+  }
   LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkScanKernel");
 
   const size_t smem = sizeof(float) * (static_cast<size_t>(g.chunk) * g.chunk + g.chunk +

@@ -13,6 +13,7 @@
 #include "absl/types/span.h"
 #include "model/model.h"
 #include "model/backend/sampler.h"
+#include "model/backend/state_precision.h"
 #include "model/backend/weight_precision.h"
 #include "model/types.h"
 
@@ -76,6 +77,9 @@ struct BackendOptions {
   // Storage precision of the weight matrices (weight_precision.h): auto is bf16 on CUDA and fp32
   // on the CPU; int8 is CPU only. Default: kAuto.
   WeightPrecision weight_precision = WeightPrecision::kAuto;
+  // Storage precision of the recurrent state in the slot pool (state_precision.h): bf16 is CUDA
+  // only; the state crosses ReadSlot / WriteSlot as fp32 either way. Default: kFp32.
+  StatePrecision state_precision = StatePrecision::kFp32;
 };
 
 // Not thread-safe: one owner (the engine thread) calls it.

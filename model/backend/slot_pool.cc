@@ -21,7 +21,8 @@ absl::Status CheckRange(absl::string_view field, int64_t value, int64_t lo, int6
 
 absl::StatusOr<int32_t> SlotCapacity(const ModelConfig& config, const BackendOptions& options,
                                      const BackendLimits& limits) {
-  const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
+  const int64_t slot_bytes =
+      config.StateFloatsPerSlot() * StateElementBytes(options.state_precision);
   if (options.state_memory_budget_bytes < slot_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "BackendOptions.state_memory_budget_bytes = ", options.state_memory_budget_bytes,

@@ -30,7 +30,8 @@ struct BackendLimits {
 
 // Checks the options every backend shares against `limits` (errors name the BackendOptions
 // field and its range) and returns the slot count
-// min(max_slots, state_memory_budget_bytes / state bytes per slot).
+// min(max_slots, state_memory_budget_bytes / state bytes per slot), a slot's bytes being its
+// state's elements in options.state_precision.
 absl::StatusOr<int32_t> SlotCapacity(const ModelConfig& config, const BackendOptions& options,
                                      const BackendLimits& limits);
 

@@ -1,6 +1,7 @@
 // WeightPrecision: how a backend stores the model's weight matrices (--weight_precision), and
-// what each backend makes of a request. Embeddings, norms, biases, conv weights and the
-// recurrent state stay fp32 on every backend; GEMMs accumulate in fp32.
+// what each backend makes of a request. Embeddings, norms, biases and conv weights stay fp32 on
+// every backend (the state's precision is --state_precision's, state_precision.h); GEMMs
+// accumulate in fp32.
 #ifndef LINSERVE_MODEL_BACKEND_WEIGHT_PRECISION_H_
 #define LINSERVE_MODEL_BACKEND_WEIGHT_PRECISION_H_
 

@@ -14,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
 #include "model/backend/sampler.h"
+#include "model/backend/state_precision.h"
 #include "model/layers/kinds.h"
 #include "tests/gpu/gpu_test_util.h"
 #include "tests/testing/random_model.h"
@@ -948,6 +949,122 @@ TEST(CudaBackendTest, SlotPoolCopyResetAndCapacity) {
   EXPECT_EQ(fresh.position, 0);
   EXPECT_EQ(std::count(fresh.state.begin(), fresh.state.end(), 0.0f),
             static_cast<std::ptrdiff_t>(fresh.state.size()));
+}
+
+// --state_precision=bf16 against the fp32 state, on every variant whose mixers are all linear
+// attention (the plain maps and Taylor's), fp32 weights so that the state is the only
+// difference: the same 150-token prompt, then 64 decode steps of the same tokens. Every step
+// rounds each S and z element once to bf16 (relative 2^-9), and the differences reach upper
+// layers through the lower layers' outputs. Measured under the emulation, worst over the steps
+// and variants: logits 1.9e-2 (rms_gated_gelu_nobias; 0.6e-2 to 1.3e-2 for the others), the
+// exported state 5.6e-2 (pre_elu_wide_heads); the bounds, 3e-2 and 1e-1, leave about 1.6× of
+// that for other hosts' summation orders, while a lost update or a misplaced element is an error
+// of order 1. The prompt's own logits agree to 1e-4: its chunks carry the state in fp32.
+TEST(CudaBackendTest, Bf16StateStaysWithinItsBoundOfTheFp32State) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  constexpr double kBound = 3e-2;       // logits
+  constexpr double kStateBound = 1e-1;  // the exported state
+  const int kPrompt = 150;
+  const int kSteps = 64;
+  int variants = 0;
+  for (const Variant& variant : ModelVariants()) {
+    if (!CheckCudaStatePrecision(StatePrecision::kBf16, variant.config).ok()) continue;
+    ++variants;
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 23);
+    const int64_t vocab = model.config.vocab_size;
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kFp32;
+    std::unique_ptr<CudaBackend> fp32 = MakeCuda(model, options);
+    options.state_precision = StatePrecision::kBf16;
+    std::unique_ptr<CudaBackend> bf16 = MakeCuda(model, options);
+    ASSERT_NE(fp32, nullptr);
+    ASSERT_NE(bf16, nullptr);
+    const SlotId a = Allocate(*fp32);
+    const SlotId b = Allocate(*bf16);
+    const std::vector<int32_t> prompt = RandomTokens(kPrompt, vocab, 24);
+    std::vector<float> la(kPrompt * vocab), lb(kPrompt * vocab);
+    ASSERT_TRUE(fp32->Prefill(a, prompt, absl::MakeSpan(la)).ok());
+    ASSERT_TRUE(bf16->Prefill(b, prompt, absl::MakeSpan(lb)).ok());
+    // Within the prompt the bf16 backend reads only the zero start state: its chunks carry the
+    // state in fp32, so its logits are the fp32 state's up to summation order.
+    EXPECT_LE(RelativeError(lb, la), 1e-4) << "prefill";
+    double worst = 0.0;
+    la.resize(vocab);
+    lb.resize(vocab);
+    for (TokenId token : RandomTokens(kSteps, vocab, 25)) {
+      const DecodeItem ia{a, token}, ib{b, token};
+      ASSERT_TRUE(fp32->Decode({&ia, 1}, absl::MakeSpan(la)).ok());
+      ASSERT_TRUE(bf16->Decode({&ib, 1}, absl::MakeSpan(lb)).ok());
+      worst = std::max(worst, RelativeError(lb, la));
+    }
+    EXPECT_LE(worst, kBound);
+    EXPECT_GT(worst, 0.0);  // the state really is stored in bf16
+    const StateBlob got = Read(*bf16, b);
+    ASSERT_EQ(got.state.size(), static_cast<size_t>(model.config.StateFloatsPerSlot()));
+    EXPECT_EQ(got.position, kPrompt + kSteps);
+    const double state_error = RelativeError(got.state, Read(*fp32, a).state);
+    EXPECT_LE(state_error, kStateBound);
+  }
+  EXPECT_GE(variants, 8);
+}
+
+// A bf16 pool holds twice the slots of an fp32 one in the same budget; its slots cross
+// ReadSlot / WriteSlot as fp32 (import rounds each value to bf16 once, export widens exactly),
+// and fork and reset act on the bf16 elements.
+TEST(CudaBackendTest, Bf16StateConvertsAtTheSlotBoundary) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 26);
+  const int64_t floats = model.config.StateFloatsPerSlot();
+  BackendOptions options;
+  options.state_precision = StatePrecision::kBf16;
+  options.state_memory_budget_bytes = floats * 4 * 3;  // 3 fp32 slots, 6 bf16 ones
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+  ASSERT_NE(gpu, nullptr);
+  EXPECT_EQ(gpu->slot_capacity(), 6);
+  EXPECT_EQ(gpu->memory_use().state_pool_bytes, floats * 2 * 6);
+
+  std::unique_ptr<Backend> cpu = MakeCpu(model);
+  const SlotId c = Allocate(*cpu);
+  ASSERT_TRUE(cpu->Prefill(c, RandomTokens(40, model.config.vocab_size, 27), {}).ok());
+  const StateBlob blob = Read(*cpu, c);
+  const SlotId g = Allocate(*gpu);
+  ASSERT_TRUE(gpu->WriteSlot(g, blob).ok());
+  const StateBlob back = Read(*gpu, g);
+  EXPECT_EQ(back.position, blob.position);
+  ASSERT_EQ(back.state.size(), blob.state.size());
+  for (size_t i = 0; i < blob.state.size(); ++i) {
+    ASSERT_EQ(back.state[i], gpu_test::RoundBf16(blob.state[i])) << i;
+  }
+  // A value already in bf16 goes out and back in unchanged.
+  ASSERT_TRUE(gpu->WriteSlot(g, back).ok());
+  EXPECT_EQ(Read(*gpu, g).state, back.state);
+
+  const SlotId fork = Allocate(*gpu);
+  ASSERT_TRUE(gpu->CopySlot(g, fork).ok());
+  EXPECT_EQ(Read(*gpu, fork).state, back.state);
+  ASSERT_TRUE(gpu->ResetSlot(fork).ok());
+  const StateBlob reset = Read(*gpu, fork);
+  EXPECT_EQ(std::count(reset.state.begin(), reset.state.end(), 0.0f),
+            static_cast<std::ptrdiff_t>(reset.state.size()));
+}
+
+// bf16 state is for linear-attention mixers only: a model with another stateful kind is refused
+// naming the flag, the layer and its kind, before any device is touched.
+TEST(CudaBackendTest, Bf16StateIsRefusedForOtherMixers) {
+  for (const Variant& variant : ModelVariants()) {
+    if (variant.name != "based_mixed" && variant.name != "window4_layer_norm_ffn") continue;
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 28);
+    BackendOptions options;
+    options.state_precision = StatePrecision::kBf16;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(model, options);
+    ASSERT_FALSE(b.ok());
+    EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(b.status().message()), HasSubstr("state_precision bf16: layer "));
+    EXPECT_THAT(std::string(b.status().message()),
+                testing::AnyOf(HasSubstr("short_conv"), HasSubstr("sliding_window_attention")));
+  }
 }
 
 // int8 is a CPU format: refused before any device is touched (so also where there is none).

@@ -442,6 +442,10 @@ constexpr AttentionCase kAttentionCases[] = {
     // Based's Taylor map: q and k d_f wide, v head_dim wide, F = 1 + d_f + d_f² rows of S.
     {"taylor_4_16", cuda::FeatureMapKind::kTaylor, std::nullopt, 2, 4, 16, 21},
     {"taylor_16_64", cuda::FeatureMapKind::kTaylor, std::nullopt, 2, 16, 64, 273},
+    // head_dim not a multiple of 4: decode's one-column-per-thread path for every head (the
+    // others take the 4-column path where a head's S is 4-element aligned, the Taylor cases
+    // both, head by head).
+    {"relu_head_dim_6", cuda::FeatureMapKind::kRelu, cpu::FeatureMap::kRelu, 3, 6, 6, 6},
 };
 
 // The q/k/v rows, bias and favor projection of one attention test, plus the CPU's φ.
@@ -598,6 +602,110 @@ TEST(CudaKernelsTest, DecodeAttentionMatchesCpu) {
       // all) compare exactly because the reference copied them.
       EXPECT_LE(RelativeError(state.Download(), expect_states), kFp32Tolerance);
     }
+  }
+}
+
+// A bf16 state stores each element once rounded to nearest even from its fp32 value: the stored
+// state is within one bf16 ulp (2^-7 of the element, so of the largest) of the fp32 recurrence
+// run from the same (bf16) starting values.
+constexpr double kBf16StateTolerance = 1.0 / 128;
+
+// The decode step on a bf16 state: it widens S and z to fp32, so its outputs are the fp32
+// recurrence's from the rounded state (fp32 tolerance), and stores the updated state rounded.
+TEST(CudaKernelsTest, DecodeAttentionBf16StateAccumulatesInFp32) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionCase& c : kAttentionCases) {
+    SCOPED_TRACE(c.name);
+    const int real_rows = 4;
+    const int rows = real_rows + 1;  // + one padding row
+    const int slots = 5;
+    const std::vector<int32_t> slot_of_row = {3, 0, 4, 1, -1};
+    const int layers = 2, layer = 1;
+    const int64_t layer_floats = c.LayerFloats();
+    const int64_t slot_floats = layers * layer_floats;
+    const TypedArray state = Upload(FedStates(c, slots * layers, 31), DType::kBf16);
+    const AttentionInputs in = MakeAttentionInputs(c, rows, 32);
+
+    std::vector<float> expect_states = state.rounded;
+    std::vector<float*> row_states;
+    for (int r = 0; r < real_rows; ++r) {
+      row_states.push_back(expect_states.data() + slot_of_row[r] * slot_floats +
+                           layer * layer_floats);
+    }
+    const int hd = c.heads * c.head_dim;
+    std::vector<float> expect_out(static_cast<size_t>(real_rows) * hd);
+    cpu::AttentionShape cpu_shape{c.heads, c.feature_dim, c.head_dim, 1e-6f};
+    cpu::LinearAttentionDecode(cpu_shape, real_rows, in.phi_q.data(), in.phi_k.data(), in.v.data(),
+                               row_states.data(), expect_out.data(), 1);
+
+    DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor);
+    DeviceArray<int32_t> slot_dev(slot_of_row);
+    DeviceArray<uint8_t> out(static_cast<size_t>(rows) * hd * sizeof(float));
+    cuda::DecodeAttentionArgs args;
+    args.shape = GpuShape(c, favor.get());
+    args.qkv = qkv.get();
+    args.qkv_bias = bias.get();
+    args.slots = slot_dev.get();
+    args.state = state.bytes.get();
+    args.state_dtype = DType::kBf16;
+    args.slot_stride = slot_floats;
+    args.layer_offset = layer * layer_floats;
+    args.rows = rows;
+    args.out_dtype = DType::kF32;
+    args.out = out.get();
+    ASSERT_TRUE(cuda::LaunchDecodeAttention(nullptr, args).ok());
+    std::vector<float> got = ToFloats(out, DType::kF32, static_cast<size_t>(rows) * hd);
+    got.resize(expect_out.size());
+    EXPECT_LE(RelativeError(got, expect_out), kFp32Tolerance);
+    const std::vector<float> got_states = ToFloats(state.bytes, DType::kBf16, expect_states.size());
+    EXPECT_LE(RelativeError(got_states, expect_states), kBf16StateTolerance);
+    // Slots 2 and layer 0 of every slot are untouched: bitwise their rounded start.
+    for (int64_t i = 2 * slot_floats; i < 3 * slot_floats; ++i) {
+      ASSERT_EQ(got_states[static_cast<size_t>(i)], state.rounded[static_cast<size_t>(i)]) << i;
+    }
+  }
+  cuda::DecodeAttentionArgs half;
+  half.shape = GpuShape(kAttentionCases[0], nullptr);
+  half.state_dtype = DType::kF16;
+  EXPECT_THAT(cuda::LaunchDecodeAttention(nullptr, half).message(),
+              testing::HasSubstr("state_dtype fp16 is not fp32 or bf16"));
+}
+
+// Chunked prefill on a bf16 state: the chunks carry the state in fp32 (outputs within fp32
+// tolerance of the recurrence from the rounded start) and round it once at the end.
+TEST(CudaKernelsTest, PrefillAttentionBf16StateMatchesRecurrence) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const AttentionCase& c : kAttentionCases) {
+    SCOPED_TRACE(c.name);
+    const int hd = c.heads * c.head_dim;
+    const int tokens = 150, chunk = 64;
+    const TypedArray state = Upload(FedStates(c, 1, 33), DType::kBf16);
+    const AttentionInputs in = MakeAttentionInputs(c, tokens, 34);
+    std::vector<float> expect_state = state.rounded;
+    std::vector<float> expect_out(static_cast<size_t>(tokens) * hd);
+    FeedRecurrence(c, in, tokens, expect_state.data(), expect_out.data());
+    DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor);
+    DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * hd * sizeof(float));
+    const cuda::AttentionShape shape = GpuShape(c, favor.get());
+    DeviceArray<float> scratch(
+        static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
+    cuda::PrefillAttentionArgs args;
+    args.shape = shape;
+    args.qkv = qkv.get();
+    args.qkv_bias = bias.get();
+    args.state = state.bytes.get();
+    args.state_dtype = DType::kBf16;
+    args.tokens = tokens;
+    args.chunk = chunk;
+    args.scratch = scratch.get();
+    args.out_dtype = DType::kF32;
+    args.out = out.get();
+    ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
+    EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
+              kFp32Tolerance);
+    EXPECT_LE(RelativeError(ToFloats(state.bytes, DType::kBf16, expect_state.size()),
+                            expect_state),
+              kBf16StateTolerance);
   }
 }
 

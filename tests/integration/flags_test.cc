@@ -43,7 +43,8 @@ TEST_F(FlagsTest, EveryFlagReachesTheServer) {
   { std::ofstream(dir_.Join("token")) << "  flag-token\n"; }
   { std::ofstream(dir_.Join("tokens")) << "alice alice-token\n"; }
   ServerProcess server(
-      {"--model=" + model_dir_, "--device=cpu", "--weight_precision=fp32", "--host=127.0.0.1",
+      {"--model=" + model_dir_, "--device=cpu", "--weight_precision=fp32", "--state_precision=fp32",
+       "--host=127.0.0.1",
        "--port=0", "--metrics_port=-1", "--http_port=-1", "--port_file=" + dir_.Join("ports"),
        "--tls_cert=" + TestData("server.crt"), "--tls_key=" + TestData("server.key"),
        "--tls_client_ca=" + TestData("ca.crt"), "--auth_token_file=" + dir_.Join("token"),
@@ -195,6 +196,7 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
   { std::ofstream(dir_.Join("bad_tokens")) << "# tenants\nalice a-secret\nbob\n"; }
   const std::vector<std::pair<std::string, std::string>> cases = {
       {"--weight_precision=fp8", "--weight_precision"},
+      {"--state_precision=fp16", "--state_precision \"fp16\" is not one of fp32, bf16"},
       {"--device=tpu", "tpu"},
       {"--auth_token_file=" + dir_.Join("missing"), "--auth_token_file"},
       {"--auth_token_file=" + dir_.Join("empty_token"), "holds no token"},

@@ -5,6 +5,10 @@ linserve_test(weight_formats_test SOURCES weight_formats_test.cc LIBS linserve_k
 linserve_test(int8_linear_test SOURCES int8_linear_test.cc LIBS linserve_kernels_cpu)
 linserve_test(weight_precision_test SOURCES weight_precision_test.cc
               LIBS linserve_model_compute linserve_testing)
+# Issue 29: --state_precision's parsing and each backend's refusals (the bf16 state itself runs
+# on CUDA: tests/gpu).
+linserve_test(state_precision_test SOURCES state_precision_test.cc
+              LIBS linserve_model_compute linserve_testing)
 linserve_test(cpu_backend_test SOURCES cpu_backend_test.cc
               LIBS linserve_model_compute linserve_testing)
 linserve_test(sampler_test SOURCES sampler_test.cc LIBS linserve_model_compute)

@@ -24,6 +24,7 @@ absl::StatusOr<std::unique_ptr<CpuBackend>> CpuBackend::Create(const Model& mode
   absl::StatusOr<WeightPrecision> precision =
       CpuWeightPrecision(requested.weight_precision, model.config.weight_format);
   if (!precision.ok()) return precision.status();
+  if (absl::Status s = CheckCpuStatePrecision(requested.state_precision); !s.ok()) return s;
   BackendOptions options = requested;
   options.weight_precision = *precision;
   absl::StatusOr<int32_t> capacity = SlotCapacity(

@@ -3,6 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -42,6 +45,24 @@ int PrefillSegment(const BackendOptions& options) {
                   kPrefillSegment / options.prefill_chunk_size * options.prefill_chunk_size);
 }
 
+// A bf16 state element widened to the fp32 StateBlob (exact).
+float Bf16ToFloat(uint16_t bits) {
+  const uint32_t wide = static_cast<uint32_t>(bits) << 16;
+  float f;
+  std::memcpy(&f, &wide, sizeof(f));
+  return f;
+}
+
+// An fp32 StateBlob element rounded to a bf16 state element, to nearest even as the kernels'
+// stores round (a NaN stays a NaN).
+uint16_t FloatToBf16(float f) {
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  if (std::isnan(f)) return static_cast<uint16_t>((bits >> 16) | 0x0040u);
+  bits += 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>(bits >> 16);
+}
+
 // Rows of the activations: a decode batch's or a prefill pass's, whichever is more.
 int ActivationRows(const BackendOptions& options) {
   return std::max(options.max_batch_size, PrefillSegment(options));
@@ -64,6 +85,7 @@ class CudaBackendImpl final : public CudaBackend {
       : config_(config),
         cuda_options_(cuda_options),
         state_floats_(config.StateFloatsPerSlot()),
+        state_bytes_(state_floats_ * StateElementBytes(options.state_precision)),
         description_(std::move(parts.description)),
         pool_(config_, options, capacity),
         stream_(std::move(parts.stream)),
@@ -133,7 +155,10 @@ class CudaBackendImpl final : public CudaBackend {
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_.get()));
     return absl::OkStatus();
   }
-  float* SlotState(int32_t slot) const { return ws_.state + slot * state_floats_; }
+  // A slot's state in the pool, state_bytes_ long.
+  void* SlotState(int32_t slot) const {
+    return static_cast<char*>(ws_.state) + slot * state_bytes_;
+  }
   // Zeroes a slot's state and seen counts (enqueued; the caller synchronizes).
   absl::Status EnqueueClear(int32_t slot);
   // The step launched and not yet collected: waits for it and copies its samples to its
@@ -151,6 +176,9 @@ class CudaBackendImpl final : public CudaBackend {
   const ModelConfig config_;
   const CudaBackendOptions cuda_options_;
   const int64_t state_floats_;
+  const int64_t state_bytes_;  // of a slot in the pool: state_floats_ elements of ws_.state_dtype
+  // Host staging of a bf16 slot for ReadSlot / WriteSlot (unused with an fp32 state).
+  mutable std::vector<uint16_t> bf16_staging_;
   const std::string description_;
   SlotPool pool_;
   cuda::Stream stream_;
@@ -188,7 +216,7 @@ class CudaBackendImpl final : public CudaBackend {
 
 absl::Status CudaBackendImpl::EnqueueClear(int32_t slot) {
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemsetAsync(
-      SlotState(slot), 0, static_cast<size_t>(state_floats_) * sizeof(float), stream_.get()));
+      SlotState(slot), 0, static_cast<size_t>(state_bytes_), stream_.get()));
   return sampler_.EnqueueClear(stream_.get(), slot);
 }
 
@@ -229,7 +257,7 @@ absl::Status CudaBackendImpl::CopySlot(SlotId from, SlotId to) {
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   cudaStream_t s = stream_.get();
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(to.value), SlotState(from.value),
-                                                static_cast<size_t>(state_floats_) * sizeof(float),
+                                                static_cast<size_t>(state_bytes_),
                                                 cudaMemcpyDeviceToDevice, s));
   LINSERVE_RETURN_IF_ERROR(sampler_.EnqueueCopy(s, from.value, to.value));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
@@ -247,10 +275,16 @@ absl::Status CudaBackendImpl::ReadSlot(SlotId slot, StateBlob& out) const {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "ReadSlot: slot"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   out.state.resize(static_cast<size_t>(state_floats_));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(out.state.data(), SlotState(slot.value),
-                                                static_cast<size_t>(state_floats_) * sizeof(float),
-                                                cudaMemcpyDeviceToHost, stream_.get()));
+  const bool bf16 = ws_.state_dtype == cuda::DType::kBf16;
+  if (bf16) bf16_staging_.resize(static_cast<size_t>(state_floats_));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+      bf16 ? static_cast<void*>(bf16_staging_.data()) : static_cast<void*>(out.state.data()),
+      SlotState(slot.value), static_cast<size_t>(state_bytes_), cudaMemcpyDeviceToHost,
+      stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
+  if (bf16) {
+    std::transform(bf16_staging_.begin(), bf16_staging_.end(), out.state.begin(), Bf16ToFloat);
+  }
   out.position = pool_.position(slot);
   return absl::OkStatus();
 }
@@ -259,8 +293,15 @@ absl::Status CudaBackendImpl::WriteSlot(SlotId slot, const StateBlob& in) {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckWrite(slot, in));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(EnqueueClear(slot.value));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(slot.value), in.state.data(),
-                                                static_cast<size_t>(state_floats_) * sizeof(float),
+  const bool bf16 = ws_.state_dtype == cuda::DType::kBf16;
+  if (bf16) {
+    bf16_staging_.resize(static_cast<size_t>(state_floats_));
+    std::transform(in.state.begin(), in.state.end(), bf16_staging_.begin(), FloatToBf16);
+  }
+  const void* source = bf16 ? static_cast<const void*>(bf16_staging_.data())
+                            : static_cast<const void*>(in.state.data());
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(SlotState(slot.value), source,
+                                                static_cast<size_t>(state_bytes_),
                                                 cudaMemcpyHostToDevice, stream_.get()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
   pool_.set_position(slot, in.position);
@@ -511,7 +552,9 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
   BackendOptions options = requested;
   options.weight_precision = *precision;
   const ModelConfig& config = model.config;
-  const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
+  LINSERVE_RETURN_IF_ERROR(CheckCudaStatePrecision(options.state_precision, config));
+  const int64_t slot_bytes =
+      config.StateFloatsPerSlot() * StateElementBytes(options.state_precision);
   absl::StatusOr<int32_t> capacity =
       SlotCapacity(config, options,
                    {.max_prefill_chunk_size = cuda::kMaxPrefillChunk, .max_batch_size = kMaxBatch});
@@ -535,10 +578,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
   LINSERVE_RETURN_IF_ERROR(backend->Initialize());
   const CudaMemoryUse use = backend->memory_use();
   spdlog::info(
-      "cuda backend: {}; weights {} ({}), {} slots of {} state ({}), sampler {}, activations {}",
+      "cuda backend: {}; weights {} ({}), {} slots of {} {} state ({}), sampler {}, "
+      "activations {}",
       backend->device_description(), FormatBytes(use.weights_bytes),
       std::string(cuda::DTypeName(WeightDType(options.weight_precision))), *capacity,
-      FormatBytes(slot_bytes), FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
+      FormatBytes(slot_bytes), std::string(StatePrecisionName(options.state_precision)),
+      FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
       FormatBytes(use.workspace_bytes));
   return std::unique_ptr<CudaBackend>(std::move(backend));
 }

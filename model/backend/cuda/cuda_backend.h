@@ -5,8 +5,10 @@
 //   - weights in BackendOptions::weight_precision (auto: bf16; int8, a CPU format, is refused;
 //     LayerNorm parameters, biases and the favor_plus projections stay fp32), q/k/v fused into
 //     one [3·H·Dh, d_model] matrix;
-//   - the fp32 state pool, slot_capacity() = min(max_slots, state_memory_budget_bytes / state
-//     bytes per slot) slots, in StateBlob layout, so fork/export/import are plain copies;
+//   - the state pool in BackendOptions::state_precision (fp32, or bf16 for models whose mixers
+//     are all linear attention), slot_capacity() = min(max_slots, state_memory_budget_bytes /
+//     state bytes per slot) slots, in StateBlob layout element for element: fork is a plain
+//     copy, export/import plain copies of fp32 (a bf16 pool converts at ReadSlot / WriteSlot);
 //   - per-slot sampler state for DecodeAndSample (vocab_size int32 seen-token counts, an
 //     MT19937-64 and the parameters: about 4·vocab_size bytes per slot on top of the budget);
 //     picks are made on the device (kernels/cuda/sampling.h): for the same logits and seed they

@@ -61,6 +61,7 @@ class CudaLinearAttention final : public CudaMixer {
       a.qkv_bias = w_.qkv_bias;
       a.slots = ws.device_rows.slots;
       a.state = ws.state;
+      a.state_dtype = ws.state_dtype;
       a.slot_stride = pass.state_floats;
       a.layer_offset = state_offset_;
       a.rows = rows;
@@ -74,7 +75,10 @@ class CudaLinearAttention final : public CudaMixer {
       a.shape = shape_;
       a.qkv = qkv + piece.first_row * qkv_columns_;
       a.qkv_bias = w_.qkv_bias;
-      a.state = ws.state + piece.slot * pass.state_floats + state_offset_;
+      a.state = static_cast<char*>(ws.state) +
+                (piece.slot * pass.state_floats + state_offset_) *
+                    static_cast<int64_t>(cuda::DTypeSize(ws.state_dtype));
+      a.state_dtype = ws.state_dtype;
       a.tokens = piece.rows;
       a.chunk = chunk_;
       a.scratch = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kPrefill));

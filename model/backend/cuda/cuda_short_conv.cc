@@ -45,7 +45,7 @@ class CudaShortConv final : public CudaMixer {
       args.shape = shape_;
       args.a = a;
       args.slots = ws.device_rows.slots;
-      args.state = ws.state;
+      args.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
       args.slot_stride = pass.state_floats;
       args.layer_offset = state_offset_;
       args.rows = rows;
@@ -58,7 +58,7 @@ class CudaShortConv final : public CudaMixer {
       cuda::PrefillShortConvArgs args;
       args.shape = shape_;
       args.a = a + piece.first_row * 2 * d_inner_;
-      args.state = ws.state + piece.slot * pass.state_floats + state_offset_;
+      args.state = static_cast<float*>(ws.state) + piece.slot * pass.state_floats + state_offset_;
       args.tokens = piece.rows;
       args.out_dtype = dtype_;
       args.out = static_cast<char*>(gated) +

@@ -50,7 +50,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
       a.qkv_bias = w_.qkv_bias;
       a.slots = ws.device_rows.slots;
       a.rotation = rotation;
-      a.state = ws.state;
+      a.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
       a.slot_stride = pass.state_floats;
       a.layer_offset = state_offset_;
       a.rows = rows;
@@ -63,7 +63,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
       a.shape = shape_;
       a.qkv = qkv + piece.first_row * 3 * hd_;
       a.qkv_bias = w_.qkv_bias;
-      a.state = ws.state + piece.slot * pass.state_floats + state_offset_;
+      a.state = static_cast<float*>(ws.state) + piece.slot * pass.state_floats + state_offset_;
       a.rotation = rotation;
       a.tokens = piece.rows;
       a.out_dtype = dtype_;

@@ -53,13 +53,18 @@ void ScratchPlan::Reserve(ScratchRole role, int index, size_t bytes) {
   sizes[static_cast<size_t>(index)] = std::max(sizes[static_cast<size_t>(index)], bytes);
 }
 
+cuda::DType StateDType(StatePrecision precision) {
+  return precision == StatePrecision::kBf16 ? cuda::DType::kBf16 : cuda::DType::kF32;
+}
+
 absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
                                                 const BackendOptions& options, int32_t capacity,
                                                 int rows, const ScratchPlan& scratch,
                                                 cuda::DType dtype, absl::string_view device,
                                                 int64_t weights_bytes) {
   const int64_t vocab = config.vocab_size;
-  const int64_t slot_bytes = config.StateFloatsPerSlot() * static_cast<int64_t>(sizeof(float));
+  const int64_t slot_bytes =
+      config.StateFloatsPerSlot() * StateElementBytes(options.state_precision);
   const int64_t pool_bytes = static_cast<int64_t>(capacity) * slot_bytes;
   const size_t slots = static_cast<size_t>(capacity);
   BufferLayout sampler_layout;
@@ -114,7 +119,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
       absl::StrCat("the state pool (", capacity, " slots × ", FormatBytes(slot_bytes), ")"));
   if (!pool.ok()) return pool.status();
   ws.state_buffer = *std::move(pool);
-  ws.state = ws.state_buffer.as<float>();
+  ws.state = ws.state_buffer.data();
+  ws.state_dtype = StateDType(options.state_precision);
   ws.state_pool_bytes = pool_bytes;
 
   absl::StatusOr<DeviceBuffer> sampler =

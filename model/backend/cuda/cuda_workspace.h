@@ -79,9 +79,11 @@ class ScratchPlan {
 };
 
 struct CudaWorkspace {
-  // Slot i's state, in StateBlob layout (fork/export/import are plain copies), at
-  // state + i · state floats per slot.
-  float* state = nullptr;
+  // Slot i's state, in StateBlob layout with each element in state_dtype (fp32, or bf16 with
+  // --state_precision=bf16), at element i · StateFloatsPerSlot(). Fork is a plain copy; export
+  // and import convert to and from the fp32 StateBlob when state_dtype is bf16.
+  void* state = nullptr;
+  cuda::DType state_dtype = cuda::DType::kF32;
   cuda::SamplerSlots sampler;
   Activations act;
   std::array<std::vector<void*>, 2> scratch;  // per ScratchRole, per index
@@ -112,6 +114,9 @@ inline void* Scratch(const CudaWorkspace& workspace, ScratchRole role, int index
 // `scratch`. RESOURCE_EXHAUSTED when it does not fit in what
 // `device` (its description) has free after the weights (`weights_bytes`), naming the options
 // that size it.
+// The element type of the state pool: fp32, or bf16 for StatePrecision::kBf16.
+cuda::DType StateDType(StatePrecision precision);
+
 absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
                                                 const BackendOptions& options, int32_t capacity,
                                                 int rows, const ScratchPlan& scratch,
