@@ -38,7 +38,7 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 # its masks shared by transport threads and the engine thread. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
 # cannot see in Debian's uninstrumented build (tests/sanitizers/README.md).
-tsan_tests=(cpu_kernels_test weight_formats_test cpu_backend_test engine_test engine_prefix_test session_store_test
+tsan_tests=(cpu_kernels_test weight_formats_test int8_linear_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
             engine_constraint_test)
