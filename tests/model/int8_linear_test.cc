@@ -17,6 +17,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/packed_matrix.h"
+#include "tests/testing/activation_reference.h"
 
 namespace linserve::cpu {
 namespace {
@@ -150,24 +151,6 @@ TEST(Int8LinearTest, IntegerBlockDotIsExact) {
     }
     EXPECT_EQ(y[0 * out + 0], -1000.0f * 127 * 127);
   }
-}
-
-double ActivationRef(Activation act, double x) {
-  switch (act) {
-    case Activation::kNone:
-      return x;
-    case Activation::kGelu:
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case Activation::kGeluTanh:
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case Activation::kRelu:
-      return x > 0 ? x : 0.0;
-    case Activation::kSilu:
-      return x / (1.0 + std::exp(-x));
-    case Activation::kSigmoid:
-      return 1.0 / (1.0 + std::exp(-x));
-  }
-  return x;
 }
 
 // The Linear against its definition (int8_linear.h) evaluated in double: quantized weights and

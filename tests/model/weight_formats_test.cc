@@ -16,6 +16,7 @@
 #include "kernels/cpu/int8_linear.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/packed_matrix.h"
+#include "tests/testing/activation_reference.h"
 
 namespace linserve::cpu {
 namespace {
@@ -26,24 +27,6 @@ std::vector<float> Random(int64_t n, uint64_t seed, float scale = 1.0f) {
   std::vector<float> v(static_cast<size_t>(n));
   for (float& x : v) x = dist(rng);
   return v;
-}
-
-double ActivationRef(Activation act, double x) {
-  switch (act) {
-    case Activation::kNone:
-      return x;
-    case Activation::kGelu:
-      return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0)));
-    case Activation::kGeluTanh:
-      return 0.5 * x * (1.0 + std::tanh(std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x)));
-    case Activation::kRelu:
-      return x > 0 ? x : 0.0;
-    case Activation::kSilu:
-      return x / (1.0 + std::exp(-x));
-    case Activation::kSigmoid:
-      return 1.0 / (1.0 + std::exp(-x));
-  }
-  return x;
 }
 
 constexpr WeightFormat kFormats[] = {WeightFormat::kFp32, WeightFormat::kBf16,
