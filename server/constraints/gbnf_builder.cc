@@ -4,13 +4,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/constraints/utf8_ranges.h"
 
 namespace linserve {
 namespace {
-
-constexpr uint32_t kMaxCodePoint = 0x10FFFF;
-constexpr uint32_t kSurrogateLo = 0xD800;
-constexpr uint32_t kSurrogateHi = 0xDFFF;
 
 // A code point as GBNF writes it outside the printable ASCII it may write as itself.
 std::string Escaped(uint32_t c) {

@@ -1,15 +1,15 @@
 // OpenAI-compatible requests (POST /v1/completions and /v1/chat/completions) parsed into the
-// engine's GenerateRequest, and absl::Status mapped to OpenAI's error JSON and HTTP statuses.
-// JSON stays here, in openai_response.h and in openai_model.h: nothing below the transport sees
-// it.
+// engine's GenerateRequest: the fields' typed readers are in openai_json_fields.h, the
+// structured-output fields in openai_constraint.h. JSON stays in the transport's openai_*
+// files: nothing below the transport sees it.
 //
 // Every error names the OpenAI field at fault ("temperature", "messages[2].role", "stop[1]") as
-// the first word of its message; ToApiError puts that word in the error's "param".
+// the first word of its message; ToApiError (openai_error.h) puts that word in the error's
+// "param".
 #ifndef LINSERVE_SERVER_TRANSPORT_OPENAI_REQUEST_H_
 #define LINSERVE_SERVER_TRANSPORT_OPENAI_REQUEST_H_
 
 #include <cstdint>
-#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -82,22 +82,6 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
 // the one the client set ("sampling.top_p" -> "top_p", "max_new_tokens" -> "max_tokens",
 // "constraint" -> "response_format").
 absl::Status RenameEngineError(const absl::Status& status, const OpenAiRequest& request);
-
-struct ApiError {
-  int http_status = 500;
-  std::string type;
-  std::string message;
-  // The field at fault, or nullopt (JSON null).
-  std::optional<std::string> param;
-  std::optional<std::string> code;
-};
-
-// INVALID_ARGUMENT/FAILED_PRECONDITION/OUT_OF_RANGE 400, UNAUTHENTICATED 401,
-// PERMISSION_DENIED 403, NOT_FOUND 404, ABORTED (a busy session) 409, RESOURCE_EXHAUSTED 429,
-// UNAVAILABLE and CANCELLED 503, the rest 500.
-ApiError ToApiError(const absl::Status& status);
-// {"error": {"message", "type", "param", "code"}}
-std::string ApiErrorJson(const ApiError& error);
 
 }  // namespace linserve
 

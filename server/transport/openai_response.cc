@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "server/transport/openai_error.h"
 
 namespace linserve {
 namespace {

@@ -22,6 +22,7 @@
 #include "absl/time/time.h"
 #include "server/transport/http_listener.h"
 #include "server/transport/loop_mailbox.h"
+#include "server/transport/openai_error.h"
 #include "server/transport/openai_request.h"
 #include "server/transport/openai_response.h"
 #include "server/transport/openai_server.h"

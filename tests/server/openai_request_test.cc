@@ -13,6 +13,7 @@
 #include "server/constraints/compiled_constraint.h"
 #include "server/constraints/token_vocabulary.h"
 #include "server/transport/chat_template.h"
+#include "server/transport/openai_error.h"
 #include "server/transport/openai_response.h"
 
 namespace linserve {
