@@ -352,7 +352,7 @@ std::string Sweep(const Options& o, llama_model* model, TokenSource& source, int
                     "\"out_of_memory\": true}",
                     batch, context, batch * session_bytes);
       add(buf);
-      std::fprintf(stderr, "batch %d context %d: %.1f GiB > budget %.1f GiB\n", batch, context,
+      std::fprintf(stderr, "batch %d context %d: %.2f GiB > budget %.2f GiB\n", batch, context,
                    batch * session_bytes / (1 << 30), budget / (1 << 30));
     }
     batches = fit;
@@ -379,7 +379,7 @@ std::string Sweep(const Options& o, llama_model* model, TokenSource& source, int
                       batch, context, done, prefill_seconds);
         add(buf);
       }
-      std::fprintf(stderr, "context %d: prefill stopped after %d tokens in %.0f s (cap %.0f s)\n",
+      std::fprintf(stderr, "context %d: prefill stopped after %d tokens in %.0f s (cap %g s)\n",
                    context, done, prefill_seconds, o.prefill_cap_s);
       break;
     }

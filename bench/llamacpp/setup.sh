@@ -31,7 +31,7 @@ llamacpp_model() {
   local arch=$1 dtype=$2 context_length=$3
   local writer_hash models file
   writer_hash=$(sha256sum "$llamacpp_here/gguf_writer.py" | cut -c1-12)
-  models=$llamacpp_dir/models/$writer_hash
+  models=${llamacpp_dir:?llamacpp_model: run llamacpp_setup first}/models/$writer_hash
   mkdir -p "$models"
   file=$models/$arch-$dtype.gguf
   [[ $context_length == 8192 ]] || file=$models/$arch-$dtype-ctx$context_length.gguf

@@ -61,9 +61,14 @@ def log_y(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def figure_legend(fig, ax, ncol):
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93),
-               ncol=ncol, fontsize=8, frameon=False)
+def figure_legend(fig, axes, ncol):
+    """One legend above `axes` with every label any of them carries, once."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), loc="upper center",
+               bbox_to_anchor=(0.5, 0.93), ncol=ncol, fontsize=8, frameon=False)
 
 
 def context_axis(ax, doc):
@@ -129,7 +134,7 @@ def decode_vs_context(doc):
         log_y(ax)
         ax.set_ylabel("decode step (ms per token per session)")
         ax.set_title(f"batch {batch}")
-    figure_legend(fig, max(axes, key=lambda a: len(a.get_lines())), 3)
+    figure_legend(fig, axes, 3)
     return fig
 
 
