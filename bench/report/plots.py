@@ -176,9 +176,9 @@ def memory_vs_context(doc):
     right.set_ylabel("sessions that fit")
     right.set_title("sessions that fit in 24 GiB (dashed) and 80 GiB (dotted)")
     # The corners that the growing KV cache leaves empty.
-    for ax, corner in ((left, "upper left"), (right, "lower left")):
+    for ax, corner, ncol in ((left, "upper left", 1), (right, "lower left", 2)):
         context_axis(ax, doc)
-        ax.legend(fontsize=7, loc=corner)
+        ax.legend(fontsize=7, loc=corner, ncol=ncol)
     return fig
 
 
