@@ -20,6 +20,19 @@
 //
 // Output: one JSON object on stdout with each round's figures (tokens/s, summed over the
 // batch); run.sh takes the medians. llama.cpp's own log goes to stderr only with --verbose.
+//
+// --sweep measures the context sweep of bench/run_scaling.sh instead of the rounds and the
+// prefill: after the check, for each context C in increasing order, one context with as many
+// sequences as the largest batch that fits --memory_budget_gib, sequence 0 prefilled to C and
+// copied into the others; at each batch B one untimed step, then --steps timed steps; the
+// figure is the median step in ms. The context is freed before the next one. A batch whose
+// sessions would need more than the budget (softmax: B x the KV cache of C tokens at the bytes
+// per token the shape gives, F16 K and V; recurrent: B x its state) is recorded as out of memory
+// at that context and not measured at larger ones. A prefill still running after
+// --prefill_cap_s is stopped: that context is recorded as capped, with the tokens prefilled and
+// the seconds spent, and the sweep ends there (larger contexts take longer). Each measured
+// point carries llama.cpp's own size of sequence 0's state after the prefill
+// (llama_state_seq_get_size: its cells' K and V, or its recurrent state, plus their metadata).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -47,11 +60,25 @@ struct Options {
   int rounds = 5;                           // Default: 5.
   int prefill = 2048;                       // Default: 2048 prompt tokens.
   bool verbose = false;                     // Default: false (llama.cpp's log dropped).
+  bool sweep = false;                       // Default: false (the rounds and the prefill).
+  // Default: 0 = half of the memory available at the start (MemAvailable), as
+  // bench/peer_softmax.py's budget. Only with --sweep.
+  double memory_budget_gib = 0;
+  double prefill_cap_s = 0;                 // Default: 0 = no cap. Only with --sweep.
 };
 
 [[noreturn]] void Die(const std::string& message) {
   std::fprintf(stderr, "llamacpp_bench: %s\n", message.c_str());
   std::exit(1);
+}
+
+double ParseDouble(const std::string& flag, const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(value >= 0) || value > 1e6) {
+    Die("--" + flag + "=" + text + " is not a number in [0, 1e6]");
+  }
+  return value;
 }
 
 int ParseInt(const std::string& flag, const std::string& text, int low, int high) {
@@ -101,6 +128,12 @@ Options ParseOptions(int argc, char** argv) {
       o.prefill = ParseInt(flag, value, 1, 65536);
     } else if (flag == "verbose") {
       o.verbose = true;
+    } else if (flag == "sweep") {
+      o.sweep = true;
+    } else if (flag == "memory_budget_gib") {
+      o.memory_budget_gib = ParseDouble(flag, value);
+    } else if (flag == "prefill_cap_s") {
+      o.prefill_cap_s = ParseDouble(flag, value);
     } else {
       Die("unknown flag --" + flag);
     }
@@ -161,6 +194,9 @@ class Context {
   Context& operator=(const Context&) = delete;
 
   llama_memory_t memory() const { return llama_get_memory(ctx_); }
+
+  // llama.cpp's size of one sequence's saved state (llama_state_seq_get_size).
+  size_t SequenceStateBytes(llama_seq_id seq) const { return llama_state_seq_get_size(ctx_, seq); }
 
   // One llama_decode over the tokens; returns its seconds (CPU compute is synchronous, and
   // llama_synchronize makes sure of it).
@@ -237,6 +273,152 @@ struct Cell {
   int batch;
 };
 
+// /proc/meminfo's MemAvailable in bytes, or exits.
+double AvailableBytes() {
+  FILE* f = std::fopen("/proc/meminfo", "r");
+  if (f == nullptr) Die("cannot read /proc/meminfo");
+  char line[256];
+  long long kib = -1;
+  while (std::fgets(line, sizeof(line), f) != nullptr) {
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) break;
+  }
+  std::fclose(f);
+  if (kib < 0) Die("no MemAvailable in /proc/meminfo");
+  return static_cast<double>(kib) * 1024;
+}
+
+// An integer of the model file's metadata ("<architecture>.<key>"), or exits.
+long MetaInt(const llama_model* model, const std::string& key) {
+  char buf[128];
+  if (llama_model_meta_val_str(model, "general.architecture", buf, sizeof(buf)) < 0) {
+    Die("the model file has no general.architecture");
+  }
+  const std::string name = std::string(buf) + "." + key;
+  if (llama_model_meta_val_str(model, name.c_str(), buf, sizeof(buf)) < 0) {
+    Die("the model file has no " + name + " (a recurrent model other than RWKV?)");
+  }
+  return std::strtol(buf, nullptr, 10);
+}
+
+// What one session holds, from the model's shape and llama.cpp's default cache types: a
+// softmax model's K and V in F16 (type_k, type_v), per layer and token; a recurrent model's
+// state in F32 (RWKV: token_shift_count x n_embd shifted values and n_embd x wkv.head_size WKV
+// values per layer) whatever the context.
+struct SessionMemory {
+  double bytes_per_token = 0;  // softmax
+  double state_bytes = 0;      // recurrent
+  double Bytes(int cells) const { return state_bytes + bytes_per_token * cells; }
+};
+
+SessionMemory SessionMemoryOf(const llama_model* model, bool recurrent) {
+  const double layers = llama_model_n_layer(model);
+  const double embd = llama_model_n_embd(model);
+  SessionMemory m;
+  if (recurrent) {
+    m.state_bytes = layers * 4 *
+                    (MetaInt(model, "token_shift_count") * embd +
+                     embd * MetaInt(model, "wkv.head_size"));
+  } else {
+    const double head_dim = embd / llama_model_n_head(model);
+    m.bytes_per_token = layers * 2 * llama_model_n_head_kv(model) * head_dim * 2;
+  }
+  return m;
+}
+
+// The context sweep (--sweep): JSON points as described at the top of this file.
+std::string Sweep(const Options& o, llama_model* model, TokenSource& source, int n_vocab,
+                  bool recurrent, const SessionMemory& memory, double budget) {
+  std::vector<int> contexts = o.contexts;
+  std::sort(contexts.begin(), contexts.end());
+  std::vector<int> batches = o.batches;  // the batches still measured
+  std::sort(batches.begin(), batches.end());
+  const int n_batch = 2048;  // llama.cpp's default logical batch
+  std::string points;
+  auto add = [&points](const std::string& point) {
+    points += (points.empty() ? "" : ", ") + point;
+  };
+  char buf[512];
+  for (int context : contexts) {
+    const int n_ctx_seq = RoundUp(context + o.steps + 2, 256);
+    const double session_bytes = memory.Bytes(n_ctx_seq);
+    std::vector<int> fit;
+    for (int batch : batches) {
+      if (batch * session_bytes <= budget) {
+        fit.push_back(batch);
+        continue;
+      }
+      std::snprintf(buf, sizeof(buf),
+                    "{\"batch\": %d, \"context\": %d, \"memory_bytes\": %.0f, "
+                    "\"out_of_memory\": true}",
+                    batch, context, batch * session_bytes);
+      add(buf);
+      std::fprintf(stderr, "batch %d context %d: %.2f GiB > budget %.2f GiB\n", batch, context,
+                   batch * session_bytes / (1 << 30), budget / (1 << 30));
+    }
+    batches = fit;
+    if (fit.empty()) break;
+    const int n_seq = fit.back();
+    Context c(model, o.threads, n_seq, n_ctx_seq, n_batch);
+    const Clock::time_point start = Clock::now();
+    int done = 0;
+    while (done < context && (o.prefill_cap_s <= 0 || Seconds(start) < o.prefill_cap_s)) {
+      const int piece = std::min(n_batch, context - done);
+      std::vector<Token> tokens;
+      for (int i = 0; i < piece; ++i) {
+        tokens.push_back({source.Next(), done + i, 0, done + i + 1 == context});
+      }
+      c.Decode(tokens);
+      done += piece;
+    }
+    const double prefill_seconds = Seconds(start);
+    if (done < context) {
+      for (int batch : fit) {
+        std::snprintf(buf, sizeof(buf),
+                      "{\"batch\": %d, \"context\": %d, \"prefill_capped\": true, "
+                      "\"prefill_tokens_done\": %d, \"prefill_seconds\": %.3f}",
+                      batch, context, done, prefill_seconds);
+        add(buf);
+      }
+      std::fprintf(stderr, "context %d: prefill stopped after %d tokens in %.0f s (cap %g s)\n",
+                   context, done, prefill_seconds, o.prefill_cap_s);
+      break;
+    }
+    const size_t reported = c.SequenceStateBytes(0);
+    for (int s = 1; s < n_seq; ++s) llama_memory_seq_cp(c.memory(), 0, s, -1, -1);
+    std::vector<llama_pos> pos(n_seq, context);
+    for (int batch : fit) {
+      std::vector<double> times;
+      for (int step = 0; step <= o.steps; ++step) {
+        std::vector<Token> tokens;
+        for (int s = 0; s < batch; ++s) tokens.push_back({source.Next(), pos[s]++, s, true});
+        const double t = c.Decode(tokens);
+        if (step > 0) times.push_back(t);  // step 0 is the untimed warm-up
+      }
+      for (int s = 0; s < batch; ++s) c.Logits(s, n_vocab);
+      std::sort(times.begin(), times.end());
+      const size_t n = times.size();
+      const double median = n % 2 ? times[n / 2] : (times[n / 2 - 1] + times[n / 2]) / 2;
+      std::snprintf(buf, sizeof(buf),
+                    "{\"batch\": %d, \"context\": %d, \"step_ms\": %.4f, \"steps\": %d, "
+                    "\"session_bytes\": %.0f, \"reported_state_bytes\": %zu, "
+                    "\"prefill_seconds\": %.3f}",
+                    batch, context, 1e3 * median, o.steps, memory.Bytes(context), reported,
+                    prefill_seconds);
+      add(buf);
+      std::fprintf(stderr, "batch %d context %d: %.2f ms/step\n", batch, context, 1e3 * median);
+      if (!recurrent) {
+        for (int s = 0; s < batch; ++s) {
+          if (!llama_memory_seq_rm(c.memory(), s, context, -1)) {
+            Die("llama_memory_seq_rm failed for sequence " + std::to_string(s));
+          }
+          pos[s] = context;
+        }
+      }
+    }
+  }
+  return points;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -269,6 +451,35 @@ int main(int argc, char** argv) {
     prefill.Decode({{greedy.back(), 16 + i, 0, true}});
   }
   prefill.Logits(-1, n_vocab);
+
+  std::printf("{\"model\": \"%s\", \"desc\": \"%s\", \"recurrent\": %s, \"threads\": %d, ",
+              Escape(o.model).c_str(), Escape(desc).c_str(), recurrent ? "true" : "false",
+              o.threads);
+  std::printf("\"n_params\": %llu, \"size_bytes\": %llu, \"steps\": %d, ",
+              static_cast<unsigned long long>(llama_model_n_params(model)),
+              static_cast<unsigned long long>(llama_model_size(model)), o.steps);
+  std::printf("\"system_info\": \"%s\", \"check_tokens\": [",
+              Escape(llama_print_system_info()).c_str());
+  for (size_t i = 0; i < greedy.size(); ++i) std::printf("%s%d", i ? ", " : "", greedy[i]);
+  std::printf("], ");
+
+  if (o.sweep) {
+    prefill_context.reset();
+    const SessionMemory memory = SessionMemoryOf(model, recurrent);
+    const double budget =
+        o.memory_budget_gib > 0 ? o.memory_budget_gib * (1 << 30) : AvailableBytes() / 2;
+    const std::string points = Sweep(o, model, source, n_vocab, recurrent, memory, budget);
+    std::printf("\"memory_budget_bytes\": %.0f, \"prefill_cap_s\": %g, ", budget, o.prefill_cap_s);
+    if (recurrent) {
+      std::printf("\"state_bytes_per_session\": %.0f, ", memory.state_bytes);
+    } else {
+      std::printf("\"kv_bytes_per_token\": %.0f, ", memory.bytes_per_token);
+    }
+    std::printf("\"points\": [%s]}\n", points.c_str());
+    llama_model_free(model);
+    llama_backend_free();
+    return 0;
+  }
 
   // Setup: one context per length, sequence 0 prefilled and copied into the others.
   std::vector<std::unique_ptr<Context>> contexts;
@@ -328,16 +539,8 @@ int main(int argc, char** argv) {
     prefill_tps.push_back(o.prefill / seconds);
   }
 
-  std::printf("{\"model\": \"%s\", \"desc\": \"%s\", \"recurrent\": %s, \"threads\": %d, ",
-              Escape(o.model).c_str(), Escape(desc).c_str(), recurrent ? "true" : "false",
-              o.threads);
-  std::printf("\"n_params\": %llu, \"size_bytes\": %llu, \"steps\": %d, \"prefill_tokens\": %d, ",
-              static_cast<unsigned long long>(llama_model_n_params(model)),
-              static_cast<unsigned long long>(llama_model_size(model)), o.steps, o.prefill);
-  std::printf("\"system_info\": \"%s\", \"setup_seconds\": %.3f, \"check_tokens\": [",
-              Escape(llama_print_system_info()).c_str(), setup_seconds);
-  for (size_t i = 0; i < greedy.size(); ++i) std::printf("%s%d", i ? ", " : "", greedy[i]);
-  std::printf("], \"decode\": [");
+  std::printf("\"prefill_tokens\": %d, \"setup_seconds\": %.3f, \"decode\": [", o.prefill,
+              setup_seconds);
   for (size_t k = 0; k < cells.size(); ++k) {
     std::printf("%s{\"batch\": %d, \"context\": %d, \"tokens_per_s\": [", k ? ", " : "",
                 cells[k].batch, cells[k].context);

@@ -34,32 +34,17 @@ else
   passes=3; rounds=3; steps=32
 fi
 
-dir=$(bash "$here/install.sh")
-tag=$(cat "$dir/llama.cpp.tag")
-version=$(basename "$dir")
-bins=$dir/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64
-mkdir -p "$dir/build" "$dir/results"
-bench=$dir/build/llamacpp_bench
-g++ -O2 -std=c++17 -Wall -Wextra -Werror -o "$bench" "$here/llamacpp_bench.cc" \
-  -I"$dir/llama.cpp/include" -I"$dir/llama.cpp/ggml/include" \
-  "$bins/libllama.$tag.so" "$bins/libggml.$tag.so" "$bins/libggml-base.so" -Wl,-rpath,"$bins"
-
-"$python" "$here/q8_0_check.py" "$bins" >&2
-
-# Model files, written once per version of the writer (its hash names their directory).
-writer_hash=$(sha256sum "$here/gguf_writer.py" | cut -c1-12)
-models=$dir/models/$writer_hash
-mkdir -p "$models"
+source "$here/setup.sh"
+llamacpp_setup
+dir=$llamacpp_dir
+tag=$llamacpp_tag
+version=$llamacpp_version
+bins=$llamacpp_bins
+bench=$llamacpp_bench
 files=()
 for arch in ${archs//,/ }; do
   for dtype in ${dtypes//,/ }; do
-    file=$models/$arch-$dtype.gguf
-    if [[ ! -f $file ]]; then
-      echo "writing $file" >&2
-      "$python" "$here/gguf_writer.py" --arch "$arch" --dtype "$dtype" --out "$file.tmp"
-      mv "$file.tmp" "$file"
-    fi
-    files+=("$file")
+    files+=("$(llamacpp_model "$arch" "$dtype" 8192)")
   done
 done
 

@@ -4,10 +4,14 @@ their tables (figures.py, tables.py), each captioned with its machine, model sha
 
     plots.py --out DIR FILE.json...
 
-From a "scaling" document: decode_vs_context.png and memory_vs_context.png; from "served"
-documents: throughput_vs_concurrency.png (one pair of lines per document, so a recorded GPU run
-adds its own) and ttft_vs_prompt.png. Every drawn line carries a gid naming what it shows
-("linserve/1": linserve at batch 1, ...), which report_test.py reads back.
+From a "scaling" document: decode_vs_context.png and memory_vs_context.png, with every series
+the document holds (llama.cpp's GPT-2 and RWKV-7 as the main peers, the PyTorch softmax decoder
+as a labelled reference line; documents from before issue 28 have only linserve fp32 and the
+PyTorch line); from "served" documents: throughput_vs_concurrency.png (one pair of lines per
+document, so a recorded GPU run adds its own) and ttft_vs_prompt.png. Every drawn line carries a
+gid naming what it shows ("linserve/1": linserve at batch 1, "llamacpp/gpt2/32/oom": where
+llama.cpp's GPT-2 ran out of its memory budget at batch 32, ...), which report_test.py reads
+back.
 """
 
 import argparse
@@ -23,7 +27,15 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter  # noqa: 
 
 import figures  # noqa: E402
 
-COLOURS = {"linserve": "tab:blue", "softmax": "tab:red"}
+COLOURS = {"linserve": "tab:blue", "linserve_int8": "tab:cyan", "llamacpp/gpt2": "tab:red",
+           "llamacpp/rwkv7": "tab:orange", "softmax": "tab:gray"}
+# The pictures' names of the series (figures.ENGINES has the tables'): llama.cpp's are the main
+# peers; the PyTorch decoder is a reference line, named for what it is.
+LABELS = {"linserve": "linserve fp32 (linear attention, fixed state)",
+          "linserve_int8": "linserve int8 weights",
+          "llamacpp/gpt2": "llama.cpp GPT-2 Q8_0 (softmax + F16 KV cache)",
+          "llamacpp/rwkv7": "llama.cpp RWKV-7 Q8_0 (recurrent state)",
+          "softmax": "PyTorch eager softmax reference (fp32 KV cache)"}
 DPI = 100
 
 
@@ -49,9 +61,14 @@ def log_y(ax):
     ax.yaxis.set_minor_formatter(NullFormatter())
 
 
-def figure_legend(fig, ax, ncol):
-    fig.legend(*ax.get_legend_handles_labels(), loc="upper center", bbox_to_anchor=(0.5, 0.93),
-               ncol=ncol, fontsize=8, frameon=False)
+def figure_legend(fig, axes, ncol):
+    """One legend above `axes` with every label any of them carries, once."""
+    entries = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            entries.setdefault(label, handle)
+    fig.legend(list(entries.values()), list(entries), loc="upper center",
+               bbox_to_anchor=(0.5, 0.93), ncol=ncol, fontsize=8, frameon=False)
 
 
 def context_axis(ax, doc):
@@ -62,67 +79,106 @@ def context_axis(ax, doc):
     ax.grid(True, which="both", alpha=0.3)
 
 
+def peers_note(doc):
+    """What the peers of a scaling document are, for its pictures' captions."""
+    present = figures.engines(doc)
+    budgets = ", ".join(f"{figures.ENGINES[e]} {figures.memory_budget(doc, e) / figures.GIB:.0f} "
+                        f"GiB" for e in present if e in figures.BASELINES)
+    note = ""
+    if any(e.startswith("llamacpp/") for e in present):
+        ll = doc["llamacpp"]
+        note = (f" llama.cpp {ll['llama_cpp']} (node-llama-cpp {ll['node_llama_cpp']}): GGUF "
+                f"files of the same shape, Q8_0; a prefill still running after "
+                f"{ll['prefill_cap_s']:.0f} s is stopped and ends that model's curve.")
+    return (f"{note} PyTorch eager softmax reference: a PyTorch decoder of the same shape over "
+            f"a fp32 KV cache. KV caches and states allocated up to a budget (this machine is "
+            f"shared): {budgets}.")
+
+
+def mark_stop(ax, doc, engine, batch):
+    """An X at the last measured point of a peer whose curve stops before the last context,
+    saying why (out of its memory budget, or its prefill capped)."""
+    measured = figures.decode_series(doc, engine, batch)
+    oom = figures.out_of_memory(doc, engine, batch)
+    capped = figures.prefill_capped(doc, engine, batch)
+    if not measured or not (oom or capped):
+        return
+    last = measured[-1]
+    if oom:
+        gid, label = f"{engine}/{batch}/oom", "out of memory at the next context"
+        text = (f"{tokens_label(oom[0])}: {oom[1] / figures.GIB:.0f} GiB > the "
+                f"{figures.memory_budget(doc, engine) / figures.GIB:.0f} GiB budget")
+    else:
+        gid, label = f"{engine}/{batch}/capped", "prefill capped at the next context"
+        text = f"{tokens_label(capped[0])}: prefill stopped after {capped[2]:.0f} s"
+    ax.plot([last[0]], [last[1]], "X", ms=10, color=COLOURS[engine], markeredgecolor="black",
+            gid=gid, label=f"{figures.ENGINES[engine]}: {label}")
+    ax.annotate(text, xy=last, xytext=(8, -4), textcoords="offset points", fontsize=7, va="top",
+                color=COLOURS[engine])
+
+
 def decode_vs_context(doc):
-    note = (f"{figures.caption(doc)}. Same run, {doc['linserve']['threads']} threads each. "
-            f"Softmax peer: a PyTorch decoder of the same shape over a fp32 KV cache, allocated "
-            f"up to {doc['softmax']['kv_budget_bytes'] / figures.GIB:.0f} GiB (this machine is "
-            f"shared). CPU only: no GPU run is recorded, so no curve reaches 256k.")
-    fig, axes = new_figure(len(figures.batches(doc)), note, top=0.82)  # the legend goes above
+    note = (f"{figures.caption(doc)}. Same run, {doc['linserve']['threads']} threads each."
+            f"{peers_note(doc)} CPU only: no GPU run is recorded, so no curve reaches 256k.")
+    fig, axes = new_figure(len(figures.batches(doc)), note, top=0.78)  # the legend goes above
     fig.suptitle("Per-token decode latency against context: linear attention stays flat")
     for ax, batch in zip(axes, figures.batches(doc)):
-        for engine, name in (("linserve", "linserve (linear attention, fixed state)"),
-                             ("softmax", "softmax attention + KV cache (PyTorch)")):
-            series = figures.decode_series(doc, engine, batch)
-            ax.plot([c for c, _ in series], [m for _, m in series], "o-", ms=4, label=name,
-                    color=COLOURS[engine], gid=f"{engine}/{batch}")
-        oom = figures.out_of_memory(doc, batch)
-        if oom:
-            last = figures.decode_series(doc, "softmax", batch)[-1]
-            ax.plot([last[0]], [last[1]], "X", ms=12, color="black", gid=f"softmax/{batch}/oom",
-                    label="softmax peer out of memory at the next context")
-            ax.annotate(f"{tokens_label(oom[0])}: {oom[1] / figures.GIB:.0f} GiB of KV cache\n"
-                        f"> the {doc['softmax']['kv_budget_bytes'] / figures.GIB:.0f} GiB budget",
-                        xy=last, xytext=(8, -4), textcoords="offset points", fontsize=8,
-                        va="top")
+        for engine in figures.engines(doc):
+            line = figures.decode_series(doc, engine, batch)
+            style = "o:" if engine == "softmax" else "o-"
+            ax.plot([c for c, _ in line], [m for _, m in line], style, ms=4,
+                    label=LABELS[engine], color=COLOURS[engine], gid=f"{engine}/{batch}")
+            if engine in figures.BASELINES:
+                mark_stop(ax, doc, engine, batch)
         context_axis(ax, doc)
         log_y(ax)
         ax.set_ylabel("decode step (ms per token per session)")
         ax.set_title(f"batch {batch}")
-    figure_legend(fig, max(axes, key=lambda a: len(a.get_lines())), 3)
+    figure_legend(fig, axes, 3)
     return fig
 
 
 def memory_vs_context(doc):
     state = figures.state_bytes(doc)
     growth = figures.kv_growth(doc)
+    xs = figures.contexts(doc)
+    # (gid prefix, label, [(context, bytes per session)], style)
+    lines = [("linserve", "linserve state (server-reported)", [(c, state) for c in xs], "o-")]
+    for engine, what in (("llamacpp/rwkv7", "state"), ("llamacpp/gpt2", "F16 KV cache")):
+        if engine in figures.engines(doc):
+            lines.append((engine, f"{figures.ENGINES[engine]} {what} (from the shape)",
+                          figures.session_bytes(doc, engine), "o-"))
+    lines.append(("softmax", "PyTorch eager softmax reference: fp32 KV cache (measured)", growth,
+                  "o:"))
+    llamacpp = (" llama.cpp: bytes from the model's shape at llama.cpp's default cache types "
+                "(F16 K and V per token; RWKV-7's F32 state)."
+                if len(lines) > 2 else "")
     note = (f"{figures.caption(doc)}. linserve: state bytes per session as GetModelInfo reports "
-            f"them. KV cache: growth of the peer's resident memory when one session's cache was "
-            f"allocated and filled. Sessions that fit: memory / bytes per session.")
+            f"them.{llamacpp} PyTorch KV cache: growth of the reference's resident memory when "
+            f"one session's cache was allocated and filled. Sessions that fit: memory / bytes "
+            f"per session.")
     fig, (left, right) = new_figure(2, note)
     fig.suptitle("Memory per session against context: a fixed state against a growing KV cache")
-    xs = [c for c, _ in growth]
-    left.plot(xs, [state / 2**20] * len(xs), "o-", ms=4, color=COLOURS["linserve"],
-              gid="linserve/bytes", label="linserve state (server-reported)")
-    left.plot(xs, [kv / 2**20 for _, kv in growth], "o-", ms=4, color=COLOURS["softmax"],
-              gid="softmax/bytes", label="softmax KV cache (measured)")
+    for gid, label, points, style in lines:
+        colour = COLOURS[gid]
+        left.plot([c for c, _ in points], [b / 2**20 for _, b in points], style, ms=4,
+                  color=colour, gid=f"{gid}/bytes", label=label)
+        for gib, dash in zip(figures.MEMORY_SIZES_GIB, ("--", ":")):
+            right.plot([c for c, _ in points],
+                       [figures.sessions_that_fit(b, gib) for _, b in points], dash, marker="o",
+                       ms=4, color=colour, gid=f"{gid}/fit{gib}",
+                       label=f"{label.split(' (')[0]}, {gib} GiB")
     log_y(left)
     left.set_ylabel("MiB per session")
     left.set_title("bytes per session")
-    for gib, style in zip(figures.MEMORY_SIZES_GIB, ("--", ":")):
-        right.plot(xs, [figures.sessions_that_fit(state, gib)] * len(xs), style, marker="o",
-                   ms=4, color=COLOURS["linserve"], gid=f"linserve/fit{gib}",
-                   label=f"linserve, {gib} GiB")
-        right.plot(xs, [figures.sessions_that_fit(kv, gib) for _, kv in growth], style,
-                   marker="o", ms=4, color=COLOURS["softmax"], gid=f"softmax/fit{gib}",
-                   label=f"softmax KV cache, {gib} GiB")
     right.set_yscale("symlog", linthresh=1)
     right.yaxis.set_major_formatter(FuncFormatter(lambda y, _: f"{y:,.0f}"))
     right.set_ylabel("sessions that fit")
     right.set_title("sessions that fit in 24 GiB (dashed) and 80 GiB (dotted)")
     # The corners that the growing KV cache leaves empty.
-    for ax, corner in ((left, "upper left"), (right, "lower left")):
+    for ax, corner, ncol in ((left, "upper left", 1), (right, "lower left", 2)):
         context_axis(ax, doc)
-        ax.legend(fontsize=8, loc=corner)
+        ax.legend(fontsize=7, loc=corner, ncol=ncol)
     return fig
 
 

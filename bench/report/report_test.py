@@ -23,7 +23,11 @@ import figures  # noqa: E402
 import plots  # noqa: E402
 import tables  # noqa: E402
 
-FIXTURES = [os.path.join(HERE, "testdata", n) for n in ("scaling.json", "served.json")]
+# A scaling document with llama.cpp's peers and linserve int8 (issue 28) and the served one: one
+# of each, as plots.py takes them. OLD_SCALING: a scaling document recorded before issue 28
+# (linserve fp32 and the PyTorch softmax reference only), which must still render.
+FIXTURES = [os.path.join(HERE, "testdata", n) for n in ("scaling_llamacpp.json", "served.json")]
+OLD_SCALING = os.path.join(HERE, "testdata", "scaling.json")
 RESULTS = os.path.join(HERE, "..", "results")
 # (width, height) in pixels of each picture: figsize × plots.DPI.
 SIZES = {"decode_vs_context.png": (1200, 520), "memory_vs_context.png": (1200, 520),
@@ -113,33 +117,44 @@ def disagreements(lines, rows, key, column, scale=1.0):
 
 
 def scaling_disagreements(doc):
-    decode, memory = parse_tables(tables.markdown(doc))
+    tables_printed = parse_tables(tables.markdown(doc))
+    memory = tables_printed[-1]
     problems = []
     lines = drawn(plots.decode_vs_context(doc))
-    for b in figures.batches(doc):
-        for engine in ("linserve", "softmax"):
-            problems += disagreements(lines[f"{engine}/{b}"], decode, "context",
-                                      f"{engine}, batch {b}")
-        oom_gid = f"softmax/{b}/oom"
-        cells = [(number(r["context"]), r[f"softmax, batch {b}"]) for r in decode]
-        oom_rows = [i for i, (_, cell) in enumerate(cells) if cell.startswith("out of memory")]
-        if oom_rows:
-            last_measured = cells[oom_rows[0] - 1][0]
-            if oom_gid not in lines or lines[oom_gid][0][0] != last_measured:
-                problems.append(f"batch {b}: the table runs out of memory after {last_measured}, "
-                                f"the picture marks {lines.get(oom_gid)}")
-        elif oom_gid in lines:
-            problems.append(f"batch {b}: the picture marks an out-of-memory point, the table none")
+    for b, decode in zip(figures.batches(doc), tables_printed):
+        for engine in figures.engines(doc):
+            column = figures.ENGINES[engine]
+            problems += disagreements(lines[f"{engine}/{b}"], decode, "context", column)
+            if engine not in figures.BASELINES:
+                continue
+            cells = [(number(r["context"]), r[column]) for r in decode]
+            for kind, printed in (("oom", "out of memory"), ("capped", "prefill capped")):
+                gid = f"{engine}/{b}/{kind}"
+                rows = [i for i, (_, cell) in enumerate(cells) if cell.startswith(printed)]
+                if rows:
+                    last_measured = cells[rows[0] - 1][0]
+                    if gid not in lines or lines[gid][0][0] != last_measured:
+                        problems.append(f"{engine}, batch {b}: the table stops ({printed}) after "
+                                        f"{last_measured}, the picture marks {lines.get(gid)}")
+                elif gid in lines:
+                    problems.append(f"{engine}, batch {b}: the picture marks {kind}, the table "
+                                    f"does not")
     lines = drawn(plots.memory_vs_context(doc))
     mib = 2**20
-    problems += disagreements(lines["linserve/bytes"], memory, "context",
-                              "linserve state, as the server reports it", mib)
-    problems += disagreements(lines["softmax/bytes"], memory, "context",
-                              "softmax KV cache, measured", mib)
-    for g in figures.MEMORY_SIZES_GIB:
-        column = f"sessions in {g} GiB: linserve / KV cache"
-        problems += disagreements(lines[f"linserve/fit{g}"], memory, "context", (column, 0))
-        problems += disagreements(lines[f"softmax/fit{g}"], memory, "context", (column, 1))
+    columns = [("linserve", "linserve state, as the server reports it")]
+    names = ["linserve"]
+    for engine, what, short in (("llamacpp/rwkv7", "state", "RWKV-7"),
+                                ("llamacpp/gpt2", "KV cache, F16", "GPT-2")):
+        if engine in figures.engines(doc):
+            columns.append((engine, f"{figures.ENGINES[engine]} {what}, from the shape"))
+            names.append(short)
+    columns.append(("softmax", "PyTorch softmax KV cache, measured"))
+    names = " / ".join(names + ["PyTorch"])
+    for part, (gid, column) in enumerate(columns):
+        problems += disagreements(lines[f"{gid}/bytes"], memory, "context", column, mib)
+        for g in figures.MEMORY_SIZES_GIB:
+            problems += disagreements(lines[f"{gid}/fit{g}"], memory, "context",
+                                      (f"sessions in {g} GiB: {names}", part))
     for fig in plt.get_fignums():
         plt.close(fig)
     return problems
@@ -195,6 +210,34 @@ class AgreementTest(unittest.TestCase):
     def test_scaling_tables_and_pictures_agree(self):
         self.assertEqual(scaling_disagreements(figures.load(FIXTURES[0])), [])
 
+    def test_a_scaling_document_from_before_llamacpp_still_agrees(self):
+        doc = figures.load(OLD_SCALING)
+        self.assertEqual(figures.engines(doc), ["linserve", "softmax"])
+        self.assertEqual(scaling_disagreements(doc), [])
+
+    def test_llamacpp_lines_are_drawn_and_pytorch_is_the_labelled_reference(self):
+        doc = figures.load(FIXTURES[0])
+        fig = plots.decode_vs_context(doc)
+        labels = {line.get_gid(): line.get_label() for ax in fig.axes for line in ax.get_lines()}
+        plt.close("all")
+        for b in (1, 32):
+            for engine in ("linserve", "linserve_int8", "llamacpp/gpt2", "llamacpp/rwkv7",
+                           "softmax"):
+                self.assertIn(f"{engine}/{b}", labels)
+            self.assertTrue(labels[f"softmax/{b}"].startswith("PyTorch eager softmax reference"))
+            self.assertTrue(labels[f"llamacpp/gpt2/{b}"].startswith("llama.cpp GPT-2 Q8_0"))
+            self.assertTrue(labels[f"llamacpp/rwkv7/{b}"].startswith("llama.cpp RWKV-7 Q8_0"))
+
+    def test_memory_of_llamacpp_follows_the_shape(self):
+        doc = figures.load(FIXTURES[0])
+        # GPT-2's F16 K and V: 12 layers x 2 x 768 values x 2 bytes per token.
+        self.assertEqual(figures.session_bytes(doc, "llamacpp/gpt2")[1], (1024, 1024 * 36864))
+        # RWKV-7's F32 state: 12 layers x (2 x 768 shifted + 768 x 64 WKV) x 4 bytes.
+        self.assertEqual({b for _, b in figures.session_bytes(doc, "llamacpp/rwkv7")}, {2433024})
+        lines = drawn(plots.memory_vs_context(doc))
+        plt.close("all")
+        self.assertEqual(lines["llamacpp/gpt2/bytes"][2], (8192, 8192 * 36864 / 2**20))
+
     def test_served_tables_and_pictures_agree(self):
         self.assertEqual(served_disagreements(figures.load(FIXTURES[1])), [])
 
@@ -210,17 +253,31 @@ class AgreementTest(unittest.TestCase):
         lines = drawn(plots.decode_vs_context(doc))
         plt.close("all")
         self.assertNotEqual(disagreements(lines["softmax/1"], decode, "context",
-                                          "softmax, batch 1"), [])
+                                          "PyTorch softmax"), [])
 
     def test_the_out_of_memory_point_is_marked(self):
+        for path in (FIXTURES[0], OLD_SCALING):
+            doc = figures.load(path)
+            lines = drawn(plots.decode_vs_context(doc))
+            plt.close("all")
+            self.assertEqual(lines["softmax/32/oom"], [(1024, 1204.333)])
+            self.assertNotIn("softmax/1/oom", lines)
+
+    def test_llamacpp_stops_are_marked(self):
         doc = figures.load(FIXTURES[0])
         lines = drawn(plots.decode_vs_context(doc))
         plt.close("all")
-        self.assertEqual(lines["softmax/32/oom"], [(1024, 1204.333)])
-        self.assertNotIn("softmax/1/oom", lines)
+        self.assertEqual(lines["llamacpp/gpt2/32/oom"], [(128, 60.5)])
+        self.assertEqual(lines["llamacpp/gpt2/1/capped"], [(1024, 7.25)])
+        self.assertNotIn("llamacpp/gpt2/1/oom", lines)
+        self.assertNotIn("llamacpp/rwkv7/1/oom", lines)
+        self.assertNotIn("llamacpp/rwkv7/32/capped", lines)
+        printed = tables.markdown(doc)
+        self.assertIn("| 8192 | 16.05 | 9.20 | prefill capped: 6,144 tokens in 180 s |", printed)
+        self.assertIn("out of memory: needs 1.4 GiB", printed)
 
     def test_every_picture_carries_machine_model_and_date(self):
-        for path in FIXTURES:
+        for path in FIXTURES + [OLD_SCALING]:
             doc = figures.load(path)
             for name, fig in plots.draw([doc]).items():
                 text = " ".join(" ".join(t.get_text() for t in fig.texts).split())

@@ -22,47 +22,88 @@ def ratio(x):
     return f"{x:.2f}×"
 
 
+def stop_cell(doc, engine, batch, context):
+    """What a peer's cell at `context` says where it has no figure: why its sweep stopped there,
+    or "–"."""
+    if engine in figures.BASELINES:
+        oom = figures.out_of_memory(doc, engine, batch)
+        if oom and oom[0] == context:
+            return f"out of memory: needs {oom[1] / figures.GIB:.1f} GiB"
+        capped = figures.prefill_capped(doc, engine, batch)
+        if capped and capped[0] == context:
+            return f"prefill capped: {count(capped[1])} tokens in {capped[2]:.0f} s"
+    return "–"
+
+
+def scaling_header(doc):
+    present = figures.engines(doc)
+    parts = [f"linserve {doc['linserve']['threads']}"]
+    llamacpp = [e for e in present if e.startswith("llamacpp/")]
+    if llamacpp:
+        ll = doc["llamacpp"]
+        parts.append(f"llama.cpp {figures.series(doc, llamacpp[0])['threads']} "
+                     f"(llama.cpp {ll['llama_cpp']} from node-llama-cpp {ll['node_llama_cpp']}, "
+                     f"F16 KV cache, prefills stopped after {ll['prefill_cap_s']:.0f} s)")
+    parts.append(f"PyTorch softmax reference {doc['softmax']['threads']} "
+                 f"({doc['softmax']['torch']})")
+    budgets = ", ".join(f"{figures.ENGINES[e]} {figures.memory_budget(doc, e) / figures.GIB:.1f} "
+                        f"GiB" for e in present if e in figures.BASELINES)
+    return [f"Measured on {figures.caption(doc)}.",
+            f"Threads: {', '.join(parts)}. The peers' KV caches and states are allocated up to "
+            f"a budget of: {budgets}."]
+
+
 def scaling(doc):
-    lines = [f"Measured on {figures.caption(doc)}.",
-             f"Threads: linserve {doc['linserve']['threads']}, softmax peer "
-             f"{doc['softmax']['threads']} ({doc['softmax']['torch']}); the peer's KV caches are "
-             f"allocated up to a budget of {doc['softmax']['kv_budget_bytes'] / figures.GIB:.1f} "
-             f"GiB.", "",
-             "### Decode step against context (ms per step: each session of the batch gets one "
-             "token per step)", ""]
-    header, rule = "| context |", "|---:|"
+    present = figures.engines(doc)
+    lines = scaling_header(doc)
     for b in figures.batches(doc):
-        header += f" linserve, batch {b} | softmax, batch {b} | softmax / linserve |"
-        rule += "---:|---:|---:|"
-    lines += [header, rule]
-    for context in figures.contexts(doc):
-        row = f"| {context} |"
-        for b in figures.batches(doc):
-            ours = dict(figures.decode_series(doc, "linserve", b)).get(context)
-            peer = dict(figures.decode_series(doc, "softmax", b)).get(context)
-            oom = figures.out_of_memory(doc, b)
-            row += f" {ms(ours) if ours is not None else '–'} |"
-            if peer is not None:
-                row += f" {ms(peer)} |"
-            elif oom and oom[0] == context:
-                row += f" out of memory: needs {oom[1] / figures.GIB:.1f} GiB |"
-            else:
-                row += " – |"
-            row += f" {ratio(peer / ours)} |" if peer is not None and ours is not None else " – |"
-        lines.append(row)
+        lines += ["", f"### Decode step against context, batch {b} (ms per step: each session "
+                      f"of the batch gets one token per step)", ""]
+        columns = []  # (header, function of context -> cell)
+        for e in present:
+            measured = dict(figures.decode_series(doc, e, b))
+            columns.append((figures.ENGINES[e], lambda c, m=measured, e=e:
+                            ms(m[c]) if c in m else stop_cell(doc, e, b, c)))
+            base = figures.BASELINES.get(e)
+            if base in present:
+                ours = dict(figures.decode_series(doc, base, b))
+                columns.append((f"{figures.ENGINES[e]} / {figures.ENGINES[base]}",
+                                lambda c, m=measured, o=ours:
+                                ratio(m[c] / o[c]) if c in m and c in o else "–"))
+        lines += ["| context | " + " | ".join(h for h, _ in columns) + " |",
+                  "|---:|" + "---:|" * len(columns)]
+        for context in figures.contexts(doc):
+            lines.append(f"| {context} | " + " | ".join(f(context) for _, f in columns) + " |")
 
     state = figures.state_bytes(doc)
     sizes = figures.MEMORY_SIZES_GIB
+    growth = dict(figures.kv_growth(doc))
+    # (header, short name, {context: bytes}) of every series of bytes per session.
+    memory = [("linserve state, as the server reports it", "linserve",
+               {c: state for c in figures.contexts(doc)})]
+    reported = []
+    for e, what, short in (("llamacpp/rwkv7", "state", "RWKV-7"),
+                           ("llamacpp/gpt2", "KV cache, F16", "GPT-2")):
+        if e in present:
+            memory.append((f"{figures.ENGINES[e]} {what}, from the shape", short,
+                           dict(figures.session_bytes(doc, e))))
+            reported.append((f"{figures.ENGINES[e]}, as llama.cpp sizes the sequence",
+                             dict(figures.reported_bytes(doc, e))))
+    memory.append(("PyTorch softmax KV cache, measured", "PyTorch", growth))
+    names = " / ".join(short for _, short, _ in memory)
     lines += ["", "### Bytes per session against context (one session, batch 1)", "",
-              "| context | linserve state, as the server reports it | softmax KV cache, measured "
-              "| KV cache / state | " +
-              " | ".join(f"sessions in {g} GiB: linserve / KV cache" for g in sizes) + " |",
-              "|---:|---:|---:|---:|" + "---:|" * len(sizes)]
-    for context, kv in figures.kv_growth(doc):
-        fits = " | ".join(f"{count(figures.sessions_that_fit(state, g))} / "
-                          f"{count(figures.sessions_that_fit(kv, g))}" for g in sizes)
-        lines.append(f"| {context} | {count(state)} | {count(kv)} | {ratio(kv / state)} | "
-                     f"{fits} |")
+              "| context | " + " | ".join(h for h, _, _ in memory) + " | " +
+              "".join(f"{h} | " for h, _ in reported) + "PyTorch KV cache / linserve state | " +
+              " | ".join(f"sessions in {g} GiB: {names}" for g in sizes) + " |",
+              "|---:|" + "---:|" * (len(memory) + len(reported) + 1 + len(sizes))]
+    for context in figures.contexts(doc):
+        cells = [count(b[context]) if context in b else "–" for _, _, b in memory]
+        cells += [count(b[context]) if context in b else "–" for _, b in reported]
+        cells.append(ratio(growth[context] / state) if context in growth else "–")
+        for g in sizes:
+            cells.append(" / ".join(count(figures.sessions_that_fit(b[context], g))
+                                    if context in b else "–" for _, _, b in memory))
+        lines.append(f"| {context} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
