@@ -42,7 +42,7 @@ bench=$build/bench/cpu_bench
 echo "Run $(date -u '+%Y-%m-%d %H:%M UTC') on $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
      "$(nproc) cores; load average before: $(cut -d' ' -f1-3 /proc/loadavg)."
 echo
-"$python" "$root/bench/peer_torch.py" > "$json_dir/peer.json"
+"$python" "$root/bench/peer_torch.py" --threads="$threads" > "$json_dir/peer.json"
 if ! $skip_llamacpp; then
   echo "llama.cpp..." >&2
   # shellcheck disable=SC2086  # llamacpp_args is a list of arguments
