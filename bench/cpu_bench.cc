@@ -2,14 +2,17 @@
 // vocab 32000, tied head, random fp32 weights), each figure against its floor
 // (docs/architecture.md §7):
 //   bytes that must move / measured read bandwidth, and FLOPs / measured GEMM peak,
-// both measured in this same run, and against the PyTorch reference's recurrent step measured
-// by bench/peer_torch.py in the same session (--peer_json). bench/run_cpu.sh runs both and
-// writes bench/results/cpu.md.
+// both measured in this same run; the prefill GEMMs against the compute peak of the weight format
+// they run (bench/compute_peak.h: register-only fp32 FMA and int8 dot loops); and against the
+// PyTorch reference's recurrent step measured by bench/peer_torch.py in the same session
+// (--peer_json). bench/run_cpu.sh runs both, and llama.cpp, for bench/results/cpu.md.
 //
-// Sections: machine floors; our packed Linear vs OpenBLAS sgemm over the model's weights;
-// decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens chunked and token by token
-// (batch-1 decode steps); decode latency at positions 100, 1 000 and 10 000. Output: markdown
-// on stdout.
+// Sections: machine floors and compute peaks; our packed Linear vs OpenBLAS sgemm over the
+// model's weights; our packed Linear at the prefill pass's rows in fp32, bf16 and int8 against
+// each format's compute peak; decode tokens/s at batch 1, 8, 32, 128; prefill of 2048 tokens
+// chunked and token by token (batch-1 decode steps); decode latency at positions 100, 1 000 and
+// 10 000. Output: markdown on stdout, and with --json_out the same figures as JSON (documented
+// where Main writes it; bench/report/cpu_peer.py reads it).
 //
 // --weight_precision packs every weight matrix (the engine's and the Linear section's) in that
 // format (docs/architecture.md §4.9); the bandwidth floors count its bytes per weight.
@@ -44,8 +47,10 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "bench/bench_support.h"
+#include "bench/compute_peak.h"
 #include "kernels/cpu/aligned_buffer.h"
 #include "kernels/cpu/blas.h"
+#include "kernels/cpu/cpu_isa.h"
 #include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/threads.h"
 #include "model/backend/backend.h"
@@ -66,7 +71,10 @@ ABSL_FLAG(std::string, contexts, "",
           "Comma-separated contexts in [1, 1048576]: run only the context sweep (decode step at "
           "each context and --context_batches) and write it to --json_out.");
 ABSL_FLAG(std::string, context_batches, "1,32", "Batch sizes of the context sweep, in [1, 1024].");
-ABSL_FLAG(std::string, json_out, "", "The context sweep's JSON file (required with --contexts).");
+// Default: "" (the main mode writes no JSON; --contexts requires a file).
+ABSL_FLAG(std::string, json_out, "",
+          "JSON file of the figures: the context sweep's (required with --contexts), or the main "
+          "mode's machine floors, compute peaks, Linear, decode, prefill and latency figures.");
 // Default: auto (fp32 on the CPU).
 ABSL_FLAG(std::string, weight_precision, "auto",
           "Weight matrices as auto (fp32), fp32, bf16, fp16 or int8 in everything measured.");
@@ -235,23 +243,38 @@ struct LinearRow {
   double packed_ms, blas_ms, flops, bytes;
 };
 
-std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
-  struct Matrix {
-    const Tensor* w;
-    cpu::PackedMatrix packed;
-  };
+struct Matrix {
+  const Tensor* w;
+  cpu::PackedMatrix packed;
+};
+
+// The model's 73 weight matrices (6 per layer and the tied head), packed in `precision`.
+std::vector<Matrix> PackWeights(const Model& model, WeightPrecision precision) {
   std::vector<Matrix> ms;
   for (const LayerWeights& l : model.weights.layers) {
     for (const Tensor* t : {&l.q_weight, &l.k_weight, &l.v_weight, &l.o_weight, &l.fc1_weight,
                             &l.fc2_weight}) {
       ms.push_back({t, cpu::PackedMatrix::Pack(t->data.data(), t->shape[0], t->shape[1],
-                                               CpuWeightFormat(Precision()))});
+                                               CpuWeightFormat(precision))});
     }
   }
   const Tensor& head = model.weights.token_embedding;
   ms.push_back({&head, cpu::PackedMatrix::Pack(head.data.data(), head.shape[0], head.shape[1],
-                                               CpuWeightFormat(Precision()))});
+                                               CpuWeightFormat(precision))});
+  return ms;
+}
 
+// One Linear per matrix of `ms` over the same `rows` × in_features input.
+void LinearOverAll(const std::vector<Matrix>& ms, int rows, const float* x, float* y,
+                   int threads) {
+  for (const Matrix& m : ms) {
+    cpu::Linear(x, rows, m.w->shape[1], m.packed, nullptr, cpu::Activation::kNone,
+                cpu::LinearOutput::kStore, y, m.w->shape[0], threads);
+  }
+}
+
+std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
+  const std::vector<Matrix> ms = PackWeights(model, Precision());
   std::vector<LinearRow> out;
   for (int rows : {1, 8, 32, 128}) {
     std::vector<float> x(static_cast<size_t>(rows) * 3072, 0.01f);
@@ -262,12 +285,8 @@ std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
       r.bytes += static_cast<double>(m.packed.bytes());
     }
     const int repeats = rows >= 32 ? 3 : 5;
-    r.packed_ms = 1e3 * Best(repeats, [&] {
-      for (const Matrix& m : ms) {
-        cpu::Linear(x.data(), rows, m.w->shape[1], m.packed, nullptr, cpu::Activation::kNone,
-                    cpu::LinearOutput::kStore, y.data(), m.w->shape[0], threads);
-      }
-    });
+    r.packed_ms =
+        1e3 * Best(repeats, [&] { LinearOverAll(ms, rows, x.data(), y.data(), threads); });
     cpu::SetBlasThreads(threads);
     r.blas_ms = 1e3 * Best(repeats, [&] {
       for (const Matrix& m : ms) {
@@ -277,6 +296,39 @@ std::vector<LinearRow> CompareLinear(const Model& model, int threads) {
       }
     });
     cpu::SetBlasThreads(1);
+    out.push_back(r);
+  }
+  return out;
+}
+
+// ---- Prefill GEMMs against each weight format's compute peak ------------------------------
+
+// The peak the kernels of `precision` run against (compute_peak.h): int8 multiplies in
+// integers; fp32, bf16 and fp16 all run fp32 FMAs.
+double FormatPeak(const bench::ComputePeaks& peaks, WeightPrecision precision) {
+  return CpuWeightFormat(precision) == cpu::WeightFormat::kInt8 ? peaks.int8_gops
+                                                                 : peaks.fp32_gflops;
+}
+
+struct FormatLinearRow {
+  WeightPrecision precision;
+  int rows;
+  double ms, ops;
+};
+
+// Our packed Linear over all 73 matrices at the prefill pass's rows (the layers' GEMMs of one
+// 512-token pass, plus the head's as if it ran over the pass too), in fp32, bf16 and int8.
+std::vector<FormatLinearRow> PrefillLinear(const Model& model, int threads) {
+  const int rows = CpuBackend::kPrefillPassRows;
+  std::vector<float> x(static_cast<size_t>(rows) * 3072, 0.01f);
+  std::vector<float> y(static_cast<size_t>(rows) * 32000);
+  std::vector<FormatLinearRow> out;
+  for (WeightPrecision p :
+       {WeightPrecision::kFp32, WeightPrecision::kBf16, WeightPrecision::kInt8}) {
+    const std::vector<Matrix> ms = PackWeights(model, p);
+    FormatLinearRow r{p, rows, 0, 0};
+    for (const Matrix& m : ms) r.ops += 2.0 * rows * m.w->shape[0] * m.w->shape[1];
+    r.ms = 1e3 * Best(3, [&] { LinearOverAll(ms, rows, x.data(), y.data(), threads); });
     out.push_back(r);
   }
   return out;
@@ -583,12 +635,18 @@ int Main() {
   // Measure everything first; bandwidth again at the end, because on a shared host it drifts.
   std::fprintf(stderr, "measuring bandwidth and GEMM peak...\n");
   Floors floors = MeasureFloors(threads);
+  const cpu::CpuIsa isa = cpu::ChosenCpuIsa();
+  std::fprintf(stderr, "measuring compute peaks (%s)...\n",
+               std::string(cpu::CpuIsaName(isa)).c_str());
+  const bench::ComputePeaks peaks = bench::MeasureComputePeaks(threads, isa);
   std::fprintf(stderr, "building the 125M-shape model...\n");
   const ModelConfig config = Config125M();
   const Model model = MakeRandomModel(config, 1);
   const Work work = WorkOf(config);
   std::fprintf(stderr, "linear kernels...\n");
   const std::vector<LinearRow> linear = CompareLinear(model, threads);
+  std::fprintf(stderr, "prefill-shape Linear in fp32, bf16, int8...\n");
+  const std::vector<FormatLinearRow> prefill_linear = PrefillLinear(model, threads);
 
   std::fprintf(stderr, "decode...\n");
   BackendOptions options;
@@ -626,8 +684,27 @@ int Main() {
   std::printf("| OpenBLAS sgemm 2048³ | %.1f GFLOP/s |\n", floors.blas_gflops);
   std::printf("| our packed Linear 2048³ | %.1f GFLOP/s |\n", floors.packed_gflops);
   std::printf("| floors use: read bandwidth %.1f GB/s (the higher), GEMM peak %.1f GFLOP/s (the "
-              "higher) | |\n\n",
+              "higher) | |\n",
               floors.read_gbs, floors.peak_gflops());
+  const std::string isa_name(cpu::CpuIsaName(peaks.isa));
+  std::printf("| fp32 compute peak: vfmadd231ps on the %s path, register-only, every thread | "
+              "%.1f GFLOP/s |\n",
+              isa_name.c_str(), peaks.fp32_gflops);
+  std::printf("| bf16 compute peak: our bf16 kernels widen to fp32 and run the fp32 FMAs (same "
+              "results on every host), so it is the fp32 peak | %.1f GFLOP/s |\n",
+              peaks.fp32_gflops);
+  std::printf("| int8 compute peak: the int8 kernels' dot on the %s path (%s), register-only, "
+              "every thread | %.1f GOP/s |\n",
+              isa_name.c_str(),
+              peaks.isa == cpu::CpuIsa::kAvx2 ? "vpmaddubsw + vpmaddwd + vpaddd" : "vpdpbusd",
+              peaks.int8_gops);
+  if (peaks.avx512_bf16_gflops) {
+    std::printf("| for reference only: vdpbf16ps (AVX512_BF16), which our kernels do not use: it "
+                "rounds activations to bf16, so results would differ from fp32 and between hosts "
+                "| %.1f GFLOP/s |\n",
+                *peaks.avx512_bf16_gflops);
+  }
+  std::printf("\n");
   std::printf("Model: 125M shape, %.1f M parameters, %s weights streamed per step %.0f MB, "
               "state %.2f MB per session.\n\n",
               model.weights.ParameterCount() / 1e6,
@@ -642,6 +719,18 @@ int Main() {
     std::printf("| %d | %.1f ms | %.1f ms | %.0f | %.0f | %.2f× |\n", r.rows, r.packed_ms,
                 r.blas_ms, r.flops / r.packed_ms / 1e6, r.flops / r.blas_ms / 1e6,
                 r.blas_ms / r.packed_ms);
+  }
+
+  std::printf("\n## Prefill GEMMs: packed Linear at %d rows (one prefill pass) over all 73 weight "
+              "matrices, per weight format, against that format's compute peak\n\n",
+              CpuBackend::kPrefillPassRows);
+  std::printf("| weights | time | GFLOP/s (int8: GOP/s) | format's compute peak | of peak |\n"
+              "|---|---|---|---|---|\n");
+  for (const FormatLinearRow& r : prefill_linear) {
+    const double rate = r.ops / r.ms / 1e6, its_peak = FormatPeak(peaks, r.precision);
+    std::printf("| %s | %.1f ms | %.0f | %.0f | %s |\n",
+                std::string(WeightPrecisionName(r.precision)).c_str(), r.ms, rate, its_peak,
+                Pct(rate / its_peak).c_str());
   }
 
   std::printf("\n## Decode (median step; floor = max(bytes / read bandwidth, FLOPs / peak); "
@@ -659,14 +748,17 @@ int Main() {
   }
 
   std::printf("\n## Prefill of 2048 tokens (last logits only)\n\n");
-  std::printf("| mode | tokens/s | time | floor | of floor | of GEMM peak | vs PyTorch peer |\n"
-              "|---|---|---|---|---|---|---|\n");
+  const double format_peak = FormatPeak(peaks, Precision()) * 1e9;
+  std::printf("| mode | tokens/s | time | floor | of floor | of GEMM peak | of %s compute peak | "
+              "vs PyTorch peer |\n|---|---|---|---|---|---|---|---|\n",
+              std::string(WeightPrecisionName(Precision())).c_str());
   for (const PrefillRow& r : prefill) {
     const double floor = std::max(r.bytes / bw, r.flops / peak);
     const double tps = r.tokens / r.seconds;
-    std::printf("| %s | %.1f | %.2f s | %.2f s | %s | %s | %s |\n", r.name.c_str(), tps,
+    std::printf("| %s | %.1f | %.2f s | %.2f s | %s | %s | %s | %s |\n", r.name.c_str(), tps,
                 r.seconds, floor, Pct(floor / r.seconds).c_str(),
                 Pct(r.flops / r.seconds / peak).c_str(),
+                Pct(r.flops / r.seconds / format_peak).c_str(),
                 Ratio(peer, r.chunk == 1 ? "prefill_token_by_token_tps" : "prefill_chunked_tps",
                       tps, true)
                     .c_str());
@@ -682,6 +774,89 @@ int Main() {
   }
   if (peer.contains("torch")) {
     std::printf("\nPeer: %s\n", peer.at("torch").get<std::string>().c_str());
+  }
+
+  const std::string json_out = absl::GetFlag(FLAGS_json_out);
+  if (json_out.empty()) return 0;
+  // The main mode's JSON: the figures of the markdown above, unrounded. Times in ms (prefill in
+  // s), rates in GB/s, GFLOP/s (int8: GOP/s) and tokens/s (summed over the batch); "of_*" are
+  // fractions (1 = 100%). compute_peak.bf16_gflops is the fp32 peak (compute_peak.h), and
+  // avx512_bf16_gflops is null where the host lacks AVX512_BF16.
+  nlohmann::json doc = {
+      {"mode", "main"},
+      {"threads", threads},
+      {"weight_precision", std::string(WeightPrecisionName(Precision()))},
+      {"parameters", model.weights.ParameterCount()},
+      {"weight_bytes_per_step", work.weight_bytes},
+      {"state_bytes_per_session", work.state_bytes},
+      {"machine",
+       {{"read_gbs_start", start_read},
+        {"read_gbs_end", end_bw.read_gbs},
+        {"read_gbs", floors.read_gbs},
+        {"triad_gbs_start", floors.triad_gbs},
+        {"triad_gbs_end", end_bw.triad_gbs},
+        {"sgemm_gflops", floors.blas_gflops},
+        {"packed_gflops", floors.packed_gflops},
+        {"gemm_peak_gflops", floors.peak_gflops()}}},
+      {"compute_peak",
+       {{"isa", isa_name},
+        {"fp32_gflops", peaks.fp32_gflops},
+        {"bf16_gflops", peaks.fp32_gflops},
+        {"int8_gops", peaks.int8_gops},
+        {"avx512_bf16_gflops", peaks.avx512_bf16_gflops ? nlohmann::json(*peaks.avx512_bf16_gflops)
+                                                        : nlohmann::json(nullptr)}}},
+      {"linear", nlohmann::json::array()},
+      {"prefill_linear", nlohmann::json::array()},
+      {"decode", nlohmann::json::array()},
+      {"prefill", nlohmann::json::array()},
+      {"latency", nlohmann::json::array()}};
+  for (const LinearRow& r : linear) {
+    doc["linear"].push_back({{"rows", r.rows},
+                             {"packed_ms", r.packed_ms},
+                             {"sgemm_ms", r.blas_ms},
+                             {"packed_gflops", r.flops / r.packed_ms / 1e6},
+                             {"sgemm_gflops", r.flops / r.blas_ms / 1e6}});
+  }
+  for (const FormatLinearRow& r : prefill_linear) {
+    const double rate = r.ops / r.ms / 1e6, its_peak = FormatPeak(peaks, r.precision);
+    doc["prefill_linear"].push_back({{"weights", std::string(WeightPrecisionName(r.precision))},
+                                     {"rows", r.rows},
+                                     {"ms", r.ms},
+                                     {"gops", rate},
+                                     {"peak_gops", its_peak},
+                                     {"of_peak", rate / its_peak}});
+  }
+  for (const DecodeRow& r : decode) {
+    const double floor_bw = r.bytes / bw, floor_compute = r.flops / peak;
+    doc["decode"].push_back({{"batch", r.batch},
+                             {"tokens_per_s", r.batch / r.step_s},
+                             {"step_ms", 1e3 * r.step_s},
+                             {"floor_bandwidth_ms", 1e3 * floor_bw},
+                             {"floor_compute_ms", 1e3 * floor_compute},
+                             {"of_floor", std::max(floor_bw, floor_compute) / r.step_s},
+                             {"of_bandwidth_floor", floor_bw / r.step_s},
+                             {"of_gemm_peak", r.flops / r.step_s / peak}});
+  }
+  for (const PrefillRow& r : prefill) {
+    doc["prefill"].push_back(
+        {{"mode", r.chunk == 1 ? "token_by_token" : "chunked"},
+         {"chunk", r.chunk},
+         {"tokens", r.tokens},
+         {"tokens_per_s", r.tokens / r.seconds},
+         {"seconds", r.seconds},
+         {"floor_s", std::max(r.bytes / bw, r.flops / peak)},
+         {"of_floor", std::max(r.bytes / bw, r.flops / peak) / r.seconds},
+         {"of_gemm_peak", r.flops / r.seconds / peak},
+         {"of_format_peak", r.flops / r.seconds / format_peak}});
+  }
+  for (const LatencyRow& r : latency) {
+    doc["latency"].push_back({{"position", r.position}, {"ms", r.ms}});
+  }
+  std::ofstream out(json_out);
+  out << doc.dump(1) << "\n";
+  if (!out) {
+    std::fprintf(stderr, "cpu_bench: cannot write %s\n", json_out.c_str());
+    return 1;
   }
   return 0;
 }
