@@ -25,7 +25,9 @@
 // of 8 and runs the same fused multiply-adds in the same order per output (the widening is
 // exact either way), so its results are bitwise AVX2's; its tiles write their sums to a small
 // buffer and the epilogue (linear_epilogue.h) runs outside the AVX-512 code, the same
-// instructions on every path.
+// instructions on every path. With one register per row, a 6-row tile of one panel would hold
+// only 6 FMA chains, so fp32 (and the widened bf16/fp16 panels) run two panels per tile there
+// (Avx512PairTile), a thread's odd last panel alone.
 #include "kernels/cpu/packed_linear.h"
 
 #include <immintrin.h>
@@ -119,6 +121,64 @@ LINSERVE_TARGET_AVX512_VNNI void Avx512TileOfRows(int64_t n, const float* x, int
   }
 }
 
+// Avx512Tile over two panels side by side: each row's broadcast serves both, and the 2 × kRows
+// accumulators (12 at 6 rows) keep both FMA pipes of a Zen 5 or Sapphire Rapids core busy, where
+// one panel's 6 chains wait on the FMA latency (bench/results/cpu.md: the prefill GEMMs reached
+// 60% of the fp32 compute peak with one panel per tile). Every output gets Avx512Tile's
+// multiply-adds in the same order, so the results are bitwise the same. `prefetch0` and
+// `prefetch1` (both or neither) are the next pair's panels.
+template <int kRows>
+LINSERVE_TARGET_AVX512_VNNI void Avx512PairTile(const float* __restrict x, int64_t ldx,
+                                                const float* __restrict panel0,
+                                                const float* __restrict panel1, int64_t k_dim,
+                                                float* __restrict dot0, float* __restrict dot1,
+                                                const float* prefetch0, const float* prefetch1) {
+  __m512 acc0[kRows];
+  __m512 acc1[kRows];
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t k = 0; k < k_dim; ++k) {
+    const __m512 w0 = _mm512_load_ps(panel0 + k * kWidth);
+    const __m512 w1 = _mm512_load_ps(panel1 + k * kWidth);
+    if (prefetch0 != nullptr) {
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch0 + k * kWidth), _MM_HINT_T1);
+      _mm_prefetch(reinterpret_cast<const char*>(prefetch1 + k * kWidth), _MM_HINT_T1);
+    }
+#pragma GCC unroll 8
+    for (int i = 0; i < kRows; ++i) {
+      const __m512 xi = _mm512_set1_ps(x[i * ldx + k]);
+      acc0[i] = _mm512_fmadd_ps(xi, w0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(xi, w1, acc1[i]);
+    }
+  }
+#pragma GCC unroll 8
+  for (int i = 0; i < kRows; ++i) {
+    _mm512_store_ps(dot0 + i * kWidth, acc0[i]);
+    _mm512_store_ps(dot1 + i * kWidth, acc1[i]);
+  }
+}
+
+LINSERVE_TARGET_AVX512_VNNI void Avx512PairTileOfRows(int64_t n, const float* x, int64_t ldx,
+                                                      const float* panel0, const float* panel1,
+                                                      int64_t k_dim, float* dot0, float* dot1,
+                                                      const float* prefetch0,
+                                                      const float* prefetch1) {
+  switch (n) {
+    case 1:
+      return Avx512PairTile<1>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+    case 2:
+      return Avx512PairTile<2>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+    case 3:
+      return Avx512PairTile<3>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+    case 4:
+      return Avx512PairTile<4>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+    case 5:
+      return Avx512PairTile<5>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+    case 6:
+      return Avx512PairTile<6>(x, ldx, panel0, panel1, k_dim, dot0, dot1, prefetch0, prefetch1);
+  }
+}
+
 void TileOfRows(int64_t n, const float* x, int64_t ldx, const float* panel, int64_t k_dim,
                 const Epilogue& e, float* y, int64_t ldy, const float* prefetch, CpuIsa isa) {
   if (isa == CpuIsa::kAvx512Vnni) {
@@ -170,6 +230,25 @@ void Fp32Panel(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w,
     // at 32 rows).
     TileOfRows(n, x + r * ldx, ldx, panel, w.in_features(), e, y + r * ldy + p * kWidth, ldy,
                t == 1 ? next : nullptr, isa);
+  });
+}
+
+// All rows for the fp32 panels p and p + 1 on the AVX-512 path, one pair tile per tile of rows.
+// `next0` and `next1` are the panels this thread computes next (both or neither).
+void Fp32PanelPair(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, int64_t p,
+                   const float* panel0, const float* panel1, const float* next0,
+                   const float* next1, const float* bias, Activation act, LinearOutput output,
+                   float* y, int64_t ldy) {
+  const Epilogue e0 = PanelEpilogue(w, p, bias, act, output);
+  const Epilogue e1 = PanelEpilogue(w, p + 1, bias, act, output);
+  ForEachTile(rows, [&](int64_t r, int64_t n, int64_t t) {
+    alignas(64) float dot0[kMaxRows * kWidth];
+    alignas(64) float dot1[kMaxRows * kWidth];
+    // As in Fp32Panel: the second tile prefetches the next pair.
+    Avx512PairTileOfRows(n, x + r * ldx, ldx, panel0, panel1, w.in_features(), dot0, dot1,
+                         t == 1 ? next0 : nullptr, t == 1 ? next1 : nullptr);
+    FinishRows(e0, dot0, n, y + r * ldy + p * kWidth, ldy);
+    FinishRows(e1, dot1, n, y + r * ldy + (p + 1) * kWidth, ldy);
   });
 }
 
@@ -381,8 +460,18 @@ void WidenedPanels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix
                    LinearOutput output, float* y, int64_t ldy, CpuIsa isa) {
   thread_local FloatBuffer buffer;
   const int64_t floats = w.in_features() * kWidth;
-  if (buffer.size() < floats) buffer = FloatBuffer(floats);
-  for (int64_t p = begin; p < end; ++p) {
+  if (buffer.size() < 2 * floats) buffer = FloatBuffer(2 * floats);
+  int64_t p = begin;
+  if (isa == CpuIsa::kAvx512Vnni) {
+    // Two panels at a time through the pair tile, as Panels does for fp32.
+    for (; p + 2 <= end; p += 2) {
+      Widen<F>(w, p, w.panel(p + 1), buffer.data());
+      Widen<F>(w, p + 1, p + 2 < end ? w.panel(p + 2) : nullptr, buffer.data() + floats);
+      Fp32PanelPair(x, rows, ldx, w, p, buffer.data(), buffer.data() + floats, nullptr, nullptr,
+                    bias, act, output, y, ldy);
+    }
+  }
+  for (; p < end; ++p) {
     Widen<F>(w, p, p + 1 < end ? w.panel(p + 1) : nullptr, buffer.data());
     const Epilogue e = PanelEpilogue(w, p, bias, act, output);
     ForEachTile(rows, [&](int64_t r, int64_t n, int64_t) {
@@ -408,13 +497,25 @@ void Panels(const float* x, int64_t rows, int64_t ldx, const PackedMatrix& w, in
             int64_t end, const float* bias, Activation act, LinearOutput output, float* y,
             int64_t ldy, CpuIsa isa) {
   switch (w.format()) {
-    case WeightFormat::kFp32:
-      for (int64_t p = begin; p < end; ++p) {
-        Fp32Panel(x, rows, ldx, w, p,
-                  p + 1 < end ? reinterpret_cast<const float*>(w.panel(p + 1)) : nullptr, bias,
-                  act, output, y, ldy, isa);
+    case WeightFormat::kFp32: {
+      const auto panel = [&](int64_t q) {
+        return q < end ? reinterpret_cast<const float*>(w.panel(q)) : nullptr;
+      };
+      int64_t p = begin;
+      if (isa == CpuIsa::kAvx512Vnni) {
+        for (; p + 2 <= end; p += 2) {
+          // Prefetch the next pair, or the last odd panel alone (twice: both or neither).
+          const float* next0 = panel(p + 2);
+          const float* next1 = panel(p + 3) != nullptr ? panel(p + 3) : next0;
+          Fp32PanelPair(x, rows, ldx, w, p, panel(p), panel(p + 1), next0, next1, bias, act,
+                        output, y, ldy);
+        }
+      }
+      for (; p < end; ++p) {
+        Fp32Panel(x, rows, ldx, w, p, panel(p + 1), bias, act, output, y, ldy, isa);
       }
       return;
+    }
     case WeightFormat::kBf16:
       return QuantizedPanels<Bf16Format>(x, rows, ldx, w, begin, end, bias, act, output, y, ldy,
                                          isa);
