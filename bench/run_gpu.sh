@@ -118,8 +118,8 @@ export_results() {
     prefill_serving_gpu.md; do
     [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
   done
-  # Without the nsys profiles (tens of MB each): their per-kernel sums are in the logs.
-  tar -C "$out" --exclude='*.nsys-rep' --exclude='*.sqlite' -czf "$OUT/logs.tar.gz" . \
+  # Without the profiles (tens of MB each): their per-kernel sums are in the logs.
+  tar -C "$out" --exclude='*.nsys-rep' --exclude='*.ncu-rep' --exclude='*.sqlite' --exclude='model-*' -czf "$OUT/logs.tar.gz" . \
     2>/dev/null || true
 }
 
@@ -132,7 +132,7 @@ served() {
   local batches
   batches=$(IFS=,; echo "${served_concurrencies[*]}")
   "$bundle/bin/gpu_bench" --batches="$batches" --prefill_lengths=2048 --positions=1024 \
-    --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
+    --json_out="$out/served_engine.json" | tee "$out/served_engine.md" >&2
   local model=$out/model-125m
   make_125m_model "$model"
   local max=${served_concurrencies[-1]}
@@ -172,35 +172,53 @@ served() {
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   ((rc == 0)) || { echo "run_gpu: a load test failed" >&2; return 1; }
-  python3 "$root/bench/gpu/serving_report.py" --engine "$out/gpu_bench.json" \
+  python3 "$root/bench/gpu/serving_report.py" --engine "$out/served_engine.json" \
     --greedy "${greedy[@]}" --sampling "$c=$out/served_${c}_topk_topp.json" \
     --gpu "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)" \
     --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
 }
 
-# Issue 29 in this call: gpu_bench --profile_batch under nsys (kernels only, CUDA graphs traced
-# node by node) for each shape and batch, nsys's per-kernel sums, and kernel_report.py's table of
-# each kernel's time per step against its floor; writes $out/gpu_kernels.md.
+# Issue 29 in this call: gpu_bench --profile_batch for each shape and batch under a profiler, its
+# per-kernel times, and kernel_report.py's table of each kernel's time per step against its
+# floor; writes $out/gpu_kernels.md. The profiler: nsys (kernels only, CUDA graphs traced node by
+# node, 50 steps) where it is installed; else Nsight Compute (ncu), which times each launch alone
+# (graph nodes too) at the card's own clocks and without flushing caches, over fewer steps since
+# it serializes every launch (the device machines' image has ncu but no working nsys).
 kernels() {
-  local out=$1 nsys
+  local out=$1 nsys ncu
   nsys=$(command -v nsys || ls /usr/local/cuda/bin/nsys /opt/nvidia/nsight-systems/*/bin/nsys \
     2>/dev/null | head -1 || true)
-  if [[ -z $nsys ]]; then
-    echo "run_gpu: nsys not found: per-kernel times not measured" | tee "$out/gpu_kernels.md" >&2
+  ncu=$(command -v ncu || ls /usr/local/cuda/bin/ncu /opt/nvidia/nsight-compute/*/ncu \
+    2>/dev/null | head -1 || true)
+  if [[ -z $nsys && -z $ncu ]]; then
+    echo "run_gpu: neither nsys nor ncu found: per-kernel times not measured" |
+      tee "$out/gpu_kernels.md" >&2
     return 1
   fi
   local pairs=() shape b
   for shape in 125m based; do
     for b in 1 64 256; do
       local name=kernels_${shape}_$b
-      "$nsys" profile --trace=cuda --cuda-graph-trace=node --capture-range=cudaProfilerApi \
-        --capture-range-end=stop --force-overwrite=true --output="$out/$name" \
-        "$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b" --profile_steps=50 \
-        --json_out="$out/$name.json" >"$out/$name.log" 2>&1 || { cat "$out/$name.log" >&2; return 1; }
-      "$nsys" stats --report cuda_gpu_kern_sum --format csv --force-export=true \
-        --output="$out/$name" "$out/$name.nsys-rep" >>"$out/$name.log" 2>&1 || {
-        cat "$out/$name.log" >&2; return 1; }
-      pairs+=("$out/$name.json=$(ls "$out/$name"*kern_sum*.csv | head -1)")
+      local bench=("$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b"
+        --json_out="$out/$name.json")
+      if [[ -n $nsys ]]; then
+        "$nsys" profile --trace=cuda --cuda-graph-trace=node --capture-range=cudaProfilerApi \
+          --capture-range-end=stop --force-overwrite=true --output="$out/$name" \
+          "${bench[@]}" --profile_steps=50 >"$out/$name.log" 2>&1 || {
+          cat "$out/$name.log" >&2; return 1; }
+        "$nsys" stats --report cuda_gpu_kern_sum --format csv --force-export=true \
+          --output="$out/$name" "$out/$name.nsys-rep" >>"$out/$name.log" 2>&1 || {
+          cat "$out/$name.log" >&2; return 1; }
+        pairs+=("$out/$name.json=$(ls "$out/$name"*kern_sum*.csv | head -1)")
+      else
+        "$ncu" --profile-from-start off --clock-control none --cache-control none \
+          --metrics gpu__time_duration.sum --force-overwrite --export "$out/$name" \
+          "${bench[@]}" --profile_steps=5 >"$out/$name.log" 2>&1 || {
+          cat "$out/$name.log" >&2; return 1; }
+        "$ncu" --import "$out/$name.ncu-rep" --csv \
+          >"$out/$name.csv" 2>>"$out/$name.log" || { cat "$out/$name.log" >&2; return 1; }
+        pairs+=("$out/$name.json=$out/$name.csv")
+      fi
     done
   done
   python3 "$root/bench/gpu/kernel_report.py" "${pairs[@]}" | tee "$out/gpu_kernels.md"

@@ -1,18 +1,19 @@
 #!/usr/bin/env python3
 """Per-kernel times of a CUDA decode step beside their floors (issue 29), as markdown.
 
-  kernel_report.py ACCOUNT.json=KERN_SUM.csv [...]
+  kernel_report.py ACCOUNT.json=KERNELS.csv [...]
 
 Each pair is one profiled run: ACCOUNT.json is `gpu_bench --profile_batch=B --json_out` (the
 batch's kernel account, bench/gpu/kernel_account.h, with each kernel's floor at the copy and GEMM
-rates measured in that run) and KERN_SUM.csv is `nsys stats --report cuda_gpu_kern_sum --format
-csv` of the same run's profile (total time and instances per kernel name over its
---profile_steps steps). Account rows that run the same CUDA kernels (every norm runs
-AddNormKernel) are one row here; the cuBLASLt GEMMs (gemm, cutlass, xmma or cublas in the name)
-are one row too, since a profile's kernel names do not say which projection a GEMM computed; a
-kernel the account does not know lands in an "other" row. The per-step
-time is a kernel's total over the profiled steps divided by their number; "of floor" = floor /
-time (1.0 = at the floor).
+rates measured in that run) and KERNELS.csv the same run's kernel times, from either profiler:
+`nsys stats --report cuda_gpu_kern_sum --format csv` (total time and instances per kernel name
+over its --profile_steps steps), or Nsight Compute's `ncu --import RUN.ncu-rep --csv --metrics
+gpu__time_duration.sum` (one row per kernel launch; summed here per name). Account rows that run
+the same CUDA kernels (every norm runs AddNormKernel) are one row here; the cuBLASLt GEMMs (gemm,
+cutlass, xmma or cublas in the name) are one row too, since a profile's kernel names do not say
+which projection a GEMM computed; a kernel the account does not know lands in an "other" row. The
+per-step time is a kernel's total over the profiled steps divided by their number; "of floor" =
+floor / time (1.0 = at the floor).
 """
 import csv
 import json
@@ -25,18 +26,70 @@ GEMM_ROW = "gemm (cuBLASLt: every projection and the LM head)"
 GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas", re.IGNORECASE)
 
 
-def read_kernel_sum(path):
-    """{kernel name: (total ns, instances)} from nsys's cuda_gpu_kern_sum CSV."""
-    with open(path, newline="") as f:
-        lines = [line for line in f if line.strip()]
+NCU_METRIC = "gpu__time_duration.sum"
+# Nsight Compute's time units, in nanoseconds.
+NCU_UNITS = {"nsecond": 1.0, "ns": 1.0, "usecond": 1e3, "us": 1e3, "msecond": 1e6, "ms": 1e6,
+             "second": 1e9, "s": 1e9}
+
+
+def _number(text):
+    """A profiler's number, which may carry thousands separators ("12,345.6")."""
+    return float(text.replace(",", ""))
+
+
+def read_nsys_sum(lines):
+    """{kernel name: (total ns, instances)} from nsys's cuda_gpu_kern_sum CSV lines."""
     # nsys may print a banner before the header: start at the header line.
     start = next(i for i, line in enumerate(lines) if "Name" in line and "Total Time" in line)
     out = {}
     for row in csv.DictReader(lines[start:]):
         total = next(v for k, v in row.items() if k and k.startswith("Total Time"))
-        instances = row["Instances"]
-        out[row["Name"]] = (float(total), int(float(instances)))
+        out[row["Name"]] = (_number(total), int(_number(row["Instances"])))
     return out
+
+
+def read_ncu_launches(lines):
+    """{kernel name: (total ns, instances)} from Nsight Compute's CSV of gpu__time_duration.sum:
+    its details page (a row per launch and metric: "Metric Name", "Metric Unit", "Metric
+    Value") or its raw page (a column per metric, the units in the row under the header)."""
+    start = next(i for i, line in enumerate(lines) if '"Kernel Name"' in line)
+    rows = list(csv.DictReader(lines[start:]))
+    out = {}
+
+    def add(name, ns):
+        total, count = out.get(name, (0.0, 0))
+        out[name] = (total + ns, count + 1)
+
+    header = rows[0].keys() if rows else []
+    if "Metric Name" in header:
+        for row in rows:
+            if row["Metric Name"] == NCU_METRIC:
+                unit = row["Metric Unit"].strip().lower()
+                add(row["Kernel Name"], _number(row["Metric Value"]) * NCU_UNITS[unit])
+        return out
+    if NCU_METRIC not in header:
+        raise ValueError("ncu CSV has neither a Metric Name column nor a %s column" % NCU_METRIC)
+    scale = 1.0
+    for row in rows:
+        if not row["ID"].strip().isdigit():  # the units row of the raw page
+            scale = NCU_UNITS[row[NCU_METRIC].strip().lower()]
+            continue
+        add(row["Kernel Name"], _number(row[NCU_METRIC]) * scale)
+    return out
+
+
+NCU_PROFILER = ("Nsight Compute (each launch timed alone, serialized; --cache-control none, "
+                "--clock-control none)")
+
+
+def read_kernel_sum(path):
+    """({kernel name: (total ns, instances)}, the profiler's name) from either profiler's CSV
+    (see the module doc)."""
+    with open(path, newline="") as f:
+        lines = [line for line in f if line.strip()]
+    if any('"Kernel Name"' in line for line in lines):
+        return read_ncu_launches(lines), NCU_PROFILER
+    return read_nsys_sum(lines), "nsys"
 
 
 def report(account, kernels):
@@ -89,15 +142,16 @@ def main(argv):
         account_path, kernels_path = arg.split("=", 1)
         with open(account_path) as f:
             account = json.load(f)
-        runs.append((account, read_kernel_sum(kernels_path)))
+        runs.append((account,) + read_kernel_sum(kernels_path))
     runs.sort(key=lambda r: (r[0]["shape"], r[0]["batch"]))
     print("## Per-kernel decode times against their floors\n")
-    print("%s, %s weights; GPU time per step from nsys (kernels only: host gaps and graph "
+    print("%s, %s weights; GPU time per step from %s (kernels only: host gaps and graph "
           "launch not counted); floors from bench/gpu/kernel_account.h at this run's measured "
-          "copy and GEMM rates.\n" % (runs[0][0]["device"], runs[0][0]["precision"]))
+          "copy and GEMM rates.\n" % (runs[0][0]["device"], runs[0][0]["precision"],
+                                      runs[0][2]))
     print("| shape | batch | step ms | of floor |\n|---|---|---|---|")
     tables = []
-    for account, kernels in runs:
+    for account, kernels, _ in runs:
         lines, floor_us, us = report(account, kernels)
         print("| %s | %d | %.3f | %.0f%% |" % (account["shape"], account["batch"], us / 1e3,
                                               100 * floor_us / us if us else 0))

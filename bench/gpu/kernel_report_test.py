@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Tests of bench/gpu/kernel_report.py (ctest: kernel_report_test) on a small hand-made account
-and nsys kernel sum: each profiled kernel lands in its account row by name (our kernels by their
+and a kernel profile (nsys's per-name sums, or Nsight Compute's per-launch rows on its details or
+raw page, which must give the same report): each profiled kernel lands in its account row by name (our kernels by their
 patterns, cuBLASLt's under the GEMM row, anything else under "other"), times are per step, and
 "of floor" is floor / time. No GPU: the figures are the fixture's.
 """
@@ -40,21 +41,68 @@ KERN_SUM = """Generating SQLite file x.sqlite
 5.0,10000,10,1,1,1,1,0,"linserve::cuda::(anonymous namespace)::DecodeShortConvKernel<float>(int)"
 """
 
+# The same kernels as KERN_SUM, as Nsight Compute's launches (`ncu --import --csv`): its details
+# page has a row per launch and metric, in whatever unit ncu picked for each.
+NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
+              '"Block Size","Grid Size","Device","CC"')
+NCU_LAUNCHES = [  # (kernel name, launches, ns per launch)
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 20, 10000),
+    ("void linserve::cuda::(anonymous namespace)::EmbedKernel<__nv_bfloat16>(linserve::cuda::EmbedArgs)", 10, 2000),
+    ("void linserve::cuda::(anonymous namespace)::AddNormKernel<__nv_bfloat16>(int)", 30, 2000),
+    ("void linserve::cuda::(anonymous namespace)::DecodeKernel<float>(int)", 10, 3000),
+    ("linserve::cuda::(anonymous namespace)::AdvanceKernel(int)", 10, 1000),
+    ("linserve::cuda::(anonymous namespace)::DecodeShortConvKernel<float>(int)", 10, 1000),
+]
+
+
+def ncu_details():
+    lines = ["==PROF== Disconnected from process 1", NCU_HEADER +
+             ',"Section Name","Metric Name","Metric Unit","Metric Value"']
+    launch = 0
+    for name, count, ns in NCU_LAUNCHES:
+        for _ in range(count):
+            common = '"%d","7","gpu_bench","127.0.0.1","%s","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0"' % (launch, name)
+            # Microseconds for the GEMMs (with a thousands separator's worth of digits), else ns.
+            if ns >= 10000:
+                value, unit = "%.3f" % (ns / 1e3), "usecond"
+            else:
+                value, unit = "{:,}".format(ns), "nsecond"
+            lines.append(common + ',"Command line profiler metrics","gpu__time_duration.sum","%s","%s"'
+                         % (unit, value))
+            lines.append(common + ',"Command line profiler metrics","launch__grid_size","","4"')
+            launch += 1
+    return "\n".join(lines) + "\n"
+
+
+def ncu_raw():
+    lines = [NCU_HEADER + ',"gpu__time_duration.sum"', '"","","","","","","","","","","","msecond"']
+    launch = 0
+    for name, count, ns in NCU_LAUNCHES:
+        for _ in range(count):
+            lines.append('"%d","7","gpu_bench","127.0.0.1","%s","1","7","(256, 1, 1)","(4, 1, 1)","0","9.0","%s"'
+                         % (launch, name, "%.6f" % (ns / 1e6)))
+            launch += 1
+    return "\n".join(lines) + "\n"
+
 
 class KernelReportTest(unittest.TestCase):
-    def test_rows(self):
+    def run_report(self, kernels_csv):
         with tempfile.TemporaryDirectory() as tmp:
             account = os.path.join(tmp, "a.json")
             kern_sum = os.path.join(tmp, "k.csv")
             with open(account, "w") as f:
                 json.dump(ACCOUNT, f)
             with open(kern_sum, "w") as f:
-                f.write(KERN_SUM)
+                f.write(kernels_csv)
             out = io.StringIO()
             with redirect_stdout(out):
                 self.assertEqual(kernel_report.main(["kernel_report.py",
                                                      account + "=" + kern_sum]), 0)
-        text = out.getvalue()
+        return out.getvalue()
+
+    def test_rows(self):
+        text = self.run_report(KERN_SUM)
+        self.assertIn("GPU time per step from nsys", text)
         # 200 µs of GEMMs over 10 steps = 20 µs per step against 2 + 3 µs of floors: 25%.
         self.assertIn("| gemm (cuBLASLt: every projection and the LM head) | 2 / 2.0 | 5.00 | "
                       "20.00 | 25% |", text)
@@ -68,6 +116,13 @@ class KernelReportTest(unittest.TestCase):
         # Step: floors 8.5 µs, kernels 33 µs.
         self.assertIn("| based | 2 | 0.033 | 26% |", text)
         self.assertIn("| **step (kernels only)** | | 8.50 | 33.00 | 26% |", text)
+
+    def test_ncu_pages_match_nsys(self):
+        tables = self.run_report(KERN_SUM).split("\n| shape |", 1)[1]
+        for page in (ncu_details(), ncu_raw()):
+            text = self.run_report(page)
+            self.assertIn("GPU time per step from Nsight Compute", text)
+            self.assertEqual(text.split("\n| shape |", 1)[1], tables)
 
     def test_usage(self):
         with redirect_stdout(io.StringIO()):
