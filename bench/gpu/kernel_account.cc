@@ -117,7 +117,7 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
       const int64_t ring = p.window - 1;
       a.Gemm("qkv", 3 * hd, d);
       // Reads the ring's keys and values (a full ring: the steady state), writes one entry.
-      a.Add("sliding_window_attention decode", "DecodeKernel|AdvanceKernel",
+      a.Add("sliding_window_attention decode", "DecodeKernel|AdvanceKernel|RotationTableKernel",
             {.state = b * (ring + 1) * 2 * hd * kF32,
              .activations = b * 3 * hd * kF32 + b * hd * w},
             b * 4 * static_cast<int64_t>(p.window) * hd);
@@ -161,7 +161,7 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
   }
   a.Add("lm head", "", {.weights = vocab * d * w, .activations = b * d * w, .logits = b * vocab * kF32},
         2 * b * vocab * d);
-  a.Add("sample", "SampleKernel|CountTokensKernel", {.logits = b * vocab * kF32}, 0);
+  a.Add("sample", "ArgmaxKernel|SampleKernel|CountTokensKernel", {.logits = b * vocab * kF32}, 0);
   return a.Take();
 }
 

@@ -10,10 +10,10 @@ rates measured in that run) and KERNELS.csv the same run's kernel times, from ei
 over its --profile_steps steps), or Nsight Compute's `ncu --import RUN.ncu-rep --csv --metrics
 gpu__time_duration.sum` (one row per kernel launch; summed here per name). Account rows that run
 the same CUDA kernels (every norm runs AddNormKernel) are one row here; the cuBLASLt GEMMs (gemm,
-cutlass, xmma or cublas in the name) are one row too, since a profile's kernel names do not say
-which projection a GEMM computed; a kernel the account does not know lands in an "other" row. The
-per-step time is a kernel's total over the profiled steps divided by their number; "of floor" =
-floor / time (1.0 = at the floor).
+cutlass, xmma, cublas or nvjet in the name) are one row too, since a profile's kernel names do
+not say which projection a GEMM computed; a kernel the account does not know lands in an "other"
+row. The per-step time is a kernel's total over the profiled steps divided by their number; "of
+floor" = floor / time (1.0 = at the floor).
 """
 import csv
 import json
@@ -22,8 +22,9 @@ import sys
 from collections import OrderedDict
 
 GEMM_ROW = "gemm (cuBLASLt: every projection and the LM head)"
-# cuBLASLt's kernel names (sm90_xmma_gemm_..., cutlass_80_tensorop_..._gemm_..., ...).
-GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas", re.IGNORECASE)
+# cuBLASLt's kernel names (sm90_xmma_gemm_..., cutlass_80_tensorop_..._gemm_..., nvjet_sm90_tss_...
+# on Hopper, cublasLt::splitKreduce_kernel, ...).
+GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas|nvjet", re.IGNORECASE)
 
 
 NCU_METRIC = "gpu__time_duration.sum"
@@ -78,7 +79,7 @@ def read_ncu_launches(lines):
     return out
 
 
-NCU_PROFILER = ("Nsight Compute (each launch timed alone, serialized; --cache-control none, "
+NCU_PROFILER = ("Nsight Compute, each launch timed alone and serialized (--cache-control none, "
                 "--clock-control none)")
 
 
@@ -145,8 +146,8 @@ def main(argv):
         runs.append((account,) + read_kernel_sum(kernels_path))
     runs.sort(key=lambda r: (r[0]["shape"], r[0]["batch"]))
     print("## Per-kernel decode times against their floors\n")
-    print("%s, %s weights; GPU time per step from %s (kernels only: host gaps and graph "
-          "launch not counted); floors from bench/gpu/kernel_account.h at this run's measured "
+    print("%s, %s weights. GPU time per step from %s: kernels only (host gaps and graph "
+          "launch not counted). Floors from bench/gpu/kernel_account.h at this run's measured "
           "copy and GEMM rates.\n" % (runs[0][0]["device"], runs[0][0]["precision"],
                                       runs[0][2]))
     print("| shape | batch | step ms | of floor |\n|---|---|---|---|")

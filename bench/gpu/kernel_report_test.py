@@ -33,7 +33,8 @@ ACCOUNT = {
 # nsys prints a banner line before the CSV header.
 KERN_SUM = """Generating SQLite file x.sqlite
 "Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)","Max (ns)","StdDev (ns)","Name"
-50.0,200000,20,1,1,1,1,0,"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64"
+40.0,150000,10,1,1,1,1,0,"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64"
+10.0,50000,10,1,1,1,1,0,"nvjet_sm90_tss_64x8_64x16_4x1_v_bz_TNT"
 10.0,20000,10,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::EmbedKernel<__nv_bfloat16>(linserve::cuda::EmbedArgs)"
 10.0,60000,30,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::AddNormKernel<__nv_bfloat16>(int)"
 5.0,30000,10,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::DecodeKernel<float>(int)"
@@ -46,7 +47,8 @@ KERN_SUM = """Generating SQLite file x.sqlite
 NCU_HEADER = ('"ID","Process ID","Process Name","Host Name","Kernel Name","Context","Stream",'
               '"Block Size","Grid Size","Device","CC"')
 NCU_LAUNCHES = [  # (kernel name, launches, ns per launch)
-    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 20, 10000),
+    ("sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n_tilesize64x64x64", 10, 15000),
+    ("nvjet_sm90_tss_64x8_64x16_4x1_v_bz_TNT", 10, 5000),
     ("void linserve::cuda::(anonymous namespace)::EmbedKernel<__nv_bfloat16>(linserve::cuda::EmbedArgs)", 10, 2000),
     ("void linserve::cuda::(anonymous namespace)::AddNormKernel<__nv_bfloat16>(int)", 30, 2000),
     ("void linserve::cuda::(anonymous namespace)::DecodeKernel<float>(int)", 10, 3000),
