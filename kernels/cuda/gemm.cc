@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/small_batch_linear.h"
 
 namespace linserve::cuda {
 
@@ -134,6 +135,9 @@ absl::Status Gemm::Linear(cudaStream_t stream, DType dtype, const void* x, const
   if (m < 1 || n < 1 || k < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("Gemm::Linear: m, n, k must be >= 1, got ", m, ", ", n, ", ", k));
+  }
+  if (SmallBatchLinearApplies(dtype, x, w, m, k)) {
+    return LaunchSmallBatchLinear(stream, dtype, x, w, y, m, n, k, accumulate);
   }
   const PlanKey key{
       m, n, k, static_cast<int>(dtype), accumulate, Alignment(x), Alignment(w), Alignment(y)};

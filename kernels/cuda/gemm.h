@@ -3,6 +3,10 @@
 // every product accumulates in fp32 (CUBLAS_COMPUTE_32F: fp32 inputs never take the TF32 path,
 // which would break the 1e-4 parity with the CPU backend).
 //
+// A few rows of 16-bit inputs (small_batch_linear.h: m ≤ 4, k a multiple of 8, 16-byte aligned
+// operands) go to our own kernel instead, which reads the weights once at batch 1–4 where
+// cuBLASLt's small-batch kernels cost several times that.
+//
 // Why cuBLASLt and a plan cache: a decode step issues ~4 GEMMs per layer whose shapes repeat
 // every step, so the matmul descriptors, layouts and the heuristic's algorithm choice are built
 // once per (shape, type, alignment) and reused; the workspace is owned here and fixed, which is

@@ -128,7 +128,10 @@ TEST(CudaKernelsTest, LinearMatchesCpuGemm) {
     int m, n, k;
   };
   for (const Shape s :
-       {Shape{1, 2304, 768}, Shape{7, 33, 19}, Shape{256, 64, 128}, Shape{3, 50257, 64}}) {
+       {Shape{1, 2304, 768}, Shape{7, 33, 19}, Shape{256, 64, 128}, Shape{3, 50257, 64},
+        // 16-bit types take small_batch_linear.cu's kernel up to 4 rows (k a multiple of 8),
+        // cuBLASLt from 5.
+        Shape{4, 768, 3072}, Shape{2, 77, 64}, Shape{5, 96, 64}}) {
     for (DType dtype : kTypes) {
       SCOPED_TRACE(testing::Message()
                    << s.m << "x" << s.n << "x" << s.k << " " << cuda::DTypeName(dtype));
