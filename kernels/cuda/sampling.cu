@@ -37,6 +37,7 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kArgmaxThreads = 512;
+constexpr int kArgmaxUnroll = 4;  // ids a thread loads at once in ArgmaxOfRow
 constexpr int kBuckets = 256;
 constexpr double kMassScale = 1152921504606846976.0;  // 2^60
 constexpr double kMinusInf = -static_cast<double>(INFINITY);
@@ -646,20 +647,32 @@ __device__ __forceinline__ void Emit(const SampleArgs& args, int row, int slot, 
 // host's pick unless the first allowed token's logit is NaN, which the host never replaces.
 // `value` is the penalised logit, in float when step 1 is the identity (float to double is
 // exact and monotone, so the comparisons are the double ones).
+// A thread reads kArgmaxUnroll of its ids before folding them (in ascending order, so the fold
+// is the same): a row is one long chain of dependent loads otherwise, which kept a single row
+// (batch 1) at 23 µs on an H200 (bench/results/gpu.md).
 template <typename T, typename Value>
 __device__ int ArgmaxOfRow(const RowView& view, Value value, T* scratch, int* iscratch) {
   T best = -static_cast<T>(INFINITY);
   int best_id = INT_MAX;
   int first_allowed = INT_MAX;
-  for (int t = threadIdx.x; t < view.vocab; t += blockDim.x) {
-    if (!MaskAllows(view.mask, t)) continue;
+  auto fold = [&](int t, T l) {
+    if (!MaskAllows(view.mask, t)) return;
     if (first_allowed == INT_MAX) first_allowed = t;
-    const T l = value(t);
     if (l > best || (best_id == INT_MAX && l == best)) {
       best = l;
       best_id = t;
     }
+  };
+  const int stride = static_cast<int>(blockDim.x);
+  int t = threadIdx.x;
+  for (; t + (kArgmaxUnroll - 1) * stride < view.vocab; t += kArgmaxUnroll * stride) {
+    T l[kArgmaxUnroll];
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) l[u] = value(t + u * stride);
+#pragma unroll
+    for (int u = 0; u < kArgmaxUnroll; ++u) fold(t + u * stride, l[u]);
   }
+  for (; t < view.vocab; t += stride) fold(t, value(t));
   first_allowed = BlockMin(first_allowed, iscratch, INT_MAX);
   // No allowed token (a mask the caller refuses): token 0, as the host.
   if (first_allowed == INT_MAX) return 0;
