@@ -19,8 +19,11 @@
 #                                           served (issue 9: gpu_bench's
 #                                           engine-alone decode next to linserve --device=cuda
 #                                           driven by linserve-loadtest; writes gpu_serving.md)
-#                                           or prefill (issue 16: bench/prefill/run.sh on the
-#                                           GPU, 125M shape; writes prefill_serving_gpu.md).
+#                                           prefill (issue 16: bench/prefill/run.sh on the
+#                                           GPU, 125M shape; writes prefill_serving_gpu.md)
+#                                           or compare (gpu_bench against another commit's,
+#                                           LINSERVE_BASELINE_GPU_BENCH, interleaved on the
+#                                           same GPU; writes gpu_compare.md).
 #                                           WHAT may list several, comma-separated, e.g.
 #                                           tests,prefill.
 #   bench/run_gpu.sh                        pack, then run: a GPU machine that has our packages.
@@ -115,7 +118,7 @@ export_results() {
   local out=$1
   [[ -n ${OUT:-} && -d ${OUT:-} ]] || return 0
   for f in gpu.md gpu_bench.json peers.json tests.txt gpu_kernels.md gpu_serving.md \
-    prefill_serving_gpu.md; do
+    prefill_serving_gpu.md gpu_compare.md; do
     [[ -f $out/$f ]] && cp "$out/$f" "$OUT/"
   done
   # Without the profiles (tens of MB each): their per-kernel sums are in the logs.
@@ -224,6 +227,34 @@ kernels() {
   python3 "$root/bench/gpu/kernel_report.py" "${pairs[@]}" | tee "$out/gpu_kernels.md"
 }
 
+# WHAT=compare: the bundle's gpu_bench against another commit's (LINSERVE_BASELINE_GPU_BENCH, a
+# gpu_bench binary run with the bundle's libraries) on this same GPU, interleaved: two rounds of
+# (baseline, ours) for each shape (LINSERVE_COMPARE_SHAPES, default "125m based") at the batches
+# LINSERVE_COMPARE_BATCHES (default 1,8,64,256), then bench/gpu/compare_report.py's table of
+# decode step times; writes $out/gpu_compare.md.
+compare() {
+  local out=$1 baseline=${LINSERVE_BASELINE_GPU_BENCH:-}
+  local batches=${LINSERVE_COMPARE_BATCHES:-1,8,64,256} shapes=${LINSERVE_COMPARE_SHAPES:-125m based}
+  if [[ ! -x $baseline ]]; then
+    echo "run_gpu: compare needs LINSERVE_BASELINE_GPU_BENCH, an executable gpu_bench" >&2
+    return 1
+  fi
+  local runs=() round shape who bin
+  for round in 1 2; do
+    for shape in $shapes; do
+      for who in baseline ours; do
+        bin=$baseline
+        [[ $who == ours ]] && bin=$bundle/bin/gpu_bench
+        local name=compare_${shape}_${who}_$round
+        "$bin" --shape="$shape" --batches="$batches" --prefill_lengths=2048 --positions=1024 \
+          --json_out="$out/$name.json" >"$out/$name.md" 2>&1 || { cat "$out/$name.md" >&2; return 1; }
+        runs+=("$who=$out/$name.json")
+      done
+    done
+  done
+  python3 "$root/bench/gpu/compare_report.py" "${runs[@]}" | tee "$out/gpu_compare.md"
+}
+
 # A random model of gpu_bench's Config125M shape but for the position embedding (none here,
 # sinusoidal there) at $1.
 make_125m_model() {
@@ -297,6 +328,9 @@ run() {
   if wants prefill; then
     prefill "$out" || failed=1
   fi
+  if wants compare; then
+    compare "$out" || failed=1
+  fi
   if wants served; then
     served "$out" || failed=1
     return $failed
@@ -314,5 +348,5 @@ case $mode in
   pack) pack ;;
   run) run ;;
   both) pack; run ;;
-  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|kernels|peers|served|prefill[,...]]]" >&2; exit 2 ;;
+  *) echo "usage: bench/run_gpu.sh [pack [BUNDLE] | run [BUNDLE] [all|tests|bench|kernels|peers|served|prefill|compare[,...]]]" >&2; exit 2 ;;
 esac

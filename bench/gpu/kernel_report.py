@@ -9,9 +9,9 @@ rates measured in that run) and KERNELS.csv the same run's kernel times, from ei
 `nsys stats --report cuda_gpu_kern_sum --format csv` (total time and instances per kernel name
 over its --profile_steps steps), or Nsight Compute's `ncu --import RUN.ncu-rep --csv --metrics
 gpu__time_duration.sum` (one row per kernel launch; summed here per name). Account rows that run
-the same CUDA kernels (every norm runs AddNormKernel) are one row here; the cuBLASLt GEMMs (gemm,
-cutlass, xmma, cublas or nvjet in the name) are one row too, since a profile's kernel names do
-not say which projection a GEMM computed; a kernel the account does not know lands in an "other"
+the same CUDA kernels (every norm runs AddNormKernel) are one row here; the GEMMs (cuBLASLt's:
+gemm, cutlass, xmma, cublas or nvjet in the name; our SmallBatchLinearKernel) are one row too,
+since a profile's kernel names do not say which projection a GEMM computed; a kernel the account does not know lands in an "other"
 row. The per-step time is a kernel's total over the profiled steps divided by their number; "of
 floor" = floor / time (1.0 = at the floor).
 """
@@ -21,10 +21,11 @@ import re
 import sys
 from collections import OrderedDict
 
-GEMM_ROW = "gemm (cuBLASLt: every projection and the LM head)"
+GEMM_ROW = "gemm (every projection and the LM head)"
 # cuBLASLt's kernel names (sm90_xmma_gemm_..., cutlass_80_tensorop_..._gemm_..., nvjet_sm90_tss_...
-# on Hopper, cublasLt::splitKreduce_kernel, ...).
-GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas|nvjet", re.IGNORECASE)
+# on Hopper, cublasLt::splitKreduce_kernel, ...) and our own small-batch one
+# (kernels/cuda/small_batch_linear.h).
+GEMM_NAMES = re.compile(r"gemm|cutlass|xmma|cublas|nvjet|SmallBatchLinearKernel", re.IGNORECASE)
 
 
 NCU_METRIC = "gpu__time_duration.sum"
