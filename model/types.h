@@ -25,6 +25,11 @@ struct DecodeItem {
   // set = token t may be picked; ceil(vocab_size / 32) words with at least one bit set, valid
   // until the step is collected. nullptr: every token may be picked.
   const uint32_t* allowed_tokens = nullptr;
+  // Launch-ahead (Backend::max_steps_in_flight() == 2): >= 0 feeds, instead of `token`, the
+  // token the step launched just before this one (and not yet collected) picks in its row
+  // `previous_row`, read where the backend keeps it, so the host need not wait for it. That row
+  // must be of the same slot. -1: feed `token`.
+  int32_t previous_row = -1;
 };
 
 }  // namespace linserve

@@ -164,17 +164,24 @@ class Backend {
   // ---- Pipelining ----
   // LaunchDecodeAndSample starts the step DecodeAndSample(batch, out) describes, and on an
   // asynchronous backend returns before the step has run, so that the host can work while the
-  // device computes; CollectSamples waits for the step, after which `out` (whose buffers must
-  // stay valid until then) holds its results. One step at most is in flight: on an
-  // asynchronous backend a launch while one is, or a collect while none is, is
-  // FAILED_PRECONDITION. Every other call may be made while a step is in flight and acts on the
-  // backend as the step leaves it (slot positions advance at the launch; calls that read or
-  // write a slot wait for the step).
+  // device computes; CollectSamples waits for the oldest step in flight, after which its `out`
+  // (whose buffers must stay valid until then) holds its results. At most
+  // max_steps_in_flight() steps are in flight: on an asynchronous backend a launch beyond that,
+  // or a collect while none is, is FAILED_PRECONDITION. Every other call may be made while
+  // steps are in flight and acts on the backend as the steps leave it (slot positions advance
+  // at the launch; calls that read or write a slot wait for the steps).
+  //
+  // Launch-ahead (max_steps_in_flight() == 2; docs/architecture.md §2.2): a step may be launched
+  // while the previous one is in flight, a row feeding that step's pick for its slot
+  // (DecodeItem::previous_row) without the host having seen it. Steps run in launch order.
   //
   // Whether LaunchDecodeAndSample returns before the step has run. A synchronous backend (the
   // default) runs the step in the launch, which returns its outcome, and its CollectSamples
   // does nothing.
   virtual bool asynchronous() const { return false; }
+  // 1 (the default): a launch needs the previous step collected, and no row may have a
+  // previous_row; 2: launch-ahead, above. Only an asynchronous backend returns 2.
+  virtual int32_t max_steps_in_flight() const { return 1; }
   virtual absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
                                              const SampleOutput& out) {
     return DecodeAndSample(batch, out);

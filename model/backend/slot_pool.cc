@@ -60,6 +60,26 @@ absl::Status CheckSampleOutput(size_t rows, bool logprobs_asked, const SampleOut
   return absl::OkStatus();
 }
 
+absl::Status CheckPreviousRows(absl::Span<const DecodeItem> batch,
+                               absl::Span<const DecodeItem> in_flight, absl::string_view what) {
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const int32_t row = batch[i].previous_row;
+    if (row < 0) continue;
+    if (static_cast<size_t>(row) >= in_flight.size()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(what, ": batch[", i, "].previous_row = ", row, " names no row of the step ",
+                       "in flight (", in_flight.size(), " rows)"));
+    }
+    if (in_flight[static_cast<size_t>(row)].slot != batch[i].slot) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": batch[", i, "].previous_row = ", row, " is slot ",
+          in_flight[static_cast<size_t>(row)].slot.value, "'s row, not slot ",
+          batch[i].slot.value, "'s"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status NoSamplerError(SlotId slot, absl::string_view what) {
   return absl::FailedPreconditionError(absl::StrCat(
       what, ": slot ", slot.value,
@@ -142,7 +162,8 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
     const SlotId slot = batch[i].slot;
     const TokenId token = batch[i].token;
     const bool fine = slot.value >= 0 && slot.value < capacity_ && allocated_[slot.value] &&
-                      batch_mark_[slot.value] != batch_generation_ && token >= 0 &&
+                      batch_mark_[slot.value] != batch_generation_ &&
+                      batch[i].previous_row < 0 && token >= 0 &&
                       token < config_.vocab_size &&
                       (!learned || positions_[slot.value] + 1 <= config_.max_position);
     if (fine) {
@@ -156,6 +177,11 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
     if (batch_mark_[slot.value] == batch_generation_) {
       return absl::InvalidArgumentError(absl::StrCat("Decode: batch[", i, "].slot = ", slot.value,
                                                      " appears twice in the batch"));
+    }
+    if (batch[i].previous_row >= 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "Decode: batch[", i, "].previous_row = ", batch[i].previous_row,
+          ": this backend feeds no row from a step in flight (max_steps_in_flight is 1)"));
     }
     if (absl::Status s = CheckToken(token, absl::StrCat("Decode: batch[", i, "].token")); !s.ok()) {
       return s;

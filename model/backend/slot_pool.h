@@ -40,6 +40,11 @@ absl::StatusOr<int32_t> SlotCapacity(const ModelConfig& config, const BackendOpt
 // kMaxTopLogprobs alternatives per row (errors name `what`).
 absl::Status CheckSampleOutput(size_t rows, bool logprobs_asked, const SampleOutput& out,
                                absl::string_view what);
+// Launch-ahead (DecodeItem::previous_row): INVALID_ARGUMENT naming `what` unless every row of
+// `batch` that has a previous_row names a row of `in_flight` (the step launched before it and
+// not yet collected; empty when none is) of the same slot.
+absl::Status CheckPreviousRows(absl::Span<const DecodeItem> batch,
+                               absl::Span<const DecodeItem> in_flight, absl::string_view what);
 // The FAILED_PRECONDITION for a slot that has had no StartSampling since it was allocated, reset
 // or written.
 absl::Status NoSamplerError(SlotId slot, absl::string_view what);
@@ -68,7 +73,8 @@ class SlotPool {
   // OUT_OF_RANGE if a learned position table cannot cover positions [start, start + count).
   absl::Status CheckPositions(int64_t start, int64_t count, absl::string_view what) const;
   // A decode batch: non-empty, at most max_batch_size rows, allocated and distinct slots, tokens
-  // in the vocabulary, one more position available for each slot.
+  // in the vocabulary, one more position available for each slot, no previous_row (a backend
+  // that launches ahead resolves those first: CheckPreviousRows).
   absl::Status CheckBatch(absl::Span<const DecodeItem> batch);
   // A prefill: allocated slot, non-empty tokens in the vocabulary, positions available, and a
   // logits size of 0, vocab_size or tokens.size() × vocab_size.

@@ -31,6 +31,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       slot_capacity_(backend_->slot_capacity()),
       constraints_(std::move(constraints)),
       metrics_(metrics),
+      phases_(metrics),
       inbox_(options.max_queue_depth, options.tenant_max_queued,
              metrics_.tenant_max_queued_rejections),
       persister_(std::move(persister)),
@@ -44,6 +45,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
                 options.requests.max_prompt_tokens),
       decode_steps_{DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words()),
                     DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words())},
+      launch_ahead_(backend_->asynchronous() && backend_->max_steps_in_flight() >= 2),
       prefill_sample_(DecodeRows(options), constraints_->vocabulary().mask_words()) {
   // A session another server replaced has another history: its turn boundaries are not its.
   store_.set_on_replaced([this](const SessionId& id) { boundaries_.Erase(id); });
@@ -53,6 +55,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
   plan_.prefill.reserve(rows);
   prefill_items_.reserve(rows);
   prefill_jobs_.reserve(rows);
+  in_flight_.reserve(2);
 }
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(const Model& model,
@@ -242,21 +245,7 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
       session == nullptr ? "-" : (session->ephemeral ? "ephemeral" : session->id.value);
   DropDecodeRows(*job);
   job->SettleSession();
-  // A turn boundary: the state after everything the session consumed. A backend failure
-  // leaves it unknown.
-  if (job->knows_history() && session != nullptr && session->slot.has_value() &&
-      (status.ok() || absl::IsCancelled(status))) {
-    if (absl::StatusOr<int64_t> position = backend_->SlotPosition(*session->slot); position.ok()) {
-      planner_.Checkpoint(*job, *session->slot, *position);
-    }
-  }
-  if (options_.turn_boundaries.per_session > 0 && session != nullptr &&
-      !session->ephemeral && session->slot.has_value() &&
-      (status.ok() || absl::IsCancelled(status))) {
-    if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
-      boundaries_.Add(session->tenant, session->id, *std::move(boundary));
-    }
-  }
+  ExportTurnEnd(*job, session, status);
   jobs_.erase(job->id());
   const bool named = session != nullptr && !session->ephemeral;
   if (session != nullptr) store_.Release(*session, now);
@@ -285,6 +274,25 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   } else {
     store_.SettleLocks();  // a lookup's lock goes back before the client hears of it
     std::move(report)(absl::OkStatus());
+  }
+}
+
+void Engine::ExportTurnEnd(Job& job, Session* session, const absl::Status& status) {
+  if (session == nullptr || !session->slot.has_value() ||
+      !(status.ok() || absl::IsCancelled(status))) {
+    return;  // a backend failure leaves the state unknown
+  }
+  ScopedStepPhase phase(phases_, StepPhase::kExports);
+  // A turn boundary: the state after everything the session consumed.
+  if (job.knows_history()) {
+    if (absl::StatusOr<int64_t> position = backend_->SlotPosition(*session->slot); position.ok()) {
+      planner_.Checkpoint(job, *session->slot, *position);
+    }
+  }
+  if (options_.turn_boundaries.per_session > 0 && !session->ephemeral) {
+    if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
+      boundaries_.Add(session->tenant, session->id, *std::move(boundary));
+    }
   }
 }
 
@@ -317,17 +325,26 @@ void Engine::Run() {
   inbox_.BindEngineThread();
   while (true) {
     // At once after each: a client that heard back may go to another replica next.
+    phases_.Enter(StepPhase::kInbox);
     inbox_.RunAll([this] { store_.SettleLocks(); });
     if (stop_requested_) break;
+    phases_.Enter(StepPhase::kOther);
     ExpireSessions(absl::Now());
+    phases_.Enter(StepPhase::kAdmit);
     AdmitWaiting();
-    if (!active_.empty() || in_flight_ != nullptr) Step();
+    const bool step = !active_.empty() || !in_flight_.empty();
+    if (step) Step();
+    phases_.Enter(StepPhase::kOther);
     store_.SettleLocks();
     PublishStats();
-    if (active_.empty() && in_flight_ == nullptr) inbox_.Wait(kIdleWait);
+    phases_.Flush(/*observe=*/step);
+    if (active_.empty() && in_flight_.empty()) {
+      inbox_.Wait(kIdleWait);
+      phases_.Flush(/*observe=*/false);  // idle time is no phase's
+    }
   }
   // Every job has ended (CancelAll); a step still in flight only has dropped rows.
-  if (in_flight_ != nullptr) CollectDecode();
+  while (!in_flight_.empty()) CollectDecode();
   store_.SettleLocks();
   PublishStats();
 }

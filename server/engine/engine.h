@@ -11,9 +11,14 @@
 // On an asynchronous backend (a GPU) the loop is pipelined: a step collects the decode the
 // previous step launched, launches the next one at once with those tokens as inputs, and only
 // then does the host's share (stop matching, detokenizing, the transport, the inbox, admission,
-// the next plan) while the device computes. A request that ends on a token (EOS, a stop) has by
-// then had that token fed to the step in flight: the step's pick for it is dropped, and the
-// session keeps the fed token as consumed rather than pending, which continues identically.
+// the next plan) while the device computes. On a backend that launches ahead
+// (Backend::max_steps_in_flight() == 2) a step launches the next decode before collecting the
+// previous one, its rows fed on the device with the picks still in flight, so the device never
+// waits for the host between steps. Either way a request that ends on a token (EOS, a stop) has
+// by then had that token fed to the step in flight: the step's pick for it is dropped, and the
+// session keeps the fed token as consumed rather than pending, which continues identically. A
+// token is only ever fed ahead when it is handed to the sink in the same engine step, so no
+// request ends between the two (docs/architecture.md §2.2 states the rule).
 //
 // What a session holds after a request: every token of its prompt and every token handed to
 // the sink, even when the request was cancelled or failed part-way. Tokens the model has not
@@ -61,6 +66,7 @@
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_operations.h"
+#include "server/engine/step_phases.h"
 #include "server/engine/token_sink.h"
 #include "server/metrics/metrics.h"
 #include "server/prefix/prefix_disk.h"
@@ -173,13 +179,17 @@ class Engine {
   // One engine step. On an asynchronous backend the loop is pipelined: the step collects the
   // decode launched by the previous one (its tokens become the next inputs), launches the next
   // decode and only then hands the collected tokens to their sinks, so the host's work (stop
-  // matching, detokenizing, the transport, admission, planning) overlaps the device's.
+  // matching, detokenizing, the transport, admission, planning) overlaps the device's. With
+  // launch-ahead the next decode is launched first, fed from the picks in flight, and the
+  // previous one collected after.
   void Step();
-  // Launches a decode of `batch` into the free step buffer (in_flight_ on success).
+  // Launches a decode of `batch` into the free step buffer (the back of in_flight_ on success).
+  // With launch-ahead a row whose job has a pick in the step in flight feeds that pick.
   void LaunchDecode(absl::Span<const JobId> batch);
-  // Waits for the step in flight; its live rows' jobs get their tokens (Job::Sampled). Returns
-  // the step, or nullptr when the backend failed (its jobs have then failed).
+  // Waits for the oldest step in flight; its live rows' jobs get their tokens (Job::Sampled).
+  // Returns the step, or nullptr when the backend failed (its jobs have then failed).
   DecodeStep* CollectDecode();
+  bool InFlight(const DecodeStep& step) const;
   // Hands each live row of a collected step to its job's sink and ends the jobs that are done.
   void EmitDecoded(DecodeStep& step);
   // Ends the jobs in finished_: OK with their finish reason, or kError with Job::failure().
@@ -204,6 +214,10 @@ class Engine {
   // Ends a job and releases its session. `reason`: why it finished (kCancelled with a CANCELLED
   // status, kError with any other error).
   void Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason);
+  // At a job's end (`status`: its outcome), the state its session reached becomes a prefix
+  // checkpoint (a job that knows the history) and a turn boundary (a named session, with
+  // turn boundaries on); not after a backend failure, which leaves the state unknown.
+  void ExportTurnEnd(Job& job, Session* session, const absl::Status& status);
   // A backend failure leaves the job's session in an unknown state: fail the job and, for a
   // named session, delete the session.
   void FailOnBackendError(JobId id, const absl::Status& status);
@@ -220,6 +234,7 @@ class Engine {
   const std::shared_ptr<ConstraintCache> constraints_;
   // Declared before the stores and the inbox, which count into it.
   EngineMetrics metrics_;
+  StepPhases phases_;
   Inbox inbox_;
 
   // nullptr without a state_dir. Declared before store_, which uses it.
@@ -244,8 +259,11 @@ class Engine {
   // the other's tokens.
   std::array<DecodeStep, 2> decode_steps_;
   int next_decode_step_ = 0;
-  // The step launched and not yet collected (asynchronous backends only, between two Steps).
-  DecodeStep* in_flight_ = nullptr;
+  // The steps launched and not yet collected, oldest first (asynchronous backends only): between
+  // two Steps at most one; inside a Step that launches ahead, two.
+  std::vector<DecodeStep*> in_flight_;
+  // Whether the backend launches ahead (Backend::max_steps_in_flight() == 2).
+  const bool launch_ahead_;
   // A step's prefill: its items, their jobs, and a sampled row per prompt that ends in it.
   DecodeStep prefill_sample_;
   std::vector<PrefillItem> prefill_items_;

@@ -1,6 +1,8 @@
 // Engine (engine.h): one engine step. The decode pipeline (two step buffers: on an asynchronous
-// backend one is in flight while the host emits the other's tokens), the batched prefill, and
-// handing each sampled token to its job; the constraint masks are filled here, at each launch.
+// backend one is in flight while the host emits the other's tokens; with launch-ahead the next
+// step is launched, fed from the first's picks on the device, before the first is collected),
+// the batched prefill, and handing each sampled token to its job; the constraint masks are
+// filled here, at each launch.
 #include <algorithm>
 #include <utility>
 
@@ -31,11 +33,17 @@ SampleOutput Engine::DecodeStep::Output(size_t rows) {
 }
 
 void Engine::Step() {
-  DecodeStep* ready = in_flight_ != nullptr ? CollectDecode() : nullptr;
+  DecodeStep* ready = nullptr;
+  if (!launch_ahead_ && !in_flight_.empty()) {
+    ScopedStepPhase phase(phases_, StepPhase::kCollect);
+    ready = CollectDecode();
+  }
+  phases_.Enter(StepPhase::kPlan);
   views_.clear();
   planner_.BeginStep(active_);
   for (const auto& job : active_) {
-    if (job->prefill_remaining() == 0 && job->sampled_all()) continue;  // ends at its emit
+    // Ends at its emit, or waits for its pick in flight (launch-ahead).
+    if (job->prefill_remaining() == 0 && job->decode_blocked()) continue;
     if (planner_.WaitsForPrefix(*job)) continue;
     views_.push_back({job->id(), job->prefill_remaining(), job->last_token_step()});
   }
@@ -44,11 +52,31 @@ void Engine::Step() {
   metrics_.steps.Increment();
   // Decode first: the sessions already streaming are the ones a long prompt must not stall.
   if (!plan_.decode.empty()) {
+    phases_.Enter(StepPhase::kLaunch);
     LaunchDecode(plan_.decode);
-    if (in_flight_ != nullptr && !backend_->asynchronous()) ready = CollectDecode();
+    if (!in_flight_.empty() && !backend_->asynchronous()) {
+      phases_.Enter(StepPhase::kCollect);
+      ready = CollectDecode();
+    }
   }
-  if (ready != nullptr) EmitDecoded(*ready);
-  if (!plan_.prefill.empty()) RunPrefill(plan_.prefill);
+  // Launch-ahead: the step the previous Step launched is collected only now, with this one
+  // queued behind it on the device.
+  if (launch_ahead_ && !in_flight_.empty() && in_flight_.front()->step != step_) {
+    phases_.Enter(StepPhase::kCollect);
+    ready = CollectDecode();
+  }
+  if (ready != nullptr) {
+    phases_.Enter(StepPhase::kEmit);
+    EmitDecoded(*ready);
+  }
+  if (!plan_.prefill.empty()) {
+    phases_.Enter(StepPhase::kPrefill);
+    RunPrefill(plan_.prefill);
+  }
+}
+
+bool Engine::InFlight(const DecodeStep& step) const {
+  return std::find(in_flight_.begin(), in_flight_.end(), &step) != in_flight_.end();
 }
 
 void Engine::LaunchDecode(absl::Span<const JobId> batch) {
@@ -73,12 +101,19 @@ void Engine::LaunchDecode(absl::Span<const JobId> batch) {
       }
       allowed = mask.data();
     }
+    // With launch-ahead the other buffer is either in flight or emitted: a row there is a pick
+    // the host has not seen, which this step feeds on the device.
+    const int32_t previous_row = launch_ahead_ ? job->decode_row(1 - buffer) : -1;
     job->set_decode_row(buffer, static_cast<int32_t>(row));
-    step.items.push_back({*job->session()->slot, job->decode_token(), allowed});
+    step.items.push_back({.slot = *job->session()->slot,
+                          .token = previous_row >= 0 ? 0 : job->decode_token(),
+                          .allowed_tokens = allowed,
+                          .previous_row = previous_row});
     step.jobs.push_back(job);
   }
   // A job whose mask failed ends now, or, when its last token is still to be emitted (the step
-  // collected before this launch), once it is (EmitDecoded).
+  // collected before this launch), once it is (EmitDecoded). (With launch-ahead a constrained
+  // job has no pick in flight when it is launched: Job::decode_blocked.)
   for (const auto& [id, reason] : finished_) {
     if (jobs_.at(id)->decode_row(1 - buffer) >= 0) continue;
     std::unique_ptr<Job> job = Extract(id);
@@ -93,14 +128,16 @@ void Engine::LaunchDecode(absl::Span<const JobId> batch) {
     for (Job* job : step.jobs) FailOnBackendError(job->id(), status);
     return;
   }
-  for (Job* job : step.jobs) job->DecodeDone();
-  in_flight_ = &step;
+  for (size_t i = 0; i < step.jobs.size(); ++i) {
+    step.jobs[i]->DecodeDone(/*fed_ahead=*/step.items[i].previous_row >= 0);
+  }
+  in_flight_.push_back(&step);
   next_decode_step_ = 1 - buffer;
 }
 
 Engine::DecodeStep* Engine::CollectDecode() {
-  DecodeStep& step = *in_flight_;
-  in_flight_ = nullptr;
+  DecodeStep& step = *in_flight_.front();
+  in_flight_.erase(in_flight_.begin());
   const absl::Status status = backend_->CollectSamples();
   for (size_t i = 0; i < step.jobs.size(); ++i) {
     Job* job = step.jobs[i];
@@ -176,11 +213,11 @@ void Engine::DropDecodeRows(Job& job) {
     step.jobs[static_cast<size_t>(row)] = nullptr;
     job.set_decode_row(buffer, -1);
     Session* session = job.session();
-    if (&step != in_flight_ || session == nullptr || session->ephemeral ||
+    if (!InFlight(step) || session == nullptr || session->ephemeral ||
         !session->slot.has_value()) {
       continue;
     }
-    // The backend orders this after the step in flight, whose pick it undoes.
+    // The backend orders this after the steps in flight, whose pick it undoes.
     if (absl::Status s =
             backend_->SetSeenCounts(*session->slot, session->history.SeenCounts());
         !s.ok()) {
@@ -244,6 +281,7 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     job->PrefillDone(static_cast<int32_t>(prefill_items_[i].tokens.size()));
     const int64_t position = static_cast<int64_t>(job->feed().size()) - job->prefill_remaining();
     if (planner_.IsCheckpoint(*job, position)) {
+      ScopedStepPhase phase(phases_, StepPhase::kExports);
       planner_.Checkpoint(*job, prefill_items_[i].slot, position);
     }
     if (!prefill_items_[i].sample) continue;

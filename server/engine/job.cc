@@ -78,7 +78,14 @@ std::vector<TokenId> Job::History(int64_t n) const {
   return tokens;
 }
 
-void Job::DecodeDone() { last_token_.reset(); }
+void Job::DecodeDone(bool fed_ahead) {
+  if (fed_ahead) {
+    pick_fed_ahead_ = true;
+  } else {
+    last_token_.reset();
+  }
+  ++picks_in_flight_;
+}
 
 absl::Status Job::FillMask(absl::Span<uint32_t> mask) const {
   if (absl::Status s = matcher_->FillMask(mask); !s.ok()) return s;
@@ -92,6 +99,7 @@ absl::Status Job::FillMask(absl::Span<uint32_t> mask) const {
 }
 
 absl::Status Job::Sampled(TokenId token) {
+  if (picks_in_flight_ > 0) --picks_in_flight_;  // a prefill's pick was never in flight
   if (matcher_.has_value()) {
     if (absl::Status s = matcher_->Accept(token); !s.ok()) {
       // The pick came from the mask, so a refusal is the backend's fault, not the request's.
@@ -102,7 +110,11 @@ absl::Status Job::Sampled(TokenId token) {
       return s;
     }
   }
-  last_token_ = token;
+  if (pick_fed_ahead_) {
+    pick_fed_ahead_ = false;  // consumed already by the step launched ahead
+  } else {
+    last_token_ = token;
+  }
   ++sampled_;
   if (knows_history_) sampled_tokens_.push_back(token);
   return absl::OkStatus();
@@ -111,6 +123,11 @@ absl::Status Job::Sampled(TokenId token) {
 bool Job::sampled_all() const {
   return sampled_ >= request_.max_new_tokens ||
          (matcher_.has_value() && (matcher_->ended() || matcher_->IsComplete()));
+}
+
+bool Job::decode_blocked() const {
+  if (picks_in_flight_ == 0) return sampled_all();
+  return constrained() || sampled_ + picks_in_flight_ >= request_.max_new_tokens;
 }
 
 std::optional<FinishReason> Job::Emit(TokenId token, float logprob,

@@ -77,9 +77,14 @@ class Job {
   void PrefillDone(int32_t n) { fed_ += n; }
   // The token to feed in the next decode step (the last sampled one).
   TokenId decode_token() const { return *last_token_; }
-  // Records that the last sampled token reached the model (it may not have been emitted yet:
-  // a pipelined step feeds it before the host has handed it to the sink).
-  void DecodeDone();
+  // Records that a decode step was launched for the job: it fed the last sampled token (which
+  // may not have been emitted yet: a pipelined step feeds it before the host has handed it to
+  // the sink) or, with `fed_ahead` (launch-ahead), the pick of the job's row in the step still
+  // in flight, which is then consumed the moment it lands (Sampled). Either way one more pick
+  // is in flight.
+  void DecodeDone(bool fed_ahead);
+  // Picks launched and not yet passed to Sampled (0 to 2).
+  int32_t picks_in_flight() const { return picks_in_flight_; }
   // Row of this job in the engine's decode step buffer `buffer` (0 or 1), or -1 when it has
   // none there: set when a step is launched, cleared when its row is emitted or dropped.
   int32_t decode_row(int buffer) const { return decode_rows_[buffer]; }
@@ -96,7 +101,8 @@ class Job {
   absl::Status FillMask(absl::Span<uint32_t> mask) const;
 
   // The backend picked `token` after everything fed so far: it becomes the token to feed next
-  // (decode_token()), and Emit must hand it to the sink before the next one is sampled. Under a
+  // (decode_token()) unless a step launched ahead feeds it already (DecodeDone), and Emit must
+  // hand it to the sink before the next one is sampled. Under a
   // constraint the document advances by it first; when it may not, nothing is recorded and the
   // job must fail with the error returned: the matcher's (RESOURCE_EXHAUSTED), or INTERNAL for
   // a token outside the mask.
@@ -105,6 +111,10 @@ class Job {
   // is emitted): max_new_tokens, or a constrained document that is over (EOS, or nothing may
   // follow). Such a job is not decoded again.
   bool sampled_all() const;
+  // Whether the job must not be in the next decode step: every token it may generate is
+  // sampled or being picked (sampled_all() counting the picks in flight), or it is constrained
+  // and its mask waits for the pick in flight.
+  bool decode_blocked() const;
   // An error that ends the job once its last sampled token has been emitted (a mask that could
   // not be computed while that token was on its way to the sink); OK otherwise.
   const absl::Status& failure() const { return failure_; }
@@ -148,6 +158,8 @@ class Job {
   size_t prompt_start_ = 0;  // feed_[prompt_start_, end): BOS and the prompt
   int64_t fed_ = 0;
   std::optional<TokenId> last_token_;  // sampled, not yet fed
+  int32_t picks_in_flight_ = 0;
+  bool pick_fed_ahead_ = false;  // the pick in flight is fed by the step launched after it
   int64_t last_token_step_ = -1;
   std::array<int32_t, 2> decode_rows_ = {-1, -1};
   int32_t sampled_ = 0;

@@ -1,9 +1,9 @@
 // Structured output in the engine and the sessions, with GBNF grammars on a tiny random model
-// (byte tokenizer: one token a byte) and the CPU backend, in both loops (synchronous and
-// pipelined): every output is a valid document (checked by feeding it again to a fresh matcher),
-// EOS comes only where a document may end, a whole document ends the request with
-// kConstraintComplete, and a session's document continues across requests, forks, export and
-// import, rewinds and restarts, or starts anew with another constraint or none.
+// (byte tokenizer: one token a byte) and the CPU backend, in every engine loop (synchronous,
+// pipelined, launch-ahead): every output is a valid document (checked by feeding it again to a
+// fresh matcher), EOS comes only where a document may end, a whole document ends the request
+// with kConstraintComplete, and a session's document continues across requests, forks, export
+// and import, rewinds and restarts, or starts anew with another constraint or none.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -42,7 +42,7 @@ const ConstraintSpec kObject = {
 const ConstraintSpec kDigits = {.kind = ConstraintKind::kGrammar,
                                 .text = "root ::= \"x\" [0-9]{0,8}\n"};
 
-class EngineConstraintTest : public ::testing::TestWithParam<bool> {
+class EngineConstraintTest : public ::testing::TestWithParam<EngineLoop> {
  protected:
   std::unique_ptr<Engine> Start(EngineOptions options = {}) {
     BackendOptions backend_options;
@@ -52,7 +52,7 @@ class EngineConstraintTest : public ::testing::TestWithParam<bool> {
     EXPECT_TRUE(cpu.ok()) << cpu.status();
     if (!cpu.ok()) return nullptr;
     std::unique_ptr<Backend> backend = *std::move(cpu);
-    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), GetParam());
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(model_, std::move(backend), options, metrics_);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -114,8 +114,8 @@ class EngineConstraintTest : public ::testing::TestWithParam<bool> {
   MetricsRegistry metrics_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Loops, EngineConstraintTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Pipelined" : "Sync"; });
+INSTANTIATE_TEST_SUITE_P(Loops, EngineConstraintTest, ::testing::ValuesIn(kEngineLoops),
+                         [](const auto& info) { return EngineLoopName(info.param); });
 
 TEST_P(EngineConstraintTest, EveryOutputIsAWholeDocument) {
   std::unique_ptr<Engine> engine = Start();

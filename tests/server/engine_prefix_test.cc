@@ -46,15 +46,15 @@ PrefixStoreOptions Prefix(int64_t budget = 64 << 20, int32_t interval = 0) {
   return {.memory_budget_bytes = budget, .checkpoint_interval = interval, .min_tokens = 4};
 }
 
-// Every test runs over the synchronous FakeBackend and over it made asynchronous.
-class EnginePrefixTest : public ::testing::TestWithParam<bool> {
+// Every test runs under each engine loop (kEngineLoops).
+class EnginePrefixTest : public ::testing::TestWithParam<EngineLoop> {
  protected:
   std::unique_ptr<Engine> Start(PrefixStoreOptions prefix, FakeBackend** fake_out = nullptr,
                                 MetricsRegistry* metrics = nullptr) {
     auto fake = std::make_unique<FakeBackend>(model_.config, 8);
     if (fake_out != nullptr) *fake_out = fake.get();
     std::unique_ptr<Backend> backend = std::move(fake);
-    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), GetParam());
     EngineOptions options;
     options.prefix = prefix;
     options.scheduler = scheduler_;
@@ -420,11 +420,8 @@ TEST_P(EnginePrefixTest, InvalidOptionsAreRejected) {
   EXPECT_THAT(engine.status().message(), HasSubstr("memory budget"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Loops, EnginePrefixTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Pipelined")
-                                             : std::string("Synchronous");
-                         });
+INSTANTIATE_TEST_SUITE_P(Loops, EnginePrefixTest, ::testing::ValuesIn(kEngineLoops),
+                         [](const auto& info) { return EngineLoopName(info.param); });
 
 // On the CPU backend (the source of truth), a warm start changes where chunks begin, so logits
 // may differ by float rounding only: greedy tokens are equal and logprobs agree within the

@@ -22,14 +22,14 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-class EngineRewindTest : public ::testing::TestWithParam<bool> {
+class EngineRewindTest : public ::testing::TestWithParam<EngineLoop> {
  protected:
   std::unique_ptr<Engine> Start(EngineOptions options = {}, int32_t slots = 8,
                                 FakeBackend** fake_out = nullptr) {
     auto fake = std::make_unique<FakeBackend>(model_.config, slots);
     if (fake_out != nullptr) *fake_out = fake.get();
     std::unique_ptr<Backend> backend = std::move(fake);
-    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), GetParam());
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(model_, std::move(backend), options, metrics_);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -192,11 +192,8 @@ TEST_P(EngineRewindTest, DeletedSessionsLeaveNoBoundariesAndOptionsAreValidated)
   EXPECT_THAT(refused.status().message(), HasSubstr("per session"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Loops, EngineRewindTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Pipelined")
-                                             : std::string("Synchronous");
-                         });
+INSTANTIATE_TEST_SUITE_P(Loops, EngineRewindTest, ::testing::ValuesIn(kEngineLoops),
+                         [](const auto& info) { return EngineLoopName(info.param); });
 
 }  // namespace
 }  // namespace linserve

@@ -26,15 +26,15 @@ using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// Both loops, as engine_test: the synchronous FakeBackend and the pipelined one.
-class EngineStateDirTest : public ::testing::TestWithParam<bool> {
+// Every engine loop (kEngineLoops), as engine_test.
+class EngineStateDirTest : public ::testing::TestWithParam<EngineLoop> {
  protected:
   // `fake`, when given, is set to the engine's backend (for its gate).
   std::unique_ptr<Engine> Start(const EngineOptions& options, FakeBackend** fake = nullptr) {
     auto owned = std::make_unique<FakeBackend>(model_.config, 8);
     if (fake != nullptr) *fake = owned.get();
     std::unique_ptr<Backend> backend = std::move(owned);
-    if (GetParam()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), GetParam());
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(model_, std::move(backend), options, metrics_);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -58,8 +58,8 @@ class EngineStateDirTest : public ::testing::TestWithParam<bool> {
   MetricsRegistry metrics_;
 };
 
-INSTANTIATE_TEST_SUITE_P(Loops, EngineStateDirTest, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Pipelined" : "Sync"; });
+INSTANTIATE_TEST_SUITE_P(Loops, EngineStateDirTest, ::testing::ValuesIn(kEngineLoops),
+                         [](const auto& info) { return EngineLoopName(info.param); });
 
 // Replica B indexed the session at its start and never served it; A keeps using it. B's expiry
 // must look at the file (A's last use), not at its own stale index entry.

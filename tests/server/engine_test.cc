@@ -44,12 +44,10 @@ struct Harness {
   FakeBackend* backend = nullptr;
 };
 
-// Every test runs twice: over the synchronous FakeBackend, and over it made asynchronous
-// (PipelinedBackend), where the engine's loop is pipelined.
-class EngineTest : public ::testing::TestWithParam<bool> {
+// Every test runs under each engine loop (kEngineLoops): over the synchronous FakeBackend, and
+// over it made asynchronous (PipelinedBackend) with one step in flight and with two.
+class EngineTest : public ::testing::TestWithParam<EngineLoop> {
  protected:
-  bool pipelined() const { return GetParam(); }
-
   Harness Start(EngineOptions options = {}, int32_t slots = 8, int64_t eos_after = -1,
                 const Model* model = nullptr) {
     const Model& m = model != nullptr ? *model : model_;
@@ -57,7 +55,7 @@ class EngineTest : public ::testing::TestWithParam<bool> {
     Harness h;
     h.backend = fake.get();
     std::unique_ptr<Backend> backend = std::move(fake);
-    if (pipelined()) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), GetParam());
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(m, std::move(backend), options, metrics_);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -1034,10 +1032,12 @@ TEST_P(EngineTest, CreateValidatesOptions) {
 }
 
 // Sessions that end early (a stop token) while the pipelined loop has already fed their last
-// token to a step in flight: that step's pick is thrown away, the session keeps exactly what was
-// sent, and the slot's penalty counts are the session's again. Every turn's tokens equal the
-// synchronous loop's, and only sent tokens are counted.
-TEST(EngineLoopsTest, PipelinedLoopGivesTheSynchronousTokensWhenSessionsStopEarly) {
+// token to a step in flight (with launch-ahead, fed on the device before the host saw it): that
+// step's pick is thrown away, the session keeps exactly what was sent, and the slot's penalty
+// counts are the session's again. Every turn's tokens equal the synchronous loop's (so each
+// turn started from the state of exactly the session's tokens), and only sent tokens are
+// counted.
+TEST(EngineLoopsTest, PipelinedLoopsGiveTheSynchronousTokensWhenSessionsStopEarly) {
   const Model model = MakeRandomModel(TestConfig(), 1);
   constexpr int kSessions = 6;
   constexpr int kTurns = 3;
@@ -1063,12 +1063,12 @@ TEST(EngineLoopsTest, PipelinedLoopGivesTheSynchronousTokensWhenSessionsStopEarl
     int64_t decode_rows = 0;
     double generated = 0;
   };
-  auto run = [&](bool pipelined, const std::vector<TokenId>& stop_ids) {
+  auto run = [&](EngineLoop loop, const std::vector<TokenId>& stop_ids) {
     MetricsRegistry metrics;
     auto fake = std::make_unique<FakeBackend>(model.config, kSessions);
     FakeBackend* fake_ptr = fake.get();
     std::unique_ptr<Backend> backend = std::move(fake);
-    if (pipelined) backend = std::make_unique<PipelinedBackend>(std::move(backend));
+    backend = BackendForLoop(std::move(backend), loop);
     absl::StatusOr<std::unique_ptr<Engine>> engine =
         Engine::Create(model, std::move(backend), {}, metrics);
     EXPECT_TRUE(engine.ok()) << engine.status();
@@ -1105,10 +1105,9 @@ TEST(EngineLoopsTest, PipelinedLoopGivesTheSynchronousTokensWhenSessionsStopEarl
   };
 
   // Stop at a token the unstopped run generates in its first turn, a few tokens in.
-  const Run unstopped = run(false, {});
+  const Run unstopped = run(EngineLoop::kSynchronous, {});
   const std::vector<TokenId> stop_ids = {unstopped.tokens[0][5], unstopped.tokens[1][3]};
-  const Run synchronous = run(false, stop_ids);
-  const Run pipelined = run(true, stop_ids);
+  const Run synchronous = run(EngineLoop::kSynchronous, stop_ids);
 
   int64_t sent = 0, early = 0;
   for (const auto& tokens : synchronous.tokens) {
@@ -1116,20 +1115,21 @@ TEST(EngineLoopsTest, PipelinedLoopGivesTheSynchronousTokensWhenSessionsStopEarl
     early += tokens.size() < 24 ? 1 : 0;
   }
   ASSERT_GT(early, 0) << "no request stopped early: the test would not exercise the pipeline";
-  EXPECT_EQ(pipelined.tokens, synchronous.tokens);
-  EXPECT_EQ(pipelined.session_tokens, synchronous.session_tokens);
   EXPECT_EQ(synchronous.generated, static_cast<double>(sent));
-  EXPECT_EQ(pipelined.generated, static_cast<double>(sent));
-  // The synchronous loop decodes exactly the tokens it feeds; the pipelined one also fed the
-  // last token of each early stop to a step whose pick nobody saw.
-  EXPECT_GT(pipelined.decode_rows, synchronous.decode_rows);
+  for (EngineLoop loop : {EngineLoop::kPipelined, EngineLoop::kLaunchAhead}) {
+    SCOPED_TRACE(EngineLoopName(loop));
+    const Run pipelined = run(loop, stop_ids);
+    EXPECT_EQ(pipelined.tokens, synchronous.tokens);
+    EXPECT_EQ(pipelined.session_tokens, synchronous.session_tokens);
+    EXPECT_EQ(pipelined.generated, static_cast<double>(sent));
+    // The synchronous loop decodes exactly the tokens it feeds; the pipelined ones also fed
+    // the last token of each early stop to a step whose pick nobody saw.
+    EXPECT_GT(pipelined.decode_rows, synchronous.decode_rows);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Loops, EngineTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? std::string("Pipelined")
-                                             : std::string("Synchronous");
-                         });
+INSTANTIATE_TEST_SUITE_P(Loops, EngineTest, ::testing::ValuesIn(kEngineLoops),
+                         [](const auto& info) { return EngineLoopName(info.param); });
 
 }  // namespace
 }  // namespace linserve
