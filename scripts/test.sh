@@ -33,7 +33,8 @@ jobs=$(nproc)
 readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test|structured_test|structured_client_test)$'
 # Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU
 # backend on it; the engine thread against its callers, session store and scheduler (fake
-# backend); the persister's writer
+# backend); the engine thread against the device thread of the CPU stand-in for a GPU's timing
+# (launch-ahead); the persister's writer
 # thread against the store reading records back; the load generator; the constraint cache and
 # its masks shared by transport threads and the engine thread. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
@@ -41,7 +42,7 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 tsan_tests=(cpu_kernels_test weight_formats_test int8_linear_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
-            engine_constraint_test)
+            engine_constraint_test engine_overlap_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 # The GPU tests run under the CUDA emulation (tests/gpu/emulation/README.md) in the cuda stage:

@@ -1,7 +1,5 @@
 #include "bench/serving_loop/instant_backend.h"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -202,16 +200,9 @@ void InstantBackend::Pick(SlotId slot, const uint32_t* mask, size_t row,
   }
 }
 
-void InstantBackend::NoteCaller() {
-  if (has_caller_clock_.load(std::memory_order_relaxed)) return;
-  if (pthread_getcpuclockid(pthread_self(), &caller_clock_) == 0) {
-    has_caller_clock_.store(true, std::memory_order_release);
-  }
-}
-
 absl::Status InstantBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
                                              const SampleOutput& out) {
-  NoteCaller();
+  counters_.NoteCaller();
   const auto start = std::chrono::steady_clock::now();
   if (absl::Status s = pool_.CheckBatch(batch); !s.ok()) return s;
   batch_slots_.clear();
@@ -227,13 +218,10 @@ absl::Status InstantBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
     pool_.Advance(batch[i].slot, 1);
     Pick(batch[i].slot, batch[i].allowed_tokens, i, out);
   }
-  decode_steps_.fetch_add(1, std::memory_order_relaxed);
-  decode_rows_.fetch_add(static_cast<int64_t>(batch.size()), std::memory_order_relaxed);
-  last_batch_.store(static_cast<int32_t>(batch.size()), std::memory_order_relaxed);
-  decode_nanos_.fetch_add(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - start)
-          .count(),
-      std::memory_order_relaxed);
+  counters_.CountStep(static_cast<int32_t>(batch.size()),
+                      std::chrono::duration_cast<std::chrono::nanoseconds>(
+                          std::chrono::steady_clock::now() - start)
+                          .count());
   return absl::OkStatus();
 }
 

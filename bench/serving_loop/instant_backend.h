@@ -14,21 +14,20 @@
 // one-hot pick too. A session's tokens therefore depend on its seed, position and masks only,
 // alone or in any batch. The state is never materialised: ReadSlot returns zeros (a valid state).
 //
-// Not thread-safe, like every Backend, except the counters below, which any thread may read.
+// Not thread-safe, like every Backend, except counters(), which any thread may read.
 #ifndef LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
 #define LINSERVE_BENCH_SERVING_LOOP_INSTANT_BACKEND_H_
 
-#include <atomic>
 #include <cstdint>
-#include <ctime>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "model/backend/backend.h"
-#include "model/format/config.h"
 #include "model/backend/slot_pool.h"
+#include "model/format/config.h"
+#include "tests/testing/step_counters.h"
 
 namespace linserve {
 
@@ -63,18 +62,9 @@ class InstantBackend final : public Backend {
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
-  // ---- Counters, readable from any thread (relaxed: figures, not synchronisation) ----
-  // Successful DecodeAndSample calls and the rows they decoded.
-  int64_t decode_steps() const { return decode_steps_.load(std::memory_order_relaxed); }
-  int64_t decode_rows() const { return decode_rows_.load(std::memory_order_relaxed); }
-  // Rows of the latest DecodeAndSample.
-  int32_t last_batch() const { return last_batch_.load(std::memory_order_relaxed); }
-  // Wall nanoseconds spent inside DecodeAndSample (validation, picks), all calls together.
-  int64_t decode_nanos() const { return decode_nanos_.load(std::memory_order_relaxed); }
-  // The CPU-time clock of the thread that called DecodeAndSample first (the engine thread), and
-  // whether there was such a call yet.
-  bool has_caller_clock() const { return has_caller_clock_.load(std::memory_order_acquire); }
-  clockid_t caller_clock() const { return caller_clock_; }
+  // Successful DecodeAndSample calls: their rows, the wall time inside them (validation,
+  // picks) and the CPU clock of the thread that made the first (the engine thread).
+  const StepCounters& counters() const { return counters_; }
 
  private:
   struct SlotSampling {
@@ -93,7 +83,6 @@ class InstantBackend final : public Backend {
   // Picks row `row` for `slot` (at its current position), among the tokens `mask` allows, into
   // `out`.
   void Pick(SlotId slot, const uint32_t* mask, size_t row, const SampleOutput& out) const;
-  void NoteCaller();
 
   const ModelConfig config_;
   SlotPool pool_;
@@ -101,12 +90,7 @@ class InstantBackend final : public Backend {
   std::vector<SlotId> batch_slots_;           // sized once for max_batch_size rows
   std::vector<const uint32_t*> batch_masks_;  // the rows' token masks, likewise
 
-  std::atomic<int64_t> decode_steps_{0};
-  std::atomic<int64_t> decode_rows_{0};
-  std::atomic<int32_t> last_batch_{0};
-  std::atomic<int64_t> decode_nanos_{0};
-  std::atomic<bool> has_caller_clock_{false};
-  clockid_t caller_clock_{};
+  StepCounters counters_;
 };
 
 }  // namespace linserve

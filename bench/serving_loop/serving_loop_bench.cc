@@ -4,6 +4,13 @@
 // work of serving: scheduling, the backend's slot checks, emitting tokens (stop matching,
 // detokenizing, usage, metrics), the sinks and, over gRPC, the streams to the clients.
 //
+// With --device_us=D > 0 the InstantBackend sits behind DeviceClockBackend
+// (tests/testing/device_clock_backend.h), a stand-in for a GPU's timing: each decode step
+// completes D us after it starts on a device thread, the launch returning at once, with
+// --steps_in_flight steps in flight at most (2: the engine launches ahead). The step period then
+// shows how well the engine overlaps its host work with the device's: ideally
+// max(D, host time per step) (issue 38).
+//
 // Paths (--paths):
 //   engine  B requests submitted to the Engine directly, each with a TokenSink that counts.
 //   grpc    the Engine behind GrpcServer on 127.0.0.1 port 0 in this process, driven by the
@@ -19,7 +26,13 @@
 // with a free backend is all host time), engine_thread_cpu_us_per_step (the engine thread's CPU
 // time / steps: its own cost, whatever else ran), engine_thread_cpu_share (CPU time / wall time
 // of the engine thread), backend_us_per_step (inside DecodeAndSample: the slot pool's checks
-// and the picks), process_cpu_seconds_per_second (every thread: engine, transport, clients).
+// and the picks; with the stand-in, the device's busy time per step),
+// process_cpu_seconds_per_second (every thread: engine, transport, clients), device_us and
+// steps_in_flight (the stand-in's; 0 and 1 without it), phase_us_per_step (the engine thread's
+// wall time per step in each phase of linserve_engine_phase_seconds), host_busy_us_per_step
+// (those phases but collect: the host's own time per step), device_busy_share (the stand-in's
+// busy time / window) and period_over_bound (the step period / max(the device's measured step,
+// host_busy_us_per_step); 1 is perfect overlap).
 #include <time.h>
 
 #include <algorithm>
@@ -50,12 +63,15 @@
 #include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "server/engine/engine.h"
+#include "server/engine/step_phases.h"
 #include "server/metrics/metrics.h"
 #include "server/engine/token_sink.h"
 #include "server/transport/grpc_server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
+#include "tests/testing/device_clock_backend.h"
 #include "tests/testing/random_model.h"
+#include "tests/testing/step_counters.h"
 
 ABSL_FLAG(std::string, batches, "64,256", "Comma-separated concurrencies (decode batches), each "
           "in [1, 4096].");
@@ -65,6 +81,11 @@ ABSL_FLAG(double, warmup_seconds, 1.0, "Unmeasured steady running before each wi
 ABSL_FLAG(int32_t, prompt_tokens, 16, "Prompt tokens per request, in [1, 4096].");
 ABSL_FLAG(int32_t, vocab_size, 50257, "The model's vocabulary (byte tokenizer + specials).");
 ABSL_FLAG(std::string, json_out, "", "Also write every result as one JSON document here.");
+ABSL_FLAG(int32_t, device_us, 0, "Device time of a decode step in us, in [0, 1000000]: > 0 puts "
+          "the backend behind the DeviceClockBackend stand-in for a GPU's timing; 0 runs it "
+          "directly.");
+ABSL_FLAG(int32_t, steps_in_flight, 2, "With --device_us: decode steps in flight at most, 1 "
+          "(collect, then launch) or 2 (launch ahead).");
 
 namespace linserve {
 namespace {
@@ -72,6 +93,10 @@ namespace {
 constexpr int32_t kUnbounded = 1 << 30;  // max_new_tokens of every request: never reached
 constexpr TokenId kBos = 256;
 constexpr TokenId kEos = 257;
+
+constexpr StepPhase kPhases[] = {StepPhase::kInbox,   StepPhase::kAdmit,  StepPhase::kPlan,
+                                 StepPhase::kLaunch,  StepPhase::kCollect, StepPhase::kEmit,
+                                 StepPhase::kPrefill, StepPhase::kExports, StepPhase::kOther};
 
 double ThreadCpuSeconds(clockid_t clock) {
   timespec ts{};
@@ -137,26 +162,37 @@ struct Counters {
   int64_t rows = 0;
   int64_t backend_nanos = 0;
   int64_t client_tokens = 0;
+  std::vector<double> phase_seconds;  // per kPhases entry: the histogram's sum
 };
 
-Counters Read(const InstantBackend& backend, const std::atomic<int64_t>& client_tokens) {
+// The engine's phase histogram for `phase` (StepPhases registers it under these names).
+Histogram& PhaseHistogram(MetricsRegistry& metrics, StepPhase phase) {
+  return metrics.GetHistogram("linserve_engine_phase_seconds", "", {},
+                              {{"phase", std::string(StepPhaseName(phase))}});
+}
+
+Counters Read(const StepCounters& backend, MetricsRegistry& metrics,
+              const std::atomic<int64_t>& client_tokens) {
   Counters c;
   c.wall = Now();
   timespec ts{};
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   c.process_cpu = static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
   c.engine_cpu = ThreadCpuSeconds(backend.caller_clock());
-  c.steps = backend.decode_steps();
-  c.rows = backend.decode_rows();
-  c.backend_nanos = backend.decode_nanos();
+  c.steps = backend.steps();
+  c.rows = backend.rows();
+  c.backend_nanos = backend.nanos();
   c.client_tokens = client_tokens.load(std::memory_order_relaxed);
+  for (StepPhase phase : kPhases) {
+    c.phase_seconds.push_back(PhaseHistogram(metrics, phase).snapshot().sum);
+  }
   return c;
 }
 
 // Waits until every one of `batch` requests decodes in one step, runs the warm-up, and returns
 // the figures of the window that follows.
 absl::StatusOr<nlohmann::json> Measure(const std::string& path, int32_t batch,
-                                       const InstantBackend& backend,
+                                       const StepCounters& backend, MetricsRegistry& metrics,
                                        const std::atomic<int64_t>& client_tokens) {
   const double give_up = Now() + 60;
   while (!backend.has_caller_clock() || backend.last_batch() != batch) {
@@ -167,9 +203,9 @@ absl::StatusOr<nlohmann::json> Measure(const std::string& path, int32_t batch,
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
   }
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_warmup_seconds)));
-  const Counters a = Read(backend, client_tokens);
+  const Counters a = Read(backend, metrics, client_tokens);
   absl::SleepFor(absl::Seconds(absl::GetFlag(FLAGS_seconds)));
-  const Counters b = Read(backend, client_tokens);
+  const Counters b = Read(backend, metrics, client_tokens);
   const double seconds = b.wall - a.wall;
   const double steps = static_cast<double>(b.steps - a.steps);
   const double tokens = static_cast<double>(b.rows - a.rows);
@@ -189,12 +225,33 @@ absl::StatusOr<nlohmann::json> Measure(const std::string& path, int32_t batch,
   j["backend_us_per_step"] =
       steps > 0 ? 1e-3 * static_cast<double>(b.backend_nanos - a.backend_nanos) / steps : 0.0;
   j["process_cpu_seconds_per_second"] = (b.process_cpu - a.process_cpu) / seconds;
+  const int32_t device_us = absl::GetFlag(FLAGS_device_us);
+  j["device_us"] = device_us;
+  j["steps_in_flight"] = device_us > 0 ? absl::GetFlag(FLAGS_steps_in_flight) : 1;
+  // The phases are per engine step, which with a step always decoding is a decode step.
+  nlohmann::json phases = nlohmann::json::object();
+  double host_busy = 0;
+  for (size_t i = 0; i < std::size(kPhases); ++i) {
+    const double us = steps > 0 ? 1e6 * (b.phase_seconds[i] - a.phase_seconds[i]) / steps : 0.0;
+    phases[std::string(StepPhaseName(kPhases[i]))] = us;
+    if (kPhases[i] != StepPhase::kCollect) host_busy += us;
+  }
+  j["phase_us_per_step"] = phases;
+  j["host_busy_us_per_step"] = host_busy;
+  if (device_us > 0) {
+    j["device_busy_share"] = 1e-9 * static_cast<double>(b.backend_nanos - a.backend_nanos) / seconds;
+    // The device's measured step (D plus the device thread's late wake-ups), not D.
+    const double device_step =
+        steps > 0 ? 1e-3 * static_cast<double>(b.backend_nanos - a.backend_nanos) / steps : 0.0;
+    const double bound = std::max(device_step, host_busy);
+    j["period_over_bound"] = steps > 0 ? 1e6 * seconds / steps / bound : 0.0;
+  }
   return j;
 }
 
 struct Stack {
   MetricsRegistry metrics;
-  InstantBackend* backend = nullptr;  // owned by engine
+  const StepCounters* counters = nullptr;  // the engine's backend's
   std::unique_ptr<Engine> engine;
 };
 
@@ -202,16 +259,24 @@ absl::Status StartEngine(const Model& model, int32_t batch, Stack& stack) {
   BackendOptions backend_options;
   backend_options.max_slots = batch;
   backend_options.max_batch_size = batch;
-  absl::StatusOr<std::unique_ptr<InstantBackend>> backend =
+  absl::StatusOr<std::unique_ptr<InstantBackend>> instant =
       InstantBackend::Create(model.config, backend_options);
-  if (!backend.ok()) return backend.status();
-  stack.backend = backend->get();
+  if (!instant.ok()) return instant.status();
+  stack.counters = &(*instant)->counters();
+  std::unique_ptr<Backend> backend = *std::move(instant);
+  if (const int32_t device_us = absl::GetFlag(FLAGS_device_us); device_us > 0) {
+    absl::StatusOr<std::unique_ptr<DeviceClockBackend>> device = DeviceClockBackend::Create(
+        std::move(backend), absl::Microseconds(device_us), absl::GetFlag(FLAGS_steps_in_flight));
+    if (!device.ok()) return device.status();
+    stack.counters = &(*device)->counters();
+    backend = *std::move(device);
+  }
   EngineOptions options;
   options.scheduler.max_batch_size = batch;
   options.requests.max_new_tokens = kUnbounded;
   options.max_queue_depth = std::max(256, batch);
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(model, *std::move(backend), options, stack.metrics);
+      Engine::Create(model, std::move(backend), options, stack.metrics);
   if (!engine.ok()) return engine.status();
   stack.engine = *std::move(engine);
   return absl::OkStatus();
@@ -234,7 +299,8 @@ absl::StatusOr<nlohmann::json> RunEngine(const Model& model, int32_t batch) {
         stack.engine->Submit(std::move(request), std::make_shared<CountingSink>(tokens));
     if (!job.ok()) return job.status();
   }
-  absl::StatusOr<nlohmann::json> result = Measure("engine", batch, *stack.backend, tokens);
+  absl::StatusOr<nlohmann::json> result =
+      Measure("engine", batch, *stack.counters, stack.metrics, tokens);
   stack.engine->Shutdown(absl::ZeroDuration()).IgnoreError();
   return result;
 }
@@ -273,7 +339,8 @@ absl::StatusOr<nlohmann::json> RunGrpc(const Model& model, int32_t batch) {
   if (absl::Status s = loadtest::ValidateLoadOptions(load); !s.ok()) return s;
   std::thread driver([&] { loadtest::RunLoad(target, load); });
 
-  absl::StatusOr<nlohmann::json> result = Measure("grpc", batch, *stack.backend, client_tokens);
+  absl::StatusOr<nlohmann::json> result =
+      Measure("grpc", batch, *stack.counters, stack.metrics, client_tokens);
   target.CancelAll();
   driver.join();
   (*server)->SetServing(false);
@@ -303,6 +370,16 @@ absl::Status Main() {
   if (!(seconds > 0 && seconds <= 3600) || !(warmup >= 0 && warmup <= 3600) || prompt < 1 ||
       prompt > 4096) {
     return absl::InvalidArgumentError("--seconds, --warmup_seconds or --prompt_tokens out of range");
+  }
+  const int32_t device_us = absl::GetFlag(FLAGS_device_us);
+  if (device_us < 0 || device_us > 1'000'000) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--device_us = ", device_us, " is outside [0, 1000000]"));
+  }
+  if (const int32_t in_flight = absl::GetFlag(FLAGS_steps_in_flight);
+      in_flight != 1 && in_flight != 2) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--steps_in_flight = ", in_flight, " is neither 1 nor 2"));
   }
 
   ModelConfig config = TinyConfig();
