@@ -113,6 +113,10 @@ ABSL_FLAG(int32_t, prefill_chunk_size, 64,
           "Tokens per chunk of the backend's chunked-parallel prefill attention (cpu: up to "
           "4096, cuda: up to 128).");
 ABSL_FLAG(int32_t, threads, 0, "CPU threads for the CPU backend; 0 = every core.");
+ABSL_FLAG(int32_t, emitter_threads, 2,
+          "Threads that hand tokens to the clients' streams, so that the engine thread never "
+          "waits on a transport; each request's output on one of them, in order. In [0, 64]; 0 "
+          "= on the engine thread.");
 ABSL_FLAG(int32_t, max_queue_depth, 256,
           "Requests and session operations that may wait for the engine; more are refused at "
           "once with RESOURCE_EXHAUSTED.");
@@ -341,6 +345,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.requests.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
   o.requests.max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs);
   o.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
+  o.emitter_threads = absl::GetFlag(FLAGS_emitter_threads);
   o.state_dir = absl::GetFlag(FLAGS_state_dir);
   // Up to 2^30 MiB (1 PiB): no overflow in bytes.
   constexpr int64_t kMaxMib = int64_t{1} << 30;

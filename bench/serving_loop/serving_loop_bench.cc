@@ -109,7 +109,7 @@ double Now() {
       .count();
 }
 
-// Counts tokens; the engine thread calls it.
+// Counts tokens; the engine's emitter threads call it.
 class CountingSink : public TokenSink {
  public:
   explicit CountingSink(std::atomic<int64_t>& tokens) : tokens_(tokens) {}

@@ -32,6 +32,7 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       constraints_(std::move(constraints)),
       metrics_(metrics),
       phases_(metrics),
+      emitter_(options.emitter_threads),
       inbox_(options.max_queue_depth, options.tenant_max_queued,
              metrics_.tenant_max_queued_rejections),
       persister_(std::move(persister)),
@@ -269,11 +270,18 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   PublishStats();
   // A client that heard its request end finds the session as it left it, even after a crash;
   // one whose session's change could not be written hears that instead.
+  // The report goes through the job's emitter thread, after the tokens posted before it.
+  const JobId id = job->id();
+  auto post = [emitter = &emitter_, id, report = std::move(report)](absl::Status written) mutable {
+    emitter->Post(id, [report = std::move(report), written = std::move(written)]() mutable {
+      std::move(report)(std::move(written));
+    });
+  };
   if (named) {
-    store_.WhenDurable({session->id}, std::move(report));
+    store_.WhenDurable({session->id}, std::move(post));
   } else {
     store_.SettleLocks();  // a lookup's lock goes back before the client hears of it
-    std::move(report)(absl::OkStatus());
+    post(absl::OkStatus());
   }
 }
 
@@ -444,8 +452,12 @@ absl::Status Engine::Shutdown(absl::Duration drain_deadline) {
   const bool started = thread_.joinable();
   if (started) thread_.join();
   inbox_.Close();
-  if (persister_ == nullptr || !started) return absl::OkStatus();
+  if (persister_ == nullptr || !started) {
+    emitter_.Drain();
+    return absl::OkStatus();
+  }
   absl::Status flushed = persister_->Flush();
+  emitter_.Drain();  // the reports Flush made durable have reached their sinks
   spdlog::info("state_dir {}: persisted {} sessions{}", options_.state_dir,
                store_.named_sessions(), flushed.ok() ? "" : " (some writes failed)");
   if (!flushed.ok()) {

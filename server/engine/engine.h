@@ -57,6 +57,7 @@
 #include "model/model.h"
 #include "server/constraints/compiled_constraint.h"
 #include "server/constraints/token_vocabulary.h"
+#include "server/engine/emitter.h"
 #include "server/engine/engine_metrics.h"
 #include "server/engine/engine_options.h"
 #include "server/engine/inbox.h"
@@ -235,6 +236,9 @@ class Engine {
   // Declared before the stores and the inbox, which count into it.
   EngineMetrics metrics_;
   StepPhases phases_;
+  // The sink calls (tokens, then each request's end), off the engine thread. Declared before
+  // the stores, whose write-behind completions post to it.
+  Emitter emitter_;
   Inbox inbox_;
 
   // nullptr without a state_dir. Declared before store_, which uses it.

@@ -17,6 +17,10 @@ absl::Status ValidateEngineOptions(const EngineOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_queue_depth must be >= 1, got ", options.max_queue_depth));
   }
+  if (options.emitter_threads < 0 || options.emitter_threads > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("emitter_threads must be in [0, 64], got ", options.emitter_threads));
+  }
   if (options.tenant_max_queued < 0 || options.tenant_max_queued > options.max_queue_depth) {
     return absl::InvalidArgumentError(
         absl::StrCat("tenant_max_queued must be in [0, max_queue_depth = ", options.max_queue_depth,

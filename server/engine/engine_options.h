@@ -49,6 +49,10 @@ struct EngineOptions {
   // done only once the change is on disk; Create restores them. "" keeps sessions in memory
   // only. Default: "".
   std::string state_dir;
+  // Threads that hand requests' output to their TokenSinks (emitter.h), so that the engine
+  // thread never waits on a client's stream; each request's calls on one of them, in order.
+  // 0 runs them on the engine thread. In [0, 64]. Default: 2.
+  int32_t emitter_threads = 2;
   // Least time between two batches of session writes. Default: 2 ms.
   absl::Duration state_write_interval = absl::Milliseconds(2);
   // The file system under state_dir; nullptr means DefaultFileSystem(). Must outlive the

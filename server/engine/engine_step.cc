@@ -200,7 +200,7 @@ std::optional<FinishReason> Engine::EmitSampled(Job& job, TokenId token, float l
                                                 absl::Time now) {
   const std::optional<FinishReason> finish = job.Emit(
       token, logprob,
-      top_logprobs.subspan(0, static_cast<size_t>(job.request().top_logprobs)), now);
+      top_logprobs.subspan(0, static_cast<size_t>(job.request().top_logprobs)), now, emitter_);
   metrics_.generated_tokens.Increment();
   return finish;
 }

@@ -131,8 +131,8 @@ bool Job::decode_blocked() const {
 }
 
 std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
-                                      absl::Span<const TokenLogprob> top_logprobs,
-                                      absl::Time now) {
+                                      absl::Span<const TokenLogprob> top_logprobs, absl::Time now,
+                                      Emitter& emitter) {
   ++generated_;
   session_->history.Append({token});
   usage_.generated_tokens = generated_;
@@ -176,7 +176,7 @@ std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
     finish = FinishReason::kConstraintComplete;
   }
   if (!finish.has_value() && generated_ >= request_.max_new_tokens) finish = FinishReason::kLength;
-  sink_->OnToken(out, text);
+  emitter.PostToken(id_, sink_, std::move(out), std::move(text));
   return finish;
 }
 

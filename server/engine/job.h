@@ -24,6 +24,7 @@
 #include "model/tokenizer/tokenizer.h"
 #include "server/constraints/grammar_matcher.h"
 #include "server/engine/job_id.h"
+#include "server/engine/emitter.h"
 #include "server/engine/request.h"
 #include "server/sessions/session_store.h"
 #include "server/engine/stop_matcher.h"
@@ -120,11 +121,12 @@ class Job {
   const absl::Status& failure() const { return failure_; }
   void set_failure(absl::Status status) { failure_ = std::move(status); }
   // Hands the token last passed to Sampled (with its logprob and top alternatives when the
-  // request asked for them) to the sink, counts it in the session and says whether the
-  // generation is over (and why): under a constraint, EOS or a document nothing may extend
-  // ends it with kConstraintComplete. `now` times the token.
+  // request asked for them) to the sink through `emitter`, counts it in the session and says
+  // whether the generation is over (and why): under a constraint, EOS or a document nothing may
+  // extend ends it with kConstraintComplete. `now` times the token.
   std::optional<FinishReason> Emit(TokenId token, float logprob,
-                                   absl::Span<const TokenLogprob> top_logprobs, absl::Time now);
+                                   absl::Span<const TokenLogprob> top_logprobs, absl::Time now,
+                                   Emitter& emitter);
 
   // Time since the previous token (nullopt for the first); set by Emit.
   std::optional<absl::Duration> last_inter_token_latency() const { return inter_token_; }

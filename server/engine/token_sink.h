@@ -59,8 +59,10 @@ struct GenerationResult {
   Usage usage;
 };
 
-// Called on the engine thread; implementations must return quickly and never block on the
-// client (buffer, then write asynchronously).
+// Called on one of the engine's emitter threads (emitter.h; on the engine thread with
+// EngineOptions::emitter_threads = 0), all of one request's calls on the same thread, in order;
+// implementations must return quickly and never block on the client (buffer, then write
+// asynchronously).
 class TokenSink {
  public:
   virtual ~TokenSink() = default;

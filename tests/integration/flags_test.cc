@@ -214,6 +214,7 @@ TEST_F(FlagsTest, BadValuesStopTheServerNamingTheFlag) {
       {"--session_checkpoints=-2", "--session_checkpoints must be >= 0"},
       {"--session_checkpoint_mib=-1", "--session_checkpoint_mib must be in [0, 2^30]"},
       {"--max_queue_depth=0", "max_queue_depth"},
+      {"--emitter_threads=-1", "emitter_threads must be in [0, 64], got -1"},
       {"--prefill_token_budget=-1", "--prefill_token_budget must be >= 1"},
       {"--prefill_tokens_per_decode_row=-2", "--prefill_tokens_per_decode_row must be >= 0"},
       {"--idle_prefill_token_budget=-1", "--idle_prefill_token_budget must be >= 1"},

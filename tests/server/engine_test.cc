@@ -1012,6 +1012,13 @@ TEST_P(EngineTest, CreateValidatesOptions) {
   EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(engine.status().message()),
               HasSubstr("tenant_max_queued must be in [0, max_queue_depth = 256]"));
+  EngineOptions emitters;
+  emitters.emitter_threads = 65;
+  engine = Engine::Create(model_, std::make_unique<FakeBackend>(model_.config, 2), emitters,
+                          metrics_);
+  EXPECT_EQ(engine.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(engine.status().message()),
+              HasSubstr("emitter_threads must be in [0, 64], got 65"));
 
   ScopedTempDir dir;
   { std::ofstream(dir.Join("file")) << "x"; }
