@@ -34,7 +34,7 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 # Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU
 # backend on it; the engine thread against its callers, session store and scheduler (fake
 # backend); the engine thread against the device thread of the CPU stand-in for a GPU's timing
-# (launch-ahead); the persister's writer
+# (launch-ahead) and against its emitter threads (the sink calls); the persister's writer
 # thread against the store reading records back; the load generator; the constraint cache and
 # its masks shared by transport threads and the engine thread. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
@@ -42,7 +42,7 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 tsan_tests=(cpu_kernels_test weight_formats_test int8_linear_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
-            engine_constraint_test engine_overlap_test)
+            engine_constraint_test engine_overlap_test emitter_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 # The GPU tests run under the CUDA emulation (tests/gpu/emulation/README.md) in the cuda stage:
@@ -51,7 +51,7 @@ readonly kTsanTests
 # prefill in pieces, state moving between the backends). The rest of cuda_backend_test (batch
 # invariance at 256, graphs, 1000-token decode, sampling) takes minutes more there and runs on
 # a GPU, or by hand under the emulation.
-readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.PenaltyCounts*:CudaBackendTest.OddVocabulary*:CudaBackendTest.Bf16State*:CudaBackendTest.GreedyDecodeOf1000*:CudaBackendTest.AMaskAllowingNoToken*:CudaBackendTest.Int8WeightsAreRefused*:CudaBackendTest.Int8FileFormatIsRefused'
+readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.PenaltyCounts*:CudaBackendTest.OddVocabulary*:CudaBackendTest.Bf16State*:CudaBackendTest.GreedyDecodeOf1000*:CudaBackendTest.AMaskAllowingNoToken*:CudaBackendTest.Int8WeightsAreRefused*:CudaBackendTest.Int8FileFormatIsRefused:CudaBackendTest.LaunchAheadFeedsThePicksOfTheStepInFlight'
 
 export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"

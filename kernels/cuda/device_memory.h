@@ -83,6 +83,23 @@ class Stream {
   cudaStream_t stream_ = nullptr;
 };
 
+// A CUDA event without timing (a point in a stream to wait for), destroyed with the handle.
+class Event {
+ public:
+  Event() = default;
+  static absl::StatusOr<Event> Create();
+  Event(Event&& other) noexcept;
+  Event& operator=(Event&& other) noexcept;
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event();
+
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+};
+
 // An instantiated graph, destroyed with the handle.
 class GraphExec {
  public:

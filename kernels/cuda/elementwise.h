@@ -23,6 +23,10 @@ absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DTyp
 
 struct EmbedArgs {
   const int32_t* tokens = nullptr;     // [rows], each in [0, vocab)
+  // Launch-ahead: a row whose source is >= 0 embeds fed_tokens[source] (the previous decode
+  // step's picks, still on the device) instead of tokens[row]. nullptr: every row its token.
+  const int32_t* sources = nullptr;     // [rows]
+  const int32_t* fed_tokens = nullptr;
   const int64_t* positions = nullptr;  // [rows], position index of each token
   const void* table = nullptr;         // T [vocab, d]
   PositionKind position = PositionKind::kNone;

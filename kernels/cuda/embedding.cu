@@ -1,7 +1,8 @@
 // Embedding gather: one block per token row, threads striding over d_model. The row is read
 // once from the (bf16/fp16/fp32) table and written once as the fp32 residual stream, plus, when
 // the next GEMM reads it directly (post-norm), as a T copy, so no separate cast kernel runs.
-// Slot-padded decode rows carry token 0 / position 0 and are simply computed and ignored.
+// Slot-padded decode rows carry token 0 / position 0 and are simply computed and ignored. A
+// launch-ahead decode row reads its token from the previous step's picks on the device.
 // Sinusoidal positions are evaluated in double: p / 10000^(2i/d) with p in the millions loses
 // the phase in fp32, and the decode latency must stay flat (and correct) at position 256k+.
 #include "kernels/cuda/cuda_status.h"
@@ -15,7 +16,8 @@ template <typename T>
 __global__ void EmbedKernel(EmbedArgs args) {
   const int row = blockIdx.x;
   const int d = args.d;
-  const int64_t token = args.tokens[row];
+  const int32_t source = args.sources == nullptr ? -1 : args.sources[row];
+  const int64_t token = source >= 0 ? args.fed_tokens[source] : args.tokens[row];
   const int64_t position = args.positions[row];
   const T* table = static_cast<const T*>(args.table) + token * d;
   const T* position_row = args.position == PositionKind::kLearned

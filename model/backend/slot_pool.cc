@@ -149,7 +149,7 @@ absl::Status SlotPool::CheckPositions(int64_t start, int64_t count, absl::string
   return absl::OkStatus();
 }
 
-absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
+absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch, bool previous_rows) {
   if (batch.empty()) return absl::InvalidArgumentError("Decode: batch is empty");
   if (static_cast<int64_t>(batch.size()) > max_batch_size_) {
     return absl::InvalidArgumentError(absl::StrCat("Decode: batch has ", batch.size(),
@@ -161,10 +161,10 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
     // Every step runs this for every row: the messages are only built for a row that fails.
     const SlotId slot = batch[i].slot;
     const TokenId token = batch[i].token;
+    const bool fed = batch[i].previous_row >= 0;
     const bool fine = slot.value >= 0 && slot.value < capacity_ && allocated_[slot.value] &&
                       batch_mark_[slot.value] != batch_generation_ &&
-                      batch[i].previous_row < 0 && token >= 0 &&
-                      token < config_.vocab_size &&
+                      (fed ? previous_rows : token >= 0 && token < config_.vocab_size) &&
                       (!learned || positions_[slot.value] + 1 <= config_.max_position);
     if (fine) {
       batch_mark_[slot.value] = batch_generation_;
@@ -178,13 +178,17 @@ absl::Status SlotPool::CheckBatch(absl::Span<const DecodeItem> batch) {
       return absl::InvalidArgumentError(absl::StrCat("Decode: batch[", i, "].slot = ", slot.value,
                                                      " appears twice in the batch"));
     }
-    if (batch[i].previous_row >= 0) {
+    if (fed && !previous_rows) {
       return absl::InvalidArgumentError(absl::StrCat(
           "Decode: batch[", i, "].previous_row = ", batch[i].previous_row,
-          ": this backend feeds no row from a step in flight (max_steps_in_flight is 1)"));
+          ": only a launch on a backend that launches ahead feeds a row from the step in ",
+          "flight"));
     }
-    if (absl::Status s = CheckToken(token, absl::StrCat("Decode: batch[", i, "].token")); !s.ok()) {
-      return s;
+    if (!fed) {
+      if (absl::Status s = CheckToken(token, absl::StrCat("Decode: batch[", i, "].token"));
+          !s.ok()) {
+        return s;
+      }
     }
     return CheckPositions(positions_[slot.value], 1,
                           absl::StrCat("Decode: batch[", i, "].slot ", slot.value));

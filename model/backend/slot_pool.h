@@ -73,9 +73,10 @@ class SlotPool {
   // OUT_OF_RANGE if a learned position table cannot cover positions [start, start + count).
   absl::Status CheckPositions(int64_t start, int64_t count, absl::string_view what) const;
   // A decode batch: non-empty, at most max_batch_size rows, allocated and distinct slots, tokens
-  // in the vocabulary, one more position available for each slot, no previous_row (a backend
-  // that launches ahead resolves those first: CheckPreviousRows).
-  absl::Status CheckBatch(absl::Span<const DecodeItem> batch);
+  // in the vocabulary, one more position available for each slot. A row with a previous_row
+  // (launch-ahead) is refused unless `previous_rows`, and then its token is not read (the
+  // backend has checked the row with CheckPreviousRows).
+  absl::Status CheckBatch(absl::Span<const DecodeItem> batch, bool previous_rows = false);
   // A prefill: allocated slot, non-empty tokens in the vocabulary, positions available, and a
   // logits size of 0, vocab_size or tokens.size() × vocab_size.
   absl::Status CheckPrefill(SlotId slot, absl::Span<const TokenId> tokens,

@@ -1289,8 +1289,6 @@ TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight
     const DecodeItem item_a{a, pa.token}, item_b{b, pb.token};
     ASSERT_TRUE(gpu->DecodeAndSample({&item_a, 1}, pa.Output()).ok());
     ASSERT_TRUE(gpu->LaunchDecodeAndSample({&item_b, 1}, pb.Output()).ok());
-    EXPECT_EQ(gpu->LaunchDecodeAndSample({&item_b, 1}, pb.Output()).code(),
-              absl::StatusCode::kFailedPrecondition);
     const StateBlob state_a = Read(*gpu, a), state_b = Read(*gpu, b);
     EXPECT_EQ(state_b.position, state_a.position) << "step " << step;
     EXPECT_EQ(state_b.state, state_a.state) << "step " << step;
@@ -1304,6 +1302,130 @@ TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight
     }
   }
   EXPECT_EQ(gpu->CollectSamples().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// Launch-ahead: step N+1 launched before step N is collected, its rows feeding step N's picks
+// on the device (DecodeItem::previous_row), gives exactly the tokens, logprobs and states of
+// DecodeAndSample fed on the host, greedy and sampled rows alike and with the rows in another
+// order than the step before; a third launch, a previous row that names no row of the step in
+// flight or another slot's, and a previous row outside a launch are refused.
+TEST(CudaBackendTest, LaunchAheadFeedsThePicksOfTheStepInFlight) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 29);
+  const int vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> ahead = MakeCuda(model);
+  std::unique_ptr<CudaBackend> host_fed = MakeCuda(model);
+  ASSERT_NE(ahead, nullptr);
+  ASSERT_NE(host_fed, nullptr);
+  EXPECT_EQ(ahead->max_steps_in_flight(), 2);
+  constexpr int kRows = 3;
+  constexpr int kSteps = 8;
+  const std::vector<int32_t> prompt = RandomTokens(7, vocab, 5);
+  std::vector<SlotId> slots_a, slots_h;
+  std::vector<TokenId> first(kRows);
+  for (int r = 0; r < kRows; ++r) {
+    SamplingParams params;
+    params.seed = 100 + static_cast<uint64_t>(r);
+    params.temperature = r == 0 ? 0.0f : 0.8f;  // one greedy row
+    params.top_k = r == 2 ? 10 : 0;
+    for (CudaBackend* gpu : {ahead.get(), host_fed.get()}) {
+      const SlotId slot = Allocate(*gpu);
+      ASSERT_TRUE(gpu->StartSampling(slot, params, /*top_logprobs=*/2, prompt).ok());
+      TokenId token = -1;
+      float logprob = 0;
+      std::vector<TokenLogprob> top(kMaxTopLogprobs);
+      ASSERT_TRUE(gpu->PrefillAndSample(slot, prompt,
+                                        {.tokens = {&token, 1},
+                                         .logprobs = {&logprob, 1},
+                                         .top_logprobs = absl::MakeSpan(top)},
+                                        nullptr)
+                      .ok());
+      (gpu == ahead.get() ? slots_a : slots_h).push_back(slot);
+      first[r] = token;
+    }
+  }
+
+  // The host-fed reference: one DecodeAndSample a step, rows in slot order.
+  std::vector<std::vector<TokenId>> expected(kSteps, std::vector<TokenId>(kRows));
+  std::vector<std::vector<float>> expected_logprobs(kSteps, std::vector<float>(kRows));
+  std::vector<TokenId> feed = first;
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<DecodeItem> batch;
+    for (int r = 0; r < kRows; ++r) batch.push_back({.slot = slots_h[r], .token = feed[r]});
+    std::vector<TokenLogprob> top(kRows * kMaxTopLogprobs);
+    ASSERT_TRUE(host_fed
+                    ->DecodeAndSample(batch, {.tokens = absl::MakeSpan(expected[step]),
+                                              .logprobs = absl::MakeSpan(expected_logprobs[step]),
+                                              .top_logprobs = absl::MakeSpan(top)})
+                    .ok());
+    feed = expected[step];
+  }
+
+  // Launch-ahead: step 0 fed on the host, every later step from the one in flight, whose rows
+  // are reversed each step.
+  struct Out {
+    std::vector<TokenId> tokens = std::vector<TokenId>(kRows);
+    std::vector<float> logprobs = std::vector<float>(kRows);
+    std::vector<TokenLogprob> top = std::vector<TokenLogprob>(kRows * kMaxTopLogprobs);
+    SampleOutput Output() {
+      return {absl::MakeSpan(tokens), absl::MakeSpan(logprobs), absl::MakeSpan(top)};
+    }
+  };
+  std::vector<Out> outs(kSteps);
+  std::vector<std::vector<int>> order(kSteps);  // order[step][i]: the row index r of batch row i
+  for (int step = 0; step < kSteps; ++step) {
+    std::vector<DecodeItem> batch;
+    for (int i = 0; i < kRows; ++i) {
+      const int r = step % 2 == 0 ? i : kRows - 1 - i;
+      order[step].push_back(r);
+      DecodeItem item{.slot = slots_a[r]};
+      if (step == 0) {
+        item.token = first[r];
+      } else {
+        // The row of the same slot in the step in flight.
+        const auto at = std::find(order[step - 1].begin(), order[step - 1].end(), r);
+        item.previous_row = static_cast<int32_t>(at - order[step - 1].begin());
+      }
+      batch.push_back(item);
+    }
+    if (step == 2) {
+      // Refusals while one step is in flight, each leaving everything as it was.
+      std::vector<DecodeItem> wrong = batch;
+      wrong[0].previous_row = kRows;
+      EXPECT_EQ(ahead->LaunchDecodeAndSample(wrong, outs[step].Output()).code(),
+                absl::StatusCode::kInvalidArgument);
+      wrong = batch;
+      std::swap(wrong[0].previous_row, wrong[1].previous_row);
+      EXPECT_EQ(ahead->LaunchDecodeAndSample(wrong, outs[step].Output()).code(),
+                absl::StatusCode::kInvalidArgument);
+    }
+    ASSERT_TRUE(ahead->LaunchDecodeAndSample(batch, outs[step].Output()).ok()) << "step " << step;
+    if (step == 1) {
+      EXPECT_EQ(ahead->LaunchDecodeAndSample(batch, outs[step].Output()).code(),
+                absl::StatusCode::kFailedPrecondition);  // a third step in flight
+      EXPECT_EQ(ahead->DecodeAndSample(batch, outs[step].Output()).code(),
+                absl::StatusCode::kInvalidArgument);  // previous rows outside a launch
+    }
+    if (step > 0) {
+      ASSERT_TRUE(ahead->CollectSamples().ok()) << "step " << step - 1;
+    }
+  }
+  ASSERT_TRUE(ahead->CollectSamples().ok());
+  EXPECT_EQ(ahead->CollectSamples().code(), absl::StatusCode::kFailedPrecondition);
+
+  for (int step = 0; step < kSteps; ++step) {
+    for (int i = 0; i < kRows; ++i) {
+      const int r = order[step][i];
+      EXPECT_EQ(outs[step].tokens[i], expected[step][r]) << "step " << step << " row " << r;
+      EXPECT_EQ(outs[step].logprobs[i], expected_logprobs[step][r])
+          << "step " << step << " row " << r;
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    const StateBlob a = Read(*ahead, slots_a[r]), h = Read(*host_fed, slots_h[r]);
+    EXPECT_EQ(a.position, h.position) << "row " << r;
+    EXPECT_EQ(a.state, h.state) << "row " << r;
+  }
 }
 
 }  // namespace

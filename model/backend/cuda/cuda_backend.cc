@@ -3,7 +3,9 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <deque>
 #include <cstdint>
 #include <cstring>
 #include <memory>
@@ -76,6 +78,7 @@ struct DeviceParts {
   CudaWeights weights;
   CudaLayers layers;
   CudaWorkspace workspace;
+  std::array<cuda::Event, kStagingSets> step_done;  // recorded after a decode step's copies
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -96,7 +99,12 @@ class CudaBackendImpl final : public CudaBackend {
                  std::move(parts.layers)),
         sampler_(capacity, config.vocab_size, ActivationRows(options), ws_),
         prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
-        graphs_(options.max_batch_size) {}
+        step_done_(std::move(parts.step_done)),
+        graphs_{DecodeGraphs(options.max_batch_size), DecodeGraphs(options.max_batch_size)} {
+    for (std::vector<DecodeItem>& items : set_items_) {
+      items.reserve(static_cast<size_t>(options.max_batch_size));
+    }
+  }
 
   // Checks what the backend was given and waits for the uploads.
   absl::Status Initialize() {
@@ -131,9 +139,10 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
 
   // The step runs on the backend's stream; the host returns at once. Every other call that
-  // stages through the pinned buffers first finishes it (FinishLaunched): its GPU work would
-  // queue behind the step anyway.
+  // stages through the pinned buffers first finishes the steps in flight (FinishLaunched): its
+  // GPU work would queue behind them anyway.
   bool asynchronous() const override { return true; }
+  int32_t max_steps_in_flight() const override { return kStagingSets; }
   absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
                                      const SampleOutput& out) override;
   absl::Status CollectSamples() override;
@@ -161,17 +170,20 @@ class CudaBackendImpl final : public CudaBackend {
   }
   // Zeroes a slot's state and seen counts (enqueued; the caller synchronizes).
   absl::Status EnqueueClear(int32_t slot);
-  // The step launched and not yet collected: waits for it and copies its samples to its
-  // output, so that the pinned buffers are free again. Returns the step's outcome.
+  // The steps launched and not yet collected: waits for them and copies their samples to their
+  // outputs, so that the pinned buffers are free again. Returns the outcome (the first error).
   absl::Status FinishLaunched() const;
   // Samples rows [0, sample_slots_.size()) of the logits for sample_slots_ (the device row
-  // inputs' slots) under sample_masks_, waits, and copies the samples to `out`.
+  // inputs' slots) under sample_masks_ through pinned set 0, waits, and copies the samples to
+  // `out`.
   absl::Status SampleAndCopy(const SampleOutput& out);
-  // Row inputs upload + layers + LM head for a decode bucket; logits land in act.logits.
-  absl::Status EnqueueDecodeStep(int rows);
-  // Runs one decode step for `batch` (validated): fills the pinned inputs, pads to the bucket,
-  // and launches the bucket's graph (capturing it on first use) or the kernels directly.
-  absl::Status RunDecodeStep(absl::Span<const DecodeItem> batch);
+  // Row inputs upload (from pinned set `set`) + layers + LM head for a decode bucket; logits
+  // land in act.logits.
+  absl::Status EnqueueDecodeStep(int rows, int set);
+  // Runs one decode step for `batch` (validated): fills pinned set `set`'s inputs, pads to the
+  // bucket, and launches the bucket's graph for the set (capturing it on first use) or the
+  // kernels directly.
+  absl::Status RunDecodeStep(absl::Span<const DecodeItem> batch, int set);
 
   const ModelConfig config_;
   const CudaBackendOptions cuda_options_;
@@ -188,16 +200,21 @@ class CudaBackendImpl final : public CudaBackend {
   CudaForward forward_;
   DeviceSampler sampler_;
   PrefillPasses prefill_;
-  DecodeGraphs graphs_;
+  const std::array<cuda::Event, kStagingSets> step_done_;  // per pinned set
+  std::array<DecodeGraphs, kStagingSets> graphs_;          // per pinned set
 
-  // A launched step until CollectSamples: its output, whether any row asked for logprobs, and
-  // once FinishLaunched has run, its outcome.
+  // A launched step until CollectSamples: its output and rows, whether any row asked for
+  // logprobs, its pinned set, and once it has been waited for, its outcome.
   struct Launched {
     SampleOutput out;
+    size_t rows = 0;
     bool logprobs = false;
+    int set = 0;
     std::optional<absl::Status> outcome;
   };
-  mutable std::optional<Launched> launched_;
+  mutable std::deque<Launched> launched_;  // oldest first, at most kStagingSets
+  // The batch last launched through each pinned set (CheckPreviousRows of the next launch).
+  std::array<std::vector<DecodeItem>, kStagingSets> set_items_;
 
   std::vector<int32_t> sample_slots_;  // host mirror of the device row slots for sampled rows
   std::vector<const uint32_t*> sample_masks_;  // their token masks (nullptr = none)
@@ -344,29 +361,34 @@ absl::Status CudaBackendImpl::SetSeenCounts(SlotId slot, absl::Span<const TokenC
 
 // ---- Decode ----------------------------------------------------------------------------
 
-absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows) {
-  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(stream_.get(), rows));
+absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows, int set) {
+  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(
+      stream_.get(), rows, ws_.staging[static_cast<size_t>(set)].rows, /*decode=*/true));
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(stream_.get(), rows, {}));
   return forward_.EnqueueHead(stream_.get(), 0, rows, ws_.act.logits);
 }
 
-absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch) {
+absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch, int set) {
+  DecodeGraphs& graphs = graphs_[static_cast<size_t>(set)];
   const int rows = static_cast<int>(batch.size());
-  const size_t bucket_index = graphs_.BucketFor(rows);
-  const int bucket = graphs_.rows(bucket_index);
-  const RowInputs& host = ws_.host_rows;
+  const size_t bucket_index = graphs.BucketFor(rows);
+  const int bucket = graphs.rows(bucket_index);
+  const RowInputs& host = ws_.staging[static_cast<size_t>(set)].rows;
   for (int i = 0; i < bucket; ++i) {
     const bool real = i < rows;
-    host.tokens[i] = real ? batch[i].token : 0;
+    const bool fed = real && batch[i].previous_row >= 0;
+    host.tokens[i] = real && !fed ? batch[i].token : 0;
     host.positions[i] = real ? pool_.position(batch[i].slot) : 0;
     host.slots[i] = real ? batch[i].slot.value : -1;  // padding: touches no slot
+    host.sources[i] = fed ? batch[i].previous_row : -1;
   }
-  if (!cuda_options_.use_cuda_graphs) return EnqueueDecodeStep(bucket);
-  if (graphs_.captured(bucket_index)) return graphs_.Launch(bucket_index, stream_.get());
+  if (!cuda_options_.use_cuda_graphs) return EnqueueDecodeStep(bucket, set);
+  if (graphs.captured(bucket_index)) return graphs.Launch(bucket_index, stream_.get());
   // First use of the bucket: run it directly (which also builds the GEMM plans the capture
   // needs), then capture the same sequence for the next steps.
-  LINSERVE_RETURN_IF_ERROR(EnqueueDecodeStep(bucket));
-  return graphs_.Capture(bucket_index, stream_.get(), [&] { return EnqueueDecodeStep(bucket); });
+  LINSERVE_RETURN_IF_ERROR(EnqueueDecodeStep(bucket, set));
+  return graphs.Capture(bucket_index, stream_.get(),
+                        [&] { return EnqueueDecodeStep(bucket, set); });
 }
 
 absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
@@ -379,7 +401,7 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, 0));
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLogitsToHost(
       stream_.get(), static_cast<int64_t>(batch.size()), logits.data()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
@@ -388,47 +410,78 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
 }
 
 absl::Status CudaBackendImpl::SampleAndCopy(const SampleOutput& out) {
-  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_);
+  absl::StatusOr<bool> logprobs =
+      sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_, /*set=*/0);
   if (!logprobs.ok()) return logprobs.status();
   LINSERVE_RETURN_IF_ERROR(Synchronize());
-  sampler_.CopySamples(sample_slots_.size(), *logprobs, out);
+  sampler_.CopySamples(sample_slots_.size(), *logprobs, out, /*set=*/0);
   return absl::OkStatus();
 }
 
 absl::Status CudaBackendImpl::FinishLaunched() const {
-  if (!launched_.has_value() || launched_->outcome.has_value()) return absl::OkStatus();
-  absl::Status outcome = Synchronize();
-  if (outcome.ok()) sampler_.CopySamples(sample_slots_.size(), launched_->logprobs, launched_->out);
-  launched_->outcome = outcome;
+  const bool waiting = std::any_of(launched_.begin(), launched_.end(),
+                                   [](const Launched& step) { return !step.outcome.has_value(); });
+  if (!waiting) return absl::OkStatus();
+  const absl::Status outcome = Synchronize();
+  for (Launched& step : launched_) {
+    if (step.outcome.has_value()) continue;
+    if (outcome.ok()) sampler_.CopySamples(step.rows, step.logprobs, step.out, step.set);
+    step.outcome = outcome;
+  }
   return outcome;
 }
 
 absl::Status CudaBackendImpl::LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
                                                     const SampleOutput& out) {
-  if (launched_.has_value()) {
-    return absl::FailedPreconditionError(
-        "LaunchDecodeAndSample: a step is in flight; collect it first");
+  if (launched_.size() >= static_cast<size_t>(kStagingSets)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "LaunchDecodeAndSample: ", launched_.size(), " steps are in flight; collect one first"));
   }
-  LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch));
+  // The set the step in flight (if any) does not use: the other one's last step has finished.
+  const int set = launched_.empty() ? 0 : 1 - launched_.back().set;
+  const absl::Span<const DecodeItem> in_flight =
+      launched_.empty() ? absl::Span<const DecodeItem>()
+                        : absl::MakeConstSpan(set_items_[static_cast<size_t>(1 - set)]);
+  LINSERVE_RETURN_IF_ERROR(CheckPreviousRows(batch, in_flight, "LaunchDecodeAndSample"));
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckBatch(batch, /*previous_rows=*/true));
   SetSampleRows(batch);
   LINSERVE_RETURN_IF_ERROR(
       sampler_.CheckOutput(sample_slots_, sample_masks_, out, "LaunchDecodeAndSample"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
-  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_);
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, set));
+  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_, set);
   if (!logprobs.ok()) return logprobs.status();
+  // The picks stay on the device for the next launch's previous rows.
+  cudaStream_t s = stream_.get();
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.decode_picks, ws_.device_samples.tokens,
+                                                batch.size() * sizeof(int32_t),
+                                                cudaMemcpyDeviceToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_done_[static_cast<size_t>(set)].get(), s));
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
-  launched_ = Launched{.out = out, .logprobs = *logprobs, .outcome = std::nullopt};
+  set_items_[static_cast<size_t>(set)].assign(batch.begin(), batch.end());
+  launched_.push_back(Launched{
+      .out = out, .rows = batch.size(), .logprobs = *logprobs, .set = set, .outcome = {}});
   return absl::OkStatus();
 }
 
 absl::Status CudaBackendImpl::CollectSamples() {
-  if (!launched_.has_value()) {
+  if (launched_.empty()) {
     return absl::FailedPreconditionError("CollectSamples: no step is in flight");
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  absl::Status outcome = FinishLaunched();
-  launched_.reset();
+  Launched& step = launched_.front();
+  if (!step.outcome.has_value()) {
+    // Only this step: the one launched after it may still run.
+    const cudaError_t waited = cudaEventSynchronize(step_done_[static_cast<size_t>(step.set)].get());
+    absl::Status outcome =
+        waited == cudaSuccess
+            ? absl::OkStatus()
+            : cuda::CudaErrorToStatus(waited, "cudaEventSynchronize", __FILE__, __LINE__);
+    if (outcome.ok()) sampler_.CopySamples(step.rows, step.logprobs, step.out, step.set);
+    step.outcome = std::move(outcome);
+  }
+  absl::Status outcome = *std::move(step.outcome);
+  launched_.pop_front();
   return outcome;
 }
 
@@ -440,7 +493,7 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
   SetSampleRows(batch);
   LINSERVE_RETURN_IF_ERROR(
       sampler_.CheckOutput(sample_slots_, sample_masks_, out, "DecodeAndSample"));
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch));
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, 0));
   LINSERVE_RETURN_IF_ERROR(SampleAndCopy(out));
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   return absl::OkStatus();
@@ -493,8 +546,9 @@ absl::Status CudaBackendImpl::PrefillBatch(absl::Span<const PrefillItem> batch,
   if (sample_slots_.empty()) return absl::OkStatus();
   // The sampler reads each row's slot from the device row inputs (the pinned ones are free
   // again).
-  std::copy(sample_slots_.begin(), sample_slots_.end(), ws_.host_rows.slots);
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.slots, ws_.host_rows.slots,
+  const RowInputs& host = ws_.staging[0].rows;
+  std::copy(sample_slots_.begin(), sample_slots_.end(), host.slots);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.slots, host.slots,
                                                 sample_slots_.size() * sizeof(int32_t),
                                                 cudaMemcpyHostToDevice, stream_.get()));
   return SampleAndCopy(out);
@@ -518,6 +572,11 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
   absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create();
   if (!stream.ok()) return stream.status();
   parts.stream = *std::move(stream);
+  for (cuda::Event& event : parts.step_done) {
+    absl::StatusOr<cuda::Event> created = cuda::Event::Create();
+    if (!created.ok()) return created.status();
+    event = *std::move(created);
+  }
   absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(kGemmWorkspaceBytes);
   if (!gemm.ok()) return gemm.status();
   parts.gemm = *std::move(gemm);

@@ -26,7 +26,11 @@
 // replayed afterwards. BackendOptions::num_threads is not used.
 //
 // Asynchronous (Backend's pipelining): LaunchDecodeAndSample enqueues the step, the picks and
-// their copy to pinned host memory on the backend's stream and returns; CollectSamples waits.
+// their copy to pinned host memory on the backend's stream and returns; CollectSamples waits
+// for the oldest step's event. Two steps may be in flight (launch-ahead): each stages through a
+// pinned set of its own (cuda_workspace.h: PinnedStaging) and has a graph per bucket and set,
+// and a row's previous_row feeds the previous step's pick from the device (decode_picks, read
+// by the embedding).
 //
 // Not thread-safe (one owner, as Backend says); any thread may be that owner: every call makes
 // the backend's device current first.

@@ -37,8 +37,8 @@ absl::Status CudaForward::Check() const {
   return absl::OkStatus();
 }
 
-absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows) {
-  const RowInputs& host = ws_.host_rows;
+absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows, const RowInputs& host,
+                                           bool decode) {
   const RowInputs& dev = ws_.device_rows;
   LINSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dev.tokens, host.tokens, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
@@ -46,6 +46,10 @@ absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows) {
                                                 rows * sizeof(int64_t), cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dev.slots, host.slots, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  if (decode) {
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.sources, host.sources,
+                                                  rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  }
   return absl::OkStatus();
 }
 
@@ -56,6 +60,10 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
 
   cuda::EmbedArgs embed;
   embed.tokens = ws_.device_rows.tokens;
+  if (pieces.empty()) {
+    embed.sources = ws_.device_rows.sources;
+    embed.fed_tokens = ws_.decode_picks;
+  }
   embed.positions = ws_.device_rows.positions;
   embed.table = weights_.embedding;
   embed.position = ToKernel(config_.position);

@@ -31,10 +31,12 @@ class CudaForward {
   // INVALID_ARGUMENT unless the kernels can run every layer.
   absl::Status Check() const;
 
-  // Copies the pinned row inputs of `rows` rows to the device.
-  absl::Status EnqueueRowInputs(cudaStream_t stream, int rows);
+  // Copies the pinned row inputs `host` of `rows` rows to the device, with their sources for a
+  // decode step (`decode`; see EnqueueLayers).
+  absl::Status EnqueueRowInputs(cudaStream_t stream, int rows, const RowInputs& host, bool decode);
   // Enqueues embedding + every layer for `rows` rows. No pieces: decode (row i updates the
-  // state of device_rows.slots[i], a negative slot is padding); otherwise the rows are the
+  // state of device_rows.slots[i], a negative slot is padding, and a row whose source is >= 0
+  // feeds decode_picks[source], the previous decode step's pick); otherwise the rows are the
   // pieces' (prefill). Leaves the LM head's input (T) in act.xt.
   absl::Status EnqueueLayers(cudaStream_t stream, int rows,
                              absl::Span<const CudaPrefillPiece> pieces);

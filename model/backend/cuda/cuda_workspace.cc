@@ -93,9 +93,11 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t tokens = work.Reserve(n * sizeof(int32_t));
   const size_t positions = work.Reserve(n * sizeof(int64_t));
   const size_t row_slots = work.Reserve(n * sizeof(int32_t));
+  const size_t row_sources = work.Reserve(n * sizeof(int32_t));
   const std::array<size_t, 5> samples = ReserveSamples(work, n);
   const size_t sampled_rows = static_cast<size_t>(options.max_batch_size);
   const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
+  const size_t decode_picks = work.Reserve(sampled_rows * sizeof(int32_t));
 
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -151,25 +153,41 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_rows.tokens = reinterpret_cast<int32_t*>(w + tokens);
   ws.device_rows.positions = reinterpret_cast<int64_t*>(w + positions);
   ws.device_rows.slots = reinterpret_cast<int32_t*>(w + row_slots);
+  ws.device_rows.sources = reinterpret_cast<int32_t*>(w + row_sources);
   ws.device_samples = SamplesAt(w, samples);
   ws.device_masks = MasksAt(w, masks);
+  ws.decode_picks = reinterpret_cast<int32_t*>(w + decode_picks);
 
+  struct StagingAt {
+    size_t tokens, positions, slots, sources;
+    std::array<size_t, 5> samples;
+    std::array<size_t, 2> masks;
+  };
   BufferLayout host;
-  const size_t host_tokens = host.Reserve(n * sizeof(int32_t));
-  const size_t host_positions = host.Reserve(n * sizeof(int64_t));
-  const size_t host_slots = host.Reserve(n * sizeof(int32_t));
-  const std::array<size_t, 5> host_samples = ReserveSamples(host, n);
-  const std::array<size_t, 2> host_masks = ReserveMasks(host, sampled_rows, vocab);
+  std::array<StagingAt, kStagingSets> staging_at;
+  for (StagingAt& at : staging_at) {
+    at.tokens = host.Reserve(n * sizeof(int32_t));
+    at.positions = host.Reserve(n * sizeof(int64_t));
+    at.slots = host.Reserve(n * sizeof(int32_t));
+    at.sources = host.Reserve(n * sizeof(int32_t));
+    at.samples = ReserveSamples(host, n);
+    at.masks = ReserveMasks(host, sampled_rows, vocab);
+  }
   absl::StatusOr<cuda::PinnedBuffer> pinned =
       cuda::PinnedBuffer::Allocate(host.size(), "the pinned step inputs");
   if (!pinned.ok()) return pinned.status();
   ws.pinned = *std::move(pinned);
   char* h = ws.pinned.as<char>();
-  ws.host_rows.tokens = reinterpret_cast<int32_t*>(h + host_tokens);
-  ws.host_rows.positions = reinterpret_cast<int64_t*>(h + host_positions);
-  ws.host_rows.slots = reinterpret_cast<int32_t*>(h + host_slots);
-  ws.host_samples = SamplesAt(h, host_samples);
-  ws.host_masks = MasksAt(h, host_masks);
+  for (size_t i = 0; i < staging_at.size(); ++i) {
+    const StagingAt& at = staging_at[i];
+    PinnedStaging& set = ws.staging[i];
+    set.rows.tokens = reinterpret_cast<int32_t*>(h + at.tokens);
+    set.rows.positions = reinterpret_cast<int64_t*>(h + at.positions);
+    set.rows.slots = reinterpret_cast<int32_t*>(h + at.slots);
+    set.rows.sources = reinterpret_cast<int32_t*>(h + at.sources);
+    set.samples = SamplesAt(h, at.samples);
+    set.masks = MasksAt(h, at.masks);
+  }
   return ws;
 }
 

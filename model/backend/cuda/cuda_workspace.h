@@ -25,11 +25,14 @@ namespace linserve {
 // cuBLASLt's workspace: the Gemm owns it, the plan counts it with the activations.
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
-// The per-row inputs of a pass (token, position, slot), in pinned host memory or on the device.
+// The per-row inputs of a pass (token, position, slot, and for a decode step each row's source:
+// the row of the previous decode step whose pick it feeds, -1 = its token), in pinned host
+// memory or on the device.
 struct RowInputs {
   int32_t* tokens = nullptr;
   int64_t* positions = nullptr;
   int32_t* slots = nullptr;
+  int32_t* sources = nullptr;
 };
 
 // A step's samples as they cross PCIe, in pinned host memory and (same shape) on the device:
@@ -78,6 +81,16 @@ class ScratchPlan {
   std::array<std::vector<size_t>, 2> sizes_;
 };
 
+// The pinned buffers a pass stages its inputs and samples through. There are two sets: a decode
+// step stages through one while the step launched before it may still be reading the other
+// (launch-ahead); every other pass uses set 0, once the steps in flight have finished.
+struct PinnedStaging {
+  RowInputs rows;
+  SampleBuffers samples;
+  MaskBuffers masks;
+};
+inline constexpr int kStagingSets = 2;
+
 struct CudaWorkspace {
   // Slot i's state, in StateBlob layout with each element in state_dtype (fp32, or bf16 with
   // --state_precision=bf16), at element i · StateFloatsPerSlot(). Fork is a plain copy; export
@@ -88,11 +101,12 @@ struct CudaWorkspace {
   Activations act;
   std::array<std::vector<void*>, 2> scratch;  // per ScratchRole, per index
   RowInputs device_rows;
-  RowInputs host_rows;
   SampleBuffers device_samples;
-  SampleBuffers host_samples;
   MaskBuffers device_masks;
-  MaskBuffers host_masks;
+  // [max_batch_size]: the last decode step's picks, which the next step's launch-ahead rows read
+  // (device_samples.tokens is overwritten by any sampling pass, a prefill's too).
+  int32_t* decode_picks = nullptr;
+  std::array<PinnedStaging, kStagingSets> staging;
 
   int64_t state_pool_bytes = 0;
   int64_t sampler_bytes = 0;

@@ -109,8 +109,8 @@ absl::Status DeviceSampler::CountOnDevice(cudaStream_t s, int32_t slot,
     const int n = static_cast<int>(std::min<size_t>(rows_, tokens.size() - first));
     // The previous piece has left the pinned buffer.
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    std::copy_n(tokens.begin() + first, n, ws_.host_rows.tokens);
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, ws_.host_rows.tokens,
+    std::copy_n(tokens.begin() + first, n, ws_.staging[0].rows.tokens);
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, ws_.staging[0].rows.tokens,
                                                   n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     LINSERVE_RETURN_IF_ERROR(cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot,
                                                      ws_.sampler.seen_counts));
@@ -152,12 +152,12 @@ absl::Status DeviceSampler::CheckOutput(absl::Span<const int32_t> slots,
 }
 
 absl::StatusOr<cuda::RowMasks> DeviceSampler::UploadMasks(
-    cudaStream_t s, absl::Span<const uint32_t* const> masks) const {
+    cudaStream_t s, absl::Span<const uint32_t* const> masks, int set) const {
   if (std::all_of(masks.begin(), masks.end(), [](const uint32_t* m) { return m == nullptr; })) {
     return cuda::RowMasks{};
   }
   const int32_t words = TokenMaskWords(vocab_);
-  const MaskBuffers& host = ws_.host_masks;
+  const MaskBuffers& host = ws_.staging[static_cast<size_t>(set)].masks;
   int32_t masked = 0;
   for (size_t i = 0; i < masks.size(); ++i) {
     host.index[i] = masks[i] == nullptr ? -1 : masked;
@@ -175,12 +175,12 @@ absl::StatusOr<cuda::RowMasks> DeviceSampler::UploadMasks(
 }
 
 absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots,
-                                            absl::Span<const uint32_t* const> masks) {
+                                            absl::Span<const uint32_t* const> masks, int set) {
   const int rows = static_cast<int>(slots.size());
   const float* logits = ws_.act.logits;
   const SampleBuffers& dev = ws_.device_samples;
-  const SampleBuffers& host = ws_.host_samples;
-  absl::StatusOr<cuda::RowMasks> row_masks = UploadMasks(s, masks);
+  const SampleBuffers& host = ws_.staging[static_cast<size_t>(set)].samples;
+  absl::StatusOr<cuda::RowMasks> row_masks = UploadMasks(s, masks, set);
   if (!row_masks.ok()) return row_masks.status();
   cuda::SampleArgs sample;
   sample.logits = logits;
@@ -231,8 +231,9 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   return true;
 }
 
-void DeviceSampler::CopySamples(size_t rows, bool logprobs, const SampleOutput& out) const {
-  const SampleBuffers& host = ws_.host_samples;
+void DeviceSampler::CopySamples(size_t rows, bool logprobs, const SampleOutput& out,
+                                int set) const {
+  const SampleBuffers& host = ws_.staging[static_cast<size_t>(set)].samples;
   std::copy(host.tokens, host.tokens + rows, out.tokens.begin());
   if (!logprobs) return;
   for (size_t i = 0; i < rows; ++i) {

@@ -62,14 +62,16 @@ class DeviceSampler {
   absl::Status CheckOutput(absl::Span<const int32_t> slots, absl::Span<const uint32_t* const> masks,
                            const SampleOutput& out, absl::string_view what) const;
   // Enqueues the upload of the rows' token masks when a row has one (`masks` as CheckOutput's;
-  // copied to pinned memory before this returns), the picks of logits rows [0, slots.size())
-  // for the slots on the device row inputs (whose host mirror `slots` is), the logprobs of the
-  // rows whose slot asks for them, and their copy to the pinned samples; says whether any row
-  // asked. The previous Enqueue's work has run (its pinned buffers are reused).
+  // copied to pinned staging set `set` before this returns), the picks of logits rows
+  // [0, slots.size()) for the slots on the device row inputs (whose host mirror `slots` is),
+  // the logprobs of the rows whose slot asks for them, and their copy to the set's pinned
+  // samples; says whether any row asked. The set's previous work has run (its pinned buffers
+  // are reused).
   absl::StatusOr<bool> Enqueue(cudaStream_t stream, absl::Span<const int32_t> slots,
-                               absl::Span<const uint32_t* const> masks);
-  // Copies the pinned samples of `rows` rows to `out` (the stream has run Enqueue's work).
-  void CopySamples(size_t rows, bool logprobs, const SampleOutput& out) const;
+                               absl::Span<const uint32_t* const> masks, int set);
+  // Copies the pinned samples of `rows` rows in staging set `set` to `out` (the stream has run
+  // that Enqueue's work).
+  void CopySamples(size_t rows, bool logprobs, const SampleOutput& out, int set) const;
 
  private:
   int32_t* counts(int32_t slot) const {
@@ -78,10 +80,11 @@ class DeviceSampler {
   // Counts `tokens` into the slot's device counts, through the pinned token buffer; waits for
   // the stream.
   absl::Status CountOnDevice(cudaStream_t stream, int32_t slot, absl::Span<const TokenId> tokens);
-  // Stages and uploads the masked rows' masks; the RowMasks for the kernels (words = nullptr
-  // when no row has a mask, with nothing uploaded).
+  // Stages (in pinned set `set`) and uploads the masked rows' masks; the RowMasks for the
+  // kernels (words = nullptr when no row has a mask, with nothing uploaded).
   absl::StatusOr<cuda::RowMasks> UploadMasks(cudaStream_t stream,
-                                             absl::Span<const uint32_t* const> masks) const;
+                                             absl::Span<const uint32_t* const> masks,
+                                             int set) const;
 
   const int32_t vocab_;
   const int rows_;

@@ -20,7 +20,7 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
                                  float* all_logits, float* last_logits, bool last_on_device) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t start = pool_.position(slot);
-  const RowInputs& host = ws_.host_rows;
+  const RowInputs& host = ws_.staging[0].rows;
   float* logits = ws_.act.logits;
 
   for (int64_t first = 0; first < n; first += segment_) {
@@ -30,7 +30,7 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
       host.positions[i] = start + first + i;
       host.slots[i] = slot.value;
     }
-    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows));
+    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows, host, /*decode=*/false));
     const CudaPrefillPiece piece{.slot = slot.value, .first_row = 0, .rows = rows};
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, {&piece, 1}));
     if (all_logits != nullptr) {
@@ -54,7 +54,7 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
 }
 
 absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillItem> batch) {
-  const RowInputs& host = ws_.host_rows;
+  const RowInputs& host = ws_.staging[0].rows;
   size_t item = 0;
   int64_t fed = 0;         // tokens of batch[item] in earlier passes
   int64_t logits_row = 0;  // the next sampling item's row of the logits
@@ -87,7 +87,7 @@ absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillIt
       ++item;
       fed = 0;
     }
-    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows));
+    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows, host, /*decode=*/false));
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, pieces_));
     // The LM head of each sampling item's last row, into the next row of the logits.
     for (int row : pending_head_rows_) {

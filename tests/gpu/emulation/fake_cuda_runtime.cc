@@ -149,6 +149,15 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return CheckNotCapturing(stream); }
 cudaError_t cudaDeviceSynchronize() { return CheckNotCapturing(emu::g_capturing_stream); }
+// Streams run their work as it is enqueued, so an event has always been reached; recording one
+// while capturing is refused, as a recorded event is not part of what linserve captures.
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
+  *event = reinterpret_cast<cudaEvent_t>(++g_streams * 16);
+  return cudaSuccess;
+}
+cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) { return CheckNotCapturing(stream); }
+cudaError_t cudaEventSynchronize(cudaEvent_t) { return CheckNotCapturing(emu::g_capturing_stream); }
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;
