@@ -53,6 +53,7 @@ binaries=(cuda_host_test backend_factory_test cuda_kernels_test cuda_backend_tes
 # 125M shape) and of the top-k 50 + top-p 0.9 run, seconds measured per point after a warm-up.
 served_concurrencies=(1 64 256 1024)
 served_sampling_concurrency=64
+served_long_concurrency=256
 served_seconds=${LINSERVE_SERVED_SECONDS:-10}
 served_warmup=${LINSERVE_SERVED_WARMUP:-3}
 
@@ -128,8 +129,10 @@ export_results() {
 
 # The served path of issue 9 in this call: gpu_bench's engine-alone decode at the served batch
 # sizes, then linserve --device=cuda on a random model of the same 125M shape driven by
-# linserve-loadtest, greedy at each of served_concurrencies and top-k 50 + top-p 0.9 at
-# served_sampling_concurrency; writes $out/gpu_serving.md.
+# linserve-loadtest, greedy at each of served_concurrencies, greedy with 1024 output tokens at
+# served_long_concurrency and top-k 50 + top-p 0.9 at served_sampling_concurrency; around each
+# point the server's /metrics is scraped (the engine thread's phases per step, issue 38) and
+# `nvidia-smi dmon -s u` samples the SMs' busy share; writes $out/gpu_serving.md.
 served() {
   local out=$1
   local batches
@@ -141,7 +144,7 @@ served() {
   local max=${served_concurrencies[-1]}
   rm -f "$out/ports"
   "$bundle/bin/linserve" --model="$model" --device=cuda --weight_precision=bf16 \
-    --host=127.0.0.1 --port=0 --metrics_port=-1 --http_port=-1 --port_file="$out/ports" \
+    --host=127.0.0.1 --port=0 --metrics_port=0 --http_port=-1 --port_file="$out/ports" \
     --max_batch_size="$max" --max_slots="$((max + 64))" --state_memory_mib=8192 \
     --max_queue_depth="$((2 * max))" --log_level=warn >"$out/server.log" 2>&1 &
   local server_pid=$!
@@ -152,6 +155,8 @@ served() {
     sleep 0.1
   done
   port=$(sed -n 's/^grpc_port=//p' "$out/ports" 2>/dev/null || true)
+  local metrics_port
+  metrics_port=$(sed -n 's/^metrics_port=//p' "$out/ports" 2>/dev/null || true)
   if [[ -z $port ]]; then
     cat "$out/server.log" >&2
     echo "run_gpu: linserve did not start" >&2
@@ -161,22 +166,43 @@ served() {
   local load=("$bundle/bin/linserve-loadtest" --target="127.0.0.1:$port" --prompt-tokens=16
     --output-tokens=256 --duration="${served_seconds}s" --warmup="${served_warmup}s"
     --drain-timeout=10s --progress-interval=0)
-  local greedy=() rc=0
+  local greedy=() phases=() dmon=() rc=0
+  # scrape FILE: the server's /metrics (python3: the device machines have no curl).
+  scrape() {
+    python3 -c 'import sys, urllib.request; sys.stdout.write(urllib.request.urlopen(sys.argv[1]).read().decode())' \
+      "http://127.0.0.1:$metrics_port/metrics" >"$1" || true
+  }
+  # point LABEL NAME LOADTEST-ARGS...: one served point, with its scrapes and SM samples.
+  point() {
+    local label=$1 name=$2
+    shift 2
+    echo "run_gpu: served, $label" >&2
+    scrape "$out/metrics_${name}_before.txt"
+    nvidia-smi dmon -s u -d 1 >"$out/dmon_$name.txt" 2>/dev/null &
+    local dmon_pid=$!
+    "${load[@]}" "$@" --json="$out/served_$name.json" | tee "$out/served_$name.txt" >&2 || rc=1
+    kill "$dmon_pid" 2>/dev/null || true
+    wait "$dmon_pid" 2>/dev/null || true
+    scrape "$out/metrics_${name}_after.txt"
+    phases+=("$label=$out/metrics_${name}_before.txt,$out/metrics_${name}_after.txt")
+    dmon+=("$label=$out/dmon_$name.txt")
+  }
   for c in "${served_concurrencies[@]}"; do
-    echo "run_gpu: served, concurrency $c, greedy" >&2
-    "${load[@]}" --concurrency="$c" --temperature=0 --json="$out/served_$c.json" \
-      | tee "$out/served_$c.txt" >&2 || rc=1
+    point "$c" "$c" --concurrency="$c" --temperature=0
     greedy+=("$c=$out/served_$c.json")
   done
+  local long=$served_long_concurrency
+  point "$long, 16 + 1024 tokens" "${long}_long" --concurrency="$long" --temperature=0 \
+    --output-tokens=1024
   local c=$served_sampling_concurrency
-  echo "run_gpu: served, concurrency $c, top-k 50 + top-p 0.9" >&2
-  "${load[@]}" --concurrency="$c" --temperature=1 --top-k=50 --top-p=0.9 \
-    --json="$out/served_${c}_topk_topp.json" | tee "$out/served_${c}_topk_topp.txt" >&2 || rc=1
+  point "$c, top-k 50 + top-p 0.9" "${c}_topk_topp" --concurrency="$c" --temperature=1 \
+    --top-k=50 --top-p=0.9
   kill "$server_pid" 2>/dev/null || true
   wait "$server_pid" 2>/dev/null || true
   ((rc == 0)) || { echo "run_gpu: a load test failed" >&2; return 1; }
   python3 "$root/bench/gpu/serving_report.py" --engine "$out/served_engine.json" \
     --greedy "${greedy[@]}" --sampling "$c=$out/served_${c}_topk_topp.json" \
+    --long "$long=$out/served_${long}_long.json" --phases "${phases[@]}" --dmon "${dmon[@]}" \
     --gpu "$(nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | head -1)" \
     --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
 }
