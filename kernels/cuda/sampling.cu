@@ -708,6 +708,13 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   Emit(args, row, slot, DrawToken(view, args.state.rngs, slot, sh, candidates));
 }
 
+__global__ void StartSamplingKernel(SamplerSlots state, int32_t slot,
+                                    DeviceSamplingParams params, uint64_t seed) {
+  if (threadIdx.x != 0) return;  // one warp, one worker: the seeding is sequential
+  state.params[slot] = params;
+  state.rngs[slot].Seed(seed);
+}
+
 __global__ void CountTokensKernel(const int32_t* tokens, int n, int vocab, int32_t slot,
                                   int32_t* seen_counts) {
   int32_t* counts = seen_counts + static_cast<int64_t>(slot) * vocab;
@@ -734,6 +741,12 @@ absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
   if (!args.any_sampled) return absl::OkStatus();
   SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
   return LaunchStatus("SampleKernel", __FILE__, __LINE__);
+}
+
+absl::Status LaunchStartSampling(cudaStream_t stream, const SamplerSlots& state, int32_t slot,
+                                 const DeviceSamplingParams& params, uint64_t seed) {
+  StartSamplingKernel<<<1, 32, 0, stream>>>(state, slot, params, seed);
+  return LaunchStatus("StartSamplingKernel", __FILE__, __LINE__);
 }
 
 absl::Status LaunchCountTokens(cudaStream_t stream, const int32_t* tokens, int n, int vocab,

@@ -66,6 +66,11 @@ struct SampleArgs {
 };
 absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args);
 
+// state.params[slot] = params and state.rngs[slot] seeded with `seed` (Mt19937_64::Seed), on
+// the device: the arguments travel with the launch, so the host neither stages nor waits.
+absl::Status LaunchStartSampling(cudaStream_t stream, const SamplerSlots& state, int32_t slot,
+                                 const DeviceSamplingParams& params, uint64_t seed);
+
 // seen_counts[slot, tokens[i]] += 1 for i < n (a prompt's tokens, for the penalties).
 absl::Status LaunchCountTokens(cudaStream_t stream, const int32_t* tokens, int n, int vocab,
                                int32_t slot, int32_t* seen_counts);

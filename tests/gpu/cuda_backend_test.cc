@@ -406,6 +406,15 @@ int64_t KernelRuns(const char* kernel) {
 #endif
 }
 
+// Times the host waited for the device so far: the emulation's count; -1 on a GPU.
+int64_t HostWaits() {
+#ifdef LINSERVE_CUDA_EMULATION
+  return emu::HostWaits();
+#else
+  return -1;
+#endif
+}
+
 // The work of a step follows its rows' parameters: a greedy session without penalties runs the
 // argmax kernel only and its prompt launches no count kernel; forked and restarted with
 // penalties and a temperature, its prompt, the pending first prompt and the picks so far are
@@ -1308,7 +1317,9 @@ TEST(CudaBackendTest, LaunchedStepsEqualDecodeAndSampleWhateverRunsWhileInFlight
 // on the device (DecodeItem::previous_row), gives exactly the tokens, logprobs and states of
 // DecodeAndSample fed on the host, greedy and sampled rows alike and with the rows in another
 // order than the step before; a third launch, a previous row that names no row of the step in
-// flight or another slot's, and a previous row outside a launch are refused.
+// flight or another slot's, and a previous row outside a launch are refused; admitting a request
+// (a slot, a sampler start without a penalty) while two steps are in flight waits for neither
+// (asserted under the emulation, which counts the host's waits).
 TEST(CudaBackendTest, LaunchAheadFeedsThePicksOfTheStepInFlight) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   const Model model = MakeRandomModel(TinyConfig(), 29);
@@ -1405,6 +1416,18 @@ TEST(CudaBackendTest, LaunchAheadFeedsThePicksOfTheStepInFlight) {
                 absl::StatusCode::kFailedPrecondition);  // a third step in flight
       EXPECT_EQ(ahead->DecodeAndSample(batch, outs[step].Output()).code(),
                 absl::StatusCode::kInvalidArgument);  // previous rows outside a launch
+      // Admitting a request while two steps are in flight waits for neither: a slot and a
+      // sampler start without a penalty are enqueued behind them.
+      const int64_t waits = HostWaits();
+      SamplingParams fresh;
+      fresh.seed = 3;
+      absl::StatusOr<SlotId> admitted = ahead->AllocateSlot();
+      ASSERT_TRUE(admitted.ok()) << admitted.status();
+      ASSERT_TRUE(ahead->StartSampling(*admitted, fresh, 0, prompt).ok());
+      if (waits >= 0) {
+        EXPECT_EQ(HostWaits(), waits);
+      }
+      ahead->FreeSlot(*admitted);
     }
     if (step > 0) {
       ASSERT_TRUE(ahead->CollectSamples().ok()) << "step " << step - 1;

@@ -242,8 +242,8 @@ absl::StatusOr<SlotId> CudaBackendImpl::AllocateSlot() {
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   absl::StatusOr<SlotId> slot = pool_.Allocate();
   if (!slot.ok()) return slot.status();
+  // Enqueued behind the steps in flight, without waiting: every later use of the slot is too.
   absl::Status cleared = EnqueueClear(slot->value);
-  if (cleared.ok()) cleared = Synchronize();
   if (!cleared.ok()) {
     pool_.Free(*slot);
     return cleared;
@@ -341,7 +341,10 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
         pool_.CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_RETURN_IF_ERROR(FinishLaunched());  // the observed tokens go through the pinned rows
+  // Without a penalty nothing is staged: the start is one kernel behind the steps in flight.
+  if (sampler_.StartCounts(slot.value, params, observed)) {
+    LINSERVE_RETURN_IF_ERROR(FinishLaunched());  // the observed tokens go through the pinned rows
+  }
   return sampler_.Start(stream_.get(), slot.value, params, top_logprobs, observed);
 }
 

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <limits>
-#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
@@ -32,6 +31,13 @@ bool UsesPenalty(const SamplingParams& p) {
 }
 
 }  // namespace
+
+bool DeviceSampler::StartCounts(int32_t slot, const SamplingParams& params,
+                                absl::Span<const TokenId> observed) const {
+  return UsesPenalty(params) ||
+         static_cast<int64_t>(pending_[static_cast<size_t>(slot)].size() + observed.size()) >=
+             vocab_;
+}
 
 void DeviceSampler::Forget(int32_t slot) {
   ready_[static_cast<size_t>(slot)] = 0;
@@ -72,7 +78,6 @@ void DeviceSampler::CopySettings(int32_t from, int32_t to) {
 
 absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingParams& params,
                                   int32_t top_logprobs, absl::Span<const TokenId> observed) {
-  const cuda::SamplerSlots& sampler = ws_.sampler;
   cuda::DeviceSamplingParams device_params;
   device_params.temperature = params.temperature;
   device_params.top_k = params.top_k;
@@ -81,20 +86,14 @@ absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingPa
   device_params.repetition_penalty = params.repetition_penalty;
   device_params.presence_penalty = params.presence_penalty;
   device_params.frequency_penalty = params.frequency_penalty;
-  auto rng = std::make_unique<cuda::Mt19937_64>();
-  rng->Seed(params.seed);
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler.params + slot, &device_params,
-                                                sizeof(device_params), cudaMemcpyHostToDevice, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      sampler.rngs + slot, rng.get(), sizeof(cuda::Mt19937_64), cudaMemcpyHostToDevice, s));
+  LINSERVE_RETURN_IF_ERROR(
+      cuda::LaunchStartSampling(s, ws_.sampler, slot, device_params, params.seed));
   const size_t at = static_cast<size_t>(slot);
   std::vector<TokenId>& pending = pending_[at];
   pending.insert(pending.end(), observed.begin(), observed.end());
-  if (UsesPenalty(params) || static_cast<int64_t>(pending.size()) >= vocab_) {
+  if (StartCounts(slot, params, {})) {
     LINSERVE_RETURN_IF_ERROR(CountOnDevice(s, slot, pending));
     pending = {};
-  } else {
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   }
   ready_[at] = 1;
   top_logprobs_[at] = top_logprobs;

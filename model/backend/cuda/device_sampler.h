@@ -46,11 +46,16 @@ class DeviceSampler {
   absl::Status EnqueueCopy(cudaStream_t stream, int32_t from, int32_t to) const;
   void CopySettings(int32_t from, int32_t to);
 
-  // Sets the slot's parameters (already validated), seeds its stream and adds `observed`
-  // (tokens in the vocabulary) to its counts: pending while no penalty needs them, else with the
-  // pending ones through the pinned token buffer and the count kernel; waits for the stream.
+  // Sets the slot's parameters (already validated) and seeds its stream on the device (one
+  // kernel, its arguments by value: nothing staged, no wait), and adds `observed` (tokens in the
+  // vocabulary) to its counts: pending while no penalty needs them, else with the pending ones
+  // through pinned set 0's token buffer and the count kernel, waiting for the stream then
+  // (StartCounts says which).
   absl::Status Start(cudaStream_t stream, int32_t slot, const SamplingParams& params,
                      int32_t top_logprobs, absl::Span<const TokenId> observed);
+  // Whether Start(slot, params, ..., observed) counts on the device, through the pinned buffers.
+  bool StartCounts(int32_t slot, const SamplingParams& params,
+                   absl::Span<const TokenId> observed) const;
   // Replaces the slot's seen counts (tokens in the vocabulary, counts >= 0, summed per token and
   // saturated at int32); waits for the stream.
   absl::Status SetSeenCounts(cudaStream_t stream, int32_t slot,

@@ -18,6 +18,8 @@
 #include <utility>
 #include <vector>
 
+#include "tests/gpu/emulation/launch_log.h"
+
 namespace emu {
 
 struct Graph {
@@ -51,6 +53,7 @@ constexpr size_t kDeviceBytes = size_t{80} << 30;
 std::map<void*, size_t> g_allocations;
 size_t g_allocated = 0;
 intptr_t g_streams = 0;
+int64_t g_host_waits = 0;
 
 // A synchronous call on the stream being captured is illegal in CUDA.
 cudaError_t CheckNotCapturing(cudaStream_t stream) {
@@ -85,6 +88,12 @@ float Load(cudaDataType_t type, const void* base, int64_t i) {
 }
 
 }  // namespace
+
+namespace emu {
+
+int64_t HostWaits() { return g_host_waits; }
+
+}  // namespace emu
 
 extern "C" {
 
@@ -147,8 +156,14 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int) {
   return cudaSuccess;
 }
 cudaError_t cudaStreamDestroy(cudaStream_t) { return cudaSuccess; }
-cudaError_t cudaStreamSynchronize(cudaStream_t stream) { return CheckNotCapturing(stream); }
-cudaError_t cudaDeviceSynchronize() { return CheckNotCapturing(emu::g_capturing_stream); }
+cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
+  ++g_host_waits;
+  return CheckNotCapturing(stream);
+}
+cudaError_t cudaDeviceSynchronize() {
+  ++g_host_waits;
+  return CheckNotCapturing(emu::g_capturing_stream);
+}
 // Streams run their work as it is enqueued, so an event has always been reached; recording one
 // while capturing is refused, as a recorded event is not part of what linserve captures.
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
@@ -157,7 +172,10 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) { return CheckNotCapturing(stream); }
-cudaError_t cudaEventSynchronize(cudaEvent_t) { return CheckNotCapturing(emu::g_capturing_stream); }
+cudaError_t cudaEventSynchronize(cudaEvent_t) {
+  ++g_host_waits;
+  return CheckNotCapturing(emu::g_capturing_stream);
+}
 cudaError_t cudaGetDeviceCount(int* count) {
   *count = 1;
   return cudaSuccess;
