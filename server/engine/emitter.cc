@@ -1,10 +1,11 @@
 #include "server/engine/emitter.h"
 
+#include <iterator>
 #include <utility>
 
 namespace linserve {
 
-Emitter::Emitter(int32_t threads) {
+Emitter::Emitter(int32_t threads) : staged_(static_cast<size_t>(threads)) {
   for (int32_t i = 0; i < threads; ++i) {
     shards_.push_back(std::make_unique<Shard>());
     Shard* shard = shards_.back().get();
@@ -13,6 +14,7 @@ Emitter::Emitter(int32_t threads) {
 }
 
 Emitter::~Emitter() {
+  Flush();
   for (const std::unique_ptr<Shard>& shard : shards_) {
     absl::MutexLock lock(&shard->mu);
     shard->stop = true;
@@ -20,16 +22,32 @@ Emitter::~Emitter() {
   for (const std::unique_ptr<Shard>& shard : shards_) shard->thread.join();
 }
 
-void Emitter::PostToken(JobId job, std::shared_ptr<TokenSink> sink, GeneratedToken token,
-                        std::string text) {
+void Emitter::StageToken(JobId job, std::shared_ptr<TokenSink> sink, GeneratedToken token,
+                         std::string text) {
   if (shards_.empty()) {
     sink->OnToken(token, text);
     return;
   }
-  Enqueue(job, Item{.sink = std::move(sink),
-                    .token = std::move(token),
-                    .text = std::move(text),
-                    .call = nullptr});
+  staged_[job.value % shards_.size()].push_back(Item{.sink = std::move(sink),
+                                                     .token = std::move(token),
+                                                     .text = std::move(text),
+                                                     .call = nullptr});
+}
+
+void Emitter::Flush() {
+  for (size_t i = 0; i < shards_.size(); ++i) {
+    std::vector<Item>& staged = staged_[i];
+    if (staged.empty()) continue;
+    Shard& shard = *shards_[i];
+    absl::MutexLock lock(&shard.mu);
+    shard.posted += static_cast<int64_t>(staged.size());
+    if (shard.queue.empty()) {
+      shard.queue.swap(staged);  // the common case: the thread has taken the last batch
+    } else {
+      std::move(staged.begin(), staged.end(), std::back_inserter(shard.queue));
+      staged.clear();
+    }
+  }
 }
 
 void Emitter::Post(JobId job, absl::AnyInvocable<void() &&> call) {
@@ -37,13 +55,9 @@ void Emitter::Post(JobId job, absl::AnyInvocable<void() &&> call) {
     std::move(call)();
     return;
   }
-  Enqueue(job, Item{.sink = nullptr, .token = {}, .text = {}, .call = std::move(call)});
-}
-
-void Emitter::Enqueue(JobId job, Item item) {
-  Shard& shard = *shards_[job.value % shards_.size()];
+  Shard& shard = ShardOf(job);
   absl::MutexLock lock(&shard.mu);
-  shard.queue.push_back(std::move(item));
+  shard.queue.push_back(Item{.sink = nullptr, .token = {}, .text = {}, .call = std::move(call)});
   ++shard.posted;
 }
 

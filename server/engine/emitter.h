@@ -3,10 +3,12 @@
 // The engine thread still decides everything — which token, whether a stop string or EOS ends
 // the request, what the session keeps — and posts the sink calls here; the emitter runs them.
 // All of one request's calls go to the same thread (its job id picks it), in the order they
-// were posted, so each stream stays in order and its OnFinish comes last. With no threads every
-// call runs at once on the posting thread.
+// were posted, so each stream stays in order and its OnFinish comes last. Tokens are staged on
+// the engine thread and handed over a step at a time (Flush: one lock per emitter thread, not
+// one per token). With no threads every call runs at once on the posting thread.
 //
-// Thread-safe.
+// StageToken and Flush: one thread (the engine's). Post and Drain: any thread; a Post that
+// must follow staged tokens of the same request comes after a Flush.
 #ifndef LINSERVE_SERVER_ENGINE_EMITTER_H_
 #define LINSERVE_SERVER_ENGINE_EMITTER_H_
 
@@ -28,15 +30,17 @@ class Emitter {
  public:
   // `threads` >= 0.
   explicit Emitter(int32_t threads);
-  // Runs what is queued, then stops the threads.
+  // Runs what is staged and queued, then stops the threads.
   ~Emitter();
   Emitter(const Emitter&) = delete;
   Emitter& operator=(const Emitter&) = delete;
 
-  // Queues sink->OnToken(token, text) on `job`'s thread.
-  void PostToken(JobId job, std::shared_ptr<TokenSink> sink, GeneratedToken token,
-                 std::string text);
-  // Queues `call` (an OnFinish, typically) on `job`'s thread, after the calls posted before.
+  // Stages sink->OnToken(token, text) for `job`'s thread; the next Flush queues it there.
+  void StageToken(JobId job, std::shared_ptr<TokenSink> sink, GeneratedToken token,
+                  std::string text);
+  // Queues what StageToken staged, in order.
+  void Flush();
+  // Queues `call` (an OnFinish, typically) on `job`'s thread, after the calls queued before.
   void Post(JobId job, absl::AnyInvocable<void() &&> call);
   // Blocks until every call posted before it has run.
   void Drain();
@@ -62,13 +66,14 @@ class Emitter {
     int64_t posted;
   };
 
-  void Enqueue(JobId job, Item item);
+  Shard& ShardOf(JobId job) { return *shards_[job.value % shards_.size()]; }
   static void Run(Shard& shard);
   // absl::Condition predicates, evaluated with the shard's mutex held.
   static bool HasWork(Shard* shard) ABSL_NO_THREAD_SAFETY_ANALYSIS;
   static bool Drained(DrainTarget* target) ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
   std::vector<std::unique_ptr<Shard>> shards_;
+  std::vector<std::vector<Item>> staged_;  // per shard; the staging thread's alone
 };
 
 }  // namespace linserve

@@ -270,7 +270,8 @@ void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, Fini
   PublishStats();
   // A client that heard its request end finds the session as it left it, even after a crash;
   // one whose session's change could not be written hears that instead.
-  // The report goes through the job's emitter thread, after the tokens posted before it.
+  // The report goes through the job's emitter thread, after its tokens (staged until now).
+  emitter_.Flush();
   const JobId id = job->id();
   auto post = [emitter = &emitter_, id, report = std::move(report)](absl::Status written) mutable {
     emitter->Post(id, [report = std::move(report), written = std::move(written)]() mutable {
@@ -342,6 +343,8 @@ void Engine::Run() {
     AdmitWaiting();
     const bool step = !active_.empty() || !in_flight_.empty();
     if (step) Step();
+    phases_.Enter(StepPhase::kEmit);
+    emitter_.Flush();  // the step's tokens go to their streams
     phases_.Enter(StepPhase::kOther);
     store_.SettleLocks();
     PublishStats();

@@ -176,7 +176,7 @@ std::optional<FinishReason> Job::Emit(TokenId token, float logprob,
     finish = FinishReason::kConstraintComplete;
   }
   if (!finish.has_value() && generated_ >= request_.max_new_tokens) finish = FinishReason::kLength;
-  emitter.PostToken(id_, sink_, std::move(out), std::move(text));
+  emitter.StageToken(id_, sink_, std::move(out), std::move(text));
   return finish;
 }
 

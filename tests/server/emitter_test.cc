@@ -1,5 +1,6 @@
-// Emitter: each request's sink calls on one thread, in the order posted, OnFinish last; Drain
-// waits for everything posted before it; no threads runs every call at once.
+// Emitter: each request's sink calls on one thread, in the order staged and posted, OnFinish
+// last; Drain waits for everything queued before it; the destructor runs what is staged and
+// queued; no threads runs every call at once.
 #include "server/engine/emitter.h"
 
 #include <memory>
@@ -72,26 +73,27 @@ TEST(EmitterTest, EachRequestsCallsRunInOrderOnOneThreadWithItsEndLast) {
   constexpr int kTokens = 500;
   std::vector<std::shared_ptr<ThreadRecordingSink>> sinks;
   for (int j = 0; j < kJobs; ++j) sinks.push_back(std::make_shared<ThreadRecordingSink>());
+  auto job = [](int j) { return JobId{static_cast<uint64_t>(j)}; };
   {
     Emitter emitter(3);
-    // Two posting threads, as the engine thread and the persister's thread post.
+    // The engine thread stages a step's tokens and flushes them, step after step.
+    for (int t = 0; t < kTokens; ++t) {
+      for (int j = 0; j < kJobs; ++j) {
+        emitter.StageToken(job(j), sinks[j], Token(t),
+                           std::string(1, static_cast<char>('a' + t % 26)));
+      }
+      if (t % 7 == 6) emitter.Flush();
+    }
+    emitter.Flush();
+    // The ends: half from the engine thread, half from another (the persister's, in the
+    // engine), each after its request's tokens were flushed.
     std::thread second([&] {
       for (int j = kJobs / 2; j < kJobs; ++j) {
-        for (int t = 0; t < kTokens; ++t) {
-          emitter.PostToken(JobId{static_cast<uint64_t>(j)}, sinks[j], Token(t),
-                            std::string(1, static_cast<char>('a' + t % 26)));
-        }
-        emitter.Post(JobId{static_cast<uint64_t>(j)}, [sink = sinks[j]] { sink->Finished(); });
+        emitter.Post(job(j), [sink = sinks[j]] { sink->Finished(); });
       }
     });
-    for (int t = 0; t < kTokens; ++t) {
-      for (int j = 0; j < kJobs / 2; ++j) {
-        emitter.PostToken(JobId{static_cast<uint64_t>(j)}, sinks[j], Token(t),
-                          std::string(1, static_cast<char>('a' + t % 26)));
-      }
-    }
     for (int j = 0; j < kJobs / 2; ++j) {
-      emitter.Post(JobId{static_cast<uint64_t>(j)}, [sink = sinks[j]] { sink->Finished(); });
+      emitter.Post(job(j), [sink = sinks[j]] { sink->Finished(); });
     }
     second.join();
     emitter.Drain();
@@ -108,11 +110,14 @@ TEST(EmitterTest, EachRequestsCallsRunInOrderOnOneThreadWithItsEndLast) {
   }
 }
 
-TEST(EmitterTest, TheDestructorRunsWhatIsQueued) {
+TEST(EmitterTest, TheDestructorRunsWhatIsStagedAndQueued) {
   auto sink = std::make_shared<ThreadRecordingSink>();
   {
     Emitter emitter(2);
-    for (int t = 0; t < 1000; ++t) emitter.PostToken(JobId{7}, sink, Token(t), "");
+    for (int t = 0; t < 1000; ++t) {
+      emitter.StageToken(JobId{7}, sink, Token(t), "");
+      if (t == 499) emitter.Flush();
+    }
   }
   EXPECT_EQ(sink->ids().size(), 1000u);
 }
@@ -120,7 +125,7 @@ TEST(EmitterTest, TheDestructorRunsWhatIsQueued) {
 TEST(EmitterTest, WithoutThreadsEveryCallRunsAtOnceOnTheCaller) {
   Emitter emitter(0);
   auto sink = std::make_shared<ThreadRecordingSink>();
-  emitter.PostToken(JobId{1}, sink, Token(5), "x");
+  emitter.StageToken(JobId{1}, sink, Token(5), "x");
   EXPECT_EQ(sink->ids(), std::vector<TokenId>{5});
   bool ran = false;
   emitter.Post(JobId{1}, [&] { ran = true; });

@@ -44,15 +44,14 @@ absl::StatusOr<std::unique_ptr<DeviceClockBackend>> DeviceClockBackend::Create(
 
 DeviceClockBackend::DeviceClockBackend(std::unique_ptr<Backend> inner, absl::Duration step_time,
                                        int32_t steps_in_flight)
-    : inner_(std::move(inner)),
+    : SettlingBackend(std::move(inner)),
       step_nanos_(absl::ToInt64Nanoseconds(step_time)),
       steps_in_flight_(steps_in_flight),
-      capacity_(inner_->slot_capacity()),
-      free_slots_(inner_->free_slots()),
+      free_slots_(SettlingBackend::free_slots()),
       thread_([this] { DeviceLoop(); }) {}
 
 DeviceClockBackend::~DeviceClockBackend() {
-  WaitIdle();
+  Settle();
   {
     absl::MutexLock lock(&mu_);
     stop_ = true;
@@ -69,7 +68,7 @@ bool DeviceClockBackend::IdleLocked() const {
 
 bool DeviceClockBackend::HasWorkLocked() const { return stop_ || !IdleLocked(); }
 
-void DeviceClockBackend::WaitIdle() const {
+void DeviceClockBackend::Settle() const {
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(this, &DeviceClockBackend::IdleLocked));
 }
@@ -98,7 +97,7 @@ void DeviceClockBackend::DeviceLoop() {
       item.token = last_picks_[static_cast<size_t>(item.previous_row)];
       item.previous_row = -1;
     }
-    absl::Status outcome = inner_->DecodeAndSample(resolved_, step->out);
+    absl::Status outcome = inner().DecodeAndSample(resolved_, step->out);
     last_picks_.assign(step->out.tokens.begin(), step->out.tokens.end());
     SleepUntil(start + step_nanos_);
     if (outcome.ok()) {
@@ -139,84 +138,14 @@ absl::Status DeviceClockBackend::CollectSamples() {
 }
 
 absl::StatusOr<SlotId> DeviceClockBackend::AllocateSlot() {
-  WaitIdle();
-  absl::StatusOr<SlotId> slot = inner_->AllocateSlot();
-  free_slots_ = inner_->free_slots();
+  absl::StatusOr<SlotId> slot = SettlingBackend::AllocateSlot();
+  free_slots_ = SettlingBackend::free_slots();
   return slot;
 }
 
 void DeviceClockBackend::FreeSlot(SlotId slot) {
-  WaitIdle();
-  inner_->FreeSlot(slot);
-  free_slots_ = inner_->free_slots();
-}
-
-absl::Status DeviceClockBackend::ResetSlot(SlotId slot) {
-  WaitIdle();
-  return inner_->ResetSlot(slot);
-}
-
-absl::Status DeviceClockBackend::CopySlot(SlotId from, SlotId to) {
-  WaitIdle();
-  return inner_->CopySlot(from, to);
-}
-
-absl::StatusOr<int64_t> DeviceClockBackend::SlotPosition(SlotId slot) const {
-  WaitIdle();
-  return inner_->SlotPosition(slot);
-}
-
-absl::Status DeviceClockBackend::Prefill(SlotId slot, absl::Span<const TokenId> tokens,
-                                         absl::Span<float> logits) {
-  WaitIdle();
-  return inner_->Prefill(slot, tokens, logits);
-}
-
-absl::Status DeviceClockBackend::Decode(absl::Span<const DecodeItem> batch,
-                                        absl::Span<float> logits) {
-  WaitIdle();
-  return inner_->Decode(batch, logits);
-}
-
-absl::Status DeviceClockBackend::StartSampling(SlotId slot, const SamplingParams& params,
-                                               int32_t top_logprobs,
-                                               absl::Span<const TokenId> observed) {
-  WaitIdle();
-  return inner_->StartSampling(slot, params, top_logprobs, observed);
-}
-
-absl::Status DeviceClockBackend::SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) {
-  WaitIdle();
-  return inner_->SetSeenCounts(slot, counts);
-}
-
-absl::Status DeviceClockBackend::DecodeAndSample(absl::Span<const DecodeItem> batch,
-                                                 const SampleOutput& out) {
-  WaitIdle();
-  return inner_->DecodeAndSample(batch, out);
-}
-
-absl::Status DeviceClockBackend::PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                                  const SampleOutput& out,
-                                                  const uint32_t* allowed_tokens) {
-  WaitIdle();
-  return inner_->PrefillAndSample(slot, tokens, out, allowed_tokens);
-}
-
-absl::Status DeviceClockBackend::PrefillBatch(absl::Span<const PrefillItem> batch,
-                                              const SampleOutput& out) {
-  WaitIdle();
-  return inner_->PrefillBatch(batch, out);
-}
-
-absl::Status DeviceClockBackend::ReadSlot(SlotId slot, StateBlob& out) const {
-  WaitIdle();
-  return inner_->ReadSlot(slot, out);
-}
-
-absl::Status DeviceClockBackend::WriteSlot(SlotId slot, const StateBlob& in) {
-  WaitIdle();
-  return inner_->WriteSlot(slot, in);
+  SettlingBackend::FreeSlot(slot);
+  free_slots_ = SettlingBackend::free_slots();
 }
 
 }  // namespace linserve

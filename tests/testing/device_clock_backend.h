@@ -9,10 +9,10 @@
 // steps in flight (launch-ahead) a row's previous_row is resolved on the device thread to the
 // pick of the step that ran before it, which the host has not seen.
 //
-// Every other call first waits until no step is queued or running (as a call that reads or
-// writes a slot waits for the device) and then calls the inner backend on the caller's thread,
-// so the inner backend is only ever used by one thread at a time. Prefill therefore costs the
-// inner backend's time only (the stand-in times decode steps).
+// Every other call first waits until no step is queued or running (SettlingBackend: as a call
+// that reads or writes a slot waits for the device) and then calls the inner backend on the
+// caller's thread, so the inner backend is only ever used by one thread at a time. Prefill
+// therefore costs the inner backend's time only (the stand-in times decode steps).
 //
 // Not thread-safe, as Backend, except counters(), which any thread may read.
 #ifndef LINSERVE_TESTS_TESTING_DEVICE_CLOCK_BACKEND_H_
@@ -32,10 +32,11 @@
 #include "absl/types/span.h"
 #include "tests/testing/step_counters.h"
 #include "model/backend/backend.h"
+#include "tests/testing/settling_backend.h"
 
 namespace linserve {
 
-class DeviceClockBackend final : public Backend {
+class DeviceClockBackend final : public SettlingBackend {
  public:
   // `step_time` >= 0; `steps_in_flight`: max_steps_in_flight(), 1 or 2.
   static absl::StatusOr<std::unique_ptr<DeviceClockBackend>> Create(
@@ -43,30 +44,11 @@ class DeviceClockBackend final : public Backend {
   // Waits for the steps in flight, then stops the device thread.
   ~DeviceClockBackend() override;
 
-  DeviceKind device() const override { return inner_->device(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int32_t slot_capacity() const override { return capacity_; }
+  // Kept here, so that reading it (every engine iteration) needs no wait for the device.
   int32_t free_slots() const override { return free_slots_; }
   absl::StatusOr<SlotId> AllocateSlot() override;
   void FreeSlot(SlotId slot) override;
-  absl::Status ResetSlot(SlotId slot) override;
-  absl::Status CopySlot(SlotId from, SlotId to) override;
-  absl::StatusOr<int64_t> SlotPosition(SlotId slot) const override;
-  absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
-                       absl::Span<float> logits) override;
-  absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
-  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
-                             absl::Span<const TokenId> observed) override;
-  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
-  absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
-                               const SampleOutput& out) override;
-  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
-  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
-  absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
-  absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
 
-  bool asynchronous() const override { return true; }
   int32_t max_steps_in_flight() const override { return steps_in_flight_; }
   absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
                                      const SampleOutput& out) override;
@@ -89,15 +71,13 @@ class DeviceClockBackend final : public Backend {
                      int32_t steps_in_flight);
   void DeviceLoop();
   // Blocks until every launched step has run (collected or not).
-  void WaitIdle() const;
+  void Settle() const override;
   bool IdleLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool HasWorkLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::unique_ptr<Backend> inner_;
   const int64_t step_nanos_;
   const int32_t steps_in_flight_;
-  const int32_t capacity_;
-  int32_t free_slots_;  // the inner pool's, kept here so that reading it needs no wait
+  int32_t free_slots_;  // the inner backend's
 
   mutable absl::Mutex mu_;
   // Launched and not collected, oldest first; the ones done come first. A deque keeps each

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "model/backend/backend.h"
+#include "tests/testing/settling_backend.h"
 
 namespace linserve {
 
@@ -29,47 +30,23 @@ const char* EngineLoopName(EngineLoop loop);
 // `backend` as `loop` runs it: itself, or inside a PipelinedBackend.
 std::unique_ptr<Backend> BackendForLoop(std::unique_ptr<Backend> backend, EngineLoop loop);
 
-class PipelinedBackend final : public Backend {
+class PipelinedBackend final : public SettlingBackend {
  public:
   // `steps_in_flight`: max_steps_in_flight(), 1 or 2.
   PipelinedBackend(std::unique_ptr<Backend> inner, int32_t steps_in_flight)
-      : inner_(std::move(inner)), steps_in_flight_(steps_in_flight) {}
+      : SettlingBackend(std::move(inner)), steps_in_flight_(steps_in_flight) {}
 
-  DeviceKind device() const override { return inner_->device(); }
-  const ModelConfig& config() const override { return inner_->config(); }
-  int32_t slot_capacity() const override { return inner_->slot_capacity(); }
-  int32_t free_slots() const override { return inner_->free_slots(); }
-  absl::StatusOr<SlotId> AllocateSlot() override;
-  void FreeSlot(SlotId slot) override;
-  absl::Status ResetSlot(SlotId slot) override;
-  absl::Status CopySlot(SlotId from, SlotId to) override;
-  absl::StatusOr<int64_t> SlotPosition(SlotId slot) const override;
-  absl::Status Prefill(SlotId slot, absl::Span<const TokenId> tokens,
-                       absl::Span<float> logits) override;
-  absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
-  absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
-                             absl::Span<const TokenId> observed) override;
-  absl::Status SetSeenCounts(SlotId slot, absl::Span<const TokenCount> counts) override;
-  absl::Status DecodeAndSample(absl::Span<const DecodeItem> batch,
-                               const SampleOutput& out) override;
-  absl::Status PrefillAndSample(SlotId slot, absl::Span<const TokenId> tokens,
-                                const SampleOutput& out, const uint32_t* allowed_tokens) override;
-  absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
-  absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
-  absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
-
-  bool asynchronous() const override { return true; }
   int32_t max_steps_in_flight() const override { return steps_in_flight_; }
   absl::Status LaunchDecodeAndSample(absl::Span<const DecodeItem> batch,
                                      const SampleOutput& out) override;
   absl::Status CollectSamples() override;
 
  private:
+  void Settle() const override { RunLaunched(); }
   // Runs the launched steps that have not run yet, in launch order; `count`: at most that many
   // of the oldest.
   void RunLaunched(size_t count = 2) const;
 
-  std::unique_ptr<Backend> inner_;
   const int32_t steps_in_flight_;
   // A launched step; `outcome` is set once it has run.
   struct Launched {
