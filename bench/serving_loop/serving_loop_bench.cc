@@ -239,7 +239,8 @@ absl::StatusOr<nlohmann::json> Measure(const std::string& path, int32_t batch,
   j["phase_us_per_step"] = phases;
   j["host_busy_us_per_step"] = host_busy;
   if (device_us > 0) {
-    j["device_busy_share"] = 1e-9 * static_cast<double>(b.backend_nanos - a.backend_nanos) / seconds;
+    j["device_busy_share"] =
+        1e-9 * static_cast<double>(b.backend_nanos - a.backend_nanos) / seconds;
     // The device's measured step (D plus the device thread's late wake-ups), not D.
     const double device_step =
         steps > 0 ? 1e-3 * static_cast<double>(b.backend_nanos - a.backend_nanos) / steps : 0.0;

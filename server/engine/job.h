@@ -121,9 +121,10 @@ class Job {
   const absl::Status& failure() const { return failure_; }
   void set_failure(absl::Status status) { failure_ = std::move(status); }
   // Hands the token last passed to Sampled (with its logprob and top alternatives when the
-  // request asked for them) to the sink through `emitter` (staged: the engine flushes), counts it in the session and says
-  // whether the generation is over (and why): under a constraint, EOS or a document nothing may
-  // extend ends it with kConstraintComplete. `now` times the token.
+  // request asked for them) to the sink through `emitter` (staged: the engine flushes), counts
+  // it in the session and says whether the generation is over (and why): under a constraint,
+  // EOS or a document nothing may extend ends it with kConstraintComplete. `now` times the
+  // token.
   std::optional<FinishReason> Emit(TokenId token, float logprob,
                                    absl::Span<const TokenLogprob> top_logprobs, absl::Time now,
                                    Emitter& emitter);

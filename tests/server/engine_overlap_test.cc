@@ -10,12 +10,10 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/time/clock.h"
 #include "engine_test_util.h"
 #include "fake_backend.h"
 #include "gtest/gtest.h"
@@ -275,7 +273,8 @@ TEST(EngineOverlapTest, ACancelledRequestFreesItsSlotWithinTwoDecodeSteps) {
   Harness overlap = Start(model, metrics, /*overlapped=*/true, 4, absl::Microseconds(500));
   for (int round = 0; round < 5; ++round) {
     auto sink = std::make_shared<RecordingSink>();
-    absl::StatusOr<JobId> job = overlap.engine->Submit(Request(Prompt(round, 4), 1000, round), sink);
+    absl::StatusOr<JobId> job =
+        overlap.engine->Submit(Request(Prompt(round, 4), 1000, round), sink);
     ASSERT_TRUE(job.ok()) << job.status();
     sink->WaitForTokens(3 + static_cast<size_t>(round));
     overlap.engine->Cancel(*job);

@@ -45,8 +45,9 @@ absl::Status PipelinedBackend::LaunchDecodeAndSample(absl::Span<const DecodeItem
     return absl::FailedPreconditionError(absl::StrCat(
         "LaunchDecodeAndSample: ", launched_.size(), " steps are in flight; collect one first"));
   }
-  const absl::Span<const DecodeItem> in_flight =
-      launched_.empty() ? absl::Span<const DecodeItem>() : absl::MakeConstSpan(launched_.back().batch);
+  const absl::Span<const DecodeItem> in_flight = launched_.empty()
+                                                     ? absl::Span<const DecodeItem>()
+                                                     : absl::MakeConstSpan(launched_.back().batch);
   if (absl::Status s = CheckPreviousRows(batch, in_flight, "LaunchDecodeAndSample"); !s.ok()) {
     return s;
   }

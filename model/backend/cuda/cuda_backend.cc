@@ -452,7 +452,8 @@ absl::Status CudaBackendImpl::LaunchDecodeAndSample(absl::Span<const DecodeItem>
       sampler_.CheckOutput(sample_slots_, sample_masks_, out, "LaunchDecodeAndSample"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, set));
-  absl::StatusOr<bool> logprobs = sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_, set);
+  absl::StatusOr<bool> logprobs =
+      sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_, set);
   if (!logprobs.ok()) return logprobs.status();
   // The picks stay on the device for the next launch's previous rows.
   cudaStream_t s = stream_.get();
@@ -475,7 +476,8 @@ absl::Status CudaBackendImpl::CollectSamples() {
   Launched& step = launched_.front();
   if (!step.outcome.has_value()) {
     // Only this step: the one launched after it may still run.
-    const cudaError_t waited = cudaEventSynchronize(step_done_[static_cast<size_t>(step.set)].get());
+    const cudaError_t waited =
+        cudaEventSynchronize(step_done_[static_cast<size_t>(step.set)].get());
     absl::Status outcome =
         waited == cudaSuccess
             ? absl::OkStatus()

@@ -47,8 +47,8 @@ absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows, const RowIn
   LINSERVE_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(dev.slots, host.slots, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   if (decode) {
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.sources, host.sources,
-                                                  rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
+        dev.sources, host.sources, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   }
   return absl::OkStatus();
 }

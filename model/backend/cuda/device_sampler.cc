@@ -108,8 +108,9 @@ absl::Status DeviceSampler::CountOnDevice(cudaStream_t s, int32_t slot,
     const int n = static_cast<int>(std::min<size_t>(rows_, tokens.size() - first));
     // The previous piece has left the pinned buffer.
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    std::copy_n(tokens.begin() + first, n, ws_.staging[0].rows.tokens);
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, ws_.staging[0].rows.tokens,
+    int32_t* staged = ws_.staging[0].rows.tokens;
+    std::copy_n(tokens.begin() + first, n, staged);
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, staged,
                                                   n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
     LINSERVE_RETURN_IF_ERROR(cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot,
                                                      ws_.sampler.seen_counts));

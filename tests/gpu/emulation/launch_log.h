@@ -1,6 +1,7 @@
 // The emulation's launch log: how many times each kernel has run in this process (a graph
-// replay runs its kernels again), and how many times the host waited for the device. Tests compiled for the emulation (LINSERVE_CUDA_EMULATION,
-// set by run.sh) use it to assert which kernels a step launches; a real GPU build has no log.
+// replay runs its kernels again), and how many times the host waited for the device. Tests
+// compiled for the emulation (LINSERVE_CUDA_EMULATION, set by run.sh) use it to assert which
+// kernels a step launches; a real GPU build has no log.
 #ifndef LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
 #define LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
 
