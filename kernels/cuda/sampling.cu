@@ -688,7 +688,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) 
   __shared__ int iscratch[32];
   const int row = blockIdx.x;
   const int slot = args.slots[row];
-  if (args.state.params[slot].temperature != 0.0f) return;
+  if (slot < 0 || args.state.params[slot].temperature != 0.0f) return;
   const RowView view = ViewOfRow(args, row, slot);
   const int token =
       view.penalised
@@ -703,7 +703,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
   __shared__ Candidates candidates;
   const int row = blockIdx.x;
   const int slot = args.slots[row];
-  if (args.state.params[slot].temperature == 0.0f) return;
+  if (slot < 0 || args.state.params[slot].temperature == 0.0f) return;
   const RowView view = ViewOfRow(args, row, slot);
   Emit(args, row, slot, DrawToken(view, args.state.rngs, slot, sh, candidates));
 }

@@ -48,7 +48,8 @@ struct SamplerSlots {
 
 struct SampleArgs {
   const float* logits = nullptr;   // [rows, logits_stride]: the first vocab columns are read
-  const int32_t* slots = nullptr;  // [rows], distinct, each >= 0
+  // [rows], distinct; a negative slot is padding (a decode graph's bucket): no pick, no count
+  const int32_t* slots = nullptr;
   SamplerSlots state;
   RowMasks masks;  // each masked row picks among the tokens its mask allows (at least one)
   int rows = 0;
@@ -56,7 +57,7 @@ struct SampleArgs {
   // Floats from one row of logits to the next, 0 or >= vocab (the CUDA backend's rows are padded,
   // model/backend/cuda/padded_vocab.h). Default: 0, meaning vocab (dense rows).
   int64_t logits_stride = 0;
-  int32_t* tokens = nullptr;  // [rows] out; each sampled token is also counted as seen
+  int32_t* tokens = nullptr;  // [rows] out (padding rows untouched); each pick counted as seen
   // Which kernels run: the argmax over the greedy rows (temperature 0), the draw over the
   // others; each skips the other's rows. False only when no row is of that kind (the rows'
   // temperatures, as the caller set them). Default: true.

@@ -415,6 +415,15 @@ int64_t HostWaits() {
 #endif
 }
 
+// Operations the host enqueued itself so far: the emulation's count; -1 on a GPU.
+int64_t HostEnqueues() {
+#ifdef LINSERVE_CUDA_EMULATION
+  return emu::HostEnqueues();
+#else
+  return -1;
+#endif
+}
+
 // The work of a step follows its rows' parameters: a greedy session without penalties runs the
 // argmax kernel only and its prompt launches no count kernel; forked and restarted with
 // penalties and a temperature, its prompt, the pending first prompt and the picks so far are
@@ -1448,6 +1457,103 @@ TEST(CudaBackendTest, LaunchAheadFeedsThePicksOfTheStepInFlight) {
     const StateBlob a = Read(*ahead, slots_a[r]), h = Read(*host_fed, slots_h[r]);
     EXPECT_EQ(a.position, h.position) << "row " << r;
     EXPECT_EQ(a.state, h.state) << "row " << r;
+  }
+}
+
+// A decode step with sampling is one graph launch (part 2 of the GPU serving issue): the
+// sampler (argmax, draw, masks, penalties, logprobs) and the copies of its picks to pinned
+// memory are captured with the layers, per sampling variant and bucket; only a masked row's
+// mask travels in a copy of its own before the launch. The picks and logprobs are bitwise
+// those of the backend without graphs, whatever mix of rows a step holds (padding rows pick
+// nothing). The enqueue counts are asserted under the emulation, the picks everywhere.
+TEST(CudaBackendTest, ASampledDecodeStepIsOneGraphLaunch) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 41);
+  const int64_t vocab = model.config.vocab_size;
+  BackendOptions options;
+  options.max_batch_size = 8;
+  CudaBackendOptions eager_options;
+  eager_options.use_cuda_graphs = false;
+  std::unique_ptr<CudaBackend> graphs = MakeCuda(model, options);
+  std::unique_ptr<CudaBackend> eager = MakeCuda(model, options, eager_options);
+  ASSERT_NE(graphs, nullptr);
+  ASSERT_NE(eager, nullptr);
+  constexpr int kRows = 5;
+  std::vector<SamplingParams> settings(kRows);
+  settings[0].temperature = 0.0f;
+  settings[1].temperature = 0.9f;
+  settings[1].top_k = 12;
+  settings[2].temperature = 0.7f;
+  settings[2].top_p = 0.8f;
+  settings[2].repetition_penalty = 1.4f;
+  settings[2].frequency_penalty = 0.5f;
+  settings[3].temperature = 0.0f;
+  settings[4].temperature = 1.1f;
+  const std::vector<int32_t> top_logprobs = {0, 0, 2, 3, 0};
+  const std::vector<uint32_t> mask = StridedMask(vocab, 1, 3);
+  const std::vector<int32_t> prompt = RandomTokens(9, vocab, 41);
+  std::vector<SlotId> slots_g, slots_e;
+  std::vector<TokenId> feed(kRows, prompt.back());
+  for (int r = 0; r < kRows; ++r) {
+    settings[r].seed = 70 + static_cast<uint64_t>(r);
+    for (CudaBackend* gpu : {graphs.get(), eager.get()}) {
+      const SlotId slot = Allocate(*gpu);
+      ASSERT_TRUE(gpu->Prefill(slot, prompt, {}).ok());
+      ASSERT_TRUE(gpu->StartSampling(slot, settings[r], top_logprobs[r], prompt).ok());
+      (gpu == graphs.get() ? slots_g : slots_e).push_back(slot);
+    }
+  }
+  // Each set of rows three times: the first captures its (variant, bucket), the others replay.
+  const std::vector<std::vector<int>> steps = {{0}, {1}, {0, 1}, {2}, {3, 1}, {4}, {0, 1, 2, 3, 4}};
+  for (size_t k = 0; k < steps.size(); ++k) {
+    for (int repeat = 0; repeat < 3; ++repeat) {
+      const std::vector<int>& rows = steps[k];
+      const size_t n = rows.size();
+      std::vector<DecodeItem> batch_g, batch_e;
+      bool masked = false;
+      for (int r : rows) {
+        const uint32_t* allowed = r == 4 ? mask.data() : nullptr;
+        masked = masked || allowed != nullptr;
+        batch_g.push_back({.slot = slots_g[r], .token = feed[r], .allowed_tokens = allowed});
+        batch_e.push_back({.slot = slots_e[r], .token = feed[r], .allowed_tokens = allowed});
+      }
+      std::vector<TokenId> tokens_g(n), tokens_e(n);
+      std::vector<float> logprobs_g(n), logprobs_e(n);
+      std::vector<TokenLogprob> top_g(n * kMaxTopLogprobs), top_e(n * kMaxTopLogprobs);
+      const int64_t enqueued = HostEnqueues();
+      ASSERT_TRUE(graphs
+                      ->LaunchDecodeAndSample(batch_g, {absl::MakeSpan(tokens_g),
+                                                        absl::MakeSpan(logprobs_g),
+                                                        absl::MakeSpan(top_g)})
+                      .ok());
+      if (repeat > 0 && enqueued >= 0) {
+        EXPECT_EQ(HostEnqueues() - enqueued, masked ? 2 : 1) << "step " << k;
+      }
+      ASSERT_TRUE(graphs->CollectSamples().ok());
+      ASSERT_TRUE(eager
+                      ->DecodeAndSample(batch_e, {absl::MakeSpan(tokens_e),
+                                                  absl::MakeSpan(logprobs_e),
+                                                  absl::MakeSpan(top_e)})
+                      .ok());
+      for (size_t i = 0; i < n; ++i) {
+        const int r = rows[i];
+        EXPECT_EQ(tokens_g[i], tokens_e[i]) << "step " << k << " row " << r;
+        if (r == 4) {
+          EXPECT_EQ(tokens_g[i] % 3, 1) << "the mask holds";
+        }
+        if (top_logprobs[r] == 0) continue;
+        EXPECT_EQ(logprobs_g[i], logprobs_e[i]) << "step " << k << " row " << r;
+        for (int t = 0; t < top_logprobs[r]; ++t) {
+          const size_t at = i * kMaxTopLogprobs + static_cast<size_t>(t);
+          EXPECT_EQ(top_g[at].token, top_e[at].token) << "step " << k << " row " << r;
+          EXPECT_EQ(top_g[at].logprob, top_e[at].logprob) << "step " << k << " row " << r;
+        }
+      }
+      for (size_t i = 0; i < n; ++i) feed[rows[i]] = tokens_g[i];
+    }
+  }
+  for (int r = 0; r < kRows; ++r) {
+    EXPECT_EQ(Read(*graphs, slots_g[r]).state, Read(*eager, slots_e[r]).state) << "row " << r;
   }
 }
 

@@ -100,7 +100,8 @@ class CudaBackendImpl final : public CudaBackend {
         sampler_(capacity, config.vocab_size, ActivationRows(options), ws_),
         prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
         step_done_(std::move(parts.step_done)),
-        graphs_{DecodeGraphs(options.max_batch_size), DecodeGraphs(options.max_batch_size)} {
+        graphs_{DecodeGraphs(options.max_batch_size, DeviceSampler::kVariants),
+                DecodeGraphs(options.max_batch_size, DeviceSampler::kVariants)} {
     for (std::vector<DecodeItem>& items : set_items_) {
       items.reserve(static_cast<size_t>(options.max_batch_size));
     }
@@ -177,13 +178,17 @@ class CudaBackendImpl final : public CudaBackend {
   // inputs' slots) under sample_masks_ through pinned set 0, waits, and copies the samples to
   // `out`.
   absl::Status SampleAndCopy(const SampleOutput& out);
-  // Row inputs upload (from pinned set `set`) + layers + LM head for a decode bucket; logits
-  // land in act.logits.
-  absl::Status EnqueueDecodeStep(int rows, int set);
+  // Row inputs upload (from pinned set `set`) + layers + LM head for a decode bucket, logits in
+  // act.logits; then, unless `sampling` is the empty variant (key 0), the sampler's pass as
+  // staged in the set, its copies to the set's pinned samples, and the picks' copy to
+  // decode_picks for the next launch's previous rows.
+  absl::Status EnqueueDecodeStep(int rows, int set, const DeviceSampler::Variant& sampling);
   // Runs one decode step for `batch` (validated): fills pinned set `set`'s inputs, pads to the
-  // bucket, and launches the bucket's graph for the set (capturing it on first use) or the
-  // kernels directly.
-  absl::Status RunDecodeStep(absl::Span<const DecodeItem> batch, int set);
+  // bucket, stages the sampling of sample_slots_ under sample_masks_ when `sample`, and
+  // launches the (variant, bucket) graph for the set, capturing it on first use, or the kernels
+  // directly. Returns the variant that ran (key 0 without sampling).
+  absl::StatusOr<DeviceSampler::Variant> RunDecodeStep(absl::Span<const DecodeItem> batch,
+                                                       int set, bool sample);
 
   const ModelConfig config_;
   const CudaBackendOptions cuda_options_;
@@ -364,14 +369,23 @@ absl::Status CudaBackendImpl::SetSeenCounts(SlotId slot, absl::Span<const TokenC
 
 // ---- Decode ----------------------------------------------------------------------------
 
-absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows, int set) {
+absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows, int set,
+                                                const DeviceSampler::Variant& sampling) {
+  cudaStream_t s = stream_.get();
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(
-      stream_.get(), rows, ws_.staging[static_cast<size_t>(set)].rows, /*decode=*/true));
-  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(stream_.get(), rows, {}));
-  return forward_.EnqueueHead(stream_.get(), 0, rows, ws_.act.logits);
+      s, rows, ws_.staging[static_cast<size_t>(set)].rows, /*decode=*/true));
+  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, {}));
+  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueHead(s, 0, rows, ws_.act.logits));
+  if (sampling.key() == 0) return absl::OkStatus();
+  LINSERVE_RETURN_IF_ERROR(sampler_.EnqueueSampling(s, sampling, rows, set));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.decode_picks, ws_.device_samples.tokens,
+                                                rows * sizeof(int32_t), cudaMemcpyDeviceToDevice,
+                                                s));
+  return absl::OkStatus();
 }
 
-absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch, int set) {
+absl::StatusOr<DeviceSampler::Variant> CudaBackendImpl::RunDecodeStep(
+    absl::Span<const DecodeItem> batch, int set, bool sample) {
   DecodeGraphs& graphs = graphs_[static_cast<size_t>(set)];
   const int rows = static_cast<int>(batch.size());
   const size_t bucket_index = graphs.BucketFor(rows);
@@ -385,13 +399,26 @@ absl::Status CudaBackendImpl::RunDecodeStep(absl::Span<const DecodeItem> batch, 
     host.slots[i] = real ? batch[i].slot.value : -1;  // padding: touches no slot
     host.sources[i] = fed ? batch[i].previous_row : -1;
   }
-  if (!cuda_options_.use_cuda_graphs) return EnqueueDecodeStep(bucket, set);
-  if (graphs.captured(bucket_index)) return graphs.Launch(bucket_index, stream_.get());
-  // First use of the bucket: run it directly (which also builds the GEMM plans the capture
-  // needs), then capture the same sequence for the next steps.
-  LINSERVE_RETURN_IF_ERROR(EnqueueDecodeStep(bucket, set));
-  return graphs.Capture(bucket_index, stream_.get(),
-                        [&] { return EnqueueDecodeStep(bucket, set); });
+  DeviceSampler::Variant variant;
+  if (sample) {
+    absl::StatusOr<DeviceSampler::Variant> staged =
+        sampler_.Stage(stream_.get(), sample_slots_, sample_masks_, bucket, set);
+    if (!staged.ok()) return staged.status();
+    variant = *staged;
+  }
+  const int key = variant.key();
+  if (!cuda_options_.use_cuda_graphs) {
+    LINSERVE_RETURN_IF_ERROR(EnqueueDecodeStep(bucket, set, variant));
+  } else if (graphs.captured(key, bucket_index)) {
+    LINSERVE_RETURN_IF_ERROR(graphs.Launch(key, bucket_index, stream_.get()));
+  } else {
+    // First use of the (variant, bucket): run it directly (which also builds the GEMM plans the
+    // capture needs), then capture the same sequence for the next steps.
+    LINSERVE_RETURN_IF_ERROR(EnqueueDecodeStep(bucket, set, variant));
+    LINSERVE_RETURN_IF_ERROR(graphs.Capture(
+        key, bucket_index, stream_.get(), [&] { return EnqueueDecodeStep(bucket, set, variant); }));
+  }
+  return variant;
 }
 
 absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) {
@@ -404,7 +431,7 @@ absl::Status CudaBackendImpl::Decode(absl::Span<const DecodeItem> batch, absl::S
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   LINSERVE_RETURN_IF_ERROR(FinishLaunched());
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, 0));
+  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, 0, /*sample=*/false).status());
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLogitsToHost(
       stream_.get(), static_cast<int64_t>(batch.size()), logits.data()));
   LINSERVE_RETURN_IF_ERROR(Synchronize());
@@ -451,20 +478,14 @@ absl::Status CudaBackendImpl::LaunchDecodeAndSample(absl::Span<const DecodeItem>
   LINSERVE_RETURN_IF_ERROR(
       sampler_.CheckOutput(sample_slots_, sample_masks_, out, "LaunchDecodeAndSample"));
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, set));
-  absl::StatusOr<bool> logprobs =
-      sampler_.Enqueue(stream_.get(), sample_slots_, sample_masks_, set);
-  if (!logprobs.ok()) return logprobs.status();
-  // The picks stay on the device for the next launch's previous rows.
-  cudaStream_t s = stream_.get();
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.decode_picks, ws_.device_samples.tokens,
-                                                batch.size() * sizeof(int32_t),
-                                                cudaMemcpyDeviceToDevice, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(step_done_[static_cast<size_t>(set)].get(), s));
+  absl::StatusOr<DeviceSampler::Variant> ran = RunDecodeStep(batch, set, /*sample=*/true);
+  if (!ran.ok()) return ran.status();
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaEventRecord(step_done_[static_cast<size_t>(set)].get(), stream_.get()));
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   set_items_[static_cast<size_t>(set)].assign(batch.begin(), batch.end());
   launched_.push_back(Launched{
-      .out = out, .rows = batch.size(), .logprobs = *logprobs, .set = set, .outcome = {}});
+      .out = out, .rows = batch.size(), .logprobs = ran->logprobs, .set = set, .outcome = {}});
   return absl::OkStatus();
 }
 
@@ -498,8 +519,10 @@ absl::Status CudaBackendImpl::DecodeAndSample(absl::Span<const DecodeItem> batch
   SetSampleRows(batch);
   LINSERVE_RETURN_IF_ERROR(
       sampler_.CheckOutput(sample_slots_, sample_masks_, out, "DecodeAndSample"));
-  LINSERVE_RETURN_IF_ERROR(RunDecodeStep(batch, 0));
-  LINSERVE_RETURN_IF_ERROR(SampleAndCopy(out));
+  absl::StatusOr<DeviceSampler::Variant> ran = RunDecodeStep(batch, 0, /*sample=*/true);
+  if (!ran.ok()) return ran.status();
+  LINSERVE_RETURN_IF_ERROR(Synchronize());
+  sampler_.CopySamples(batch.size(), ran->logprobs, out, /*set=*/0);
   for (const DecodeItem& item : batch) pool_.Advance(item.slot, 1);
   return absl::OkStatus();
 }

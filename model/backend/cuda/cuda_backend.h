@@ -20,15 +20,16 @@
 //   head GEMM's leading dimensions stay 16-byte aligned for an odd vocabulary.
 //
 // Math: cuBLASLt GEMMs with fp32 accumulation over the whole batch (activations are rounded to
-// the weight type on the way in), kernels from kernels/cuda for the rest. A decode step is
-// captured in a CUDA graph per batch-size bucket (powers of two up to max_batch_size; a batch is
-// padded to its bucket with rows that touch no slot) the first time the bucket is used, and
-// replayed afterwards. BackendOptions::num_threads is not used.
+// the weight type on the way in), kernels from kernels/cuda for the rest. A decode step, with
+// its sampling and the copies of its picks to pinned memory, is captured in a CUDA graph per
+// sampling variant and batch-size bucket (powers of two up to max_batch_size; a batch is padded
+// to its bucket with rows that touch no slot) the first time they are used, and replayed
+// afterwards: one launch a step. BackendOptions::num_threads is not used.
 //
 // Asynchronous (Backend's pipelining): LaunchDecodeAndSample enqueues the step, the picks and
 // their copy to pinned host memory on the backend's stream and returns; CollectSamples waits
 // for the oldest step's event. Two steps may be in flight (launch-ahead): each stages through a
-// pinned set of its own (cuda_workspace.h: PinnedStaging) and has a graph per bucket and set,
+// pinned set of its own (cuda_workspace.h: PinnedStaging) and has graphs of its own,
 // and a row's previous_row feeds the previous step's pick from the device (decode_picks, read
 // by the embedding).
 //
@@ -60,8 +61,8 @@ namespace linserve {
 struct CudaBackendOptions {
   // CUDA device ordinal, in [0, device count). Default: 0.
   int32_t device = 0;
-  // Replay each decode step from a CUDA graph captured per batch-size bucket; false launches
-  // every kernel every step (same results, bitwise). Default: true.
+  // Replay each decode step from a CUDA graph captured per sampling variant and batch-size
+  // bucket; false launches every kernel every step (same results, bitwise). Default: true.
   bool use_cuda_graphs = true;
 };
 

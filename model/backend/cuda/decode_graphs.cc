@@ -16,20 +16,21 @@ std::vector<int> MakeBuckets(int max_batch) {
 
 }  // namespace
 
-DecodeGraphs::DecodeGraphs(int max_batch)
-    : buckets_(MakeBuckets(max_batch)), graphs_(buckets_.size()) {}
+DecodeGraphs::DecodeGraphs(int max_batch, int variants)
+    : buckets_(MakeBuckets(max_batch)),
+      graphs_(static_cast<size_t>(variants) * buckets_.size()) {}
 
 size_t DecodeGraphs::BucketFor(int rows) const {
   return static_cast<size_t>(std::lower_bound(buckets_.begin(), buckets_.end(), rows) -
                              buckets_.begin());
 }
 
-absl::Status DecodeGraphs::Launch(size_t bucket, cudaStream_t stream) const {
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_[bucket].get(), stream));
+absl::Status DecodeGraphs::Launch(int variant, size_t bucket, cudaStream_t stream) const {
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaGraphLaunch(graphs_[Index(variant, bucket)].get(), stream));
   return absl::OkStatus();
 }
 
-absl::Status DecodeGraphs::Capture(size_t bucket, cudaStream_t stream,
+absl::Status DecodeGraphs::Capture(int variant, size_t bucket, cudaStream_t stream,
                                    absl::FunctionRef<absl::Status()> enqueue) {
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
@@ -45,7 +46,7 @@ absl::Status DecodeGraphs::Capture(size_t bucket, cudaStream_t stream,
   const cudaError_t instantiated = cudaGraphInstantiate(&exec, graph, 0);
   cudaGraphDestroy(graph);
   LINSERVE_CUDA_RETURN_IF_ERROR(instantiated);
-  graphs_[bucket] = cuda::GraphExec(exec);
+  graphs_[Index(variant, bucket)] = cuda::GraphExec(exec);
   return absl::OkStatus();
 }
 

@@ -151,63 +151,80 @@ absl::Status DeviceSampler::CheckOutput(absl::Span<const int32_t> slots,
   return CheckSampleOutput(slots.size(), logprobs, out, what);
 }
 
-absl::StatusOr<cuda::RowMasks> DeviceSampler::UploadMasks(
-    cudaStream_t s, absl::Span<const uint32_t* const> masks, int set) const {
+absl::StatusOr<bool> DeviceSampler::StageMasks(cudaStream_t s,
+                                                absl::Span<const uint32_t* const> masks, int rows,
+                                                int set) const {
   if (std::all_of(masks.begin(), masks.end(), [](const uint32_t* m) { return m == nullptr; })) {
-    return cuda::RowMasks{};
+    return false;
   }
   const int32_t words = TokenMaskWords(vocab_);
   const MaskBuffers& host = ws_.staging[static_cast<size_t>(set)].masks;
   int32_t masked = 0;
-  for (size_t i = 0; i < masks.size(); ++i) {
-    host.index[i] = masks[i] == nullptr ? -1 : masked;
-    if (masks[i] == nullptr) continue;
-    std::copy_n(masks[i], words, host.words + static_cast<int64_t>(masked) * words);
+  for (int i = 0; i < rows; ++i) {
+    const uint32_t* mask = static_cast<size_t>(i) < masks.size() ? masks[i] : nullptr;
+    host.index[i] = mask == nullptr ? -1 : masked;
+    if (mask == nullptr) continue;
+    std::copy_n(mask, words, host.words + static_cast<int64_t>(masked) * words);
     ++masked;
   }
-  const MaskBuffers& dev = ws_.device_masks;
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dev.words, host.words, static_cast<size_t>(masked) * words * sizeof(uint32_t),
-                      cudaMemcpyHostToDevice, s));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(
-      dev.index, host.index, masks.size() * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-  return cuda::RowMasks{dev.words, dev.index, words};
+      ws_.device_masks.words, host.words, static_cast<size_t>(masked) * words * sizeof(uint32_t),
+      cudaMemcpyHostToDevice, s));
+  return true;
 }
 
-absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots,
-                                            absl::Span<const uint32_t* const> masks, int set) {
-  const int rows = static_cast<int>(slots.size());
+absl::StatusOr<DeviceSampler::Variant> DeviceSampler::Stage(
+    cudaStream_t s, absl::Span<const int32_t> slots, absl::Span<const uint32_t* const> masks,
+    int rows, int set) {
+  Variant variant;
+  absl::StatusOr<bool> masked = StageMasks(s, masks, rows, set);
+  if (!masked.ok()) return masked.status();
+  variant.masks = *masked;
+  const SampleBuffers& host = ws_.staging[static_cast<size_t>(set)].samples;
+  for (int i = 0; i < rows; ++i) {
+    const bool real = static_cast<size_t>(i) < slots.size();
+    host.top_n[i] = real ? top_logprobs_[static_cast<size_t>(slots[i])] : 0;
+    variant.logprobs = variant.logprobs || host.top_n[i] > 0;
+    if (!real) continue;
+    const bool greedy = greedy_[static_cast<size_t>(slots[i])] != 0;
+    variant.greedy = variant.greedy || greedy;
+    variant.sampled = variant.sampled || !greedy;
+  }
+  return variant;
+}
+
+absl::Status DeviceSampler::EnqueueSampling(cudaStream_t s, const Variant& variant, int rows,
+                                            int set) const {
   const float* logits = ws_.act.logits;
   const SampleBuffers& dev = ws_.device_samples;
-  const SampleBuffers& host = ws_.staging[static_cast<size_t>(set)].samples;
-  absl::StatusOr<cuda::RowMasks> row_masks = UploadMasks(s, masks, set);
-  if (!row_masks.ok()) return row_masks.status();
+  const PinnedStaging& host = ws_.staging[static_cast<size_t>(set)];
+  cuda::RowMasks row_masks;
+  if (variant.masks) {
+    const MaskBuffers& masks = ws_.device_masks;
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(masks.index, host.masks.index,
+                                                  rows * sizeof(int32_t), cudaMemcpyHostToDevice,
+                                                  s));
+    row_masks = cuda::RowMasks{masks.words, masks.index, TokenMaskWords(vocab_)};
+  }
   cuda::SampleArgs sample;
   sample.logits = logits;
   sample.slots = ws_.device_rows.slots;
   sample.state = ws_.sampler;
-  sample.masks = *row_masks;
+  sample.masks = row_masks;
   sample.rows = rows;
   sample.vocab = vocab_;
   sample.logits_stride = ws_.act.logits_stride;
   sample.tokens = dev.tokens;
-  sample.any_greedy = std::any_of(slots.begin(), slots.end(),
-                                  [&](int32_t slot) { return greedy_[slot] != 0; });
-  sample.any_sampled = std::any_of(slots.begin(), slots.end(),
-                                   [&](int32_t slot) { return greedy_[slot] == 0; });
+  sample.any_greedy = variant.greedy;
+  sample.any_sampled = variant.sampled;
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host.tokens, dev.tokens, rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  bool logprobs = false;
-  for (int i = 0; i < rows; ++i) {
-    host.top_n[i] = top_logprobs_[static_cast<size_t>(slots[i])];
-    logprobs = logprobs || host.top_n[i] > 0;
-  }
-  if (!logprobs) return false;
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.samples.tokens, dev.tokens,
+                                                rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  if (!variant.logprobs) return absl::OkStatus();
   // The sample kernel leaves the logits as the LM head wrote them: before the mask, penalties
   // and temperature.
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(dev.top_n, host.top_n, rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.top_n, host.samples.top_n,
+                                                rows * sizeof(int32_t), cudaMemcpyHostToDevice, s));
   cuda::TopLogprobsArgs args;
   args.logits = logits;
   args.tokens = dev.tokens;
@@ -216,19 +233,28 @@ absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int
   args.vocab = vocab_;
   args.logits_stride = ws_.act.logits_stride;
   args.max_top = kMaxTopLogprobs;
-  args.masks = *row_masks;
+  args.masks = row_masks;
   args.logprobs = dev.logprobs;
   args.top_ids = dev.top_ids;
   args.top_logprobs = dev.top_logprobs;
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchTopLogprobs(s, args));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.logprobs, dev.logprobs, rows * sizeof(float),
-                                                cudaMemcpyDeviceToHost, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.samples.logprobs, dev.logprobs,
+                                                rows * sizeof(float), cudaMemcpyDeviceToHost, s));
   const size_t top = static_cast<size_t>(rows) * kMaxTopLogprobs;
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(host.top_ids, dev.top_ids, top * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.top_logprobs, dev.top_logprobs,
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.samples.top_ids, dev.top_ids,
+                                                top * sizeof(int32_t), cudaMemcpyDeviceToHost, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.samples.top_logprobs, dev.top_logprobs,
                                                 top * sizeof(float), cudaMemcpyDeviceToHost, s));
-  return true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<bool> DeviceSampler::Enqueue(cudaStream_t s, absl::Span<const int32_t> slots,
+                                            absl::Span<const uint32_t* const> masks, int set) {
+  const int rows = static_cast<int>(slots.size());
+  absl::StatusOr<Variant> variant = Stage(s, slots, masks, rows, set);
+  if (!variant.ok()) return variant.status();
+  LINSERVE_RETURN_IF_ERROR(EnqueueSampling(s, *variant, rows, set));
+  return variant->logprobs;
 }
 
 void DeviceSampler::CopySamples(size_t rows, bool logprobs, const SampleOutput& out,

@@ -5,7 +5,8 @@
 // are the host Sampler's except when a cumulative sum lands within rounding of top_p or of the
 // draw. A step's masks travel through the workspace's pinned mask buffers with its other inputs;
 // a step without any costs nothing more. A step launches the argmax kernel only when a row is
-// greedy and the draw kernel only when one is not.
+// greedy and the draw kernel only when one is not. A decode step's sampling is split so that it
+// can live in the step's CUDA graph: Stage (host staging) then EnqueueSampling (capturable).
 //
 // Seen counts cost work only for slots whose parameters use a penalty: a Start without one keeps
 // its observed tokens on the host (pending, at most vocab of them; past that they are counted
@@ -66,12 +67,36 @@ class DeviceSampler {
   // row, nullptr = none) allows a token of the vocabulary.
   absl::Status CheckOutput(absl::Span<const int32_t> slots, absl::Span<const uint32_t* const> masks,
                            const SampleOutput& out, absl::string_view what) const;
-  // Enqueues the upload of the rows' token masks when a row has one (`masks` as CheckOutput's;
-  // copied to pinned staging set `set` before this returns), the picks of logits rows
-  // [0, slots.size()) for the slots on the device row inputs (whose host mirror `slots` is),
-  // the logprobs of the rows whose slot asks for them, and their copy to the set's pinned
-  // samples; says whether any row asked. The set's previous work has run (its pinned buffers
-  // are reused).
+  // What a sampling pass runs: the argmax (a greedy row), the draw (a sampled row), the token
+  // masks (a masked row), the logprobs (a row whose slot asks for them). A decode step's graph
+  // is captured per variant (key(), in [1, kVariants)) and batch bucket.
+  struct Variant {
+    bool greedy = false;
+    bool sampled = false;
+    bool masks = false;
+    bool logprobs = false;
+    int key() const {
+      return (greedy ? 1 : 0) | (sampled ? 2 : 0) | (masks ? 4 : 0) | (logprobs ? 8 : 0);
+    }
+  };
+  static constexpr int kVariants = 16;
+
+  // Stages the sampling of `slots`' rows padded to `rows` rows (>= slots.size(); a padding row,
+  // whose device slot is negative, picks nothing) in pinned staging set `set`: each row's mask
+  // index and logprob count, and the masked rows' masks (`masks` as CheckOutput's), whose upload
+  // is enqueued here when a row has one: one copy of the masked rows only, the one part of a
+  // step's sampling outside its graph. The set's previous work has run (its pinned buffers are
+  // reused). Says what EnqueueSampling must run.
+  absl::StatusOr<Variant> Stage(cudaStream_t stream, absl::Span<const int32_t> slots,
+                                absl::Span<const uint32_t* const> masks, int rows, int set);
+  // Enqueues what Stage staged in set `set` for logits rows [0, rows) and the slots on the
+  // device row inputs: the mask index upload, the picks, the logprobs, and their copies to the
+  // set's pinned samples. Capturable in a CUDA graph: the same (variant, rows, set) enqueues the
+  // same operations on the same buffers.
+  absl::Status EnqueueSampling(cudaStream_t stream, const Variant& variant, int rows,
+                               int set) const;
+  // Stage and EnqueueSampling of `slots`' rows, unpadded (a prefill's sampling); says whether
+  // any row asked for logprobs.
   absl::StatusOr<bool> Enqueue(cudaStream_t stream, absl::Span<const int32_t> slots,
                                absl::Span<const uint32_t* const> masks, int set);
   // Copies the pinned samples of `rows` rows in staging set `set` to `out` (the stream has run
@@ -85,11 +110,11 @@ class DeviceSampler {
   // Counts `tokens` into the slot's device counts, through the pinned token buffer; waits for
   // the stream.
   absl::Status CountOnDevice(cudaStream_t stream, int32_t slot, absl::Span<const TokenId> tokens);
-  // Stages (in pinned set `set`) and uploads the masked rows' masks; the RowMasks for the
-  // kernels (words = nullptr when no row has a mask, with nothing uploaded).
-  absl::StatusOr<cuda::RowMasks> UploadMasks(cudaStream_t stream,
-                                             absl::Span<const uint32_t* const> masks,
-                                             int set) const;
+  // Stages the rows' masks in pinned set `set` (index -1 for the rows without one and the
+  // padding up to `rows`) and enqueues the upload of the masked rows' words; says whether a row
+  // has a mask (nothing is staged or uploaded when none has).
+  absl::StatusOr<bool> StageMasks(cudaStream_t stream, absl::Span<const uint32_t* const> masks,
+                                  int rows, int set) const;
 
   const int32_t vocab_;
   const int rows_;

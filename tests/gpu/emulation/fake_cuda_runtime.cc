@@ -29,10 +29,16 @@ struct Graph {
 namespace {
 cudaStream_t g_capturing_stream = nullptr;
 Graph* g_capture = nullptr;
+int64_t g_host_enqueues = 0;
 }  // namespace
 
+int64_t HostEnqueues() { return g_host_enqueues; }
+
 bool RecordIfCapturing(cudaStream_t stream, const std::function<void()>& op) {
-  if (g_capture == nullptr) return false;
+  if (g_capture == nullptr) {
+    ++g_host_enqueues;
+    return false;
+  }
   if (stream != g_capturing_stream) {
     std::fprintf(stderr, "emulation: work on another stream while one is being captured\n");
     std::abort();
@@ -245,6 +251,7 @@ cudaError_t cudaGraphExecDestroy(cudaGraphExec_t exec) {
 cudaError_t cudaGraphLaunch(cudaGraphExec_t exec, cudaStream_t stream) {
   if (emu::g_capture != nullptr) return cudaErrorStreamCaptureUnsupported;
   (void)stream;
+  ++emu::g_host_enqueues;
   for (const auto& op : reinterpret_cast<emu::Graph*>(exec)->ops) op();
   return cudaSuccess;
 }
