@@ -51,7 +51,7 @@ readonly kTsanTests
 # prefill in pieces, state moving between the backends). The rest of cuda_backend_test (batch
 # invariance at 256, graphs, 1000-token decode, sampling) takes minutes more there and runs on
 # a GPU, or by hand under the emulation.
-readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.PenaltyCounts*:CudaBackendTest.OddVocabulary*:CudaBackendTest.Bf16State*:CudaBackendTest.GreedyDecodeOf1000*:CudaBackendTest.AMaskAllowingNoToken*:CudaBackendTest.Int8WeightsAreRefused*:CudaBackendTest.Int8FileFormatIsRefused:CudaBackendTest.LaunchAheadFeedsThePicksOfTheStepInFlight:CudaBackendTest.ASampledDecodeStepIsOneGraphLaunch'
+readonly kEmulatedTests='CudaStatusTest.*:BackendFactoryTest.*:CudaKernelsTest.*:CudaBackendTest.ModelVariantsUseEveryLayerKind:CudaBackendTest.LogitsMatchCpu*:CudaBackendTest.LayerListPrefillInPieces*:CudaBackendTest.PrefillBatchEqualsEachSessionAloneAndTheCpu:CudaBackendTest.StateMovesBetweenCpuAndGpu:CudaBackendTest.TokenMasks*:CudaBackendTest.PenaltyCounts*:CudaBackendTest.OddVocabulary*:CudaBackendTest.Bf16State*:CudaBackendTest.GreedyDecodeOf1000*:CudaBackendTest.AMaskAllowingNoToken*:CudaBackendTest.Int8WeightsAreRefused*:CudaBackendTest.Int8FileFormatIsRefused:CudaBackendTest.LaunchAheadFeedsThePicksOfTheStepInFlight:CudaBackendTest.ASampledDecodeStepIsOneGraphLaunch'
 
 export ASAN_OPTIONS="detect_leaks=1:check_initialization_order=1:strict_init_order=1"
 export LSAN_OPTIONS="suppressions=$root/tests/sanitizers/lsan.supp"

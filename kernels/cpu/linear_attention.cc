@@ -109,6 +109,40 @@ void ChunkOneHead(const AttentionShape& shape, int chunk, int h, const float* ph
 
 }  // namespace
 
+void LinearAttentionPrefill(const AttentionShape& shape, const PrefillRows* pieces, int count,
+                            int chunk, const float* phi_q, const float* phi_k, const float* v,
+                            float* out, float* scratch, int num_threads) {
+  int64_t rows = 0;
+  for (int p = 0; p < count; ++p) rows += pieces[p].rows;
+  const int64_t work = static_cast<int64_t>(shape.heads) * rows *
+                       (chunk + shape.feature_dim) * shape.head_dim * 2;
+  const int64_t pairs = static_cast<int64_t>(count) * shape.heads;
+  const int threads = static_cast<int>(std::min<int64_t>(ThreadsForWork(num_threads, work), pairs));
+  const int64_t per_thread = static_cast<int64_t>(chunk) * (chunk + 1);
+  const int64_t hf = static_cast<int64_t>(shape.heads) * shape.feature_dim;
+  const int64_t hd = static_cast<int64_t>(shape.heads) * shape.head_dim;
+  ParallelFor(threads, pairs, [&](int64_t pair, int participant) {
+    const PrefillRows& piece = pieces[pair / shape.heads];
+    const int h = static_cast<int>(pair % shape.heads);
+    float* s = piece.state + h * shape.StateFloatsPerHead();
+    float* z = s + static_cast<int64_t>(shape.feature_dim) * shape.head_dim;
+    for (int r = 0; r < piece.rows;) {
+      const int n = std::min(piece.rows - r, chunk);
+      const int64_t row = piece.first_row + r;
+      if (n == 1) {
+        LinearAttentionStep(phi_q + row * hf + h * shape.feature_dim,
+                            phi_k + row * hf + h * shape.feature_dim,
+                            v + row * hd + h * shape.head_dim, shape.feature_dim, shape.head_dim,
+                            shape.eps, s, z, out + row * hd + h * shape.head_dim);
+      } else {
+        ChunkOneHead(shape, n, h, phi_q + row * hf, phi_k + row * hf, v + row * hd, piece.state,
+                     out + row * hd, scratch + participant * per_thread);
+      }
+      r += n;
+    }
+  });
+}
+
 void LinearAttentionChunk(const AttentionShape& shape, int chunk, const float* phi_q,
                           const float* phi_k, const float* v, float* state, float* out,
                           float* scratch, int num_threads) {

@@ -49,6 +49,24 @@ void LinearAttentionChunk(const AttentionShape& shape, int chunk, const float* p
                           const float* phi_k, const float* v, float* state, float* out,
                           float* scratch, int num_threads);
 
+// One session's rows of a varlen prefill pass, and its layer state (StateFloatsPerLayer).
+struct PrefillRows {
+  int64_t first_row = 0;
+  int rows = 0;
+  float* state = nullptr;
+};
+
+// Every session of a prefill pass (varlen: `count` pieces, rows of phi_q, phi_k, v and out as
+// in LinearAttentionChunk, states distinct), each in chunks of `chunk` rows from its first row:
+// a chunk of one row is a decode step (bitwise LinearAttentionDecode's), a longer one
+// LinearAttentionChunk's form. One parallel loop over (piece, head) pairs, each independent of
+// the others and of the thread count: a piece's result is bitwise the same call's with that
+// piece alone. Scratch: LinearAttentionChunkScratchFloats(chunk, num_threads); OpenBLAS must be
+// single-threaded when num_threads > 1.
+void LinearAttentionPrefill(const AttentionShape& shape, const PrefillRows* pieces, int count,
+                            int chunk, const float* phi_q, const float* phi_k, const float* v,
+                            float* out, float* scratch, int num_threads);
+
 }  // namespace linserve::cpu
 
 #endif  // LINSERVE_KERNELS_CPU_LINEAR_ATTENTION_H_

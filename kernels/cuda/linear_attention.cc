@@ -52,12 +52,11 @@ int64_t QkvColumns(const AttentionShape& shape) {
   return int64_t{shape.heads} * (2 * int64_t{shape.key_dim} + shape.head_dim);
 }
 
-int64_t PrefillAttentionScratchFloats(const AttentionShape& shape, int tokens, int chunk) {
-  const int64_t chunks = (static_cast<int64_t>(tokens) + chunk - 1) / chunk;
-  const int64_t phi = 2 * static_cast<int64_t>(tokens) * shape.heads * shape.feature_dim;
+int64_t PrefillAttentionScratchFloats(const AttentionShape& shape, int rows, int chunk) {
   const int64_t layer_state =
       static_cast<int64_t>(shape.heads) * shape.feature_dim * (shape.head_dim + 1);
-  return phi + chunks * layer_state;
+  return 2 * static_cast<int64_t>(rows) * shape.heads * shape.feature_dim +
+         PrefillCarries(rows, chunk) * layer_state;
 }
 
 }  // namespace linserve::cuda

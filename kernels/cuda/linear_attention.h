@@ -21,6 +21,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/prefill_pieces.h"
 
 namespace linserve::cuda {
 
@@ -79,22 +80,27 @@ absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArg
 
 struct PrefillAttentionArgs {
   AttentionShape shape;
-  const float* qkv = nullptr;       // [tokens, QkvColumns(shape)], consecutive tokens of a session
+  const float* qkv = nullptr;       // [tables.rows, QkvColumns(shape)]: the pass's rows
   const float* qkv_bias = nullptr;  // optional [QkvColumns(shape)]
-  void* state = nullptr;  // this layer's state of the session's slot (H heads, S then z each)
+  PrefillTables tables;             // the pass's sessions (device tables; prefill_pieces.h)
+  // The state pool: piece p's layer state at element tables.pieces[p].slot · slot_stride +
+  // layer_offset (H heads, S then z each).
+  void* state = nullptr;
   DType state_dtype = DType::kF32;  // kF32 or kBf16
-  int tokens = 0;
-  int chunk = 64;  // intra-chunk size, 1 ..= kMaxPrefillChunk
-  // Scratch, sized by PrefillAttentionScratchFloats(shape, tokens, chunk).
+  int64_t slot_stride = 0;
+  int64_t layer_offset = 0;
+  // Scratch, sized by PrefillAttentionScratchFloats(shape, tables.rows, tables.chunk).
   float* scratch = nullptr;
   DType out_dtype = DType::kF32;
-  void* out = nullptr;  // T [tokens, H·Dh]
+  void* out = nullptr;  // T [tables.rows, H·Dh]
 };
-constexpr int kMaxPrefillChunk = 128;
-int64_t PrefillAttentionScratchFloats(const AttentionShape& shape, int tokens, int chunk);
-// Feeds `tokens` rows to the state in the chunked-parallel form: within a chunk the causal
-// product tril(φ(Q)φ(K)ᵀ)V, across chunks the carried S and z. Leaves the state equal (up to
-// fp32 rounding) to feeding the tokens one by one.
+constexpr int kMaxPrefillChunk = 128;  // tables.chunk: 1 ..= kMaxPrefillChunk
+// φ(q) and φ(k) of every row, and the carries (at most rows / chunk states).
+int64_t PrefillAttentionScratchFloats(const AttentionShape& shape, int rows, int chunk);
+// Feeds every piece's rows to its slot's state in the chunked-parallel form: within a chunk the
+// causal product tril(φ(Q)φ(K)ᵀ)V, across a piece's chunks the carried S and z; five launches
+// whatever the pieces. Leaves each state equal (up to fp32 rounding) to feeding its tokens one
+// by one, and bitwise equal to the same call with that piece alone.
 absl::Status LaunchPrefillAttention(cudaStream_t stream, const PrefillAttentionArgs& args);
 
 }  // namespace linserve::cuda

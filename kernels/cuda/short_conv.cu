@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/prefill_pieces.cuh"
 #include "kernels/cuda/short_conv.h"
 
 namespace linserve::cuda {
@@ -61,41 +62,55 @@ __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortCon
       FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
 }
 
-// Token t, channel ch of a piece: taps before the piece come from the state (row
-// kernel − 1 + p for position p < 0), the rest from the piece's own rows of a.
+// The layer's state of a piece's slot.
+__device__ __forceinline__ float* PieceState(const PrefillShortConvArgs& args,
+                                             const PrefillPiece& piece) {
+  return args.state + static_cast<int64_t>(piece.slot) * args.slot_stride + args.layer_offset;
+}
+
+// Pass row `row` (grid y), channel ch: its piece's token t; taps before the piece come from the
+// piece's state (row kernel − 1 + p for position p < 0), the rest from the piece's own rows of a.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortConvArgs args) {
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
   const int kernel = shape.kernel;
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
-  const int64_t t = blockIdx.y;
+  const int64_t row = blockIdx.y;
   if (ch >= channels) return;
+  const PrefillPiece piece = args.tables.pieces[PieceOfRow(args.tables, static_cast<int>(row))];
+  const float* a = args.a + static_cast<int64_t>(piece.first_row) * 2 * channels;
+  const float* state = PieceState(args, piece);
+  const int64_t t = row - piece.first_row;
   const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
   float c = 0.0f;
   for (int j = 0; j < kernel; ++j) {
     const int64_t p = t - (kernel - 1) + j;
-    const float u = p >= 0 ? LoadA(args.a, shape.in_bias, p, ch, channels)
-                           : args.state[(kernel - 1 + p) * channels + ch];
+    const float u = p >= 0 ? LoadA(a, shape.in_bias, p, ch, channels)
+                           : state[(kernel - 1 + p) * channels + ch];
     c = __fadd_rn(c, __fmul_rn(w[j], u));
   }
-  const float g = LoadA(args.a, shape.in_bias, t, static_cast<int64_t>(channels) + ch, channels);
-  static_cast<T*>(args.out)[t * channels + ch] = FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
+  const float g = LoadA(a, shape.in_bias, t, static_cast<int64_t>(channels) + ch, channels);
+  static_cast<T*>(args.out)[row * channels + ch] =
+      FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
 }
 
-// After the piece: state row r holds u at position tokens − (kernel − 1) + r, from a when that
-// is inside the piece, else the old state row tokens + r. That row is above r, so ascending r
-// reads it before this thread overwrites it.
+// After a piece (grid y) of n rows: state row r holds u at position n − (kernel − 1) + r, from a
+// when that is inside the piece, else the old state row n + r. That row is above r, so
+// ascending r reads it before this thread overwrites it.
 __global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillShortConvArgs args) {
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= channels) return;
+  const PrefillPiece piece = args.tables.pieces[blockIdx.y];
+  const float* a = args.a + static_cast<int64_t>(piece.first_row) * 2 * channels;
+  float* state = PieceState(args, piece);
   for (int r = 0; r + 1 < shape.kernel; ++r) {
-    const int64_t p = static_cast<int64_t>(args.tokens) - (shape.kernel - 1) + r;
-    args.state[static_cast<int64_t>(r) * channels + ch] =
-        p >= 0 ? LoadA(args.a, shape.in_bias, p, ch, channels)
-               : args.state[(args.tokens + static_cast<int64_t>(r)) * channels + ch];
+    const int64_t p = static_cast<int64_t>(piece.rows) - (shape.kernel - 1) + r;
+    state[static_cast<int64_t>(r) * channels + ch] =
+        p >= 0 ? LoadA(a, shape.in_bias, p, ch, channels)
+               : state[(piece.rows + static_cast<int64_t>(r)) * channels + ch];
   }
 }
 
@@ -136,18 +151,19 @@ absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArg
 
 absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvArgs& args) {
   if (absl::Status status = CheckShortConvShape(args.shape); !status.ok()) return status;
-  if (args.tokens <= 0) return absl::OkStatus();
-  if (args.tokens > kMaxGridY) {
+  const PrefillTables& t = args.tables;
+  if (t.rows <= 0 || t.piece_count <= 0) return absl::OkStatus();
+  if (t.rows > kMaxGridY) {
     return absl::InvalidArgumentError(
-        absl::StrCat("short_conv prefill: ", args.tokens, " tokens > ", kMaxGridY));
+        absl::StrCat("short_conv prefill: ", t.rows, " rows > ", kMaxGridY));
   }
+  const unsigned channel_blocks = ChannelBlocks(args.shape.channels);
   const absl::Status outputs = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    PrefillShortConvKernel<T>
-        <<<dim3(ChannelBlocks(args.shape.channels), args.tokens), kThreads, 0, stream>>>(args);
+    PrefillShortConvKernel<T><<<dim3(channel_blocks, t.rows), kThreads, 0, stream>>>(args);
     return LaunchStatus("PrefillShortConvKernel", __FILE__, __LINE__);
   });
   if (!outputs.ok()) return outputs;
-  ShortConvAdvanceStateKernel<<<ChannelBlocks(args.shape.channels), kThreads, 0, stream>>>(args);
+  ShortConvAdvanceStateKernel<<<dim3(channel_blocks, t.piece_count), kThreads, 0, stream>>>(args);
   return LaunchStatus("ShortConvAdvanceStateKernel", __FILE__, __LINE__);
 }
 

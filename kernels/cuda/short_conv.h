@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/prefill_pieces.h"
 
 namespace linserve::cuda {
 
@@ -56,16 +57,20 @@ absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArg
 
 struct PrefillShortConvArgs {
   ShortConvShape shape;
-  const float* a = nullptr;  // [tokens, 2·channels], consecutive tokens of one session
-  float* state = nullptr;    // this layer's state of the session's slot
-  int tokens = 0;
+  const float* a = nullptr;  // [tables.rows, 2·channels]: the pass's rows
+  PrefillTables tables;      // the pass's sessions (device tables; prefill_pieces.h)
+  // The state pool: piece p's layer state at tables.pieces[p].slot · slot_stride + layer_offset.
+  float* state = nullptr;
+  int64_t slot_stride = 0;
+  int64_t layer_offset = 0;
   DType out_dtype = DType::kF32;
-  void* out = nullptr;  // T [tokens, channels]
+  void* out = nullptr;  // T [tables.rows, channels]
 };
-// The tokens' outputs in parallel (token t reads the earlier tokens of the piece and, for the
-// taps before the piece, the state), then, in a second launch so that no output reads a state
-// value already replaced, the state becomes the piece's last kernel − 1 values of u, the older
-// state rows kept when the piece is shorter than that. Equals feeding the tokens one by one.
+// Every piece's rows' outputs in parallel (row t of a piece reads the piece's earlier rows and,
+// for the taps before the piece, its state), then, in a second launch so that no output reads a
+// state value already replaced, each piece's state becomes its last kernel − 1 values of u, the
+// older state rows kept when the piece is shorter than that. Two launches whatever the pieces;
+// equals feeding each piece's tokens one by one.
 absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvArgs& args);
 
 }  // namespace linserve::cuda

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
+#include "kernels/cuda/prefill_pieces.cuh"
 #include "kernels/cuda/sliding_window_attention.h"
 
 namespace linserve::cuda {
@@ -230,49 +231,71 @@ __global__ void __launch_bounds__(kThreads, 1) DecodeKernel(DecodeParams p) {
 
 struct PrefillParams {
   Geometry g;
-  const float* qkv;
+  const float* qkv;  // the pass's rows
   const float* bias;
-  float* slice;
-  int tokens;
+  PrefillTables tables;
+  float* state;
+  int64_t slot_stride;
+  int64_t layer_offset;
   void* out;
 };
 
-// Block (token i, head): token i sees the ring's newest min(count, R − i) entries (none once
-// i >= R) and the piece's tokens max(0, i − R) … i.
+// A pass row's piece: its rows of qkv, its slot's slice, and the row's index in it.
+struct PieceRow {
+  const float* qkv;
+  float* slice;
+  int rows;  // of the piece
+  int i;     // the row's
+};
+__device__ __forceinline__ PieceRow RowOfPiece(const PrefillParams& p, int row) {
+  const PrefillPiece piece = p.tables.pieces[PieceOfRow(p.tables, row)];
+  const int64_t hd = static_cast<int64_t>(p.g.heads) * p.g.head_dim;
+  return PieceRow{p.qkv + static_cast<int64_t>(piece.first_row) * 3 * hd,
+                  p.state + static_cast<int64_t>(piece.slot) * p.slot_stride + p.layer_offset,
+                  piece.rows, row - piece.first_row};
+}
+
+// Block (pass row, head), token i of its piece: it sees the ring's newest min(count, R − i)
+// entries (none once i >= R) and the piece's tokens max(0, i − R) … i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefillKernel(PrefillParams p) {
   const Geometry& g = p.g;
-  const int i = blockIdx.x;
+  const int row = blockIdx.x;
   const int head = blockIdx.y;
   const int dh = g.head_dim;
   const int64_t hd = static_cast<int64_t>(g.heads) * dh;
+  const PieceRow r = RowOfPiece(p, row);
+  const int i = r.i;
   HeadKeys keys;
-  keys.piece = p.qkv;
+  keys.piece = r.qkv;
   keys.query = i;
   keys.first = max(0, i - g.ring);
   if (g.ring > 0 && i < g.ring) {
-    const int count = static_cast<int>(p.slice[CountOffset(g)]);
-    const int next = static_cast<int>(p.slice[CountOffset(g) + 1]);
-    keys.ring = p.slice + static_cast<int64_t>(head) * 2 * dh;
+    const int count = static_cast<int>(r.slice[CountOffset(g)]);
+    const int next = static_cast<int>(r.slice[CountOffset(g) + 1]);
+    keys.ring = r.slice + static_cast<int64_t>(head) * 2 * dh;
     keys.ring_keys = min(count, g.ring - i);
     keys.oldest = (next - keys.ring_keys + g.ring) % g.ring;
   }
-  T* out = static_cast<T*>(p.out) + static_cast<int64_t>(i) * hd + static_cast<int64_t>(head) * dh;
-  Attend<T>(g, keys, head, p.qkv + static_cast<int64_t>(i) * 3 * hd, p.bias, out);
+  T* out =
+      static_cast<T*>(p.out) + static_cast<int64_t>(row) * hd + static_cast<int64_t>(head) * dh;
+  Attend<T>(g, keys, head, r.qkv + static_cast<int64_t>(i) * 3 * hd, p.bias, out);
 }
 
-// Block (n, head) for the piece's last min(tokens, R) tokens: token tokens − written + n into
-// entry (next + that token) mod R. Reads next; the counters move in the launch after.
-__global__ void __launch_bounds__(kCopyThreads) WriteRingKernel(PrefillParams p, int written) {
+// Block (pass row, head): a row among its piece's last min(rows, R) goes, as token t, into entry
+// (next + t) mod R of its slot. Reads next; the counters move in the launch after.
+__global__ void __launch_bounds__(kCopyThreads) WriteRingKernel(PrefillParams p) {
   const Geometry& g = p.g;
-  const int t = p.tokens - written + static_cast<int>(blockIdx.x);
+  const PieceRow r = RowOfPiece(p, static_cast<int>(blockIdx.x));
+  const int t = r.i;
+  if (t < r.rows - g.ring) return;
   const int head = blockIdx.y;
   const int dh = g.head_dim;
   const int64_t hd = static_cast<int64_t>(g.heads) * dh;
-  const int next = static_cast<int>(p.slice[CountOffset(g) + 1]);
+  const int next = static_cast<int>(r.slice[CountOffset(g) + 1]);
   float* entry =
-      p.slice + ((next + t) % g.ring) * EntryFloats(g) + static_cast<int64_t>(head) * 2 * dh;
-  const float* k = p.qkv + static_cast<int64_t>(t) * 3 * hd + hd + static_cast<int64_t>(head) * dh;
+      r.slice + ((next + t) % g.ring) * EntryFloats(g) + static_cast<int64_t>(head) * 2 * dh;
+  const float* k = r.qkv + static_cast<int64_t>(t) * 3 * hd + hd + static_cast<int64_t>(head) * dh;
   const float* k_bias = p.bias == nullptr ? nullptr : p.bias + hd + static_cast<int64_t>(head) * dh;
   for (int c = threadIdx.x; c < dh; c += blockDim.x) {
     entry[c] = k[c] + (k_bias != nullptr ? k_bias[c] : 0.0f);
@@ -280,22 +303,30 @@ __global__ void __launch_bounds__(kCopyThreads) WriteRingKernel(PrefillParams p,
   }
 }
 
-// count = min(count + tokens, R), next = (next + tokens) mod R for each of `rows` slices: slot
-// slots[r] of `state` (skipping negative ones), or `state` itself when slots is null.
-__global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, int64_t slot_stride,
-                              int64_t layer_offset, int rows, int tokens) {
-  const int r = blockIdx.x * blockDim.x + threadIdx.x;
-  if (r >= rows) return;
-  float* slice = state;
-  if (slots != nullptr) {
-    if (slots[r] < 0) return;
-    slice = state + static_cast<int64_t>(slots[r]) * slot_stride + layer_offset;
-  }
+// count = min(count + tokens, R), next = (next + tokens) mod R of a slice.
+__device__ __forceinline__ void Advance(const Geometry& g, float* slice, int tokens) {
   float* counters = slice + CountOffset(g);
   const int64_t count = static_cast<int64_t>(counters[0]);
   const int64_t next = static_cast<int64_t>(counters[1]);
   counters[0] = static_cast<float>(min(count + tokens, static_cast<int64_t>(g.ring)));
   counters[1] = static_cast<float>((next + tokens) % g.ring);
+}
+
+// One token for each of `rows` slices: slot slots[r] of `state`, skipping negative ones.
+__global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, int64_t slot_stride,
+                              int64_t layer_offset, int rows) {
+  const int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r >= rows || slots[r] < 0) return;
+  Advance(g, state + static_cast<int64_t>(slots[r]) * slot_stride + layer_offset, 1);
+}
+
+// Each piece's rows for its slot's slice.
+__global__ void AdvancePiecesKernel(PrefillParams p) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= p.tables.piece_count) return;
+  const PrefillPiece piece = p.tables.pieces[i];
+  Advance(p.g, p.state + static_cast<int64_t>(piece.slot) * p.slot_stride + p.layer_offset,
+          piece.rows);
 }
 
 // Fills `table` (SlidingWindowRotationFloats(shape) floats) for this shape.
@@ -371,33 +402,35 @@ absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowD
   LINSERVE_RETURN_IF_ERROR(attended);
   if (p.g.ring == 0) return absl::OkStatus();  // the counters stay 0
   AdvanceKernel<<<(args.rows + 127) / 128, 128, 0, stream>>>(
-      p.g, args.state, args.slots, args.slot_stride, args.layer_offset, args.rows, 1);
+      p.g, args.state, args.slots, args.slot_stride, args.layer_offset, args.rows);
   return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
 }
 
 absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindowPrefillArgs& args) {
   LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
-  if (args.tokens <= 0) return absl::OkStatus();
+  const PrefillTables& t = args.tables;
+  if (t.rows <= 0 || t.piece_count <= 0) return absl::OkStatus();
   PrefillParams p;
   p.g = MakeGeometry(args.shape, args.rotation);
   p.qkv = args.qkv;
   p.bias = args.qkv_bias;
-  p.slice = args.state;
-  p.tokens = args.tokens;
+  p.tables = t;
+  p.state = args.state;
+  p.slot_stride = args.slot_stride;
+  p.layer_offset = args.layer_offset;
   p.out = args.out;
   LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillKernel<T>, smem));
-    PrefillKernel<T><<<dim3(args.tokens, args.shape.heads), kThreads, smem, stream>>>(p);
+    PrefillKernel<T><<<dim3(t.rows, args.shape.heads), kThreads, smem, stream>>>(p);
     return LaunchStatus("SlidingWindowPrefillKernel", __FILE__, __LINE__);
   });
   LINSERVE_RETURN_IF_ERROR(attended);
   if (p.g.ring == 0) return absl::OkStatus();  // no ring; the counters stay 0
-  const int written = args.tokens < p.g.ring ? args.tokens : p.g.ring;
-  WriteRingKernel<<<dim3(written, args.shape.heads), kCopyThreads, 0, stream>>>(p, written);
+  WriteRingKernel<<<dim3(t.rows, args.shape.heads), kCopyThreads, 0, stream>>>(p);
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("SlidingWindowWriteRingKernel", __FILE__, __LINE__));
-  AdvanceKernel<<<1, 32, 0, stream>>>(p.g, args.state, nullptr, 0, 0, 1, args.tokens);
+  AdvancePiecesKernel<<<(t.piece_count + 127) / 128, 128, 0, stream>>>(p);
   return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
 }
 

@@ -24,6 +24,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/prefill_pieces.h"
 
 namespace linserve::cuda {
 
@@ -66,18 +67,22 @@ absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowD
 
 struct SlidingWindowPrefillArgs {
   SlidingWindowShape shape;
-  const float* qkv = nullptr;       // [tokens, 3·H·Dh], consecutive tokens of one session
+  const float* qkv = nullptr;       // [tables.rows, 3·H·Dh]: the pass's rows
   const float* qkv_bias = nullptr;  // optional [3·H·Dh]
-  float* state = nullptr;           // this layer's slice of the session's slot
-  float* rotation = nullptr;        // scratch of SlidingWindowRotationFloats(shape)
-  int tokens = 0;
+  PrefillTables tables;             // the pass's sessions (device tables; prefill_pieces.h)
+  // The state pool: piece p's slice at tables.pieces[p].slot · slot_stride + layer_offset.
+  float* state = nullptr;
+  int64_t slot_stride = 0;
+  int64_t layer_offset = 0;
+  float* rotation = nullptr;  // scratch of SlidingWindowRotationFloats(shape)
   DType out_dtype = DType::kF32;
-  void* out = nullptr;  // T [tokens, H·Dh]
+  void* out = nullptr;  // T [tables.rows, H·Dh]
 };
-// Token i attends to the window − 1 tokens before it (the ring's newest, then the piece's earlier
-// tokens) and itself; then, in later launches (after every read of the old ring), the ring takes
-// the piece's last R tokens and count / next advance: the state is bitwise the one feeding the
-// tokens one by one leaves.
+// Token i of a piece attends to the window − 1 tokens before it (the ring's newest, then the
+// piece's earlier tokens) and itself; then, in later launches (after every read of the old
+// rings), each ring takes its piece's last R tokens and count / next advance: each state is
+// bitwise the one feeding its tokens one by one leaves. Launches per layer: the rotation
+// table's, three, whatever the pieces.
 absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindowPrefillArgs& args);
 
 }  // namespace linserve::cuda

@@ -798,9 +798,10 @@ TEST(CudaBackendTest, LayerListPrefillInPiecesEqualsTokenByTokenDecode) {
 
 // A varlen batch: sessions at different positions, prompts from one token to more than one
 // 2048-row pass in all (so one item is cut between passes), every other item sampling (greedy;
-// one with top_logprobs). Each session's state equals feeding it alone, on the GPU (1e-5, the
-// chunked-vs-recurrent bound) and on the CPU's batched prefill (the fp32 bound); the picks and
-// logprobs match too.
+// one with top_logprobs). Each session's state equals feeding it alone, on the GPU (1e-5: the
+// GEMMs over all of a pass's rows may round otherwise than over one session's) and on the CPU's
+// batched prefill (the fp32 bound); the picks and logprobs match too. Under the emulation: the
+// prefill attention runs once per layer and pass for all the sessions, as for one alone.
 TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   const Model model = MakeRandomModel(gpu_test::ModelVariants()[0].config, 24);
@@ -851,14 +852,25 @@ TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
     alone_tokens.push_back(token);
     alone_logprobs.push_back(logprob);
   }
+  // One pass of one session: the attention kernel's runs per pass (the emulation logs a kernel by
+  // its name as launched, template arguments included).
+  const int64_t before_one = KernelRuns("ChunkOutputKernel<T, S>");
+  const SlotId probe = Allocate(*alone);
+  ASSERT_TRUE(alone->Prefill(probe, RandomTokens(5, vocab, 49), {}).ok());
+  const int64_t per_pass = KernelRuns("ChunkOutputKernel<T, S>") - before_one;
   const size_t rows = alone_tokens.size();
   std::vector<TokenId> tokens(rows, -1), cpu_tokens(rows, -1);
   std::vector<float> logprobs(rows), cpu_logprobs(rows);
   std::vector<TokenLogprob> top(rows * kMaxTopLogprobs), cpu_top(rows * kMaxTopLogprobs);
+  const int64_t before_batch = KernelRuns("ChunkOutputKernel<T, S>");
   ASSERT_TRUE(batched
                   ->PrefillBatch(batch, {absl::MakeSpan(tokens), absl::MakeSpan(logprobs),
                                          absl::MakeSpan(top)})
                   .ok());
+  if (before_batch >= 0) {
+    EXPECT_GT(per_pass, 0);
+    EXPECT_EQ(KernelRuns("ChunkOutputKernel<T, S>") - before_batch, 2 * per_pass);  // two passes
+  }
   ASSERT_TRUE(cpu->PrefillBatch(batch, {absl::MakeSpan(cpu_tokens), absl::MakeSpan(cpu_logprobs),
                                         absl::MakeSpan(cpu_top)})
                   .ok());

@@ -7,6 +7,7 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
 #include "kernels/cuda/logprobs.h"
+#include "kernels/cuda/prefill_pieces.h"
 #include "kernels/cuda/sampling.h"
 #include "kernels/cuda/short_conv.h"
 #include "kernels/cuda/sliding_window_attention.h"
@@ -674,6 +676,28 @@ TEST(CudaKernelsTest, DecodeAttentionBf16StateAccumulatesInFp32) {
               testing::HasSubstr("state_dtype fp16 is not fp32 or bf16"));
 }
 
+// A prefill pass's tables on the device (kernels/cuda/prefill_pieces.h).
+struct DeviceTables {
+  explicit DeviceTables(const cuda::PrefillTableBuilder& built)
+      : pieces(built.pieces()),
+        chunks(built.chunks()),
+        tables(built.On(pieces.get(), chunks.get())) {}
+  DeviceArray<cuda::PrefillPiece> pieces;
+  DeviceArray<cuda::PrefillChunk> chunks;
+  cuda::PrefillTables tables;
+};
+
+// Pieces of rows[i] rows of slots[i], in row order.
+cuda::PrefillTableBuilder Pieces(const std::vector<int>& rows, const std::vector<int32_t>& slots,
+                                 int chunk) {
+  cuda::PrefillTableBuilder built(chunk);
+  for (size_t i = 0; i < rows.size(); ++i) built.Add(slots[i], rows[i]);
+  return built;
+}
+
+// One session's `rows` rows, slot 0 (the state pointer is the session's own).
+cuda::PrefillTableBuilder OnePiece(int rows, int chunk) { return Pieces({rows}, {0}, chunk); }
+
 // Chunked prefill on a bf16 state: the chunks carry the state in fp32 (outputs within fp32
 // tolerance of the recurrence from the rounded start) and round it once at the end.
 TEST(CudaKernelsTest, PrefillAttentionBf16StateMatchesRecurrence) {
@@ -692,14 +716,14 @@ TEST(CudaKernelsTest, PrefillAttentionBf16StateMatchesRecurrence) {
     const cuda::AttentionShape shape = GpuShape(c, favor.get());
     DeviceArray<float> scratch(
         static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
+    const DeviceTables tables(OnePiece(tokens, chunk));
     cuda::PrefillAttentionArgs args;
     args.shape = shape;
     args.qkv = qkv.get();
     args.qkv_bias = bias.get();
+    args.tables = tables.tables;
     args.state = state.bytes.get();
     args.state_dtype = DType::kBf16;
-    args.tokens = tokens;
-    args.chunk = chunk;
     args.scratch = scratch.get();
     args.out_dtype = DType::kF32;
     args.out = out.get();
@@ -734,13 +758,13 @@ TEST(CudaKernelsTest, PrefillAttentionMatchesRecurrence) {
         const cuda::AttentionShape shape = GpuShape(c, favor.get());
         DeviceArray<float> scratch(
             static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, tokens, chunk)));
+        const DeviceTables tables(OnePiece(tokens, chunk));
         cuda::PrefillAttentionArgs args;
         args.shape = shape;
         args.qkv = qkv.get();
         args.qkv_bias = bias.get();
+        args.tables = tables.tables;
         args.state = state.get();
-        args.tokens = tokens;
-        args.chunk = chunk;
         args.scratch = scratch.get();
         args.out_dtype = DType::kF32;
         args.out = out.get();
@@ -748,6 +772,76 @@ TEST(CudaKernelsTest, PrefillAttentionMatchesRecurrence) {
         EXPECT_LE(RelativeError(ToFloats(out, DType::kF32, expect_out.size()), expect_out),
                   kFp32Tolerance);
         EXPECT_LE(RelativeError(state.Download(), expect_state), kFp32Tolerance);
+      }
+    }
+  }
+}
+
+// Varlen: the pieces of a pass (1, 70, 7, 64 and 3 rows, of slots out of order, each slot two
+// layers, the second one's state fed) in one launch sequence give bitwise the outputs and
+// states of each piece launched alone, for an fp32 and a bf16 state and chunks 7 and 64; the
+// first layer of every slot is untouched.
+TEST(CudaKernelsTest, PrefillAttentionVarlenEqualsEachPieceAlone) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<int> rows = {1, 70, 7, 64, 3};
+  const std::vector<int32_t> slots = {3, 0, 2, 4, 1};
+  const int total = 145;
+  for (const AttentionCase& c : kAttentionCases) {
+    if (std::string(c.name) != "elu_plus_one" && std::string(c.name) != "favor_plus" &&
+        std::string(c.name) != "taylor_4_16") {
+      continue;
+    }
+    SCOPED_TRACE(c.name);
+    const int64_t layer = c.LayerFloats();
+    const int64_t columns = c.QkvColumns();
+    const int64_t hd = int64_t{c.heads} * c.head_dim;
+    const std::vector<float> initial = FedStates(c, 10, 61);  // 5 slots × 2 layers
+    const AttentionInputs in = MakeAttentionInputs(c, total, 62);
+    DeviceArray<float> qkv(in.qkv), bias(in.bias), favor(in.favor);
+    const cuda::AttentionShape shape = GpuShape(c, favor.get());
+    for (DType state_dtype : {DType::kF32, DType::kBf16}) {
+      for (int chunk : {7, 64}) {
+        SCOPED_TRACE(testing::Message() << cuda::DTypeName(state_dtype) << ", chunk " << chunk);
+        DeviceArray<float> scratch(
+            static_cast<size_t>(cuda::PrefillAttentionScratchFloats(shape, total, chunk)));
+        cuda::PrefillAttentionArgs args;
+        args.shape = shape;
+        args.qkv_bias = bias.get();
+        args.state_dtype = state_dtype;
+        args.slot_stride = 2 * layer;
+        args.layer_offset = layer;
+        args.scratch = scratch.get();
+        args.out_dtype = DType::kF32;
+        // Together.
+        const TypedArray together = Upload(initial, state_dtype);
+        DeviceArray<uint8_t> out_together(static_cast<size_t>(total * hd) * sizeof(float));
+        const DeviceTables tables(Pieces(rows, slots, chunk));
+        args.qkv = qkv.get();
+        args.tables = tables.tables;
+        args.state = together.bytes.get();
+        args.out = out_together.get();
+        ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
+        // Alone, piece by piece.
+        const TypedArray alone = Upload(initial, state_dtype);
+        DeviceArray<uint8_t> out_alone(static_cast<size_t>(total * hd) * sizeof(float));
+        for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
+          const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, chunk));
+          args.qkv = qkv.get() + first * columns;
+          args.tables = piece.tables;
+          args.state = alone.bytes.get();
+          args.out = out_alone.get() + first * static_cast<size_t>(hd) * sizeof(float);
+          ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
+        }
+        EXPECT_EQ(out_together.Download(), out_alone.Download());
+        const std::vector<float> got = ToFloats(together.bytes, state_dtype, initial.size());
+        EXPECT_EQ(got, ToFloats(alone.bytes, state_dtype, initial.size()));
+        for (int slot = 0; slot < 5; ++slot) {
+          for (int64_t i = 0; i < layer; ++i) {
+            const size_t at = static_cast<size_t>(slot * 2 * layer + i);
+            ASSERT_EQ(got[at], together.rounded[at]) << "slot " << slot << " layer 0";
+          }
+        }
+        EXPECT_NE(got, together.rounded);
       }
     }
   }
@@ -782,7 +876,7 @@ TEST(CudaKernelsTest, AttentionRejectsShapesOutOfRange) {
   cuda::PrefillAttentionArgs args;
   args.shape.heads = 1;
   args.shape.key_dim = args.shape.head_dim = args.shape.feature_dim = 8;
-  args.chunk = cuda::kMaxPrefillChunk + 1;
+  args.tables.chunk = cuda::kMaxPrefillChunk + 1;
   EXPECT_THAT(cuda::LaunchPrefillAttention(nullptr, args).message(), testing::HasSubstr("chunk"));
 }
 
@@ -930,11 +1024,12 @@ TEST(CudaKernelsTest, PrefillShortConvMatchesRecurrence) {
       DeviceArray<uint8_t> out(static_cast<size_t>(tokens) * c.channels * width);
       for (int first = 0, p = 0; p < static_cast<int>(pieces.size()); first += pieces[p++]) {
         SCOPED_TRACE(testing::Message() << "piece of " << pieces[p]);
+        const DeviceTables tables(OnePiece(pieces[p], 64));
         cuda::PrefillShortConvArgs args;
         args.shape = ConvShape(c, in_bias, weight, conv_bias);
         args.a = a.get() + static_cast<size_t>(first) * 2 * c.channels;
+        args.tables = tables.tables;
         args.state = state.get();
-        args.tokens = pieces[p];
         args.out_dtype = dtype;
         args.out = out.get() + static_cast<size_t>(first) * c.channels * width;
         ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
@@ -945,6 +1040,46 @@ TEST(CudaKernelsTest, PrefillShortConvMatchesRecurrence) {
       EXPECT_LE(RelativeError(ToFloats(out, dtype, expect_t.size()), expect_t),
                 dtype == DType::kF32 ? kFp32Tolerance : 1e-2);
     }
+  }
+}
+
+// Varlen: the pieces of a pass (1, 2, 5 and 70 rows, of slots out of order, from non-zero
+// states) in two launches give bitwise the outputs and states of each piece launched alone.
+TEST(CudaKernelsTest, PrefillShortConvVarlenEqualsEachPieceAlone) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<int> rows = {1, 2, 5, 70};
+  const std::vector<int32_t> slots = {2, 0, 3, 1};
+  const int total = 78;
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t layer = static_cast<int64_t>(c.kernel - 1) * c.channels;
+    const std::vector<float> initial = RandomFloats(static_cast<size_t>(4 * layer), 71);
+    const ConvInputs in = MakeConvInputs(c, total, 72);
+    DeviceArray<float> a(in.a), in_bias(in.in_bias), weight(in.weight), conv_bias(in.conv_bias);
+    DeviceArray<float> together(initial), alone(initial);
+    const size_t out_bytes = static_cast<size_t>(total) * c.channels * sizeof(float);
+    DeviceArray<uint8_t> out_together(out_bytes), out_alone(out_bytes);
+    cuda::PrefillShortConvArgs args;
+    args.shape = ConvShape(c, in_bias, weight, conv_bias);
+    args.slot_stride = layer;
+    args.out_dtype = DType::kF32;
+    const DeviceTables tables(Pieces(rows, slots, 64));
+    args.a = a.get();
+    args.tables = tables.tables;
+    args.state = together.get();
+    args.out = out_together.get();
+    ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
+    for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
+      const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, 64));
+      args.a = a.get() + first * 2 * c.channels;
+      args.tables = piece.tables;
+      args.state = alone.get();
+      args.out = out_alone.get() + first * c.channels * sizeof(float);
+      ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
+    }
+    EXPECT_EQ(out_together.Download(), out_alone.Download());
+    EXPECT_EQ(together.Download(), alone.Download());
+    EXPECT_NE(together.Download(), initial);
   }
 }
 
@@ -967,7 +1102,8 @@ TEST(CudaKernelsTest, ShortConvRejectsShapesOutOfRange) {
   EXPECT_THAT(cuda::CheckShortConvShape(shape).message(), testing::HasSubstr("conv.weight"));
   cuda::PrefillShortConvArgs args;
   args.shape = shape;
-  args.tokens = 4;
+  args.tables.rows = 4;
+  args.tables.piece_count = 1;
   EXPECT_EQ(cuda::LaunchPrefillShortConv(nullptr, args).code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -1169,13 +1305,14 @@ TEST(CudaKernelsTest, SlidingWindowPrefillMatchesTokenByToken) {
         DeviceArray<float> rotation(
             static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
         DeviceArray<uint8_t> out(static_cast<size_t>(tokens * hd) * sizeof(float));
+        const DeviceTables tables(OnePiece(tokens, 64));
         cuda::SlidingWindowPrefillArgs args;
         args.shape = WindowShape(c);
         args.qkv = qkv_dev.get();
         args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
+        args.tables = tables.tables;
         args.state = slice.get();
         args.rotation = rotation.get();
-        args.tokens = tokens;
         args.out_dtype = DType::kF32;
         args.out = out.get();
         ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
@@ -1184,6 +1321,55 @@ TEST(CudaKernelsTest, SlidingWindowPrefillMatchesTokenByToken) {
         EXPECT_EQ(slice.Download(), expect_slice);
       }
     }
+  }
+}
+
+// Varlen: the pieces of a pass (1, 3 and 70 rows, of slots out of order, from an empty ring, a
+// wrapped one and a short one) in one launch sequence give bitwise the outputs and slices of
+// each piece launched alone.
+TEST(CudaKernelsTest, SlidingWindowPrefillVarlenEqualsEachPieceAlone) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const std::vector<int> rows = {1, 3, 70};
+  const std::vector<int32_t> slots = {1, 2, 0};
+  const int total = 74;
+  for (const WindowCase& c : kWindowCases) {
+    SCOPED_TRACE(c.name);
+    const int64_t hd = static_cast<int64_t>(c.heads) * c.head_dim;
+    const int64_t slice = WindowSliceFloats(c);
+    const std::vector<float> bias = RandomFloats(static_cast<size_t>(3 * hd), 80, 0.2f);
+    std::vector<float> initial;
+    for (int history : {0, 2 * c.window + 3, 1}) {
+      const std::vector<float> one = WindowHistory(c, bias, history, 81 + history);
+      initial.insert(initial.end(), one.begin(), one.end());
+    }
+    const std::vector<float> qkv = RandomFloats(static_cast<size_t>(total * 3 * hd), 82, 0.7f);
+    DeviceArray<float> qkv_dev(qkv), bias_dev(bias), together(initial), alone(initial);
+    DeviceArray<float> rotation(
+        static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+    const size_t out_bytes = static_cast<size_t>(total * hd) * sizeof(float);
+    DeviceArray<uint8_t> out_together(out_bytes), out_alone(out_bytes);
+    cuda::SlidingWindowPrefillArgs args;
+    args.shape = WindowShape(c);
+    args.qkv_bias = c.bias ? bias_dev.get() : nullptr;
+    args.slot_stride = slice;
+    args.rotation = rotation.get();
+    args.out_dtype = DType::kF32;
+    const DeviceTables tables(Pieces(rows, slots, 64));
+    args.qkv = qkv_dev.get();
+    args.tables = tables.tables;
+    args.state = together.get();
+    args.out = out_together.get();
+    ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
+    for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
+      const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, 64));
+      args.qkv = qkv_dev.get() + first * 3 * hd;
+      args.tables = piece.tables;
+      args.state = alone.get();
+      args.out = out_alone.get() + first * static_cast<size_t>(hd) * sizeof(float);
+      ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
+    }
+    EXPECT_EQ(out_together.Download(), out_alone.Download());
+    EXPECT_EQ(together.Download(), alone.Download());
   }
 }
 

@@ -471,5 +471,70 @@ TEST(LinearAttentionTest, ChunkEqualsTokenByTokenForChunkSizes) {
   }
 }
 
+// Varlen prefill: the pieces of a pass (1, 9, 2 and 30 rows, each its own state) in one call
+// give bitwise what each piece gets alone, with 1 and 2 threads and chunks of 1, 4 and 8 (a
+// one-row chunk is a decode step: bitwise LinearAttentionDecode's), and stay within the
+// chunked form's rounding of the token-by-token recurrence.
+TEST(LinearAttentionTest, PrefillOfAPassEqualsEachPieceAlone) {
+  SetBlasThreads(1);
+  const AttentionShape shape{3, 6, 5, 1e-6f};
+  const std::vector<int> rows = {1, 9, 2, 30};
+  const int tokens = 42;
+  const int64_t qf = shape.heads * shape.feature_dim, vf = shape.heads * shape.head_dim;
+  const int64_t layer = shape.StateFloatsPerLayer();
+  const std::vector<float> q = Features(tokens * qf, 32);
+  const std::vector<float> k = Features(tokens * qf, 33);
+  const std::vector<float> v = Random(tokens * vf, 34);
+  const std::vector<float> init = Features(4 * layer, 35);
+  for (int chunk : {1, 4, 8}) {
+    for (int threads : {1, 2}) {
+      std::vector<float> scratch(LinearAttentionChunkScratchFloats(chunk, threads));
+      std::vector<float> together = init, alone = init;
+      std::vector<float> out_together(tokens * vf), out_alone(tokens * vf);
+      std::vector<PrefillRows> pieces;
+      int64_t first = 0;
+      for (size_t p = 0; p < rows.size(); ++p) {
+        pieces.push_back({first, rows[p], together.data() + p * layer});
+        first += rows[p];
+      }
+      LinearAttentionPrefill(shape, pieces.data(), static_cast<int>(pieces.size()), chunk,
+                             q.data(), k.data(), v.data(), out_together.data(), scratch.data(),
+                             threads);
+      for (size_t p = 0; p < rows.size(); ++p) {
+        const int64_t at = pieces[p].first_row;
+        const PrefillRows one{0, rows[p], alone.data() + p * layer};
+        LinearAttentionPrefill(shape, &one, 1, chunk, q.data() + at * qf, k.data() + at * qf,
+                               v.data() + at * vf, out_alone.data() + at * vf, scratch.data(),
+                               threads);
+      }
+      EXPECT_EQ(out_together, out_alone) << "chunk " << chunk << ", " << threads << " threads";
+      EXPECT_EQ(together, alone) << "chunk " << chunk << ", " << threads << " threads";
+      // The last piece against its recurrence.
+      const size_t last = rows.size() - 1;
+      std::vector<HeadRef> refs;
+      for (int h = 0; h < shape.heads; ++h) {
+        refs.emplace_back(shape.feature_dim, shape.head_dim,
+                          init.data() + last * layer + h * shape.StateFloatsPerHead());
+      }
+      for (int64_t t = pieces[last].first_row; t < tokens; ++t) {
+        for (int h = 0; h < shape.heads; ++h) {
+          const std::vector<double> o =
+              refs[h].Step(q.data() + t * qf + h * shape.feature_dim,
+                           k.data() + t * qf + h * shape.feature_dim,
+                           v.data() + t * vf + h * shape.head_dim, shape.eps);
+          for (int d = 0; d < shape.head_dim; ++d) {
+            ASSERT_NEAR(out_together[t * vf + h * shape.head_dim + d], o[d],
+                        1e-5 * (1 + std::abs(o[d])));
+          }
+        }
+      }
+      for (int h = 0; h < shape.heads; ++h) {
+        ExpectStateNear(together.data() + last * layer + h * shape.StateFloatsPerHead(), refs[h],
+                        1e-5);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace linserve::cpu

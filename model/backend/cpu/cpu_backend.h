@@ -16,9 +16,10 @@
 // rows.
 //
 // Prefill runs in passes of up to that many rows, each holding consecutive tokens of one or
-// more sessions (PrefillBatch): the GEMMs run over all of a pass's rows, the attention per
-// session in chunks of prefill_chunk_size counted from the first token of the session's item (a
-// one-token chunk runs the decode kernel); an item that goes on in the next pass is cut at such
+// more sessions (PrefillBatch, varlen): the GEMMs run over all of a pass's rows, each mixer in
+// one parallel loop over the pass's sessions (and heads), each session in chunks of
+// prefill_chunk_size counted from the first token of its item (a one-token chunk runs the
+// decode step); an item that goes on in the next pass is cut at such
 // a chunk boundary. As every row of a GEMM is computed by the same instruction sequence
 // (kernels/cpu/packed_linear.h), a session's state and logits are bitwise what it gets fed
 // alone, whichever sessions share its passes: prefill is batch-invariant as decode is. (Where a

@@ -80,7 +80,15 @@ class CpuLinearAttention final : public CpuMixer {
     cpu::ApplyFeatureMap(feature_map_, k, vectors, params_.head_dim, favor, params_.feature_dim,
                          phi_k);
     if (pass.prefill) {
-      for (const PrefillPiece& piece : pass.pieces) PieceAttention(piece, pass);
+      // Every piece in one parallel loop over (piece, head).
+      prefill_rows_.clear();
+      for (const PrefillPiece& piece : pass.pieces) {
+        prefill_rows_.push_back({piece.first_row, piece.rows, State(pass, piece.slot)});
+      }
+      cpu::LinearAttentionPrefill(shape_, prefill_rows_.data(),
+                                  static_cast<int>(prefill_rows_.size()), static_cast<int>(chunk_),
+                                  phi_q, phi_k, v, attn, workspace_.buffer(kChunkScratch),
+                                  threads_);
     } else {
       for (int i = 0; i < rows; ++i) layer_states_[i] = State(pass, pass.decode_slots[i]);
       cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), attn,
@@ -95,33 +103,6 @@ class CpuLinearAttention final : public CpuMixer {
     return pass.states + slot * pass.state_floats + state_offset_;
   }
 
-  // One piece's attention, in position-aligned chunks.
-  void PieceAttention(const PrefillPiece& piece, const CpuPass& pass) {
-    const int64_t hf = int64_t{params_.n_heads} * params_.feature_dim;
-    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
-    float* state = State(pass, piece.slot);
-    for (int r = 0; r < piece.rows;) {
-      // Pieces start at a multiple of the chunk size from their item's first token (the
-      // backend cuts items there), so these are the chunks of the item fed alone.
-      const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk_));
-      const int64_t row = piece.first_row + r;
-      const float* phi_q = workspace_.buffer(kPhiQ) + row * hf;
-      const float* phi_k = workspace_.buffer(kPhiK) + row * hf;
-      const float* v = workspace_.buffer(kV) + row * hd;
-      float* out = workspace_.buffer(kAttn) + row * hd;
-      if (rows == 1) {
-        // A chunk of one token is a decode step: the recurrent kernel skips the chunked form's
-        // GEMM calls and gives bitwise what Decode would.
-        layer_states_[0] = state;
-        cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
-      } else {
-        cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out,
-                                  workspace_.buffer(kChunkScratch), threads_);
-      }
-      r += rows;
-    }
-  }
-
   const LayerWeights& w_;
   CpuWorkspace& workspace_;
   const int threads_;
@@ -133,6 +114,7 @@ class CpuLinearAttention final : public CpuMixer {
   const int64_t state_offset_;
   const cpu::PackedMatrix q_, k_, v_, o_;
   std::vector<float*> layer_states_;  // per decode row: its slot's slice
+  std::vector<cpu::PrefillRows> prefill_rows_;  // a prefill pass's pieces
 };
 
 }  // namespace

@@ -1,9 +1,12 @@
 #include "model/backend/cpu/cpu_short_conv.h"
 
+#include <algorithm>
 #include <vector>
 
 #include "kernels/cpu/packed_linear.h"
+#include "kernels/cpu/parallel.h"
 #include "kernels/cpu/short_conv.h"
+#include "kernels/cpu/threads.h"
 #include "model/layers/short_conv.h"
 
 namespace linserve {
@@ -50,11 +53,16 @@ class CpuShortConv final : public CpuMixer {
     cpu::Linear(in, rows, d_model_, in_, OrNull(w_.conv_in_bias), cpu::Activation::kNone,
                 cpu::LinearOutput::kStore, a, 2 * di, threads_);
     if (pass.prefill) {
-      // A piece's tokens in order: each step reads the history the one before left.
-      for (const PrefillPiece& piece : pass.pieces) {
+      // The pieces in parallel, each piece's tokens in order: each step reads the history the
+      // one before left.
+      const int64_t pieces = static_cast<int64_t>(pass.pieces.size());
+      const int threads = static_cast<int>(std::min<int64_t>(
+          cpu::ThreadsForWork(threads_, int64_t{rows} * di * params_.kernel_size), pieces));
+      cpu::ParallelFor(threads, pieces, [&](int64_t p, int) {
+        const PrefillPiece& piece = pass.pieces[static_cast<size_t>(p)];
         float* state = State(pass, piece.slot);
         for (int r = piece.first_row; r < piece.first_row + piece.rows; ++r) Step(a, r, state, gated);
-      }
+      });
     } else {
       for (int r = 0; r < rows; ++r) Step(a, r, State(pass, pass.decode_slots[r]), gated);
     }

@@ -62,7 +62,15 @@ class CpuTaylorLinearAttention final : public CpuMixer {
     cpu::TaylorFeatureMap(q, vectors, params_.feature_dim, phi_q);
     cpu::TaylorFeatureMap(k, vectors, params_.feature_dim, phi_k);
     if (pass.prefill) {
-      for (const PrefillPiece& piece : pass.pieces) PieceAttention(piece, pass);
+      // Every piece in one parallel loop over (piece, head).
+      prefill_rows_.clear();
+      for (const PrefillPiece& piece : pass.pieces) {
+        prefill_rows_.push_back({piece.first_row, piece.rows, State(pass, piece.slot)});
+      }
+      cpu::LinearAttentionPrefill(shape_, prefill_rows_.data(),
+                                  static_cast<int>(prefill_rows_.size()), static_cast<int>(chunk_),
+                                  phi_q, phi_k, v, attn, workspace_.buffer(kChunkScratch),
+                                  threads_);
     } else {
       for (int i = 0; i < rows; ++i) layer_states_[i] = State(pass, pass.decode_slots[i]);
       cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), attn,
@@ -76,30 +84,6 @@ class CpuTaylorLinearAttention final : public CpuMixer {
     return pass.states + slot * pass.state_floats + state_offset_;
   }
 
-  // One piece's attention, in position-aligned chunks (as CpuLinearAttention).
-  void PieceAttention(const PrefillPiece& piece, const CpuPass& pass) {
-    const int64_t hphi = int64_t{params_.n_heads} * shape_.feature_dim;
-    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
-    float* state = State(pass, piece.slot);
-    for (int r = 0; r < piece.rows;) {
-      const int rows = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk_));
-      const int64_t row = piece.first_row + r;
-      const float* phi_q = workspace_.buffer(kPhiQ) + row * hphi;
-      const float* phi_k = workspace_.buffer(kPhiK) + row * hphi;
-      const float* v = workspace_.buffer(kV) + row * hd;
-      float* out = workspace_.buffer(kAttn) + row * hd;
-      if (rows == 1) {
-        // A chunk of one token is a decode step, bitwise.
-        layer_states_[0] = state;
-        cpu::LinearAttentionDecode(shape_, 1, phi_q, phi_k, v, layer_states_.data(), out, threads_);
-      } else {
-        cpu::LinearAttentionChunk(shape_, rows, phi_q, phi_k, v, state, out,
-                                  workspace_.buffer(kChunkScratch), threads_);
-      }
-      r += rows;
-    }
-  }
-
   CpuWorkspace& workspace_;
   const int threads_;
   const int64_t chunk_;
@@ -109,6 +93,7 @@ class CpuTaylorLinearAttention final : public CpuMixer {
   const int64_t state_offset_;
   const cpu::PackedMatrix q_, k_, v_, o_;
   std::vector<float*> layer_states_;  // per decode row: its slot's slice
+  std::vector<cpu::PrefillRows> prefill_rows_;  // a prefill pass's pieces
 };
 
 }  // namespace

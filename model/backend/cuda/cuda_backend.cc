@@ -374,7 +374,7 @@ absl::Status CudaBackendImpl::EnqueueDecodeStep(int rows, int set,
   cudaStream_t s = stream_.get();
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(
       s, rows, ws_.staging[static_cast<size_t>(set)].rows, /*decode=*/true));
-  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, {}));
+  LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, nullptr));
   LINSERVE_RETURN_IF_ERROR(forward_.EnqueueHead(s, 0, rows, ws_.act.logits));
   if (sampling.key() == 0) return absl::OkStatus();
   LINSERVE_RETURN_IF_ERROR(sampler_.EnqueueSampling(s, sampling, rows, set));

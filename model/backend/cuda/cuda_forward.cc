@@ -54,13 +54,13 @@ absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows, const RowIn
 }
 
 absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
-                                        absl::Span<const CudaPrefillPiece> pieces) {
+                                        const cuda::PrefillTables* prefill) {
   const Activations& act = ws_.act;
   const bool pre = config_.norm == NormPlacement::kPre;
 
   cuda::EmbedArgs embed;
   embed.tokens = ws_.device_rows.tokens;
-  if (pieces.empty()) {
+  if (prefill == nullptr) {
     embed.sources = ws_.device_rows.sources;
     embed.fed_tokens = ws_.decode_picks;
   }
@@ -81,7 +81,7 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   //   post-norm: x = norm1(x + mixer(x)); x = norm2(x + mlp(x)).
   const std::vector<CudaLayer>& layers = layers_.layers;
   const CudaPass pass{
-      .rows = rows, .pieces = pieces, .workspace = &ws_, .state_floats = state_floats_};
+      .rows = rows, .prefill = prefill, .workspace = &ws_, .state_floats = state_floats_};
   if (pre) {
     LINSERVE_RETURN_IF_ERROR(layers[0].norm1->Apply(s, act, rows, pre, nullptr, nullptr));
   }

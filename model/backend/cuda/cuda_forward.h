@@ -34,12 +34,12 @@ class CudaForward {
   // Copies the pinned row inputs `host` of `rows` rows to the device, with their sources for a
   // decode step (`decode`; see EnqueueLayers).
   absl::Status EnqueueRowInputs(cudaStream_t stream, int rows, const RowInputs& host, bool decode);
-  // Enqueues embedding + every layer for `rows` rows. No pieces: decode (row i updates the
-  // state of device_rows.slots[i], a negative slot is padding, and a row whose source is >= 0
-  // feeds decode_picks[source], the previous decode step's pick); otherwise the rows are the
-  // pieces' (prefill). Leaves the LM head's input (T) in act.xt.
+  // Enqueues embedding + every layer for `rows` rows. No prefill tables: decode (row i updates
+  // the state of device_rows.slots[i], a negative slot is padding, and a row whose source is
+  // >= 0 feeds decode_picks[source], the previous decode step's pick); otherwise the rows are
+  // the pieces of `prefill` (device tables). Leaves the LM head's input (T) in act.xt.
   absl::Status EnqueueLayers(cudaStream_t stream, int rows,
-                             absl::Span<const CudaPrefillPiece> pieces);
+                             const cuda::PrefillTables* prefill);
   // logits[rows, padded vocab] = the LM head of act.xt's rows [first_row, first_row + rows); row
   // r starts at logits + r · act.logits_stride, its first vocab_size columns the real logits.
   absl::Status EnqueueHead(cudaStream_t stream, int64_t first_row, int64_t rows, float* logits);

@@ -26,21 +26,13 @@
 
 namespace linserve {
 
-// Consecutive rows of one prefill pass: tokens of one slot, starting at a multiple of the
-// chunk size from the first token of the call's item (so a chunked kernel, which chunks from
-// its first row, sees the chunks of the item fed alone).
-struct CudaPrefillPiece {
-  int32_t slot;
-  int first_row;
-  int rows;
-};
-
 // The rows of one pass and where their sessions' states are.
 struct CudaPass {
   int rows = 0;
-  // Prefill: the rows are these pieces. Decode (no pieces): row i is one token of the slot
-  // workspace.device_rows.slots[i]; a negative slot is padding (zero state, no write).
-  absl::Span<const CudaPrefillPiece> pieces;
+  // Prefill: the rows are these sessions' pieces (device tables, kernels/cuda/prefill_pieces.h;
+  // the kernels run once per layer for all of them). Decode (nullptr): row i is one token of the
+  // slot workspace.device_rows.slots[i]; a negative slot is padding (zero state, no write).
+  const cuda::PrefillTables* prefill = nullptr;
   const CudaWorkspace* workspace = nullptr;  // its state pool and scratch
   int64_t state_floats = 0;                  // per slot
 };

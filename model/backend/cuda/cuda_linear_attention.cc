@@ -54,7 +54,7 @@ class CudaLinearAttention final : public CudaMixer {
     void* attn = Scratch(ws, ScratchRole::kMixer, kAttn);
     LINSERVE_RETURN_IF_ERROR(
         gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, qkv_columns_, d_model_));
-    if (pass.pieces.empty()) {
+    if (pass.prefill == nullptr) {
       cuda::DecodeAttentionArgs a;
       a.shape = shape_;
       a.qkv = qkv;
@@ -69,22 +69,20 @@ class CudaLinearAttention final : public CudaMixer {
       a.out = attn;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeAttention(s, a));
     }
-    // One launch per session, in stream order (they share the scratch).
-    for (const CudaPrefillPiece& piece : pass.pieces) {
+    if (pass.prefill != nullptr) {
+      // Every session of the pass in the same launches.
       cuda::PrefillAttentionArgs a;
       a.shape = shape_;
-      a.qkv = qkv + piece.first_row * qkv_columns_;
+      a.qkv = qkv;
       a.qkv_bias = w_.qkv_bias;
-      a.state = static_cast<char*>(ws.state) +
-                (piece.slot * pass.state_floats + state_offset_) *
-                    static_cast<int64_t>(cuda::DTypeSize(ws.state_dtype));
+      a.tables = *pass.prefill;
+      a.state = ws.state;
       a.state_dtype = ws.state_dtype;
-      a.tokens = piece.rows;
-      a.chunk = chunk_;
+      a.slot_stride = pass.state_floats;
+      a.layer_offset = state_offset_;
       a.scratch = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kPrefill));
       a.out_dtype = dtype_;
-      a.out = static_cast<char*>(attn) +
-              piece.first_row * hd_ * static_cast<int64_t>(cuda::DTypeSize(dtype_));
+      a.out = attn;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillAttention(s, a));
     }
     return gemm_.Linear(s, dtype_, attn, w_.o_weight, ws.act.proj, rows, d_model_, hd_);

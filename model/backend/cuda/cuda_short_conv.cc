@@ -40,7 +40,7 @@ class CudaShortConv final : public CudaMixer {
     void* gated = Scratch(ws, ScratchRole::kMixer, kGated);
     LINSERVE_RETURN_IF_ERROR(
         gemm_.Linear(s, dtype_, ws.act.xt, w_.conv_in_weight, a, rows, 2 * d_inner_, d_model_));
-    if (pass.pieces.empty()) {
+    if (pass.prefill == nullptr) {
       cuda::DecodeShortConvArgs args;
       args.shape = shape_;
       args.a = a;
@@ -53,16 +53,17 @@ class CudaShortConv final : public CudaMixer {
       args.out = gated;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeShortConv(s, args));
     }
-    // One launch per session, in stream order: a piece's state update precedes the next piece.
-    for (const CudaPrefillPiece& piece : pass.pieces) {
+    if (pass.prefill != nullptr) {
+      // Every session of the pass in the same launches.
       cuda::PrefillShortConvArgs args;
       args.shape = shape_;
-      args.a = a + piece.first_row * 2 * d_inner_;
-      args.state = static_cast<float*>(ws.state) + piece.slot * pass.state_floats + state_offset_;
-      args.tokens = piece.rows;
+      args.a = a;
+      args.tables = *pass.prefill;
+      args.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
+      args.slot_stride = pass.state_floats;
+      args.layer_offset = state_offset_;
       args.out_dtype = dtype_;
-      args.out = static_cast<char*>(gated) +
-                 piece.first_row * d_inner_ * static_cast<int64_t>(cuda::DTypeSize(dtype_));
+      args.out = gated;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillShortConv(s, args));
     }
     return gemm_.Linear(s, dtype_, gated, w_.conv_out_weight, ws.act.proj, rows, d_model_,

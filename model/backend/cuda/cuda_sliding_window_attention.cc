@@ -43,7 +43,7 @@ class CudaSlidingWindowAttention final : public CudaMixer {
     float* rotation = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kRotation));
     LINSERVE_RETURN_IF_ERROR(
         gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, 3 * hd_, d_model_));
-    if (pass.pieces.empty()) {
+    if (pass.prefill == nullptr) {
       cuda::SlidingWindowDecodeArgs a;
       a.shape = shape_;
       a.qkv = qkv;
@@ -58,17 +58,19 @@ class CudaSlidingWindowAttention final : public CudaMixer {
       a.out = attn;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchSlidingWindowDecode(s, a));
     }
-    for (const CudaPrefillPiece& piece : pass.pieces) {
+    if (pass.prefill != nullptr) {
+      // Every session of the pass in the same launches.
       cuda::SlidingWindowPrefillArgs a;
       a.shape = shape_;
-      a.qkv = qkv + piece.first_row * 3 * hd_;
+      a.qkv = qkv;
       a.qkv_bias = w_.qkv_bias;
-      a.state = static_cast<float*>(ws.state) + piece.slot * pass.state_floats + state_offset_;
+      a.tables = *pass.prefill;
+      a.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
+      a.slot_stride = pass.state_floats;
+      a.layer_offset = state_offset_;
       a.rotation = rotation;
-      a.tokens = piece.rows;
       a.out_dtype = dtype_;
-      a.out = static_cast<char*>(attn) +
-              piece.first_row * hd_ * static_cast<int64_t>(cuda::DTypeSize(dtype_));
+      a.out = attn;
       LINSERVE_RETURN_IF_ERROR(cuda::LaunchSlidingWindowPrefill(s, a));
     }
     return gemm_.Linear(s, dtype_, attn, w_.o_weight, ws.act.proj, rows, d_model_, hd_);

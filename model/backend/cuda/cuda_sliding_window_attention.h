@@ -1,7 +1,8 @@
 // The CUDA implementation of the "sliding_window_attention" mixer
 // (model/layers/sliding_window_attention.h): one fused q/k/v GEMM, the kernels of
 // kernels/cuda/sliding_window_attention.h on the layer's state slice (the ring of past keys and
-// values; one decode launch over the batch, one prefill launch per piece), then o_proj.
+// values; one decode launch over the batch, the prefill launches once for a pass's sessions),
+// then o_proj.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_SLIDING_WINDOW_ATTENTION_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_SLIDING_WINDOW_ATTENTION_H_
 

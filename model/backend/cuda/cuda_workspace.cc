@@ -94,6 +94,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t positions = work.Reserve(n * sizeof(int64_t));
   const size_t row_slots = work.Reserve(n * sizeof(int32_t));
   const size_t row_sources = work.Reserve(n * sizeof(int32_t));
+  const size_t row_pieces = work.Reserve(n * sizeof(cuda::PrefillPiece));
+  const size_t row_chunks = work.Reserve(n * sizeof(cuda::PrefillChunk));
   const std::array<size_t, 5> samples = ReserveSamples(work, n);
   const size_t sampled_rows = static_cast<size_t>(options.max_batch_size);
   const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
@@ -154,12 +156,14 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_rows.positions = reinterpret_cast<int64_t*>(w + positions);
   ws.device_rows.slots = reinterpret_cast<int32_t*>(w + row_slots);
   ws.device_rows.sources = reinterpret_cast<int32_t*>(w + row_sources);
+  ws.device_rows.pieces = reinterpret_cast<cuda::PrefillPiece*>(w + row_pieces);
+  ws.device_rows.chunks = reinterpret_cast<cuda::PrefillChunk*>(w + row_chunks);
   ws.device_samples = SamplesAt(w, samples);
   ws.device_masks = MasksAt(w, masks);
   ws.decode_picks = reinterpret_cast<int32_t*>(w + decode_picks);
 
   struct StagingAt {
-    size_t tokens, positions, slots, sources;
+    size_t tokens, positions, slots, sources, pieces, chunks;
     std::array<size_t, 5> samples;
     std::array<size_t, 2> masks;
   };
@@ -170,6 +174,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     at.positions = host.Reserve(n * sizeof(int64_t));
     at.slots = host.Reserve(n * sizeof(int32_t));
     at.sources = host.Reserve(n * sizeof(int32_t));
+    at.pieces = host.Reserve(n * sizeof(cuda::PrefillPiece));
+    at.chunks = host.Reserve(n * sizeof(cuda::PrefillChunk));
     at.samples = ReserveSamples(host, n);
     at.masks = ReserveMasks(host, sampled_rows, vocab);
   }
@@ -185,6 +191,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     set.rows.positions = reinterpret_cast<int64_t*>(h + at.positions);
     set.rows.slots = reinterpret_cast<int32_t*>(h + at.slots);
     set.rows.sources = reinterpret_cast<int32_t*>(h + at.sources);
+    set.rows.pieces = reinterpret_cast<cuda::PrefillPiece*>(h + at.pieces);
+    set.rows.chunks = reinterpret_cast<cuda::PrefillChunk*>(h + at.chunks);
     set.samples = SamplesAt(h, at.samples);
     set.masks = MasksAt(h, at.masks);
   }

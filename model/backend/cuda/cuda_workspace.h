@@ -16,6 +16,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/prefill_pieces.h"
 #include "kernels/cuda/sampling.h"
 #include "model/backend/backend.h"
 #include "model/format/config.h"
@@ -26,13 +27,16 @@ namespace linserve {
 inline constexpr size_t kGemmWorkspaceBytes = size_t{32} << 20;
 
 // The per-row inputs of a pass (token, position, slot, and for a decode step each row's source:
-// the row of the previous decode step whose pick it feeds, -1 = its token), in pinned host
-// memory or on the device.
+// the row of the previous decode step whose pick it feeds, -1 = its token), and a prefill
+// pass's tables (kernels/cuda/prefill_pieces.h: at most a piece and a chunk per row), in pinned
+// host memory or on the device.
 struct RowInputs {
   int32_t* tokens = nullptr;
   int64_t* positions = nullptr;
   int32_t* slots = nullptr;
   int32_t* sources = nullptr;
+  cuda::PrefillPiece* pieces = nullptr;
+  cuda::PrefillChunk* chunks = nullptr;
 };
 
 // A step's samples as they cross PCIe, in pinned host memory and (same shape) on the device:

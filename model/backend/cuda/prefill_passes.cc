@@ -14,7 +14,25 @@ PrefillPasses::PrefillPasses(const ModelConfig& config, const BackendOptions& op
       segment_(segment),
       forward_(forward),
       ws_(workspace),
-      pool_(pool) {}
+      pool_(pool),
+      tables_(options.prefill_chunk_size) {}
+
+absl::Status PrefillPasses::EnqueueTables(cudaStream_t s, cuda::PrefillTables& tables) const {
+  const RowInputs& host = ws_.staging[0].rows;
+  const RowInputs& dev = ws_.device_rows;
+  const std::vector<cuda::PrefillPiece>& pieces = tables_.pieces();
+  const std::vector<cuda::PrefillChunk>& chunks = tables_.chunks();
+  std::copy(pieces.begin(), pieces.end(), host.pieces);
+  std::copy(chunks.begin(), chunks.end(), host.chunks);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.pieces, host.pieces,
+                                                pieces.size() * sizeof(cuda::PrefillPiece),
+                                                cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(dev.chunks, host.chunks,
+                                                chunks.size() * sizeof(cuda::PrefillChunk),
+                                                cudaMemcpyHostToDevice, s));
+  tables = tables_.On(dev.pieces, dev.chunks);
+  return absl::OkStatus();
+}
 
 absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const TokenId> tokens,
                                  float* all_logits, float* last_logits, bool last_on_device) {
@@ -31,8 +49,11 @@ absl::Status PrefillPasses::Feed(cudaStream_t s, SlotId slot, absl::Span<const T
       host.slots[i] = slot.value;
     }
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows, host, /*decode=*/false));
-    const CudaPrefillPiece piece{.slot = slot.value, .first_row = 0, .rows = rows};
-    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, {&piece, 1}));
+    tables_.Clear();
+    tables_.Add(slot.value, rows);
+    cuda::PrefillTables tables;
+    LINSERVE_RETURN_IF_ERROR(EnqueueTables(s, tables));
+    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, &tables));
     if (all_logits != nullptr) {
       for (int64_t r = 0; r < rows; r += head_rows_) {
         const int64_t m = std::min<int64_t>(head_rows_, rows - r);
@@ -60,7 +81,7 @@ absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillIt
   int64_t logits_row = 0;  // the next sampling item's row of the logits
   while (item < batch.size()) {
     // Fill one pass with the next items' tokens, in order.
-    pieces_.clear();
+    tables_.Clear();
     pending_head_rows_.clear();
     int rows = 0;
     while (item < batch.size()) {
@@ -79,7 +100,7 @@ absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillIt
         host.positions[rows + r] = position + r;
         host.slots[rows + r] = it.slot.value;
       }
-      pieces_.push_back({it.slot.value, rows, static_cast<int>(take)});
+      tables_.Add(it.slot.value, static_cast<int32_t>(take));
       rows += static_cast<int>(take);
       fed += take;
       if (fed < n) break;
@@ -88,7 +109,9 @@ absl::Status PrefillPasses::FeedBatch(cudaStream_t s, absl::Span<const PrefillIt
       fed = 0;
     }
     LINSERVE_RETURN_IF_ERROR(forward_.EnqueueRowInputs(s, rows, host, /*decode=*/false));
-    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, pieces_));
+    cuda::PrefillTables tables;
+    LINSERVE_RETURN_IF_ERROR(EnqueueTables(s, tables));
+    LINSERVE_RETURN_IF_ERROR(forward_.EnqueueLayers(s, rows, &tables));
     // The LM head of each sampling item's last row, into the next row of the logits.
     for (int row : pending_head_rows_) {
       LINSERVE_RETURN_IF_ERROR(

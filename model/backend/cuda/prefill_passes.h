@@ -1,12 +1,13 @@
 // PrefillPasses: feeding prompts through CudaForward in passes of at most `segment` rows (about
 // 2048 tokens, a multiple of the chunk size), so that the activations stay one fixed size
-// whatever the prompt's length. A pass may hold several sessions' tokens (PrefillBatch): the
-// GEMMs run over the whole pass, the prefill attention once per session (piece). A session
-// that goes on in the next pass is cut at a chunk boundary from its first token, so the
-// attention kernel sees the same chunks as for the session fed alone.
+// whatever the prompt's length. A pass may hold several sessions' tokens (PrefillBatch, varlen):
+// the GEMMs run over the whole pass, and so do the mixers' kernels, once per layer for every
+// session (piece) of the pass, from the pass's tables (kernels/cuda/prefill_pieces.h). A
+// session that goes on in the next pass is cut at a chunk boundary from its first token, so the
+// chunked kernels see the same chunks as for the session fed alone.
 //
-// Each pass stages its row inputs through the workspace's pinned buffers and waits for the
-// stream before the next one refills them.
+// Each pass stages its row inputs and tables through the workspace's pinned buffers and waits
+// for the stream before the next one refills them.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_PREFILL_PASSES_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_PREFILL_PASSES_H_
 
@@ -16,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
+#include "kernels/cuda/prefill_pieces.h"
 #include "model/backend/backend.h"
 #include "model/backend/cuda/cuda_forward.h"
 #include "model/backend/cuda/cuda_workspace.h"
@@ -47,7 +49,10 @@ class PrefillPasses {
   CudaForward& forward_;
   const CudaWorkspace& ws_;
   SlotPool& pool_;
-  std::vector<CudaPrefillPiece> pieces_;  // a pass's pieces, in row order
+  // Stages the pass's tables (pinned set 0) and enqueues their upload; the tables on the device.
+  absl::Status EnqueueTables(cudaStream_t stream, cuda::PrefillTables& tables) const;
+
+  cuda::PrefillTableBuilder tables_;      // a pass's pieces, in row order
   std::vector<int> pending_head_rows_;    // a pass's rows whose logits a sampling item wants
 };
 
