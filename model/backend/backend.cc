@@ -1,12 +1,22 @@
 #include "model/backend/backend.h"
 
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "model/backend/token_mask.h"
 
 namespace linserve {
+
+absl::StatusOr<int64_t> Backend::StartReadSlot(SlotId slot) {
+  StateBlob state;
+  if (absl::Status s = ReadSlot(slot, state); !s.ok()) return s;
+  finished_.push_back(SlotRead{.ticket = next_read_, .state = std::move(state)});
+  return next_read_++;
+}
+
+std::vector<Backend::SlotRead> Backend::FinishedReads(bool) { return std::exchange(finished_, {}); }
 
 absl::Status Backend::PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) {
   std::vector<int32_t> slots;

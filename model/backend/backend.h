@@ -151,7 +151,7 @@ class Backend {
 
   // ---- Batched prefill ----
   // Feeds each item's tokens to its slot in one call (a varlen batch: the sessions' rows share
-  // the GEMMs, the attention runs per session), leaving every slot as Prefill(slot, tokens, {})
+  // the GEMMs and each mixer's kernels), leaving every slot as Prefill(slot, tokens, {})
   // alone would up to rounding, and for each item with `sample` picks the next token as
   // PrefillAndSample does; `out` has one row per sampling item, in batch order (no rows when
   // none samples). `batch`: at most BackendOptions::max_batch_size items naming distinct slots.
@@ -191,6 +191,27 @@ class Backend {
   virtual absl::Status ReadSlot(SlotId slot, StateBlob& out) const = 0;
   // `in.state` must have exactly StateFloatsPerSlot() floats.
   virtual absl::Status WriteSlot(SlotId slot, const StateBlob& in) = 0;
+
+  // ---- Asynchronous reads (exports off the step's path) ----
+  // StartReadSlot begins reading the slot as the work launched so far leaves it (the steps in
+  // flight included: what ReadSlot would return now) and returns its ticket without waiting
+  // for the device; later calls may change the slot at once. FinishedReads hands over the reads
+  // that have landed, in start order: with `wait`, every read started; without, those done by
+  // now (a read not done yet holds back the ones after it). A read's error (an invalid slot
+  // is refused by StartReadSlot itself) comes with its ticket.
+  //
+  // The default reads at the start with ReadSlot (a CPU's copy) and hands the result over at
+  // the next FinishedReads.
+  struct SlotRead {
+    int64_t ticket = 0;
+    absl::StatusOr<StateBlob> state;
+  };
+  virtual absl::StatusOr<int64_t> StartReadSlot(SlotId slot);
+  virtual std::vector<SlotRead> FinishedReads(bool wait);
+
+ private:
+  int64_t next_read_ = 0;           // the default StartReadSlot's tickets
+  std::vector<SlotRead> finished_;  // its reads not handed over yet
 };
 
 // The CPU backend; never fails for a valid model except when the options are out of range.

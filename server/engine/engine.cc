@@ -41,15 +41,20 @@ Engine::Engine(const Model& model, std::unique_ptr<Backend> backend,
       prefix_(options.prefix, model.fingerprint, /*extend=*/nullptr, prefix_disk_.get(),
               metrics_.prefix_store()),
       boundaries_(options.turn_boundaries),
-      planner_(prefix_, *backend_, metrics_),
-      sessions_(inbox_, store_, boundaries_, *backend_, model, *constraints_,
+      reads_(*backend_),
+      planner_(prefix_, *backend_, reads_, metrics_),
+      sessions_(inbox_, store_, boundaries_, reads_, *backend_, model, *constraints_,
                 options.requests.max_prompt_tokens),
       decode_steps_{DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words()),
                     DecodeStep(DecodeRows(options), constraints_->vocabulary().mask_words())},
       launch_ahead_(backend_->asynchronous() && backend_->max_steps_in_flight() >= 2),
       prefill_sample_(DecodeRows(options), constraints_->vocabulary().mask_words()) {
   // A session another server replaced has another history: its turn boundaries are not its.
-  store_.set_on_replaced([this](const SessionId& id) { boundaries_.Erase(id); });
+  // (Its boundaries still being read land first, and go with the rest.)
+  store_.set_on_replaced([this](const SessionId& id) {
+    reads_.Land(/*wait=*/true);
+    boundaries_.Erase(id);
+  });
   const size_t rows = DecodeRows(options);
   finished_.reserve(rows);
   plan_.decode.reserve(rows);
@@ -299,9 +304,21 @@ void Engine::ExportTurnEnd(Job& job, Session* session, const absl::Status& statu
     }
   }
   if (options_.turn_boundaries.per_session > 0 && !session->ephemeral) {
-    if (absl::StatusOr<SessionSnapshot> boundary = store_.Snapshot(*session); boundary.ok()) {
-      boundaries_.Add(session->tenant, session->id, *std::move(boundary));
-    }
+    // The session's continuation data now, its state when the read lands.
+    reads_.Start(*session->slot, [this, tenant = session->tenant, id = session->id,
+                                  position = session->history.position(),
+                                  boundary = store_.SnapshotWithoutState(*session)](
+                                     absl::StatusOr<StateBlob> state) mutable {
+      if (!state.ok() || state->position != position) {
+        spdlog::error("session {}: reading its turn boundary at position {} failed: {}", id.value,
+                      position,
+                      state.ok() ? absl::StrCat("the state is at position ", state->position)
+                                 : state.status().ToString());
+        return;
+      }
+      boundary.state = *std::move(state);
+      boundaries_.Add(tenant, id, std::move(boundary));
+    });
   }
 }
 
@@ -316,7 +333,10 @@ void Engine::FailOnBackendError(JobId id, const absl::Status& status) {
                "the model backend failed: ", status.message(),
                named ? "; the session's state is unknown and the session was deleted" : "")),
            FinishReason::kError);
-  if (named) sessions_.Erase(session);
+  if (named) {
+    reads_.Land(/*wait=*/true);  // its boundaries still being read go with the rest
+    sessions_.Erase(session);
+  }
 }
 
 void Engine::CancelAll() {
@@ -343,19 +363,27 @@ void Engine::Run() {
     AdmitWaiting();
     const bool step = !active_.empty() || !in_flight_.empty();
     if (step) Step();
+    const bool idle = active_.empty() && in_flight_.empty();
+    if (reads_.pending()) {
+      // The reads done by now, the others at a later iteration; all of them before sleeping,
+      // when there is nothing to overlap the device's copies with.
+      phases_.Enter(StepPhase::kExports);
+      reads_.Land(/*wait=*/idle);
+    }
     phases_.Enter(StepPhase::kEmit);
     emitter_.Flush();  // the step's tokens go to their streams
     phases_.Enter(StepPhase::kOther);
     store_.SettleLocks();
     PublishStats();
     phases_.Flush(/*observe=*/step);
-    if (active_.empty() && in_flight_.empty()) {
+    if (idle) {
       inbox_.Wait(kIdleWait);
       phases_.Flush(/*observe=*/false);  // idle time is no phase's
     }
   }
   // Every job has ended (CancelAll); a step still in flight only has dropped rows.
   while (!in_flight_.empty()) CollectDecode();
+  reads_.Land(/*wait=*/true);
   store_.SettleLocks();
   PublishStats();
 }
@@ -364,6 +392,7 @@ void Engine::ExpireSessions(absl::Time now) {
   if (now - last_expiry_ < kExpiryInterval) return;
   last_expiry_ = now;
   const std::vector<SessionId> expired = store_.ExpireIdle(now);
+  if (!expired.empty()) reads_.Land(/*wait=*/true);  // their boundaries go with the rest
   for (const SessionId& id : expired) {
     boundaries_.Erase(id);
     spdlog::info("session {}: expired after {} idle", id.value,

@@ -67,6 +67,7 @@
 #include "server/engine/request.h"
 #include "server/engine/scheduler.h"
 #include "server/engine/session_operations.h"
+#include "server/engine/slot_reads.h"
 #include "server/engine/step_phases.h"
 #include "server/engine/token_sink.h"
 #include "server/metrics/metrics.h"
@@ -217,7 +218,8 @@ class Engine {
   void Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason);
   // At a job's end (`status`: its outcome), the state its session reached becomes a prefix
   // checkpoint (a job that knows the history) and a turn boundary (a named session, with
-  // turn boundaries on); not after a backend failure, which leaves the state unknown.
+  // turn boundaries on), both read asynchronously (reads_); not after a backend failure, which
+  // leaves the state unknown.
   void ExportTurnEnd(Job& job, Session* session, const absl::Status& status);
   // A backend failure leaves the job's session in an unknown state: fail the job and, for a
   // named session, delete the session.
@@ -249,6 +251,8 @@ class Engine {
   std::unique_ptr<PrefixDisk> prefix_disk_;
   PrefixStore prefix_;
   TurnBoundaries boundaries_;
+  // Prefix checkpoints and turn boundaries, read off the step's path.
+  SlotReads reads_;
   PrefixPlanner planner_;
   SessionOperations sessions_;
 

@@ -7,8 +7,9 @@
 
 namespace linserve {
 
-PrefixPlanner::PrefixPlanner(PrefixStore& store, Backend& backend, EngineMetrics& metrics)
-    : store_(store), backend_(backend), metrics_(metrics) {}
+PrefixPlanner::PrefixPlanner(PrefixStore& store, Backend& backend, SlotReads& reads,
+                             EngineMetrics& metrics)
+    : store_(store), backend_(backend), reads_(reads), metrics_(metrics) {}
 
 void PrefixPlanner::BeginStep(const std::vector<std::unique_ptr<Job>>& active) {
   leaders_.clear();
@@ -24,6 +25,7 @@ void PrefixPlanner::BeginStep(const std::vector<std::unique_ptr<Job>>& active) {
 
 absl::Status PrefixPlanner::Reuse(Job& job) {
   if (!store_.enabled() || !job.knows_history()) return absl::OkStatus();
+  reads_.Land(/*wait=*/true);  // the checkpoints read so far are in the store
   const PrefixLookup found = store_.Lookup(job.request().tenant, job.feed());
   if (found.state == nullptr) {
     metrics_.CountPrefixMiss(*found.miss);
@@ -104,17 +106,18 @@ int64_t PrefixPlanner::LastCheckpointAtOrBefore(const Job& leader, int64_t limit
 
 void PrefixPlanner::Checkpoint(Job& job, SlotId slot, int64_t position) {
   if (position < store_.options().min_tokens) return;
-  const std::vector<TokenId> tokens = job.History(position);
+  std::vector<TokenId> tokens = job.History(position);
   if (store_.Touch(job.request().tenant, tokens)) return;
-  StateBlob state;
-  if (absl::Status s = backend_.ReadSlot(slot, state); !s.ok()) {
-    spdlog::error("request {}: reading a prefix checkpoint failed: {}", job.request().request_id,
-                  s.ToString());
-    return;
-  }
-  if (store_.Insert(job.request().tenant, tokens, std::move(state))) {
-    metrics_.prefix_checkpoints.Increment();
-  }
+  reads_.Start(slot, [this, tenant = job.request().tenant, tokens = std::move(tokens),
+                      request_id = job.request().request_id](
+                         absl::StatusOr<StateBlob> state) mutable {
+    if (!state.ok()) {
+      spdlog::error("request {}: reading a prefix checkpoint failed: {}", request_id,
+                    state.status().ToString());
+      return;
+    }
+    if (store_.Insert(tenant, tokens, *std::move(state))) metrics_.prefix_checkpoints.Increment();
+  });
 }
 
 }  // namespace linserve

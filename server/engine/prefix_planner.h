@@ -6,8 +6,9 @@
 // Prefix states are stored inside a prompt at every checkpoint_interval-th position and at the
 // prompt's last token but one (a resent prompt must feed at least its last token for the first
 // logits), for jobs that know their history; a prefill chunk ends at the next such position
-// (the rest goes in the next step), and the state is stored after the batch. Another is stored
-// at each turn boundary (Engine::Complete).
+// (the rest goes in the next step), and the state is read after the batch, asynchronously
+// (SlotReads): it enters the store when it lands, and every read lands before a lookup. Another
+// is stored at each turn boundary (Engine::Complete).
 //
 // Prompts that share a prefix arrive together (a system prompt, a resent conversation): the
 // first one feeds it and the others wait for its prefix state rather than feeding it too. A job
@@ -30,14 +31,15 @@
 #include "model/backend/backend.h"
 #include "server/engine/engine_metrics.h"
 #include "server/engine/job.h"
+#include "server/engine/slot_reads.h"
 #include "server/prefix/prefix_store.h"
 
 namespace linserve {
 
 class PrefixPlanner {
  public:
-  // All three must outlive the planner.
-  PrefixPlanner(PrefixStore& store, Backend& backend, EngineMetrics& metrics);
+  // All four must outlive the planner.
+  PrefixPlanner(PrefixStore& store, Backend& backend, SlotReads& reads, EngineMetrics& metrics);
   PrefixPlanner(const PrefixPlanner&) = delete;
   PrefixPlanner& operator=(const PrefixPlanner&) = delete;
 
@@ -54,7 +56,7 @@ class PrefixPlanner {
   // Whether a prefix state is stored when `job` has consumed its first `position` tokens.
   bool IsCheckpoint(const Job& job, int64_t position) const;
   // Stores the state of the job's slot, which has consumed its first `position` tokens, unless
-  // the store holds that prefix state already.
+  // the store holds that prefix state already: starts its read, and stores it once it lands.
   void Checkpoint(Job& job, SlotId slot, int64_t position);
 
  private:
@@ -64,6 +66,7 @@ class PrefixPlanner {
 
   PrefixStore& store_;
   Backend& backend_;
+  SlotReads& reads_;
   EngineMetrics& metrics_;
   // This step's prefill leaders, in admission order.
   std::vector<const Job*> leaders_;

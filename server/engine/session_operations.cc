@@ -33,19 +33,27 @@ absl::Status CheckSnapshotConstraint(ConstraintCache& cache, const ConstraintSta
 }
 
 SessionOperations::SessionOperations(Inbox& inbox, SessionStore& store,
-                                     TurnBoundaries& boundaries, Backend& backend,
-                                     const Model& model, ConstraintCache& constraints,
-                                     int32_t max_prompt_tokens)
+                                     TurnBoundaries& boundaries, SlotReads& reads,
+                                     Backend& backend, const Model& model,
+                                     ConstraintCache& constraints, int32_t max_prompt_tokens)
     : inbox_(inbox),
       store_(store),
       boundaries_(boundaries),
+      reads_(reads),
       backend_(backend),
       model_(model),
       constraints_(constraints),
       max_prompt_tokens_(max_prompt_tokens) {}
 
 void SessionOperations::Post(Inbox::Op op, const std::string& tenant) {
-  inbox_.Post(std::move(op), /*is_request=*/false, tenant).IgnoreError();
+  inbox_
+      .Post(
+          [this, op = std::move(op)](absl::Status admitted) mutable {
+            if (admitted.ok()) reads_.Land(/*wait=*/true);
+            std::move(op)(std::move(admitted));
+          },
+          /*is_request=*/false, tenant)
+      .IgnoreError();
 }
 
 template <typename Done>

@@ -30,6 +30,7 @@
 #include "model/model.h"
 #include "server/constraints/compiled_constraint.h"
 #include "server/engine/inbox.h"
+#include "server/engine/slot_reads.h"
 #include "server/sessions/session_id.h"
 #include "server/sessions/session_store.h"
 #include "server/sessions/snapshot.h"
@@ -60,9 +61,11 @@ class SessionOperations {
   // Everything given must outlive this; the store and the boundaries are the engine thread's.
   // `max_prompt_tokens` bounds an imported snapshot's pending tokens; `constraints` checks its
   // constraint state.
+  // Every operation first lands the slot reads in flight (`reads`): the turn boundaries it
+  // sees or changes are all there.
   SessionOperations(Inbox& inbox, SessionStore& store, TurnBoundaries& boundaries,
-                    Backend& backend, const Model& model, ConstraintCache& constraints,
-                    int32_t max_prompt_tokens);
+                    SlotReads& reads, Backend& backend, const Model& model,
+                    ConstraintCache& constraints, int32_t max_prompt_tokens);
   SessionOperations(const SessionOperations&) = delete;
   SessionOperations& operator=(const SessionOperations&) = delete;
 
@@ -115,6 +118,7 @@ class SessionOperations {
   Inbox& inbox_;
   SessionStore& store_;
   TurnBoundaries& boundaries_;
+  SlotReads& reads_;
   Backend& backend_;
   const Model& model_;
   ConstraintCache& constraints_;

@@ -24,7 +24,7 @@ enum class StepPhase {
   kCollect,  // waiting for the device's decode step (CollectSamples)
   kEmit,     // handing the collected tokens to their jobs: stop matching, detokenizing, sinks
   kPrefill,  // the step's batched prefill of prompt chunks and the first tokens it picks
-  kExports,  // reading slots back to the host: prefix checkpoints and turn boundaries
+  kExports,  // starting and landing slot reads: prefix checkpoints and turn boundaries
   kOther,    // the rest: session expiry, lock settling, publishing the gauges
 };
 inline constexpr int kStepPhases = static_cast<int>(StepPhase::kOther) + 1;

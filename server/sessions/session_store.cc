@@ -339,7 +339,7 @@ SessionStore::Index::iterator SessionStore::EraseEntry(Index::iterator it) {
 }
 
 absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) const {
-  SessionSnapshot snapshot;
+  SessionSnapshot snapshot = SnapshotWithoutState(session);
   if (session.slot.has_value()) {
     if (absl::Status status = backend_.ReadSlot(*session.slot, snapshot.state); !status.ok()) {
       return status;
@@ -356,6 +356,11 @@ absl::StatusOr<SessionSnapshot> SessionStore::Snapshot(const Session& session) c
         " but its history says ", session.history.num_tokens(), " tokens with ",
         session.history.pending().size(), " pending"));
   }
+  return snapshot;
+}
+
+SessionSnapshot SessionStore::SnapshotWithoutState(const Session& session) const {
+  SessionSnapshot snapshot;
   snapshot.pending = session.history.pending();
   snapshot.token_counts = session.history.SortedCounts();
   snapshot.num_tokens = session.history.num_tokens();

@@ -236,6 +236,9 @@ class SessionStore {
 
   // The session's state and continuation data.
   absl::StatusOr<SessionSnapshot> Snapshot(const Session& session) const;
+  // Its continuation data only (the state left empty, for an asynchronous read of its slot to
+  // fill: Backend::StartReadSlot); the state must then be at session.history.position().
+  SessionSnapshot SnapshotWithoutState(const Session& session) const;
   // A new named, hibernated session of `tenant` from an imported snapshot, under `id` (as
   // Create's) or a fresh id. RESOURCE_EXHAUSTED at max_sessions or the tenant's
   // tenant_max_sessions, or without a persister when host memory has no room.

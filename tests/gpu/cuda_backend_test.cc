@@ -1569,5 +1569,60 @@ TEST(CudaBackendTest, ASampledDecodeStepIsOneGraphLaunch) {
   }
 }
 
+// Asynchronous reads (prefix checkpoints, turn boundaries): a read started while a decode step
+// is in flight returns at once (no host wait, under the emulation), sees the slot as the step
+// leaves it, and lands, in start order, equal to ReadSlot afterwards (fp32 and bf16 states,
+// position included); more reads than the pinned buffers wait for the oldest; a slot not
+// allocated is refused at the start.
+TEST(CudaBackendTest, AsynchronousReadsLandAsReadSlotWithoutWaitingForTheStep) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  const Model model = MakeRandomModel(TinyConfig(), 43);
+  const int vocab = model.config.vocab_size;
+  for (StatePrecision precision : {StatePrecision::kFp32, StatePrecision::kBf16}) {
+    SCOPED_TRACE(precision == StatePrecision::kBf16 ? "bf16" : "fp32");
+    BackendOptions options;
+    options.state_precision = precision;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    std::vector<SlotId> slots;
+    std::vector<DecodeItem> batch;
+    for (int i = 0; i < 3; ++i) {
+      slots.push_back(Allocate(*gpu));
+      ASSERT_TRUE(gpu->Prefill(slots[i], RandomTokens(5 + i, vocab, 60 + i), {}).ok());
+      ASSERT_TRUE(gpu->StartSampling(slots[i], SamplingParams{}, 0, {}).ok());
+      batch.push_back({.slot = slots[i], .token = 3});
+    }
+    std::vector<TokenId> tokens(3);
+    ASSERT_TRUE(gpu->LaunchDecodeAndSample(batch, {.tokens = absl::MakeSpan(tokens)}).ok());
+    const int64_t waits = HostWaits();
+    std::vector<int64_t> tickets;
+    for (int i = 0; i < 4; ++i) {  // as many as the pinned buffers
+      absl::StatusOr<int64_t> ticket = gpu->StartReadSlot(slots[i % 3]);
+      ASSERT_TRUE(ticket.ok()) << ticket.status();
+      tickets.push_back(*ticket);
+    }
+    if (waits >= 0) {
+      EXPECT_EQ(HostWaits(), waits) << "starting a read waited for the device";
+    }
+    // A fifth waits for the oldest, which lands then.
+    absl::StatusOr<int64_t> fifth = gpu->StartReadSlot(slots[1]);
+    ASSERT_TRUE(fifth.ok());
+    tickets.push_back(*fifth);
+    EXPECT_FALSE(gpu->StartReadSlot(SlotId{static_cast<int32_t>(gpu->slot_capacity() - 1)}).ok());
+    ASSERT_TRUE(gpu->CollectSamples().ok());
+    std::vector<Backend::SlotRead> landed = gpu->FinishedReads(/*wait=*/true);
+    ASSERT_EQ(landed.size(), tickets.size());
+    for (size_t i = 0; i < landed.size(); ++i) {
+      SCOPED_TRACE(i);
+      EXPECT_EQ(landed[i].ticket, tickets[i]);
+      ASSERT_TRUE(landed[i].state.ok()) << landed[i].state.status();
+      const StateBlob now = Read(*gpu, slots[i == 4 ? 1 : i % 3]);
+      EXPECT_EQ(landed[i].state->position, now.position);
+      EXPECT_EQ(landed[i].state->state, now.state);
+    }
+    EXPECT_TRUE(gpu->FinishedReads(/*wait=*/true).empty());
+  }
+}
+
 }  // namespace
 }  // namespace linserve

@@ -184,6 +184,10 @@ TEST_P(EnginePrefixTest, AResentConversationReadsOnlyItsNewTokensAndContinuesAsA
   for (const Usage& u : with.usage) saved += u.cached_prompt_tokens;
   EXPECT_THAT(text, HasSubstr(absl::StrCat("linserve_prefix_tokens_saved_total ", saved, "\n")));
   EXPECT_THAT(text, Not(HasSubstr("linserve_prefix_bytes 0\n")));
+  // The turn-end checkpoints were read asynchronously (under the asynchronous loops they land
+  // an engine iteration late), never with a synchronous ReadSlot on the step's path.
+  EXPECT_EQ(fake->slot_reads(), 0);
+  EXPECT_GE(fake->reads_started(), 4);
 }
 
 TEST_P(EnginePrefixTest, ARegeneratedPromptReusesTheStateBeforeItsLastToken) {
@@ -354,7 +358,8 @@ TEST_P(EnginePrefixTest, CheckpointsEvictedToTheDiskTierServeAResendExactly) {
 }
 
 TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueTheSession) {
-  std::unique_ptr<Engine> engine = Start(Prefix());
+  FakeBackend* fake = nullptr;
+  std::unique_ptr<Engine> engine = Start(Prefix(), &fake);
   std::unique_ptr<Engine> cold = Start(Prefix(0));
   const std::vector<TokenId> system = Range(100, 40);
   ASSERT_TRUE(RunRequest(*engine, Request(Concat({system, {7}}), 3, 1)).status.ok());
@@ -373,10 +378,17 @@ TEST_P(EnginePrefixTest, ANewSessionsFirstRequestReusesAndLaterRequestsContinueT
     if (e == engine.get()) {
       EXPECT_EQ(o1.result.usage.cached_prompt_tokens, 41);  // BOS + the system prompt
       EXPECT_EQ(o2.result.usage.cached_prompt_tokens, 0);   // the session holds its state
+      // Its turn boundaries, read asynchronously, have all landed for a session operation.
+      const absl::StatusOr<SessionInfo> info = GetSession(*e, session->id);
+      ASSERT_TRUE(info.ok());
+      EXPECT_EQ(info->boundaries.size(), 3u);  // 0 and each turn's end
     }
     runs.push_back(Concat({o1.tokens, o2.tokens}));
   }
   EXPECT_EQ(runs[0], runs[1]);
+  // No synchronous read on the step's path.
+  EXPECT_EQ(fake->slot_reads(), 0);
+  EXPECT_GE(fake->reads_started(), 3);
 }
 
 TEST_P(EnginePrefixTest, AnotherTenantsIdenticalPromptMisses) {

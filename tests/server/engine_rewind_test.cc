@@ -174,10 +174,42 @@ TEST_P(EngineRewindTest, ABusySessionIsAborted) {
   EXPECT_TRUE(RewindSession(*engine, id, 0).ok());
 }
 
+// Turn boundaries are read asynchronously: a session operation lands the reads still in flight
+// first. The engine is kept busy by another stream (so it never lands them while idle) and the
+// backend lands a read only when the engine waits for it: only the operation's landing can
+// make the boundary visible.
+TEST_P(EngineRewindTest, ABoundaryStillBeingReadLandsBeforeASessionOperation) {
+  FakeBackend* fake = nullptr;
+  EngineOptions options;
+  options.requests.max_new_tokens = 1 << 30;  // the busy stream outlives the test
+  std::unique_ptr<Engine> engine = Start(options, 8, &fake);
+  fake->set_reads_land_when_waited(true);
+  auto busy = std::make_shared<RecordingSink>();
+  GenerateRequest stream;
+  stream.request_id = "busy";
+  stream.prompt = {7, 8};
+  stream.max_new_tokens = 1 << 30;
+  stream.ignore_eos = true;
+  const absl::StatusOr<JobId> busy_id = engine->Submit(stream, busy);
+  ASSERT_TRUE(busy_id.ok());
+  busy->WaitForTokens(1);
+  const SessionId id = CreateSession(*engine)->id;
+  ASSERT_TRUE(RunRequest(*engine, Turn(id, {1, 2, 3}, 1)).status.ok());
+  const absl::StatusOr<SessionInfo> info = GetSession(*engine, id);
+  ASSERT_TRUE(info.ok());
+  EXPECT_THAT(info->boundaries, ElementsAre(0, info->num_tokens));
+  absl::StatusOr<SessionInfo> rewound = RewindSession(*engine, id, info->num_tokens);
+  EXPECT_TRUE(rewound.ok()) << rewound.status();
+  engine->Cancel(*busy_id);
+  busy->Wait();
+}
+
 TEST_P(EngineRewindTest, DeletedSessionsLeaveNoBoundariesAndOptionsAreValidated) {
   std::unique_ptr<Engine> engine = Start();
   const SessionId id = CreateSession(*engine)->id;
   ASSERT_TRUE(RunRequest(*engine, Turn(id, {1, 2}, 1)).status.ok());
+  // A session operation: the turn boundary's read has landed; the stats are published.
+  EXPECT_THAT(GetSession(*engine, CreateSession(*engine)->id)->boundaries, ElementsAre(0));
   EXPECT_THAT(metrics_.RenderPrometheus(), Not(HasSubstr("linserve_session_checkpoint_bytes 0\n")));
   ASSERT_TRUE(DeleteSession(*engine, id).ok());
   const SessionId next = CreateSession(*engine)->id;  // publishes the stats

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -167,6 +168,49 @@ absl::Status FakeBackend::Decode(absl::Span<const DecodeItem> batch, absl::Span<
 }
 
 absl::Status FakeBackend::ReadSlot(SlotId slot, StateBlob& out) const {
+  {
+    absl::MutexLock lock(&mu_);
+    ++slot_reads_;
+  }
+  return Read(slot, out);
+}
+
+absl::StatusOr<int64_t> FakeBackend::StartReadSlot(SlotId slot) {
+  StateBlob state;
+  if (absl::Status s = Read(slot, state); !s.ok()) return s;
+  int64_t ticket;
+  {
+    absl::MutexLock lock(&mu_);
+    ticket = reads_started_++;
+  }
+  finished_reads_.push_back(SlotRead{.ticket = ticket, .state = std::move(state)});
+  return ticket;
+}
+
+std::vector<Backend::SlotRead> FakeBackend::FinishedReads(bool wait) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!wait && reads_land_when_waited_) return {};
+  }
+  return std::exchange(finished_reads_, {});
+}
+
+void FakeBackend::set_reads_land_when_waited(bool only_then) {
+  absl::MutexLock lock(&mu_);
+  reads_land_when_waited_ = only_then;
+}
+
+int64_t FakeBackend::slot_reads() const {
+  absl::MutexLock lock(&mu_);
+  return slot_reads_;
+}
+
+int64_t FakeBackend::reads_started() const {
+  absl::MutexLock lock(&mu_);
+  return reads_started_;
+}
+
+absl::Status FakeBackend::Read(SlotId slot, StateBlob& out) const {
   if (absl::Status s = Check(slot); !s.ok()) return s;
   out.position = slots_[slot.value].position;
   out.state = slots_[slot.value].state;

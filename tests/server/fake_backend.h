@@ -47,6 +47,11 @@ class FakeBackend : public Backend {
   absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+  // Reads at the start, as the default; counted apart from ReadSlot (reads_started()). With
+  // set_reads_land_when_waited, FinishedReads(false) hands over nothing (a device that has not
+  // copied yet), so that only a waiting FinishedReads lands them.
+  absl::StatusOr<int64_t> StartReadSlot(SlotId slot) override;
+  std::vector<SlotRead> FinishedReads(bool wait) override;
   // Sampling as the CPU backend does it (model/backend/host_sampling.h) over the fake logits; the
   // calls, gate and failures are those of Decode and Prefill.
   absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
@@ -63,6 +68,7 @@ class FakeBackend : public Backend {
   void set_fail(bool fail);
   // Every later StartSampling fails with INTERNAL while set.
   void set_fail_start_sampling(bool fail);
+  void set_reads_land_when_waited(bool only_then);
   // While closed, Decode blocks (on the engine thread) until Open().
   void CloseGate();
   void Open();
@@ -73,6 +79,9 @@ class FakeBackend : public Backend {
   // the threads are scheduled).
   void Step();
   std::vector<Call> calls() const;
+  // ReadSlot calls (synchronous reads), and StartReadSlot calls, so far.
+  int64_t slot_reads() const;
+  int64_t reads_started() const;
 
  private:
   struct Slot {
@@ -81,6 +90,7 @@ class FakeBackend : public Backend {
     std::vector<float> state;
   };
   absl::Status Check(SlotId slot) const;
+  absl::Status Read(SlotId slot, StateBlob& out) const;
   void Feed(Slot& slot, TokenId token) const;
   void Logits(const Slot& slot, absl::Span<float> out) const;
 
@@ -99,6 +109,10 @@ class FakeBackend : public Backend {
   bool waiting_at_gate_ ABSL_GUARDED_BY(mu_) = false;
   int64_t passes_ ABSL_GUARDED_BY(mu_) = 0;  // Decode calls Step() lets through the closed gate
   std::vector<Call> calls_ ABSL_GUARDED_BY(mu_);
+  mutable int64_t slot_reads_ ABSL_GUARDED_BY(mu_) = 0;
+  int64_t reads_started_ ABSL_GUARDED_BY(mu_) = 0;
+  bool reads_land_when_waited_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<SlotRead> finished_reads_;  // started, not handed over
 };
 
 }  // namespace linserve

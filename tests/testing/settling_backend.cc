@@ -75,6 +75,28 @@ absl::Status SettlingBackend::ReadSlot(SlotId slot, StateBlob& out) const {
   return inner_->ReadSlot(slot, out);
 }
 
+absl::StatusOr<int64_t> SettlingBackend::StartReadSlot(SlotId slot) {
+  Settle();
+  // The inner backend's read, landed at once, then held back here.
+  absl::StatusOr<int64_t> inner = inner_->StartReadSlot(slot);
+  if (!inner.ok()) return inner.status();
+  for (SlotRead& read : inner_->FinishedReads(/*wait=*/true)) {
+    reads_.push_back(
+        LateRead{.read = SlotRead{.ticket = next_ticket_, .state = std::move(read.state)}});
+  }
+  return next_ticket_++;
+}
+
+std::vector<Backend::SlotRead> SettlingBackend::FinishedReads(bool wait) {
+  for (LateRead& late : reads_) ++late.polls;
+  size_t done = 0;
+  while (done < reads_.size() && (wait || reads_[done].polls >= 2)) ++done;
+  std::vector<SlotRead> landed;
+  for (size_t i = 0; i < done; ++i) landed.push_back(std::move(reads_[i].read));
+  reads_.erase(reads_.begin(), reads_.begin() + static_cast<std::ptrdiff_t>(done));
+  return landed;
+}
+
 absl::Status SettlingBackend::WriteSlot(SlotId slot, const StateBlob& in) {
   Settle();
   return inner_->WriteSlot(slot, in);

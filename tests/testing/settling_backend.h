@@ -5,11 +5,17 @@
 // launched steps in Settle, DeviceClockBackend waits there for its device thread. A subclass
 // implements the launch, the collect and Settle.
 //
+// Its asynchronous reads land late, as a device's copy lands while the host goes on: a read is
+// made at its start (after Settle), but handed over only by the second FinishedReads(false)
+// after it (or by a FinishedReads(true)), so that every engine test finds where the engine
+// needs a read landed but does not land it.
+//
 // Not thread-safe, as Backend.
 #ifndef LINSERVE_TESTS_TESTING_SETTLING_BACKEND_H_
 #define LINSERVE_TESTS_TESTING_SETTLING_BACKEND_H_
 
 #include <memory>
+#include <vector>
 
 #include "model/backend/backend.h"
 
@@ -41,6 +47,8 @@ class SettlingBackend : public Backend {
   absl::Status PrefillBatch(absl::Span<const PrefillItem> batch, const SampleOutput& out) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+  absl::StatusOr<int64_t> StartReadSlot(SlotId slot) override;
+  std::vector<SlotRead> FinishedReads(bool wait) override;
 
   bool asynchronous() const override { return true; }
 
@@ -51,6 +59,12 @@ class SettlingBackend : public Backend {
 
  private:
   const std::unique_ptr<Backend> inner_;
+  struct LateRead {
+    SlotRead read;
+    int polls = 0;  // FinishedReads(false) calls since its start
+  };
+  std::vector<LateRead> reads_;  // started, not handed over; in start order
+  int64_t next_ticket_ = 0;
 };
 
 }  // namespace linserve

@@ -79,6 +79,9 @@ struct DeviceParts {
   CudaLayers layers;
   CudaWorkspace workspace;
   std::array<cuda::Event, kStagingSets> step_done;  // recorded after a decode step's copies
+  cuda::Stream copy_stream;                          // asynchronous reads' PCIe copies
+  std::array<cuda::Event, kSlotReads> read_staged;   // per read buffer: staged on the device
+  std::array<cuda::Event, kSlotReads> read_landed;   // per read buffer: in pinned memory
 };
 
 class CudaBackendImpl final : public CudaBackend {
@@ -100,11 +103,15 @@ class CudaBackendImpl final : public CudaBackend {
         sampler_(capacity, config.vocab_size, ActivationRows(options), ws_),
         prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
         step_done_(std::move(parts.step_done)),
+        copy_stream_(std::move(parts.copy_stream)),
+        read_staged_(std::move(parts.read_staged)),
+        read_landed_(std::move(parts.read_landed)),
         graphs_{DecodeGraphs(options.max_batch_size, DeviceSampler::kVariants),
                 DecodeGraphs(options.max_batch_size, DeviceSampler::kVariants)} {
     for (std::vector<DecodeItem>& items : set_items_) {
       items.reserve(static_cast<size_t>(options.max_batch_size));
     }
+    for (int i = kSlotReads - 1; i >= 0; --i) free_read_buffers_.push_back(i);
   }
 
   // Checks what the backend was given and waits for the uploads.
@@ -128,6 +135,11 @@ class CudaBackendImpl final : public CudaBackend {
   absl::Status Decode(absl::Span<const DecodeItem> batch, absl::Span<float> logits) override;
   absl::Status ReadSlot(SlotId slot, StateBlob& out) const override;
   absl::Status WriteSlot(SlotId slot, const StateBlob& in) override;
+  // Stages the slot on the device (a copy on the backend's stream, in order with the steps)
+  // and copies it to a pinned buffer of its own on copy_stream_, off the step's path; waits
+  // only when kSlotReads reads are in flight (for the oldest).
+  absl::StatusOr<int64_t> StartReadSlot(SlotId slot) override;
+  std::vector<SlotRead> FinishedReads(bool wait) override;
 
   absl::Status StartSampling(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
                              absl::Span<const TokenId> observed) override;
@@ -206,6 +218,21 @@ class CudaBackendImpl final : public CudaBackend {
   DeviceSampler sampler_;
   PrefillPasses prefill_;
   const std::array<cuda::Event, kStagingSets> step_done_;  // per pinned set
+  const cuda::Stream copy_stream_;
+  const std::array<cuda::Event, kSlotReads> read_staged_;
+  const std::array<cuda::Event, kSlotReads> read_landed_;
+  // The asynchronous reads in flight, oldest first: ticket, read buffer, the slot's position.
+  struct PendingRead {
+    int64_t ticket = 0;
+    int buffer = 0;
+    int64_t position = 0;
+  };
+  std::deque<PendingRead> reads_;
+  std::vector<int> free_read_buffers_;
+  std::vector<SlotRead> landed_;  // reads landed (while a start waited) and not handed over
+  int64_t next_ticket_ = 0;
+  // Waits for the oldest read and moves it to landed_.
+  void LandOldestRead();
   std::array<DecodeGraphs, kStagingSets> graphs_;          // per pinned set
 
   // A launched step until CollectSamples: its output and rows, whether any row asked for
@@ -309,6 +336,73 @@ absl::Status CudaBackendImpl::ReadSlot(SlotId slot, StateBlob& out) const {
   }
   out.position = pool_.position(slot);
   return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> CudaBackendImpl::StartReadSlot(SlotId slot) {
+  LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "StartReadSlot: slot"));
+  LINSERVE_RETURN_IF_ERROR(SetDevice());
+  if (free_read_buffers_.empty()) LandOldestRead();
+  const int buffer = free_read_buffers_.back();
+  const size_t offset = static_cast<size_t>(buffer) * static_cast<size_t>(state_bytes_);
+  // The device copy follows the steps in flight; the PCIe copy waits for it on the copy stream.
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_staging + offset, SlotState(slot.value),
+                                                static_cast<size_t>(state_bytes_),
+                                                cudaMemcpyDeviceToDevice, stream_.get()));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(read_staged_[buffer].get(), stream_.get()));
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaStreamWaitEvent(copy_stream_.get(), read_staged_[buffer].get(), 0));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_landing + offset,
+                                                ws_.read_staging + offset,
+                                                static_cast<size_t>(state_bytes_),
+                                                cudaMemcpyDeviceToHost, copy_stream_.get()));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(read_landed_[buffer].get(), copy_stream_.get()));
+  free_read_buffers_.pop_back();
+  reads_.push_back(
+      PendingRead{.ticket = next_ticket_, .buffer = buffer, .position = pool_.position(slot)});
+  return next_ticket_++;
+}
+
+void CudaBackendImpl::LandOldestRead() {
+  const PendingRead read = reads_.front();
+  reads_.pop_front();
+  free_read_buffers_.push_back(read.buffer);
+  const cudaError_t waited = cudaEventSynchronize(read_landed_[read.buffer].get());
+  if (waited != cudaSuccess) {
+    landed_.push_back(SlotRead{
+        .ticket = read.ticket,
+        .state = cuda::CudaErrorToStatus(waited, "cudaEventSynchronize", __FILE__, __LINE__)});
+    return;
+  }
+  StateBlob blob;
+  blob.position = read.position;
+  blob.state.resize(static_cast<size_t>(state_floats_));
+  const char* bytes =
+      ws_.read_landing + static_cast<size_t>(read.buffer) * static_cast<size_t>(state_bytes_);
+  if (ws_.state_dtype == cuda::DType::kBf16) {
+    const uint16_t* elements = reinterpret_cast<const uint16_t*>(bytes);
+    std::transform(elements, elements + state_floats_, blob.state.begin(), Bf16ToFloat);
+  } else {
+    std::memcpy(blob.state.data(), bytes, static_cast<size_t>(state_bytes_));
+  }
+  landed_.push_back(SlotRead{.ticket = read.ticket, .state = std::move(blob)});
+}
+
+std::vector<Backend::SlotRead> CudaBackendImpl::FinishedReads(bool wait) {
+  const absl::Status device = SetDevice();
+  while (!reads_.empty()) {
+    if (!device.ok()) {  // every read in flight fails with it
+      landed_.push_back(SlotRead{.ticket = reads_.front().ticket, .state = device});
+      free_read_buffers_.push_back(reads_.front().buffer);
+      reads_.pop_front();
+      continue;
+    }
+    if (!wait && cudaEventQuery(read_landed_[reads_.front().buffer].get()) == cudaErrorNotReady) {
+      cudaGetLastError();  // "not ready" is no error: the next launch check must not see it
+      break;
+    }
+    LandOldestRead();
+  }
+  return std::exchange(landed_, {});
 }
 
 absl::Status CudaBackendImpl::WriteSlot(SlotId slot, const StateBlob& in) {
@@ -600,10 +694,17 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
   absl::StatusOr<cuda::Stream> stream = cuda::Stream::Create();
   if (!stream.ok()) return stream.status();
   parts.stream = *std::move(stream);
-  for (cuda::Event& event : parts.step_done) {
-    absl::StatusOr<cuda::Event> created = cuda::Event::Create();
-    if (!created.ok()) return created.status();
-    event = *std::move(created);
+  absl::StatusOr<cuda::Stream> copy_stream = cuda::Stream::Create();
+  if (!copy_stream.ok()) return copy_stream.status();
+  parts.copy_stream = *std::move(copy_stream);
+  for (absl::Span<cuda::Event> events : {absl::MakeSpan(parts.step_done),
+                                          absl::MakeSpan(parts.read_staged),
+                                          absl::MakeSpan(parts.read_landed)}) {
+    for (cuda::Event& event : events) {
+      absl::StatusOr<cuda::Event> created = cuda::Event::Create();
+      if (!created.ok()) return created.status();
+      event = *std::move(created);
+    }
   }
   absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(kGemmWorkspaceBytes);
   if (!gemm.ok()) return gemm.status();

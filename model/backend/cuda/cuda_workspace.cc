@@ -100,6 +100,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t sampled_rows = static_cast<size_t>(options.max_batch_size);
   const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
   const size_t decode_picks = work.Reserve(sampled_rows * sizeof(int32_t));
+  const size_t read_staging = work.Reserve(kSlotReads * static_cast<size_t>(slot_bytes));
 
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -161,6 +162,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_samples = SamplesAt(w, samples);
   ws.device_masks = MasksAt(w, masks);
   ws.decode_picks = reinterpret_cast<int32_t*>(w + decode_picks);
+  ws.read_staging = w + read_staging;
 
   struct StagingAt {
     size_t tokens, positions, slots, sources, pieces, chunks;
@@ -179,6 +181,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     at.samples = ReserveSamples(host, n);
     at.masks = ReserveMasks(host, sampled_rows, vocab);
   }
+  const size_t read_landing = host.Reserve(kSlotReads * static_cast<size_t>(slot_bytes));
   absl::StatusOr<cuda::PinnedBuffer> pinned =
       cuda::PinnedBuffer::Allocate(host.size(), "the pinned step inputs");
   if (!pinned.ok()) return pinned.status();
@@ -196,6 +199,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     set.samples = SamplesAt(h, at.samples);
     set.masks = MasksAt(h, at.masks);
   }
+  ws.read_landing = h + read_landing;
   return ws;
 }
 

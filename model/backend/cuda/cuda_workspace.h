@@ -94,6 +94,8 @@ struct PinnedStaging {
   MaskBuffers masks;
 };
 inline constexpr int kStagingSets = 2;
+// Asynchronous slot reads (CudaBackend's StartReadSlot) in flight at once.
+inline constexpr int kSlotReads = 4;
 
 struct CudaWorkspace {
   // Slot i's state, in StateBlob layout with each element in state_dtype (fp32, or bf16 with
@@ -111,6 +113,10 @@ struct CudaWorkspace {
   // (device_samples.tokens is overwritten by any sampling pass, a prefill's too).
   int32_t* decode_picks = nullptr;
   std::array<PinnedStaging, kStagingSets> staging;
+  // kSlotReads slots' states each (a slot's bytes apart): where an asynchronous read stages the
+  // slot on the device, and where it lands in pinned host memory.
+  char* read_staging = nullptr;
+  char* read_landing = nullptr;
 
   int64_t state_pool_bytes = 0;
   int64_t sampler_bytes = 0;

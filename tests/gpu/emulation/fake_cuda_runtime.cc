@@ -178,6 +178,11 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int) {
 }
 cudaError_t cudaEventDestroy(cudaEvent_t) { return cudaSuccess; }
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t stream) { return CheckNotCapturing(stream); }
+// Every event has been reached (above): a query says so, and a wait has nothing to wait for.
+cudaError_t cudaEventQuery(cudaEvent_t) { return cudaSuccess; }
+cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t, unsigned int) {
+  return CheckNotCapturing(stream);
+}
 cudaError_t cudaEventSynchronize(cudaEvent_t) {
   ++g_host_waits;
   return CheckNotCapturing(emu::g_capturing_stream);
