@@ -1437,18 +1437,27 @@ TEST(CudaBackendTest, LaunchAheadFeedsThePicksOfTheStepInFlight) {
                 absl::StatusCode::kFailedPrecondition);  // a third step in flight
       EXPECT_EQ(ahead->DecodeAndSample(batch, outs[step].Output()).code(),
                 absl::StatusCode::kInvalidArgument);  // previous rows outside a launch
-      // Admitting a request while two steps are in flight waits for neither: a slot and a
-      // sampler start without a penalty are enqueued behind them.
+      // Admitting requests while two steps are in flight waits for neither: a slot, a sampler
+      // start without a penalty, one with a penalty (its prompt counted through the sampler's
+      // arena) and a resumed session's counts are all enqueued behind them.
       const int64_t waits = HostWaits();
       SamplingParams fresh;
       fresh.seed = 3;
       absl::StatusOr<SlotId> admitted = ahead->AllocateSlot();
       ASSERT_TRUE(admitted.ok()) << admitted.status();
       ASSERT_TRUE(ahead->StartSampling(*admitted, fresh, 0, prompt).ok());
+      SamplingParams penalised = fresh;
+      penalised.repetition_penalty = 1.2f;
+      absl::StatusOr<SlotId> resumed = ahead->AllocateSlot();
+      ASSERT_TRUE(resumed.ok()) << resumed.status();
+      ASSERT_TRUE(ahead->StartSampling(*resumed, penalised, 0, prompt).ok());
+      const std::vector<TokenCount> counts = {{5, 2}, {7, 1}};
+      ASSERT_TRUE(ahead->SetSeenCounts(*resumed, counts).ok());
       if (waits >= 0) {
         EXPECT_EQ(HostWaits(), waits);
       }
       ahead->FreeSlot(*admitted);
+      ahead->FreeSlot(*resumed);
     }
     if (step > 0) {
       ASSERT_TRUE(ahead->CollectSamples().ok()) << "step " << step - 1;

@@ -100,7 +100,7 @@ class CudaBackendImpl final : public CudaBackend {
         ws_(std::move(parts.workspace)),
         forward_(config_, WeightDType(options.weight_precision), weights_, ws_, *gemm_,
                  std::move(parts.layers)),
-        sampler_(capacity, config.vocab_size, ActivationRows(options), ws_),
+        sampler_(capacity, config.vocab_size, ws_),
         prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
         step_done_(std::move(parts.step_done)),
         copy_stream_(std::move(parts.copy_stream)),
@@ -440,10 +440,8 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
         pool_.CheckToken(observed[i], absl::StrCat("StartSampling: observed[", i, "]")));
   }
   LINSERVE_RETURN_IF_ERROR(SetDevice());
-  // Without a penalty nothing is staged: the start is one kernel behind the steps in flight.
-  if (sampler_.StartCounts(slot.value, params, observed)) {
-    LINSERVE_RETURN_IF_ERROR(FinishLaunched());  // the observed tokens go through the pinned rows
-  }
+  // Behind the steps in flight, waiting for none: one kernel, and with a penalty the counts
+  // through the sampler's arena.
   return sampler_.Start(stream_.get(), slot.value, params, top_logprobs, observed);
 }
 

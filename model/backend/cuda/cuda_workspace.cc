@@ -101,6 +101,8 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
   const size_t decode_picks = work.Reserve(sampled_rows * sizeof(int32_t));
   const size_t read_staging = work.Reserve(kSlotReads * static_cast<size_t>(slot_bytes));
+  const size_t count_bytes = static_cast<size_t>(CountArenaEntries(vocab)) * sizeof(int32_t);
+  const size_t count_upload = work.Reserve(count_bytes);
 
   size_t free_bytes = 0;
   size_t total_bytes = 0;
@@ -163,6 +165,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_masks = MasksAt(w, masks);
   ws.decode_picks = reinterpret_cast<int32_t*>(w + decode_picks);
   ws.read_staging = w + read_staging;
+  ws.count_upload = reinterpret_cast<int32_t*>(w + count_upload);
 
   struct StagingAt {
     size_t tokens, positions, slots, sources, pieces, chunks;
@@ -182,6 +185,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     at.masks = ReserveMasks(host, sampled_rows, vocab);
   }
   const size_t read_landing = host.Reserve(kSlotReads * static_cast<size_t>(slot_bytes));
+  const size_t count_staging = host.Reserve(count_bytes);
   absl::StatusOr<cuda::PinnedBuffer> pinned =
       cuda::PinnedBuffer::Allocate(host.size(), "the pinned step inputs");
   if (!pinned.ok()) return pinned.status();
@@ -200,6 +204,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
     set.masks = MasksAt(h, at.masks);
   }
   ws.read_landing = h + read_landing;
+  ws.count_staging = reinterpret_cast<int32_t*>(h + count_staging);
   return ws;
 }
 

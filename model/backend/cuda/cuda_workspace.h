@@ -7,6 +7,7 @@
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WORKSPACE_H_
 
+#include <algorithm>
 #include <array>
 #include <cstddef>
 #include <cstdint>
@@ -96,6 +97,10 @@ struct PinnedStaging {
 inline constexpr int kStagingSets = 2;
 // Asynchronous slot reads (CudaBackend's StartReadSlot) in flight at once.
 inline constexpr int kSlotReads = 4;
+// Int32 entries of the device sampler's upload arena (CountArenaEntries): a vocabulary's dense
+// counts fit, and prompts of up to this many tokens go in one piece.
+inline constexpr int64_t kMinCountArenaEntries = 65536;
+inline int64_t CountArenaEntries(int64_t vocab) { return std::max(vocab, kMinCountArenaEntries); }
 
 struct CudaWorkspace {
   // Slot i's state, in StateBlob layout with each element in state_dtype (fp32, or bf16 with
@@ -117,6 +122,10 @@ struct CudaWorkspace {
   // slot on the device, and where it lands in pinned host memory.
   char* read_staging = nullptr;
   char* read_landing = nullptr;
+  // CountArenaEntries(vocab) int32 each: the device sampler's uploads of tokens to count and of
+  // dense seen counts, staged in pinned memory and copied in stream order (device_sampler.h).
+  int32_t* count_staging = nullptr;  // pinned
+  int32_t* count_upload = nullptr;   // device
 
   int64_t state_pool_bytes = 0;
   int64_t sampler_bytes = 0;

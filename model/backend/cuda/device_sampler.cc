@@ -13,15 +13,14 @@
 
 namespace linserve {
 
-DeviceSampler::DeviceSampler(int32_t capacity, int32_t vocab, int rows,
-                             const CudaWorkspace& workspace)
+DeviceSampler::DeviceSampler(int32_t capacity, int32_t vocab, const CudaWorkspace& workspace)
     : vocab_(vocab),
-      rows_(rows),
       ws_(workspace),
       ready_(static_cast<size_t>(capacity), 0),
       top_logprobs_(static_cast<size_t>(capacity), 0),
       greedy_(static_cast<size_t>(capacity), 0),
-      pending_(static_cast<size_t>(capacity)) {}
+      pending_(static_cast<size_t>(capacity)),
+      arena_entries_(CountArenaEntries(vocab)) {}
 
 namespace {
 
@@ -101,21 +100,42 @@ absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingPa
   return absl::OkStatus();
 }
 
+absl::StatusOr<int32_t*> DeviceSampler::Upload(cudaStream_t s, absl::Span<const int32_t> values,
+                                                int32_t* dest) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (!arena_copied_.get()) {
+    absl::StatusOr<cuda::Event> event = cuda::Event::Create();
+    if (!event.ok()) return event.status();
+    arena_copied_ = *std::move(event);
+  }
+  if (arena_used_ + n > arena_entries_) {
+    // Full: once the copies out of it have run, it starts over.
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventSynchronize(arena_copied_.get()));
+    arena_used_ = 0;
+  }
+  int32_t* staged = ws_.count_staging + arena_used_;
+  if (dest == nullptr) dest = ws_.count_upload + arena_used_;
+  std::copy(values.begin(), values.end(), staged);
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(dest, staged, static_cast<size_t>(n) * sizeof(int32_t),
+                      cudaMemcpyHostToDevice, s));
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(arena_copied_.get(), s));
+  arena_used_ += n;
+  return dest;
+}
+
 absl::Status DeviceSampler::CountOnDevice(cudaStream_t s, int32_t slot,
                                           absl::Span<const TokenId> tokens) {
-  // rows_ tokens at a time through the pinned token buffer.
-  for (size_t first = 0; first < tokens.size(); first += static_cast<size_t>(rows_)) {
-    const int n = static_cast<int>(std::min<size_t>(rows_, tokens.size() - first));
-    // The previous piece has left the pinned buffer.
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
-    int32_t* staged = ws_.staging[0].rows.tokens;
-    std::copy_n(tokens.begin() + first, n, staged);
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.device_rows.tokens, staged,
-                                                  n * sizeof(int32_t), cudaMemcpyHostToDevice, s));
-    LINSERVE_RETURN_IF_ERROR(cuda::LaunchCountTokens(s, ws_.device_rows.tokens, n, vocab_, slot,
-                                                     ws_.sampler.seen_counts));
+  // At most the arena at a time.
+  for (size_t first = 0; first < tokens.size(); first += static_cast<size_t>(arena_entries_)) {
+    const absl::Span<const TokenId> piece =
+        tokens.subspan(first, std::min<size_t>(static_cast<size_t>(arena_entries_),
+                                               tokens.size() - first));
+    absl::StatusOr<int32_t*> uploaded = Upload(s, piece, nullptr);
+    if (!uploaded.ok()) return uploaded.status();
+    LINSERVE_RETURN_IF_ERROR(cuda::LaunchCountTokens(s, *uploaded, static_cast<int>(piece.size()),
+                                                     vocab_, slot, ws_.sampler.seen_counts));
   }
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
   return absl::OkStatus();
 }
 
@@ -128,10 +148,8 @@ absl::Status DeviceSampler::SetSeenCounts(cudaStream_t s, int32_t slot,
     dense_counts_[c.token] =
         static_cast<int32_t>(std::min<int64_t>(sum, std::numeric_limits<int32_t>::max()));
   }
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(counts(slot), dense_counts_.data(),
-                                                dense_counts_.size() * sizeof(int32_t),
-                                                cudaMemcpyHostToDevice, s));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(s));
+  absl::StatusOr<int32_t*> uploaded = Upload(s, dense_counts_, counts(slot));
+  if (!uploaded.ok()) return uploaded.status();
   pending_[static_cast<size_t>(slot)] = {};
   return absl::OkStatus();
 }

@@ -13,7 +13,12 @@
 // on the device) and launches no count kernel; a later Start with a penalty counts them first,
 // so the counts are always the slot's whole history when a penalty reads them.
 //
-// Enqueues on the stream it is given unless a method says it waits.
+// Tokens to count and dense counts cross PCIe through an arena of pinned memory
+// (CudaWorkspace::count_staging, CountArenaEntries), filled front to back and copied in stream
+// order: a Start with a penalty or a SetSeenCounts waits for nothing unless the arena is full,
+// and then only for the copies out of it.
+//
+// Enqueues on the stream it is given (always the backend's one stream) and does not wait.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
 
@@ -26,6 +31,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/row_masks.h"
 #include "model/backend/backend.h"
 #include "model/backend/cuda/cuda_workspace.h"
@@ -35,9 +41,9 @@ namespace linserve {
 
 class DeviceSampler {
  public:
-  // Keeps a reference to `workspace`: its sampler state, logits, row inputs and sample buffers
-  // (`rows` rows of them).
-  DeviceSampler(int32_t capacity, int32_t vocab, int rows, const CudaWorkspace& workspace);
+  // Keeps a reference to `workspace`: its sampler state, logits, row inputs, sample buffers and
+  // count arena.
+  DeviceSampler(int32_t capacity, int32_t vocab, const CudaWorkspace& workspace);
 
   // Zeroes the slot's seen counts; it has no parameters until the next Start.
   absl::Status EnqueueClear(cudaStream_t stream, int32_t slot);
@@ -48,17 +54,13 @@ class DeviceSampler {
   void CopySettings(int32_t from, int32_t to);
 
   // Sets the slot's parameters (already validated) and seeds its stream on the device (one
-  // kernel, its arguments by value: nothing staged, no wait), and adds `observed` (tokens in the
-  // vocabulary) to its counts: pending while no penalty needs them, else with the pending ones
-  // through pinned set 0's token buffer and the count kernel, waiting for the stream then
-  // (StartCounts says which).
+  // kernel, its arguments by value), and adds `observed` (tokens in the vocabulary) to its
+  // counts: pending while no penalty needs them, else with the pending ones through the arena
+  // and the count kernel (StartCounts says which).
   absl::Status Start(cudaStream_t stream, int32_t slot, const SamplingParams& params,
                      int32_t top_logprobs, absl::Span<const TokenId> observed);
-  // Whether Start(slot, params, ..., observed) counts on the device, through the pinned buffers.
-  bool StartCounts(int32_t slot, const SamplingParams& params,
-                   absl::Span<const TokenId> observed) const;
   // Replaces the slot's seen counts (tokens in the vocabulary, counts >= 0, summed per token and
-  // saturated at int32); waits for the stream.
+  // saturated at int32), through the arena.
   absl::Status SetSeenCounts(cudaStream_t stream, int32_t slot,
                              absl::Span<const TokenCount> counts);
 
@@ -107,9 +109,16 @@ class DeviceSampler {
   int32_t* counts(int32_t slot) const {
     return ws_.sampler.seen_counts + static_cast<int64_t>(slot) * vocab_;
   }
-  // Counts `tokens` into the slot's device counts, through the pinned token buffer; waits for
-  // the stream.
+  // Whether Start(slot, params, ..., observed) counts on the device.
+  bool StartCounts(int32_t slot, const SamplingParams& params,
+                   absl::Span<const TokenId> observed) const;
+  // Counts `tokens` into the slot's device counts, through the arena.
   absl::Status CountOnDevice(cudaStream_t stream, int32_t slot, absl::Span<const TokenId> tokens);
+  // Stages `values` (at most CountArenaEntries(vocab)) in the arena and enqueues their copy to
+  // `dest` (nullptr: the arena's device mirror); returns where they are on the device. Waits for
+  // the copies out of the arena only when it is full.
+  absl::StatusOr<int32_t*> Upload(cudaStream_t stream, absl::Span<const int32_t> values,
+                                  int32_t* dest);
   // Stages the rows' masks in pinned set `set` (index -1 for the rows without one and the
   // padding up to `rows`) and enqueues the upload of the masked rows' words; says whether a row
   // has a mask (nothing is staged or uploaded when none has).
@@ -117,7 +126,6 @@ class DeviceSampler {
                                   int rows, int set) const;
 
   const int32_t vocab_;
-  const int rows_;
   const CudaWorkspace& ws_;
   std::vector<char> ready_;            // per slot: Start since cleared
   std::vector<int32_t> top_logprobs_;  // per slot
@@ -126,6 +134,9 @@ class DeviceSampler {
   // penalty), fewer than vocab.
   std::vector<std::vector<TokenId>> pending_;
   std::vector<int32_t> dense_counts_;  // SetSeenCounts staging, vocab entries
+  const int64_t arena_entries_;        // CountArenaEntries(vocab)
+  int64_t arena_used_ = 0;             // entries staged since the arena was last emptied
+  cuda::Event arena_copied_;           // recorded after the latest copy out of the arena
 };
 
 }  // namespace linserve
