@@ -9,7 +9,9 @@
 #include <utility>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
@@ -48,10 +50,60 @@ std::optional<std::string> AuthorizationIn(absl::string_view head) {
   return std::nullopt;
 }
 
+// `n` bytes of `input` from offset `at`.
+std::string Copy(evbuffer* input, size_t at, size_t n) {
+  std::string out(n, '\0');
+  if (n == 0) return out;
+  evbuffer_ptr from;
+  evbuffer_ptr_set(input, &from, at, EVBUFFER_PTR_SET);
+  evbuffer_copyout_from(input, &from, out.data(), n);
+  return out;
+}
+
+// What a complete head (request line, header lines, blank line) says of its body: nothing,
+// when it is chunked (`chunked` set: its chunks are metered as they arrive) or declares a
+// valid Content-Length within `limit`; else the refusal (400 a malformed length, 413 a body over
+// `limit`), as evhttp would answer in HTML.
+std::optional<ApiError> BodyFramingError(absl::string_view head, int64_t limit, bool* chunked) {
+  std::optional<absl::string_view> length;
+  bool request_line = true;
+  for (absl::string_view line : absl::StrSplit(head, '\n')) {
+    if (std::exchange(request_line, false)) continue;
+    const size_t colon = line.find(':');
+    if (colon == absl::string_view::npos) continue;
+    const absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
+    const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
+    if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) {
+      *chunked = *chunked || absl::StrContains(absl::AsciiStrToLower(value), "chunked");
+    } else if (absl::EqualsIgnoreCase(name, "Content-Length") && !length.has_value()) {
+      length = value;
+    }
+  }
+  if (*chunked || !length.has_value()) return std::nullopt;  // evhttp reads chunks over a length
+  int64_t bytes = 0;
+  const bool digits = !length->empty() && length->size() <= 18 &&
+                      std::all_of(length->begin(), length->end(), absl::ascii_isdigit) &&
+                      absl::SimpleAtoi(*length, &bytes);
+  if (!digits) {
+    return ToApiError(absl::InvalidArgumentError(absl::StrCat(
+        "Content-Length: \"", absl::CHexEscape(length->substr(0, 64)),
+        "\" is not a byte count (digits, at most 18 of them)")));
+  }
+  if (bytes > limit) {
+    ApiError error = ToApiError(absl::InvalidArgumentError(
+        absl::StrCat("body: the request body (", bytes, " bytes, by Content-Length) exceeds ",
+                     limit, " bytes (max_prompt_bytes + 1 MiB)")));
+    error.http_status = 413;
+    return error;
+  }
+  return std::nullopt;
+}
+
 // An answer the server writes on a connection itself, evhttp aside.
 std::string RawReply(int status, absl::string_view body) {
   const absl::string_view reason = status == 401   ? "Unauthorized"
                                    : status == 403 ? "Forbidden"
+                                   : status == 413 ? "Content Too Large"
                                    : status == 503 ? "Service Unavailable"
                                                    : "Bad Request";
   return absl::StrCat("HTTP/1.1 ", status, " ", reason,
@@ -130,56 +182,105 @@ void OpenAiServer::Impl::OnInput(evbuffer* input, const evbuffer_cb_info* info, 
   Connection& connection = *static_cast<Connection*>(arg);
   Impl& server = *connection.server;
   switch (connection.state) {
-    case Connection::State::kIdle:
-      connection.state = Connection::State::kReading;
+    case Connection::State::kIdle:  // a new request's first bytes
+      connection.state = Connection::State::kHead;
       break;
-    case Connection::State::kFirstHead:
+    case Connection::State::kHead:
       break;
+    case Connection::State::kReading:
+      if (connection.chunked.has_value()) break;
+      return;
     default:
       return;
+  }
+  // The bytes just read are the input's last; evhttp has not seen them yet.
+  const size_t at = evbuffer_get_length(input) - info->n_added;
+  if (connection.state == Connection::State::kReading) {
+    server.MeterBody(connection, Copy(input, at, info->n_added));
+    return;
   }
   if (!evtimer_pending(connection.deadline, nullptr)) {
     const timeval deadline = absl::ToTimeval(server.options_.request_deadline);
     evtimer_add(connection.deadline, &deadline);
   }
-  if (connection.state != Connection::State::kFirstHead) return;
-  // The bytes just read are the input's last; evhttp has not seen them yet.
   std::string& head = connection.head;
   const size_t before = head.size();
   const size_t take = std::min(info->n_added, kMaxHeadBytes - before);
-  evbuffer_ptr from;
-  evbuffer_ptr_set(input, &from, evbuffer_get_length(input) - info->n_added, EVBUFFER_PTR_SET);
-  head.resize(before + take);
-  evbuffer_copyout_from(input, &from, head.data() + before, take);
-  server.CheckFirstHead(connection, before);
+  head += Copy(input, at, take);
+  server.CheckHead(connection, before, input, at + take, info->n_added - take);
 }
 
-void OpenAiServer::Impl::CheckFirstHead(Connection& connection, size_t checked) {
+void OpenAiServer::Impl::CheckHead(Connection& connection, size_t checked, evbuffer* input,
+                                   size_t rest_at, size_t rest) {
   // A blank line ends at a newline among the new bytes (one before would have ended it before).
   const size_t end = HeadEnd(connection.head, checked);
-  if (end == absl::string_view::npos) {
-    if (connection.head.size() == kMaxHeadBytes) {
-      Refuse(connection, 400,
-             ApiErrorJson(ToApiError(absl::InvalidArgumentError(absl::StrCat(
-                 "headers: the request's headers exceed ", kMaxHeadersBytes, " bytes")))),
-             /*linger=*/true, "headers");
+  const bool complete = end != absl::string_view::npos;
+  if ((complete && end > static_cast<size_t>(kMaxHeadersBytes)) ||
+      (!complete && connection.head.size() == kMaxHeadBytes)) {
+    Refuse(connection, 400,
+           ApiErrorJson(ToApiError(absl::InvalidArgumentError(absl::StrCat(
+               "headers: the request's head exceeds ", kMaxHeadersBytes, " bytes")))),
+           /*linger=*/true, "headers");
+    return;
+  }
+  if (!complete) return;
+  const absl::string_view head = absl::string_view(connection.head).substr(0, end);
+  if (std::exchange(connection.first, false)) {
+    absl::StatusOr<std::string> tenant = auth_.AuthenticateHttp(AuthorizationIn(head));
+    if (!tenant.ok()) {
+      const ApiError error = ToApiError(tenant.status());
+      Refuse(connection, error.http_status, ApiErrorJson(error), /*linger=*/true,
+             "unauthenticated");
+      return;
     }
+  }
+  bool chunked = false;
+  if (std::optional<ApiError> error = BodyFramingError(head, max_body_bytes_, &chunked);
+      error.has_value()) {
+    Refuse(connection, error->http_status, ApiErrorJson(*error), /*linger=*/true,
+           error->http_status == 413 ? "body" : "framing");
     return;
   }
-  absl::StatusOr<std::string> tenant =
-      auth_.AuthenticateHttp(AuthorizationIn(absl::string_view(connection.head).substr(0, end)));
+  connection.state = Connection::State::kReading;
+  const std::string after_head = connection.head.substr(end);
   std::string().swap(connection.head);
-  if (tenant.ok()) {
-    connection.state = Connection::State::kReading;
-    return;
+  if (!chunked) return;
+  connection.chunked.emplace(max_body_bytes_);
+  MeterBody(connection, after_head);
+  if (rest > 0 && connection.state == Connection::State::kReading) {
+    MeterBody(connection, Copy(input, rest_at, rest));
   }
-  const ApiError error = ToApiError(tenant.status());
-  Refuse(connection, error.http_status, ApiErrorJson(error), /*linger=*/true, "unauthenticated");
+}
+
+void OpenAiServer::Impl::MeterBody(Connection& connection, absl::string_view bytes) {
+  switch (connection.chunked->Feed(bytes)) {
+    case ChunkedBodyMeter::Verdict::kMore:
+      return;
+    case ChunkedBodyMeter::Verdict::kComplete:
+      connection.chunked.reset();
+      return;
+    case ChunkedBodyMeter::Verdict::kTooLarge: {
+      ApiError error = ToApiError(absl::InvalidArgumentError(absl::StrCat(
+          "body: the request body exceeds ", max_body_bytes_,
+          " bytes (max_prompt_bytes + 1 MiB)")));
+      error.http_status = 413;
+      connection.chunked.reset();
+      Refuse(connection, 413, ApiErrorJson(error), /*linger=*/true, "body");
+      return;
+    }
+    case ChunkedBodyMeter::Verdict::kMalformed:
+      connection.chunked.reset();
+      Refuse(connection, 400,
+             ApiErrorJson(ToApiError(absl::InvalidArgumentError(
+                 "body: its chunked transfer coding is malformed (RFC 9112 §7.1)"))),
+             /*linger=*/true, "framing");
+      return;
+  }
 }
 
 void OpenAiServer::Impl::OnDeadline(evutil_socket_t, short, void* arg) {
   Connection& connection = *static_cast<Connection*>(arg);
-  if (connection.state != Connection::State::kFirstHead &&
+  if (connection.state != Connection::State::kHead &&
       connection.state != Connection::State::kReading) {
     return;
   }

@@ -31,14 +31,16 @@ absl::StatusOr<std::optional<double>> JsonNumber(const json& body, const char* n
 absl::StatusOr<std::optional<int64_t>> JsonInteger(const json& body, const char* name) {
   const json* v = JsonMember(body, name);
   if (v == nullptr) return std::optional<int64_t>();
-  if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
+  // nlohmann parses a non-negative integer as unsigned, and is_number_integer() holds for it
+  // too: 2^63 and above must be refused here, not wrapped to a negative by get<int64_t>().
   if (v->is_number_unsigned()) {
     const uint64_t u = v->get<uint64_t>();
     if (u > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-      return InvalidField(name, "must be an integer in [-2^63, 2^63)");
+      return InvalidField(name, absl::StrCat("must be an integer in [-2^63, 2^63), got ", u));
     }
     return std::optional<int64_t>(static_cast<int64_t>(u));
   }
+  if (v->is_number_integer()) return std::optional<int64_t>(v->get<int64_t>());
   return InvalidField(name, "must be an integer");
 }
 

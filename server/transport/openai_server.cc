@@ -58,6 +58,7 @@ OpenAiServer::Impl::Impl(Engine& engine, const Authenticator& auth, MetricsRegis
   context_.limits = engine_.options().requests;
   context_.chat_template = options_.chat_template ? &*options_.chat_template : nullptr;
   context_.constraints = &engine_.constraints();
+  max_body_bytes_ = context_.limits.max_prompt_bytes + (int64_t{1} << 20);
 }
 
 absl::Status OpenAiServer::Impl::Start() {
@@ -68,10 +69,15 @@ absl::Status OpenAiServer::Impl::Start() {
   wake_ = event_new(listener_->base(), -1, 0, &Impl::OnWake, this);
   mailbox_ = std::make_shared<LoopMailbox>(wake_);
   evhttp* http = listener_->http();
-  evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_DELETE);
-  // A prompt's text plus the rest of a request (messages' JSON, stop strings).
-  evhttp_set_max_body_size(http, context_.limits.max_prompt_bytes + (int64_t{1} << 20));
-  evhttp_set_max_headers_size(http, kMaxHeadersBytes);
+  // Every method reaches Route, which answers a wrong one with a JSON 405 and an Allow header.
+  evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_HEAD |
+                                       EVHTTP_REQ_PUT | EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS |
+                                       EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
+  // The server checks each head and body size itself as the bytes arrive and answers in JSON
+  // (OnInput); evhttp's own limits, which answer in HTML, lie beyond what the server refuses
+  // by what it can read before its refusal goes out.
+  evhttp_set_max_body_size(http, max_body_bytes_ + kEvhttpSlackBytes);
+  evhttp_set_max_headers_size(http, kMaxHeadersBytes + kEvhttpSlackBytes);
   evhttp_set_timeout(http, options_.idle_timeout_seconds);
   evhttp_set_gencb(http, &Impl::OnRequest, this);
   evhttp_set_bevcb(http, &Impl::OnAccept, this);
@@ -214,8 +220,12 @@ void OpenAiServer::Impl::Route(evhttp_request* req) {
     evhttp_send_error(req, 503, nullptr);
     return;
   }
+  // Refused as its bytes arrived (OnInput), and read whole by evhttp in the same read: the
+  // refusal, about to go out, answers it.
+  if (connection->state == Connection::State::kRefused) return;
   evtimer_del(connection->deadline);
   connection->state = Connection::State::kServing;
+  connection->chunked.reset();
   const RequestContext call =
       RequestContext::ForHttp(auth_, Header(req, "Authorization"), Header(req, "X-Request-Id"));
   std::shared_ptr<Exchange> exchange = Open(req, *connection, endpoint, call.request_id());
@@ -234,14 +244,19 @@ void OpenAiServer::Impl::Route(evhttp_request* req) {
                               "/v1/models and /v1/sessions")));
     return;
   }
-  const bool post = method == EVHTTP_REQ_POST;
-  const bool allowed = route == Route::kModels     ? method == EVHTTP_REQ_GET
-                       : route == Route::kSessions ? (id.empty() ? post : !post)
-                                                   : post;
+  // A session is read (GET) or deleted (DELETE); the collection takes POST (create).
+  const char* allow = route == Route::kModels                    ? "GET"
+                      : route == Route::kSessions && !id.empty() ? "GET, DELETE"
+                                                                 : "POST";
+  const bool allowed = route == Route::kModels ? method == EVHTTP_REQ_GET
+                       : route == Route::kSessions && !id.empty()
+                           ? method == EVHTTP_REQ_GET || method == EVHTTP_REQ_DELETE
+                           : method == EVHTTP_REQ_POST;
   if (!allowed) {
-    ApiError error =
-        ToApiError(absl::InvalidArgumentError(absl::StrCat("method: not allowed on ", path)));
+    ApiError error = ToApiError(absl::InvalidArgumentError(
+        absl::StrCat("method: not allowed on ", path, " (allowed: ", allow, ")")));
     error.http_status = 405;
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Allow", allow);
     Reply(*exchange, 405, ApiErrorJson(error));
     return;
   }

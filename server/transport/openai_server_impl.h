@@ -20,6 +20,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "server/transport/chunked_body_meter.h"
 #include "server/transport/http_listener.h"
 #include "server/transport/loop_mailbox.h"
 #include "server/transport/openai_error.h"
@@ -31,8 +32,10 @@
 
 namespace linserve {
 
-// evhttp's limit on a request's headers.
+// The most bytes of a request's head (request line, headers, blank line) the server reads.
 inline constexpr int kMaxHeadersBytes = 64 << 10;
+// How far evhttp's own head and body limits lie beyond the server's (OpenAiServer::Impl::Start).
+inline constexpr int64_t kEvhttpSlackBytes = int64_t{4} << 20;
 
 struct Connection;
 
@@ -63,11 +66,11 @@ struct Exchange {
 // thread only.
 struct Connection {
   enum class State {
-    kFirstHead,  // the head of the connection's first request is being read and checked
-    kReading,    // a request is being read (the first one's head passed the check)
-    kServing,    // evhttp handed the request over; its reply is not complete
-    kIdle,       // between requests
-    kRefused,    // answered by the server itself (`refusal`); closing
+    kHead,     // a request's head is being read and checked
+    kReading,  // its head passed the checks; its body is being read
+    kServing,  // evhttp handed the request over; its reply is not complete
+    kIdle,     // between requests
+    kRefused,  // answered by the server itself (`refusal`); closing
   };
   OpenAiServer::Impl* server = nullptr;
   bufferevent* bev = nullptr;
@@ -76,8 +79,11 @@ struct Connection {
   evbuffer_cb_entry* input_watch = nullptr;
   event* task = nullptr;      // activated to adopt the connection, then to send `refusal`
   event* deadline = nullptr;  // the request's deadline
-  State state = State::kFirstHead;
-  std::string head;  // the first request's head so far, while kFirstHead
+  State state = State::kHead;
+  bool first = true;  // the connection's first request (its head is authenticated)
+  std::string head;   // the request's head so far, while kHead
+  // A chunked request body's meter, while kReading one.
+  std::optional<ChunkedBodyMeter> chunked;
   std::string refusal;
   absl::string_view refused_for;  // the metric's reason
   bool linger = false;  // after `refusal`, read and discard what the client still sends
@@ -154,11 +160,17 @@ class OpenAiServer::Impl {
   static void OnTask(evutil_socket_t, short, void* arg);
   // False if evhttp freed the connection already (then forgotten).
   bool Adopt(Connection& connection);
-  // Bytes arrived on a connection, before evhttp reads them: starts the request's deadline and
-  // checks the first request's head.
+  // Bytes arrived on a connection, before evhttp reads them: starts the request's deadline,
+  // checks each request's head (the first one's authentication; every one's size, and its
+  // body's declared or chunked size) and refuses what evhttp would answer in HTML.
   static void OnInput(evbuffer* input, const evbuffer_cb_info* info, void* arg);
-  // `checked`: how much of the head was there before (and ended no head).
-  void CheckFirstHead(Connection& connection, size_t checked);
+  // `checked`: how much of the head was there before (and ended no head); `rest`: bytes of
+  // this read past what `head` took (the head's cap), from offset `rest_at` of `input`.
+  void CheckHead(Connection& connection, size_t checked, evbuffer* input, size_t rest_at,
+                 size_t rest);
+  // Feeds a chunked body's bytes to its meter; refuses the request once over the limit or
+  // malformed.
+  void MeterBody(Connection& connection, absl::string_view bytes);
   static void OnDeadline(evutil_socket_t, short, void* arg);
   // Answers `connection` with `status` and `body` itself and closes it (after `linger`ing).
   void Refuse(Connection& connection, int status, const std::string& body, bool linger,
@@ -206,6 +218,9 @@ class OpenAiServer::Impl {
   MetricsRegistry& metrics_;
   const OpenAiServerOptions options_;
   OpenAiContext context_;
+  // A request body's limit: a prompt's text plus the rest of a request (messages' JSON, stop
+  // strings), max_prompt_bytes + 1 MiB.
+  int64_t max_body_bytes_ = 0;
   const int64_t created_;
 
   std::unique_ptr<HttpListener> listener_;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -508,6 +509,106 @@ TEST_F(OpenAiTest, UnauthenticatedRequestIsAnsweredBeforeItsBodyIsRead) {
       api.Post("/v1/completions", Completion(2, false), {{"Authorization", "Bearer secret-a"}})
           ->status,
       200);
+}
+
+// What evhttp would answer in HTML before a handler runs, the server answers in its own JSON: a
+// method a path does not take (405, with Allow; HEAD without a body), a body over the limit by
+// Content-Length or in chunks (413), a malformed length or chunk and a head over 64 KiB (400),
+// on a connection's first request and on a later one alike.
+TEST_F(OpenAiTest, HttpErrorsBeforeTheHandlerAreJson) {
+  Api api(model_, 4);
+  httplib::Client client = api.Client();
+  const std::vector<std::pair<std::string, std::string>> paths = {
+      {"/v1/completions", "POST"},
+      {"/v1/chat/completions", "POST"},
+      {"/v1/models", "GET"},
+      {"/v1/sessions", "POST"},
+      {"/v1/sessions/0123456789abcdef0123456789abcdef", "GET, DELETE"}};
+  for (const auto& [path, allow] : paths) {
+    SCOPED_TRACE(path);
+    for (int method = 0; method < 3; ++method) {
+      httplib::Result reply = method == 0   ? client.Put(path, "{}", "application/json")
+                              : method == 1 ? client.Patch(path, "{}", "application/json")
+                                            : client.Options(path);
+      ASSERT_TRUE(reply);
+      EXPECT_EQ(reply->status, 405);
+      EXPECT_EQ(reply->get_header_value("Allow"), allow);
+      EXPECT_EQ(reply->get_header_value("Content-Type"), "application/json");
+      EXPECT_TRUE(Json::parse(reply->body).contains("error")) << reply->body;
+    }
+    httplib::Result head = client.Head(path);
+    ASSERT_TRUE(head);
+    EXPECT_EQ(head->status, 405);
+    EXPECT_EQ(head->get_header_value("Allow"), allow);
+    EXPECT_EQ(head->body, "");
+  }
+
+  // A served request first (on the same connection), or none.
+  const std::string served = "GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n";
+  const std::string post = "POST /v1/completions HTTP/1.1\r\nHost: localhost\r\n";
+  const std::string chunk(64 << 10, 'x');
+  std::string chunks;  // 40 chunks of 64 KiB: 2.5 MiB, over max_prompt_bytes + 1 MiB (2 MiB)
+  for (int i = 0; i < 40; ++i) absl::StrAppend(&chunks, "10000\r\n", chunk, "\r\n");
+  struct Case {
+    std::string name;
+    std::string bytes;
+    int status;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"huge Content-Length", post + "Content-Length: 1000000000000\r\n\r\n", 413,
+       "1000000000000 bytes"},
+      {"negative Content-Length", post + "Content-Length: -5\r\n\r\n", 400, "Content-Length"},
+      {"Content-Length not a number", post + "Content-Length: 12abc\r\n\r\n", 400,
+       "Content-Length"},
+      {"head over 64 KiB", post + "X-Big: " + std::string(70 << 10, 'h') + "\r\n\r\n", 400,
+       "headers"},
+      {"chunked over the limit", post + "Transfer-Encoding: chunked\r\n\r\n" + chunks, 413,
+       "body"},
+      {"malformed chunk", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nxx\r\n", 400,
+       "chunked"},
+  };
+  for (const Case& c : cases) {
+    for (bool after_a_request : {false, true}) {
+      SCOPED_TRACE(absl::StrCat(c.name, after_a_request ? ", after a served request" : ""));
+      RawConnection connection(api.port());
+      ASSERT_TRUE(connection.connected());
+      if (after_a_request) {
+        ASSERT_TRUE(connection.Send(served));
+        // The models reply: its head, then as many bytes as it says.
+        std::string reply;
+        char buffer[4096];
+        size_t body_at = std::string::npos;
+        int64_t length = -1;
+        while (connection.Readable(absl::Seconds(10))) {
+          const ssize_t n = recv(connection.fd(), buffer, sizeof(buffer), 0);
+          ASSERT_GT(n, 0);
+          reply.append(buffer, n);
+          if (body_at == std::string::npos && (body_at = reply.find("\r\n\r\n")) != reply.npos) {
+            body_at += 4;
+            const size_t at = reply.find("Content-Length: ");
+            ASSERT_NE(at, std::string::npos);
+            ASSERT_TRUE(absl::SimpleAtoi(
+                reply.substr(at + 16, reply.find("\r\n", at) - at - 16), &length));
+          }
+          if (length >= 0 && reply.size() >= body_at + length) break;
+        }
+        ASSERT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply;
+      }
+      connection.Send(c.bytes);  // refused part way, the rest read and discarded
+      const std::string answer = connection.ReadToEnd();
+      EXPECT_TRUE(absl::StartsWith(answer, absl::StrCat("HTTP/1.1 ", c.status, " "))) << answer;
+      EXPECT_THAT(answer, HasSubstr("Content-Type: application/json\r\n"));
+      EXPECT_THAT(answer, HasSubstr("Connection: close\r\n"));
+      const size_t body = answer.find("\r\n\r\n");
+      ASSERT_NE(body, std::string::npos);
+      const Json error = Json::parse(answer.substr(body + 4), nullptr, /*allow_exceptions=*/false);
+      ASSERT_TRUE(error.is_object() && error.contains("error")) << answer;
+      EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr(c.says));
+    }
+  }
+  // The server goes on serving.
+  EXPECT_EQ(api.Post("/v1/completions", Completion(2, false))->status, 200);
 }
 
 TEST_F(OpenAiTest, RequestStillIncompleteAtTheDeadlineIsClosed) {

@@ -206,6 +206,18 @@ TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
   EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}})),
             "messages[0].content[0].type");
   EXPECT_EQ(ParamOf(Chat({{"top_logprobs", 2}})), "top_logprobs");
+  // Integers from 2^63 to 2^64 - 1 (nlohmann's unsigned) are out of range, never wrapped to a
+  // negative (-1 would mean "off" for top_k).
+  for (const char* field : {"max_tokens", "top_k", "seed"}) {
+    SCOPED_TRACE(field);
+    for (const uint64_t big : {uint64_t{1} << 63, ~uint64_t{0}}) {
+      const absl::StatusOr<OpenAiRequest> r = Completion({{"prompt", "a"}, {field, big}});
+      ASSERT_FALSE(r.ok());
+      EXPECT_EQ(ParamOf(r), field);
+      EXPECT_THAT(r.status().message(), HasSubstr(absl::StrCat("got ", big)));
+      EXPECT_THAT(r.status().message(), Not(HasSubstr("got -")));
+    }
+  }
   // Another model is 404; no model, 400.
   const ApiError other =
       ToApiError(Parse(OpenAiEndpoint::kCompletions, {{"model", "x"}, {"prompt", "a"}}).status());

@@ -227,6 +227,32 @@ test('errors: OpenAI JSON with the field and the status', async () => {
   assert.equal(r.status, 404);
   r = await fetch(`${baseURL}/completions`, { headers });
   assert.equal(r.status, 405);
+  // Every method a path does not serve: 405 in JSON with Allow, never libevent's HTML 501.
+  for (const method of ['PUT', 'PATCH', 'OPTIONS', 'DELETE']) {
+    const body = method === 'OPTIONS' ? undefined : '{}';
+    r = await fetch(`${baseURL}/completions`, { method, headers, body });
+    assert.equal(r.status, 405, method);
+    assert.equal(r.headers.get('allow'), 'POST');
+    assert.equal((await r.json()).error.type, 'invalid_request_error');
+  }
+  r = await fetch(`${baseURL}/models`, { method: 'HEAD', headers });
+  assert.equal(r.status, 405);
+  assert.equal(r.headers.get('allow'), 'GET');
+  // A body over the limit: 413 in JSON.
+  r = await fetch(`${baseURL}/completions`, {
+    method: 'POST', headers, body: 'x'.repeat(8 << 20),
+  });
+  assert.equal(r.status, 413);
+  assert.match((await r.json()).error.message, /exceeds/);
+  // Integers past int64 are out of range, not wrapped to a negative.
+  r = await fetch(`${baseURL}/completions`, {
+    method: 'POST', headers: { ...headers, 'Content-Type': 'application/json' },
+    body: '{"model":"' + model + '","prompt":"a","max_tokens":9223372036854775808}',
+  });
+  assert.equal(r.status, 400);
+  const big = (await r.json()).error;
+  assert.equal(big.param, 'max_tokens');
+  assert.match(big.message, /got 9223372036854775808/);
 });
 
 test('auth: a missing or wrong bearer token is 401', async () => {
