@@ -65,19 +65,22 @@ ChunkedBodyMeter::Verdict ChunkedBodyMeter::Feed(absl::string_view bytes) {
 void ChunkedBodyMeter::SizeLine() {
   const absl::string_view line = absl::StripLeadingAsciiWhitespace(line_);
   size_t digits = 0;
+  size_t significant = 0;  // digits from the first non-zero one
   int64_t size = 0;
   while (digits < line.size() && absl::ascii_isxdigit(static_cast<unsigned char>(line[digits]))) {
-    if (digits == kMaxSizeDigits) {
+    const char c = absl::ascii_tolower(static_cast<unsigned char>(line[digits]));
+    ++digits;
+    if (significant == 0 && c == '0') continue;
+    if (++significant > kMaxSizeDigits) {
       verdict_ = Verdict::kTooLarge;
       return;
     }
-    const char c = absl::ascii_tolower(static_cast<unsigned char>(line[digits]));
     size = size * 16 + (c <= '9' ? c - '0' : c - 'a' + 10);
-    ++digits;
   }
   const absl::string_view after = line.substr(digits);
   if (digits == 0 ||
-      !(after.empty() || after[0] == ';' || absl::ascii_isspace(static_cast<unsigned char>(after[0])))) {
+      !(after.empty() || after[0] == ';' ||
+        absl::ascii_isspace(static_cast<unsigned char>(after[0])))) {
     verdict_ = Verdict::kMalformed;
     return;
   }
