@@ -6,7 +6,7 @@ namespace linserve {
 
 const std::vector<JsonFixedRule>& JsonFixedRules() {
   static const auto* rules = new std::vector<JsonFixedRule>{
-      {"space", R"((" " | "\n" [ \t]{0,20})?)", {}, 45},
+      {"space", R"((" " | "\n" [ \t]{0,19})?)", {}, 43},
       {"char",
        R"([^"\\\x7F\x00-\x1F] | "\\" (["\\/bfnrt] | "u" ([0-9a-cA-CeEfF] [0-9a-fA-F]{3} | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F] [0-9a-fA-F]{2})))",
        {},

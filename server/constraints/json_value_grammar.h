@@ -15,7 +15,9 @@
 
 namespace linserve {
 
-// Whitespace is llama.cpp's: nothing, one space, or a newline and up to 20 spaces or tabs.
+// Whitespace between two tokens is at most 20 characters: nothing, one space, or a newline and
+// up to 19 spaces or tabs (llama.cpp's rule, a tab shorter: a model that drifts into whitespace
+// spends at most 20 tokens on a gap).
 // A \u escape is 4 hex digits naming a character: a high surrogate only with its low one.
 // Numbers have at most 16 digits before the point and after it (as llama.cpp's) and an exponent
 // of at most 2 digits, so every one is a finite double.

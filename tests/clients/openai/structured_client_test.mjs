@@ -40,6 +40,11 @@ test('chat.completions.parse accepts what a json_schema response_format returns'
     assert.equal(choice.finish_reason, 'stop');
     assert.deepEqual(choice.message.parsed, Person.parse(JSON.parse(choice.message.content)));
     assert.equal(typeof choice.message.parsed.alive, 'boolean');
+    // Whitespace between two tokens is at most 20 characters (Person's strings are at most 12
+    // characters long: no longer run can come from inside one).
+    for (const run of choice.message.content.match(/[ \t\n\r]+/g) ?? []) {
+      assert.ok(run.length <= 20, `a whitespace run of ${run.length}: ${JSON.stringify(run)}`);
+    }
   }
 });
 

@@ -112,7 +112,7 @@ constexpr char kChar[] =
     R"( | [dD] [0-7] [0-9a-fA-F]{2} | [dD] [89abAB] [0-9a-fA-F]{2} "\\u" [dD] [c-fC-F])"
     R"( [0-9a-fA-F]{2})))"
     "\n";
-constexpr char kSpace[] = R"(space ::= (" " | "\n" [ \t]{0,20})?)" "\n";
+constexpr char kSpace[] = R"(space ::= (" " | "\n" [ \t]{0,19})?)" "\n";
 
 TEST(JsonSchemaGrammarTest, WritesAString) {
   EXPECT_EQ(Gbnf(R"({"type": "string", "title": "t", "description": "d"})"),
@@ -398,6 +398,92 @@ TEST(JsonSchemaGrammarTest, RandomDocumentsAreValid) {
     }
     EXPECT_GT(finished, 50) << c.schema;
   }
+}
+
+// `doc` without the whitespace outside its strings.
+std::string Compact(absl::string_view doc) {
+  std::string out;
+  bool in_string = false;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    const char c = doc[i];
+    if (in_string) {
+      out += c;
+      if (c == '\\' && i + 1 < doc.size()) {
+        out += doc[++i];
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == ' ' || c == '\n' || c == '\t' || c == '\r') continue;
+    in_string = c == '"';
+    out += c;
+  }
+  return out;
+}
+
+// Where whitespace may go in a compact document: the positions next to a structural character
+// outside strings.
+std::vector<size_t> Gaps(absl::string_view doc) {
+  std::vector<bool> structural(doc.size(), false);
+  bool in_string = false;
+  for (size_t i = 0; i < doc.size(); ++i) {
+    if (in_string) {
+      if (doc[i] == '\\') {
+        ++i;
+      } else if (doc[i] == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    in_string = doc[i] == '"';
+    structural[i] = absl::string_view("{}[],:").find(doc[i]) != absl::string_view::npos;
+  }
+  std::vector<size_t> gaps;
+  for (size_t i = 1; i < doc.size(); ++i) {
+    if (structural[i - 1] || structural[i]) gaps.push_back(i);
+  }
+  return gaps;
+}
+
+// Whitespace between two JSON tokens is bounded, as llama.cpp's JSON grammar bounds it: at
+// most 20 characters (nothing, one space, or a newline and up to 19 spaces or tabs), for every
+// schema case's valid documents and json_object alike, at every place whitespace may go.
+TEST(JsonSchemaGrammarTest, WhitespaceBetweenTokensIsAtMostTwentyCharacters) {
+  const std::string twenty = "\n" + std::string(19, ' ');
+  const std::string newline_then_twenty = "\n" + std::string(20, '\t');
+  const std::string space_then_twenty = " " + twenty;  // two whitespace rules in a row
+  const auto json_object = CompileForBytes({ConstraintKind::kJsonObject, ""});
+  ASSERT_NE(json_object, nullptr);
+  int checked = 0;
+  for (const SchemaCase& c : SchemaCases()) {
+    const auto constraint = CompileForBytes({ConstraintKind::kJsonSchema, c.schema});
+    ASSERT_NE(constraint, nullptr) << c.schema;
+    for (const std::string& valid : c.valid) {
+      const std::string doc = Compact(valid);
+      if (!Accepts(constraint, doc)) continue;  // a schema whose documents need whitespace
+      const bool object = !doc.empty() && doc[0] == '{';
+      for (size_t gap : Gaps(doc)) {
+        SCOPED_TRACE(absl::StrCat(c.schema, "\n", doc, " at ", gap));
+        auto with = [&](const std::string& run) {
+          return doc.substr(0, gap) + run + doc.substr(gap);
+        };
+        // (A const or enum container is its literal text: no whitespace inside.)
+        if (Accepts(constraint, with(" "))) {
+          EXPECT_TRUE(Accepts(constraint, with(twenty)));
+        }
+        EXPECT_FALSE(Accepts(constraint, with(newline_then_twenty)));
+        EXPECT_FALSE(Accepts(constraint, with(space_then_twenty)));
+        if (object && Accepts(json_object, doc)) {
+          EXPECT_TRUE(Accepts(json_object, with(twenty)));
+          EXPECT_FALSE(Accepts(json_object, with(newline_then_twenty)));
+          EXPECT_FALSE(Accepts(json_object, with(space_then_twenty)));
+        }
+        ++checked;
+      }
+    }
+  }
+  EXPECT_GT(checked, 100);
 }
 
 TEST(JsonSchemaGrammarTest, JsonObjectAcceptsObjectsNestedWithinTheLimit) {
