@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <optional>
 #include <random>
@@ -698,6 +699,25 @@ cuda::PrefillTableBuilder Pieces(const std::vector<int>& rows, const std::vector
 // One session's `rows` rows, slot 0 (the state pointer is the session's own).
 cuda::PrefillTableBuilder OnePiece(int rows, int chunk) { return Pieces({rows}, {0}, chunk); }
 
+// A varlen prefill kernel's launch twice over the pieces of `rows` rows of `slots`: all of
+// them in one launch, then each alone. `aim(args, first, tables, together)` points `args` at
+// pass row `first` (its input and output rows) with `tables`, and at the state and output
+// buffers of the together run or of the alone one.
+template <typename Args>
+void LaunchTogetherThenAlone(
+    Args args, const std::vector<int>& rows, const std::vector<int32_t>& slots, int chunk,
+    const std::function<void(Args&, size_t, const cuda::PrefillTables&, bool)>& aim,
+    const std::function<absl::Status(const Args&)>& launch) {
+  const DeviceTables tables(Pieces(rows, slots, chunk));
+  aim(args, 0, tables.tables, /*together=*/true);
+  ASSERT_TRUE(launch(args).ok());
+  for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
+    const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, chunk));
+    aim(args, first, piece.tables, /*together=*/false);
+    ASSERT_TRUE(launch(args).ok());
+  }
+}
+
 // Chunked prefill on a bf16 state: the chunks carry the state in fp32 (outputs within fp32
 // tolerance of the recurrence from the rounded start) and round it once at the end.
 TEST(CudaKernelsTest, PrefillAttentionBf16StateMatchesRecurrence) {
@@ -812,26 +832,23 @@ TEST(CudaKernelsTest, PrefillAttentionVarlenEqualsEachPieceAlone) {
         args.layer_offset = layer;
         args.scratch = scratch.get();
         args.out_dtype = DType::kF32;
-        // Together.
         const TypedArray together = Upload(initial, state_dtype);
-        DeviceArray<uint8_t> out_together(static_cast<size_t>(total * hd) * sizeof(float));
-        const DeviceTables tables(Pieces(rows, slots, chunk));
-        args.qkv = qkv.get();
-        args.tables = tables.tables;
-        args.state = together.bytes.get();
-        args.out = out_together.get();
-        ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
-        // Alone, piece by piece.
         const TypedArray alone = Upload(initial, state_dtype);
+        DeviceArray<uint8_t> out_together(static_cast<size_t>(total * hd) * sizeof(float));
         DeviceArray<uint8_t> out_alone(static_cast<size_t>(total * hd) * sizeof(float));
-        for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
-          const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, chunk));
-          args.qkv = qkv.get() + first * columns;
-          args.tables = piece.tables;
-          args.state = alone.bytes.get();
-          args.out = out_alone.get() + first * static_cast<size_t>(hd) * sizeof(float);
-          ASSERT_TRUE(cuda::LaunchPrefillAttention(nullptr, args).ok());
-        }
+        LaunchTogetherThenAlone<cuda::PrefillAttentionArgs>(
+            args, rows, slots, chunk,
+            [&](cuda::PrefillAttentionArgs& a, size_t first, const cuda::PrefillTables& tables,
+                bool both) {
+              a.qkv = qkv.get() + first * columns;
+              a.tables = tables;
+              a.state = (both ? together : alone).bytes.get();
+              a.out = (both ? out_together : out_alone).get() +
+                      first * static_cast<size_t>(hd) * sizeof(float);
+            },
+            [](const cuda::PrefillAttentionArgs& a) {
+              return cuda::LaunchPrefillAttention(nullptr, a);
+            });
         EXPECT_EQ(out_together.Download(), out_alone.Download());
         const std::vector<float> got = ToFloats(together.bytes, state_dtype, initial.size());
         EXPECT_EQ(got, ToFloats(alone.bytes, state_dtype, initial.size()));
@@ -1063,20 +1080,18 @@ TEST(CudaKernelsTest, PrefillShortConvVarlenEqualsEachPieceAlone) {
     args.shape = ConvShape(c, in_bias, weight, conv_bias);
     args.slot_stride = layer;
     args.out_dtype = DType::kF32;
-    const DeviceTables tables(Pieces(rows, slots, 64));
-    args.a = a.get();
-    args.tables = tables.tables;
-    args.state = together.get();
-    args.out = out_together.get();
-    ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
-    for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
-      const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, 64));
-      args.a = a.get() + first * 2 * c.channels;
-      args.tables = piece.tables;
-      args.state = alone.get();
-      args.out = out_alone.get() + first * c.channels * sizeof(float);
-      ASSERT_TRUE(cuda::LaunchPrefillShortConv(nullptr, args).ok());
-    }
+    LaunchTogetherThenAlone<cuda::PrefillShortConvArgs>(
+        args, rows, slots, 64,
+        [&](cuda::PrefillShortConvArgs& x, size_t first, const cuda::PrefillTables& tables,
+            bool both) {
+          x.a = a.get() + first * 2 * c.channels;
+          x.tables = tables;
+          x.state = (both ? together : alone).get();
+          x.out = (both ? out_together : out_alone).get() + first * c.channels * sizeof(float);
+        },
+        [](const cuda::PrefillShortConvArgs& x) {
+          return cuda::LaunchPrefillShortConv(nullptr, x);
+        });
     EXPECT_EQ(out_together.Download(), out_alone.Download());
     EXPECT_EQ(together.Download(), alone.Download());
     EXPECT_NE(together.Download(), initial);
@@ -1354,20 +1369,19 @@ TEST(CudaKernelsTest, SlidingWindowPrefillVarlenEqualsEachPieceAlone) {
     args.slot_stride = slice;
     args.rotation = rotation.get();
     args.out_dtype = DType::kF32;
-    const DeviceTables tables(Pieces(rows, slots, 64));
-    args.qkv = qkv_dev.get();
-    args.tables = tables.tables;
-    args.state = together.get();
-    args.out = out_together.get();
-    ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
-    for (size_t p = 0, first = 0; p < rows.size(); first += static_cast<size_t>(rows[p++])) {
-      const DeviceTables piece(Pieces({rows[p]}, {slots[p]}, 64));
-      args.qkv = qkv_dev.get() + first * 3 * hd;
-      args.tables = piece.tables;
-      args.state = alone.get();
-      args.out = out_alone.get() + first * static_cast<size_t>(hd) * sizeof(float);
-      ASSERT_TRUE(cuda::LaunchSlidingWindowPrefill(nullptr, args).ok());
-    }
+    LaunchTogetherThenAlone<cuda::SlidingWindowPrefillArgs>(
+        args, rows, slots, 64,
+        [&](cuda::SlidingWindowPrefillArgs& x, size_t first, const cuda::PrefillTables& tables,
+            bool both) {
+          x.qkv = qkv_dev.get() + first * 3 * hd;
+          x.tables = tables;
+          x.state = (both ? together : alone).get();
+          x.out = (both ? out_together : out_alone).get() +
+                  first * static_cast<size_t>(hd) * sizeof(float);
+        },
+        [](const cuda::SlidingWindowPrefillArgs& x) {
+          return cuda::LaunchSlidingWindowPrefill(nullptr, x);
+        });
     EXPECT_EQ(out_together.Download(), out_alone.Download());
     EXPECT_EQ(together.Download(), alone.Download());
   }

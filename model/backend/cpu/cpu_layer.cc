@@ -84,6 +84,15 @@ cpu::WeightFormat CpuWeightFormat(WeightPrecision requested) {
   return cpu::WeightFormat::kFp32;
 }
 
+void PassPrefillRows(const CpuPass& pass, int64_t state_offset,
+                     std::vector<cpu::PrefillRows>& out) {
+  out.clear();
+  for (const PrefillPiece& piece : pass.pieces) {
+    out.push_back({piece.first_row, piece.rows,
+                   pass.states + piece.slot * pass.state_floats + state_offset});
+  }
+}
+
 cpu::PackedMatrix PackWeights(const CpuLayerContext& context, const Tensor& t) {
   static_assert(cpu::PackedMatrix::kInt8Block == kInt8WeightBlock);
   const cpu::WeightFormat format = CpuWeightFormat(context.options.weight_precision);

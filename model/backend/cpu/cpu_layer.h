@@ -11,6 +11,7 @@
 
 #include "absl/types/span.h"
 #include "kernels/cpu/aligned_buffer.h"
+#include "kernels/cpu/linear_attention.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "model/backend/backend.h"
 #include "model/model.h"
@@ -50,6 +51,11 @@ struct CpuPass {
   float* states = nullptr;
   int64_t state_floats = 0;
 };
+
+// A prefill pass's pieces as the attention kernels take them (cpu::LinearAttentionPrefill),
+// each with its slot's layer state at `state_offset` floats into the slot, into `out`.
+void PassPrefillRows(const CpuPass& pass, int64_t state_offset,
+                     std::vector<cpu::PrefillRows>& out);
 
 // Sizes every component shares.
 struct CpuLayerContext {

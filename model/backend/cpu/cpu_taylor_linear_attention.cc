@@ -63,10 +63,7 @@ class CpuTaylorLinearAttention final : public CpuMixer {
     cpu::TaylorFeatureMap(k, vectors, params_.feature_dim, phi_k);
     if (pass.prefill) {
       // Every piece in one parallel loop over (piece, head).
-      prefill_rows_.clear();
-      for (const PrefillPiece& piece : pass.pieces) {
-        prefill_rows_.push_back({piece.first_row, piece.rows, State(pass, piece.slot)});
-      }
+      PassPrefillRows(pass, state_offset_, prefill_rows_);
       cpu::LinearAttentionPrefill(shape_, prefill_rows_.data(),
                                   static_cast<int>(prefill_rows_.size()), static_cast<int>(chunk_),
                                   phi_q, phi_k, v, attn, workspace_.buffer(kChunkScratch),
