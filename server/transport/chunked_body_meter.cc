@@ -36,6 +36,7 @@ ChunkedBodyMeter::Verdict ChunkedBodyMeter::Feed(absl::string_view bytes) {
           SizeLine();
         } else if (line_.empty()) {
           verdict_ = Verdict::kComplete;
+          left_over_ = bytes.size() - i;
         }
         line_.clear();
         break;

@@ -21,10 +21,12 @@ class ChunkedBodyMeter {
   explicit ChunkedBodyMeter(int64_t limit) : limit_(limit) {}
 
   // Consumes the body's next bytes. Once the verdict is not kMore it stays; bytes after the
-  // body's end (a pipelined request) are not looked at.
+  // body's end (a pipelined request) are not looked at, only counted (left_over).
   Verdict Feed(absl::string_view bytes);
   // Chunk data bytes so far.
   int64_t total() const { return total_; }
+  // Bytes of the Feed that completed the body that came after its end.
+  size_t left_over() const { return left_over_; }
 
  private:
   enum class Phase { kSizeLine, kData, kDataEnd, kTrailers };
@@ -36,6 +38,7 @@ class ChunkedBodyMeter {
   Verdict verdict_ = Verdict::kMore;
   int64_t remaining_ = 0;  // of the current chunk's data
   int64_t total_ = 0;
+  size_t left_over_ = 0;
   std::string line_;  // the size or trailer line so far
 };
 

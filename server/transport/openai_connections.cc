@@ -60,26 +60,49 @@ std::string Copy(evbuffer* input, size_t at, size_t n) {
   return out;
 }
 
-// What a complete head (request line, header lines, blank line) says of its body: nothing,
-// when it is chunked (`chunked` set: its chunks are metered as they arrive) or declares a
-// valid Content-Length within `limit`; else the refusal (400 a malformed length, 413 a body over
-// `limit`), as evhttp would answer in HTML.
-std::optional<ApiError> BodyFramingError(absl::string_view head, int64_t limit, bool* chunked) {
+// What a request's head says of its body, as evhttp 2.1 reads it: only POST, PUT and PATCH
+// have one; chunked when its first Transfer-Encoding header is "chunked" (evhttp refuses any
+// other transfer coding), else Content-Length bytes (none without one).
+struct BodyFraming {
+  bool chunked = false;
+  int64_t length = 0;
+};
+
+// The body framing of a complete head (request line, header lines, blank line) into `body`;
+// or the refusal (400 a malformed length, 413 a body over `limit`), as evhttp would answer
+// them in HTML.
+std::optional<ApiError> BodyFramingError(absl::string_view head, int64_t limit,
+                                         BodyFraming* body) {
   std::optional<absl::string_view> length;
+  std::optional<absl::string_view> transfer_encoding;
+  absl::string_view method;
   bool request_line = true;
   for (absl::string_view line : absl::StrSplit(head, '\n')) {
-    if (std::exchange(request_line, false)) continue;
+    if (std::exchange(request_line, false)) {
+      method = line.substr(0, line.find(' '));
+      continue;
+    }
     const size_t colon = line.find(':');
     if (colon == absl::string_view::npos) continue;
     const absl::string_view name = absl::StripAsciiWhitespace(line.substr(0, colon));
     const absl::string_view value = absl::StripAsciiWhitespace(line.substr(colon + 1));
-    if (absl::EqualsIgnoreCase(name, "Transfer-Encoding")) {
-      *chunked = *chunked || absl::StrContains(absl::AsciiStrToLower(value), "chunked");
+    if (absl::EqualsIgnoreCase(name, "Transfer-Encoding") && !transfer_encoding.has_value()) {
+      transfer_encoding = value;
     } else if (absl::EqualsIgnoreCase(name, "Content-Length") && !length.has_value()) {
       length = value;
     }
   }
-  if (*chunked || !length.has_value()) return std::nullopt;  // evhttp reads chunks over a length
+  if (method != "POST" && method != "PUT" && method != "PATCH") return std::nullopt;
+  if (transfer_encoding.has_value()) {
+    if (!absl::EqualsIgnoreCase(*transfer_encoding, "chunked")) {
+      return ToApiError(absl::InvalidArgumentError(absl::StrCat(
+          "Transfer-Encoding: \"", absl::CHexEscape(transfer_encoding->substr(0, 64)),
+          "\" is not supported (only chunked)")));
+    }
+    body->chunked = true;
+    return std::nullopt;
+  }
+  if (!length.has_value()) return std::nullopt;
   int64_t bytes = 0;
   const bool digits = !length->empty() && length->size() <= 18 &&
                       std::all_of(length->begin(), length->end(), absl::ascii_isdigit) &&
@@ -96,6 +119,7 @@ std::optional<ApiError> BodyFramingError(absl::string_view head, int64_t limit, 
     error.http_status = 413;
     return error;
   }
+  body->length = bytes;
   return std::nullopt;
 }
 
@@ -181,6 +205,9 @@ void OpenAiServer::Impl::OnInput(evbuffer* input, const evbuffer_cb_info* info, 
   if (info->n_added == 0) return;
   Connection& connection = *static_cast<Connection*>(arg);
   Impl& server = *connection.server;
+  if (connection.pipelined) return;
+  // The bytes just read are the input's last; evhttp has not seen them yet.
+  const size_t at = evbuffer_get_length(input) - info->n_added;
   switch (connection.state) {
     case Connection::State::kIdle:  // a new request's first bytes
       connection.state = Connection::State::kHead;
@@ -188,16 +215,19 @@ void OpenAiServer::Impl::OnInput(evbuffer* input, const evbuffer_cb_info* info, 
     case Connection::State::kHead:
       break;
     case Connection::State::kReading:
-      if (connection.chunked.has_value()) break;
+      if (connection.chunked.has_value()) {
+        server.MeterBody(connection, Copy(input, at, info->n_added));
+      } else if (static_cast<int64_t>(info->n_added) <= connection.body_left) {
+        connection.body_left -= static_cast<int64_t>(info->n_added);
+      } else {
+        connection.pipelined = true;  // past the body: the next request
+      }
       return;
-    default:
+    case Connection::State::kServing:
+      connection.pipelined = true;  // the next request, before this one's answer
       return;
-  }
-  // The bytes just read are the input's last; evhttp has not seen them yet.
-  const size_t at = evbuffer_get_length(input) - info->n_added;
-  if (connection.state == Connection::State::kReading) {
-    server.MeterBody(connection, Copy(input, at, info->n_added));
-    return;
+    case Connection::State::kRefused:
+      return;
   }
   if (!evtimer_pending(connection.deadline, nullptr)) {
     const timeval deadline = absl::ToTimeval(server.options_.request_deadline);
@@ -234,21 +264,30 @@ void OpenAiServer::Impl::CheckHead(Connection& connection, size_t checked, evbuf
       return;
     }
   }
-  bool chunked = false;
-  if (std::optional<ApiError> error = BodyFramingError(head, max_body_bytes_, &chunked);
+  BodyFraming body;
+  if (std::optional<ApiError> error = BodyFramingError(head, max_body_bytes_, &body);
       error.has_value()) {
     Refuse(connection, error->http_status, ApiErrorJson(*error), /*linger=*/true,
            error->http_status == 413 ? "body" : "framing");
     return;
   }
   connection.state = Connection::State::kReading;
+  connection.body_left = body.length;
   const std::string after_head = connection.head.substr(end);
   std::string().swap(connection.head);
-  if (!chunked) return;
-  connection.chunked.emplace(max_body_bytes_);
-  MeterBody(connection, after_head);
-  if (rest > 0 && connection.state == Connection::State::kReading) {
-    MeterBody(connection, Copy(input, rest_at, rest));
+  if (body.chunked) {
+    connection.chunked.emplace(max_body_bytes_);
+    MeterBody(connection, after_head);
+    if (rest > 0 && connection.state == Connection::State::kReading) {
+      MeterBody(connection, Copy(input, rest_at, rest));
+    }
+    return;
+  }
+  const int64_t arrived = static_cast<int64_t>(after_head.size() + rest);
+  if (arrived > connection.body_left) {
+    connection.pipelined = true;  // the next request came with this one
+  } else {
+    connection.body_left -= arrived;
   }
 }
 
@@ -257,6 +296,7 @@ void OpenAiServer::Impl::MeterBody(Connection& connection, absl::string_view byt
     case ChunkedBodyMeter::Verdict::kMore:
       return;
     case ChunkedBodyMeter::Verdict::kComplete:
+      connection.pipelined = connection.chunked->left_over() > 0;  // the next request's bytes
       connection.chunked.reset();
       return;
     case ChunkedBodyMeter::Verdict::kTooLarge: {

@@ -84,6 +84,10 @@ struct Connection {
   std::string head;   // the request's head so far, while kHead
   // A chunked request body's meter, while kReading one.
   std::optional<ChunkedBodyMeter> chunked;
+  int64_t body_left = 0;  // bytes of a Content-Length body still to arrive, while kReading
+  // The client sent a request's bytes before the previous one was answered (pipelining): from
+  // then on the connection's requests are left to evhttp's own checks.
+  bool pipelined = false;
   std::string refusal;
   absl::string_view refused_for;  // the metric's reason
   bool linger = false;  // after `refusal`, read and discard what the client still sends

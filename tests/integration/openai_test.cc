@@ -567,6 +567,31 @@ TEST_F(OpenAiTest, HttpErrorsBeforeTheHandlerAreJson) {
        "body"},
       {"malformed chunk", post + "Transfer-Encoding: chunked\r\n\r\nzz\r\nxx\r\n", 400,
        "chunked"},
+      {"another transfer coding", post + "Transfer-Encoding: gzip, chunked\r\n\r\n", 400,
+       "Transfer-Encoding"},
+  };
+  // One reply of a kept-alive connection: its head, then as many bytes as it says.
+  auto read_reply = [](RawConnection& connection) {
+    std::string reply;
+    char buffer[4096];
+    size_t body_at = std::string::npos;
+    int64_t length = -1;
+    while (connection.Readable(absl::Seconds(10))) {
+      const ssize_t n = recv(connection.fd(), buffer, 1, 0);  // never past this reply
+      if (n <= 0) break;
+      reply.append(buffer, n);
+      if (body_at == std::string::npos && (body_at = reply.find("\r\n\r\n")) != reply.npos) {
+        body_at += 4;
+        const size_t at = reply.find("Content-Length: ");
+        if (at == std::string::npos ||
+            !absl::SimpleAtoi(reply.substr(at + 16, reply.find("\r\n", at) - at - 16),
+                              &length)) {
+          break;
+        }
+      }
+      if (length >= 0 && reply.size() >= body_at + length) break;
+    }
+    return reply;
   };
   for (const Case& c : cases) {
     for (bool after_a_request : {false, true}) {
@@ -575,24 +600,7 @@ TEST_F(OpenAiTest, HttpErrorsBeforeTheHandlerAreJson) {
       ASSERT_TRUE(connection.connected());
       if (after_a_request) {
         ASSERT_TRUE(connection.Send(served));
-        // The models reply: its head, then as many bytes as it says.
-        std::string reply;
-        char buffer[4096];
-        size_t body_at = std::string::npos;
-        int64_t length = -1;
-        while (connection.Readable(absl::Seconds(10))) {
-          const ssize_t n = recv(connection.fd(), buffer, sizeof(buffer), 0);
-          ASSERT_GT(n, 0);
-          reply.append(buffer, n);
-          if (body_at == std::string::npos && (body_at = reply.find("\r\n\r\n")) != reply.npos) {
-            body_at += 4;
-            const size_t at = reply.find("Content-Length: ");
-            ASSERT_NE(at, std::string::npos);
-            ASSERT_TRUE(absl::SimpleAtoi(
-                reply.substr(at + 16, reply.find("\r\n", at) - at - 16), &length));
-          }
-          if (length >= 0 && reply.size() >= body_at + length) break;
-        }
+        const std::string reply = read_reply(connection);
         ASSERT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << reply;
       }
       connection.Send(c.bytes);  // refused part way, the rest read and discarded
@@ -605,6 +613,18 @@ TEST_F(OpenAiTest, HttpErrorsBeforeTheHandlerAreJson) {
       const Json error = Json::parse(answer.substr(body + 4), nullptr, /*allow_exceptions=*/false);
       ASSERT_TRUE(error.is_object() && error.contains("error")) << answer;
       EXPECT_THAT(error["error"]["message"].get<std::string>(), HasSubstr(c.says));
+    }
+  }
+  // A pipelining client (its requests sent before the answers) is served, not refused.
+  {
+    RawConnection connection(api.port());
+    ASSERT_TRUE(connection.connected());
+    const std::string body = R"({"model": "tiny", "prompt": "to be", "max_tokens": 1})";
+    ASSERT_TRUE(connection.Send(absl::StrCat(served, post, "Content-Length: ", body.size(),
+                                             "\r\n\r\n", body, served)));
+    for (int i = 0; i < 3; ++i) {
+      const std::string reply = read_reply(connection);
+      EXPECT_TRUE(absl::StartsWith(reply, "HTTP/1.1 200")) << i << ": " << reply;
     }
   }
   // The server goes on serving.

@@ -38,8 +38,11 @@ TEST(ChunkedBodyMeterTest, SumsChunksWhateverThePiecesTheyArriveIn) {
   // Not finished: no terminal chunk yet, or its trailers not closed.
   EXPECT_EQ(Feed("5\r\nhello\r\n", 1000, 0), Verdict::kMore);
   EXPECT_EQ(Feed("0\r\nX-Trailer: 1\r\n", 1000, 0), Verdict::kMore);
-  // Bytes after the end (a pipelined request) are not looked at.
+  // Bytes after the end (a pipelined request) are not looked at, only counted.
   EXPECT_EQ(Feed("0\r\n\r\nGET / HTTP/1.1\r\n", 1000, 1), Verdict::kComplete);
+  ChunkedBodyMeter meter(1000);
+  EXPECT_EQ(meter.Feed("1\r\nx\r\n0\r\n\r\nGET"), Verdict::kComplete);
+  EXPECT_EQ(meter.left_over(), 3u);
 }
 
 TEST(ChunkedBodyMeterTest, RefusesABodyOverTheLimitAsSoonAsASizeSaysSo) {

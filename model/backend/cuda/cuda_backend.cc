@@ -343,20 +343,32 @@ absl::StatusOr<int64_t> CudaBackendImpl::StartReadSlot(SlotId slot) {
   LINSERVE_RETURN_IF_ERROR(SetDevice());
   if (free_read_buffers_.empty()) LandOldestRead();
   const int buffer = free_read_buffers_.back();
+  free_read_buffers_.pop_back();
   const size_t offset = static_cast<size_t>(buffer) * static_cast<size_t>(state_bytes_);
   // The device copy follows the steps in flight; the PCIe copy waits for it on the copy stream.
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_staging + offset, SlotState(slot.value),
-                                                static_cast<size_t>(state_bytes_),
-                                                cudaMemcpyDeviceToDevice, stream_.get()));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(read_staged_[buffer].get(), stream_.get()));
-  LINSERVE_CUDA_RETURN_IF_ERROR(
-      cudaStreamWaitEvent(copy_stream_.get(), read_staged_[buffer].get(), 0));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_landing + offset,
-                                                ws_.read_staging + offset,
-                                                static_cast<size_t>(state_bytes_),
-                                                cudaMemcpyDeviceToHost, copy_stream_.get()));
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(read_landed_[buffer].get(), copy_stream_.get()));
-  free_read_buffers_.pop_back();
+  auto enqueue = [&]() -> absl::Status {
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_staging + offset,
+                                                  SlotState(slot.value),
+                                                  static_cast<size_t>(state_bytes_),
+                                                  cudaMemcpyDeviceToDevice, stream_.get()));
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaEventRecord(read_staged_[buffer].get(), stream_.get()));
+    LINSERVE_CUDA_RETURN_IF_ERROR(
+        cudaStreamWaitEvent(copy_stream_.get(), read_staged_[buffer].get(), 0));
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(ws_.read_landing + offset,
+                                                  ws_.read_staging + offset,
+                                                  static_cast<size_t>(state_bytes_),
+                                                  cudaMemcpyDeviceToHost, copy_stream_.get()));
+    LINSERVE_CUDA_RETURN_IF_ERROR(
+        cudaEventRecord(read_landed_[buffer].get(), copy_stream_.get()));
+    return absl::OkStatus();
+  };
+  if (absl::Status enqueued = enqueue(); !enqueued.ok()) {
+    // Whatever part was queued runs before the buffer is handed out again.
+    cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(copy_stream_.get());
+    free_read_buffers_.push_back(buffer);
+    return enqueued;
+  }
   reads_.push_back(
       PendingRead{.ticket = next_ticket_, .buffer = buffer, .position = pool_.position(slot)});
   return next_ticket_++;

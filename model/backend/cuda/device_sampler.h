@@ -16,7 +16,7 @@
 // Tokens to count and dense counts cross PCIe through an arena of pinned memory
 // (CudaWorkspace::count_staging, CountArenaEntries), filled front to back and copied in stream
 // order: a Start with a penalty or a SetSeenCounts waits for nothing unless the arena is full,
-// and then only for the copies out of it.
+// and then for the last copy out of it (and so for the work queued on the stream before it).
 //
 // Enqueues on the stream it is given (always the backend's one stream) and does not wait.
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_DEVICE_SAMPLER_H_
@@ -116,7 +116,7 @@ class DeviceSampler {
   absl::Status CountOnDevice(cudaStream_t stream, int32_t slot, absl::Span<const TokenId> tokens);
   // Stages `values` (at most CountArenaEntries(vocab)) in the arena and enqueues their copy to
   // `dest` (nullptr: the arena's device mirror); returns where they are on the device. Waits for
-  // the copies out of the arena only when it is full.
+  // the last copy out of the arena (and the work before it) only when it is full.
   absl::StatusOr<int32_t*> Upload(cudaStream_t stream, absl::Span<const int32_t> values,
                                   int32_t* dest);
   // Stages the rows' masks in pinned set `set` (index -1 for the rows without one and the
