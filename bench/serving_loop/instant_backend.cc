@@ -133,6 +133,9 @@ absl::Status InstantBackend::StartSampling(SlotId slot, const SamplingParams& pa
                                            absl::Span<const TokenId> observed) {
   if (absl::Status s = pool_.CheckAllocated(slot, "StartSampling: slot"); !s.ok()) return s;
   if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
+  if (absl::Status s = CheckLogitBiasVocabulary(params.logit_bias, config_.vocab_size); !s.ok()) {
+    return s;
+  }
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("StartSampling: top_logprobs = ", top_logprobs,
                                                    " is outside [0, ", kMaxTopLogprobs, "]"));

@@ -16,9 +16,9 @@
 // A token mask (step 0) fits the same picture: a disallowed token's logit is -inf, the lowest
 // key, and a masked row starts from the prefix of every key above it.
 //
-// Values are recomputed from the fp32 logits and the seen counts in every pass (penalty and
-// temperature are a few double operations; exp only where the mass is needed), which costs less
-// than a [rows, vocab] double scratch would in memory traffic. Histograms of mass use 2^-60
+// Values are recomputed from the fp32 logits, the seen counts and the logit biases in every pass
+// (bias, penalty and temperature are a few double operations; exp only where the mass is
+// needed), which costs less than a [rows, vocab] double scratch would in memory traffic. Histograms of mass use 2^-60
 // fixed point so that their atomics are exact and order-independent: the kernel is
 // deterministic, and a CUDA graph replay draws the same tokens as an eager run.
 #include <algorithm>
@@ -121,14 +121,38 @@ struct RowView {
   const float* logits;
   const int32_t* counts;
   const uint32_t* mask;  // nullptr: every token allowed
+  const int32_t* biases;  // the slot's LogitBiasEntries(vocab), read when params.bias_count > 0
   DeviceSamplingParams params;
   int vocab;
   bool penalised;  // UsesPenalty(params): otherwise step 1 is the identity and counts go unread
 
-  // Steps 0 and 1: penalised logit in double, -inf for a token the mask disallows.
+  // Whether step 1 changes any logit.
+  __device__ bool Adjusted() const { return penalised || params.bias_count > 0; }
+
+  // Token t's logit bias (0 when it has none): its bit in the bitmask, then a binary search of
+  // the ascending ids.
+  __device__ double BiasOf(int t) const {
+    const uint32_t* bits = reinterpret_cast<const uint32_t*>(biases);
+    if (((bits[t >> 5] >> (t & 31)) & 1u) == 0) return 0.0;
+    const int32_t* tokens = biases + (vocab + 31) / 32;
+    int lo = 0;
+    int hi = params.bias_count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi) >> 1;
+      if (tokens[mid] < t) {
+        lo = mid + 1;
+      } else {
+        hi = mid;
+      }
+    }
+    return static_cast<double>(__int_as_float(tokens[kMaxDeviceLogitBias + lo]));
+  }
+
+  // Steps 0 and 1: biased, penalised logit in double, -inf for a token the mask disallows.
   __device__ double Penalised(int t) const {
     if (!MaskAllows(mask, t)) return kMinusInf;
     double l = static_cast<double>(logits[t]);
+    if (params.bias_count > 0) l += BiasOf(t);
     const int32_t c = penalised ? counts[t] : 0;
     if (c > 0) {
       const double r = static_cast<double>(params.repetition_penalty);
@@ -630,7 +654,9 @@ __device__ __forceinline__ RowView ViewOfRow(const SampleArgs& args, int row, in
   const int64_t stride = args.logits_stride == 0 ? args.vocab : args.logits_stride;
   return RowView{args.logits + static_cast<int64_t>(row) * stride,
                  args.state.seen_counts + static_cast<int64_t>(slot) * args.vocab,
-                 MaskOfRow(args.masks, row), params, args.vocab, UsesPenalty(params)};
+                 MaskOfRow(args.masks, row),
+                 args.state.biases + static_cast<int64_t>(slot) * LogitBiasEntries(args.vocab),
+                 params, args.vocab, UsesPenalty(params)};
 }
 
 // Writes a row's pick and counts it as seen (thread 0).
@@ -645,7 +671,7 @@ __device__ __forceinline__ void Emit(const SampleArgs& args, int row, int slot, 
 // each later one whose logit is strictly greater". Each thread folds its strided ids (ascending)
 // skipping NaN, the block takes the largest value and the lowest id holding it; that is the
 // host's pick unless the first allowed token's logit is NaN, which the host never replaces.
-// `value` is the penalised logit, in float when step 1 is the identity (float to double is
+// `value` is the biased, penalised logit, in float when step 1 is the identity (float to double is
 // exact and monotone, so the comparisons are the double ones).
 // A thread reads kArgmaxUnroll of its ids before folding them (in ascending order, so the fold
 // is the same): a row is one long chain of dependent loads otherwise, which kept a single row
@@ -691,7 +717,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) 
   if (slot < 0 || args.state.params[slot].temperature != 0.0f) return;
   const RowView view = ViewOfRow(args, row, slot);
   const int token =
-      view.penalised
+      view.Adjusted()
           ? ArgmaxOfRow<double>(view, [&](int t) { return view.Penalised(t); }, dscratch, iscratch)
           : ArgmaxOfRow<float>(view, [&](int t) { return view.logits[t]; }, fscratch, iscratch);
   Emit(args, row, slot, token);

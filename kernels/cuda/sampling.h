@@ -2,12 +2,13 @@
 // only token ids cross PCIe. Greedy rows take a one-pass argmax (ArgmaxKernel, one block per
 // row, ties to the lowest id as the host's fold); the other rows the full algorithm
 // (SampleKernel), on a candidate set when it holds every cut. A row whose parameters apply no
-// penalty never reads the seen counts. It implements model/backend/sampler.h's algorithm step
-// for step (the token mask, penalties, greedy, temperature, top-k, softmax, min-p, top-p, the
-// inverse-CDF walk in ascending id order, one MT19937-64 draw per non-greedy call), in double
-// like the host Sampler. Given the same logits and seed it returns the host Sampler's token
-// except when a cumulative sum lands within rounding (~1e-16) of top_p or of the random draw,
-// since sums are formed in a different order.
+// penalty never reads the seen counts, and one without logit biases never reads its biases. It
+// implements model/backend/sampler.h's algorithm step for step (the token mask, logit biases,
+// penalties, greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in
+// ascending id order, one MT19937-64 draw per non-greedy call), in double like the host
+// Sampler. Given the same logits and seed it returns the host Sampler's token except when a
+// cumulative sum lands within rounding (~1e-16) of top_p or of the random draw, since sums are
+// formed in a different order.
 #ifndef LINSERVE_KERNELS_CUDA_SAMPLING_H_
 #define LINSERVE_KERNELS_CUDA_SAMPLING_H_
 
@@ -37,13 +38,25 @@ struct DeviceSamplingParams {
   float repetition_penalty = 1.0f;
   float presence_penalty = 0.0f;
   float frequency_penalty = 0.0f;
+  // How many of the slot's logit biases (SamplerSlots::biases) apply; 0: none is read.
+  int32_t bias_count = 0;
 };
+
+// Most logit biases a slot holds (model/backend/sampler.h's kMaxLogitBias).
+inline constexpr int kMaxDeviceLogitBias = 300;
+// Int32 entries of one slot's logit biases: a bitmask of the biased tokens (bit t % 32 of word
+// t / 32), then kMaxDeviceLogitBias token ids, ascending, then as many float biases (their
+// bits), of which the first params.bias_count are the slot's.
+LINSERVE_HOST_DEVICE inline int64_t LogitBiasEntries(int vocab) {
+  return (static_cast<int64_t>(vocab) + 31) / 32 + 2 * kMaxDeviceLogitBias;
+}
 
 // Per-slot sampler state on the device. Row r of a launch uses slot slots[r]'s entries.
 struct SamplerSlots {
   DeviceSamplingParams* params = nullptr;  // [slots]
   int32_t* seen_counts = nullptr;          // [slots, vocab]: times each token was seen
   Mt19937_64* rngs = nullptr;              // [slots]
+  int32_t* biases = nullptr;               // [slots, LogitBiasEntries(vocab)]
 };
 
 struct SampleArgs {

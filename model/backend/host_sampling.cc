@@ -38,6 +38,9 @@ absl::Status HostSampling::CheckToken(TokenId token, absl::string_view what) con
 absl::Status HostSampling::Start(SlotId slot, const SamplingParams& params, int32_t top_logprobs,
                                  absl::Span<const TokenId> observed) {
   if (absl::Status s = ValidateSamplingParams(params); !s.ok()) return s;
+  if (absl::Status s = CheckLogitBiasVocabulary(params.logit_bias, vocab_size_); !s.ok()) {
+    return s;
+  }
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("StartSampling: top_logprobs = ", top_logprobs,
                                                    " is outside [0, ", kMaxTopLogprobs, "]"));

@@ -44,6 +44,45 @@ absl::Status ValidateSamplingParams(const SamplingParams& p) {
   if (!(p.frequency_penalty >= -2.0f && p.frequency_penalty <= 2.0f)) {
     return OutOfRange("frequency_penalty", p.frequency_penalty, "[-2, 2] (0 = off)");
   }
+  return ValidateLogitBias(p.logit_bias);
+}
+
+absl::Status ValidateLogitBias(absl::Span<const LogitBias> logit_bias) {
+  if (logit_bias.size() > static_cast<size_t>(kMaxLogitBias)) {
+    return absl::InvalidArgumentError(absl::StrCat("logit_bias: ", logit_bias.size(),
+                                                   " entries exceed the limit of ", kMaxLogitBias));
+  }
+  std::vector<TokenId> tokens;
+  tokens.reserve(logit_bias.size());
+  for (const LogitBias& entry : logit_bias) {
+    if (entry.token < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logit_bias: token ", entry.token, " is not a token id (>= 0)"));
+    }
+    if (!(entry.bias >= -kMaxAbsLogitBias && entry.bias <= kMaxAbsLogitBias)) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias: the bias of token ", entry.token,
+                                                     " = ", entry.bias, " is outside [-",
+                                                     kMaxAbsLogitBias, ", ", kMaxAbsLogitBias,
+                                                     "]"));
+    }
+    tokens.push_back(entry.token);
+  }
+  std::sort(tokens.begin(), tokens.end());
+  if (auto twice = std::adjacent_find(tokens.begin(), tokens.end()); twice != tokens.end()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("logit_bias: token ", *twice, " is biased twice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckLogitBiasVocabulary(absl::Span<const LogitBias> logit_bias, int32_t vocab_size) {
+  for (const LogitBias& entry : logit_bias) {
+    if (entry.token < 0 || entry.token >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat("logit_bias: token ", entry.token,
+                                                     " is outside the vocabulary [0, ",
+                                                     vocab_size, ")"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -80,7 +119,10 @@ TokenId Sampler::Sample(absl::Span<const float> logits, const uint32_t* allowed_
     }
   }
 
-  // 1. Penalties on every seen token.
+  // 1. Biases, then penalties on every seen token.
+  for (const LogitBias& entry : params_.logit_bias) {
+    if (entry.token >= 0 && entry.token < vocab) l[entry.token] += entry.bias;
+  }
   const double r = params_.repetition_penalty;
   const double presence = params_.presence_penalty;
   const double frequency = params_.frequency_penalty;

@@ -7,9 +7,10 @@
 //  0. With a token mask (model/backend/token_mask.h; structured output), the allowed set A is
 //     the tokens it allows, otherwise the whole vocabulary; every step below works on A only
 //     (a token outside A has logit -inf and is never picked).
-//  1. l = logits as double. For every seen token t (prompt + generated, counted c_t times):
-//     repetition: l_t = l_t > 0 ? l_t / r : l_t * r; then l_t -= presence·[c_t > 0] +
-//     frequency·c_t.
+//  1. l = logits as double, plus each logit_bias entry's bias on its token (a token outside A
+//     stays -inf: a bias never lets the mask's refused tokens through). For every seen token t
+//     (prompt + generated, counted c_t times): repetition: l_t = l_t > 0 ? l_t / r : l_t * r;
+//     then l_t -= presence·[c_t > 0] + frequency·c_t.
 //  2. temperature == 0: return argmax l over A (lowest id on ties). No random number is drawn.
 //  3. l /= temperature.
 //  4. top_k > 0: order A by (l desc, id asc), keep the first min(k, |A|).
@@ -21,8 +22,8 @@
 //     the first whose cumulative probability exceeds u (the last survivor if rounding leaves none).
 //  Exactly one rng() draw per non-greedy Sample call. Every sum (softmax denominators,
 //  renormalisations, the walk of step 8) runs sequentially in ascending id order; the cumulative
-//  sum of step 7 runs in that step's (p desc, id asc) order. Seen ids outside [0, vocab) are
-//  ignored.
+//  sum of step 7 runs in that step's (p desc, id asc) order. Seen and biased ids outside
+//  [0, vocab) are ignored (the backends refuse biased ones at StartSampling).
 #ifndef LINSERVE_MODEL_BACKEND_SAMPLER_H_
 #define LINSERVE_MODEL_BACKEND_SAMPLER_H_
 
@@ -36,6 +37,17 @@
 #include "model/types.h"
 
 namespace linserve {
+
+// A bias added to one token's logit before it is picked (OpenAI's logit_bias).
+struct LogitBias {
+  TokenId token = 0;
+  float bias = 0.0f;
+};
+
+// Most logit_bias entries a SamplingParams may carry (OpenAI's limit).
+inline constexpr int32_t kMaxLogitBias = 300;
+// Largest |bias|: -100 bans a token and +100 forces it in practice, as OpenAI documents.
+inline constexpr float kMaxAbsLogitBias = 100.0f;
 
 struct SamplingParams {
   // 0 = greedy (argmax, ties to the lowest id); > 0 scales logits. Default: 1.0.
@@ -54,10 +66,19 @@ struct SamplingParams {
   float frequency_penalty = 0.0f;
   // Seed of the session's random stream. Default: 0.
   uint64_t seed = 0;
+  // Biases added to the logits of the tokens they name (step 1), at most kMaxLogitBias of them,
+  // distinct tokens >= 0 (the backends refuse ids outside the vocabulary), each bias in
+  // [-kMaxAbsLogitBias, kMaxAbsLogitBias]. Logprobs never include them (they are of the raw
+  // logits, as for the penalties). Default: none.
+  std::vector<LogitBias> logit_bias;
 };
 
 // Checks every field; errors name the field and its allowed range.
 absl::Status ValidateSamplingParams(const SamplingParams& params);
+// The logit_bias part of it: the count, each token >= 0 and named once, each bias's range.
+absl::Status ValidateLogitBias(absl::Span<const LogitBias> logit_bias);
+// Every biased token is in [0, vocab_size); the error names the first that is not.
+absl::Status CheckLogitBiasVocabulary(absl::Span<const LogitBias> logit_bias, int32_t vocab_size);
 
 // The top-n (token, log-probability) pairs of the temperature-free distribution.
 struct TokenLogprob {

@@ -54,7 +54,7 @@ class SamplingParams:
     """model/backend/sampler.h's SamplingParams; validate() mirrors ValidateSamplingParams."""
 
     def __init__(self, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, repetition_penalty=1.0,
-                 presence_penalty=0.0, frequency_penalty=0.0, seed=0):
+                 presence_penalty=0.0, frequency_penalty=0.0, seed=0, logit_bias=()):
         self.temperature = _f32(temperature)
         self.top_k = int(top_k)
         self.top_p = _f32(top_p)
@@ -63,6 +63,8 @@ class SamplingParams:
         self.presence_penalty = _f32(presence_penalty)
         self.frequency_penalty = _f32(frequency_penalty)
         self.seed = int(seed) & _MASK64
+        # (token, bias) pairs, the bias rounded to float32 (LogitBias::bias).
+        self.logit_bias = [(int(t), _f32(b)) for t, b in logit_bias]
 
     def validate(self):
         def check(ok, field, value, allowed):
@@ -80,6 +82,13 @@ class SamplingParams:
               "[-2, 2] (0 = off)")
         check(-2 <= self.frequency_penalty <= 2, "frequency_penalty", self.frequency_penalty,
               "[-2, 2] (0 = off)")
+        if len(self.logit_bias) > 300:
+            raise ValueError(f"logit_bias: {len(self.logit_bias)} entries exceed the limit of 300")
+        tokens = [t for t, _ in self.logit_bias]
+        if any(t < 0 for t in tokens) or len(set(tokens)) != len(tokens):
+            raise ValueError("logit_bias: tokens must be distinct ids >= 0")
+        for t, b in self.logit_bias:
+            check(-100 <= b <= 100, f"logit_bias: the bias of token {t}", b, "[-100, 100]")
 
 
 def token_allowed(mask, token):
@@ -114,7 +123,10 @@ class Sampler:
             if not allowed[i]:
                 l[i] = -math.inf
 
-        # 1. Penalties.
+        # 1. Biases, then penalties.
+        for t, b in p.logit_bias:
+            if 0 <= t < vocab:
+                l[t] += b
         r, presence, frequency = p.repetition_penalty, p.presence_penalty, p.frequency_penalty
         for t, c in self.seen_counts.items():
             if t < 0 or t >= vocab:

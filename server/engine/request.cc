@@ -25,7 +25,7 @@ absl::Status CheckTokenIds(const std::vector<TokenId>& ids, absl::string_view fi
   return absl::OkStatus();
 }
 
-absl::Status CheckSampling(const SamplingParams& p) {
+absl::Status CheckSampling(const SamplingParams& p, int32_t vocab_size) {
   if (!std::isfinite(p.temperature) || p.temperature < 0) {
     return Invalid("sampling.temperature",
                    absl::StrCat("must be finite and >= 0, got ", p.temperature));
@@ -51,6 +51,11 @@ absl::Status CheckSampling(const SamplingParams& p) {
     return Invalid("sampling.frequency_penalty",
                    absl::StrCat("must be in [-2, 2], got ", p.frequency_penalty));
   }
+  // Their messages start with "logit_bias: ".
+  for (const absl::Status& status :
+       {ValidateLogitBias(p.logit_bias), CheckLogitBiasVocabulary(p.logit_bias, vocab_size)}) {
+    if (!status.ok()) return absl::InvalidArgumentError(absl::StrCat("sampling.", status.message()));
+  }
   // The sampler's own contract is the final word; its message names the SamplingParams field.
   if (absl::Status status = ValidateSamplingParams(p); !status.ok()) {
     return Invalid("sampling", status.message());
@@ -75,7 +80,7 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
     return Invalid("max_new_tokens", absl::StrCat("must be in [1, ", limits.max_new_tokens,
                                                   "], got ", request.max_new_tokens));
   }
-  if (absl::Status s = CheckSampling(request.sampling); !s.ok()) return s;
+  if (absl::Status s = CheckSampling(request.sampling, config.vocab_size); !s.ok()) return s;
   if (request.stop.size() > static_cast<size_t>(limits.max_stop_strings)) {
     return Invalid("stop", absl::StrCat(request.stop.size(), " stop strings exceed the limit of ",
                                         limits.max_stop_strings));

@@ -116,6 +116,15 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
   if (s.has_repetition_penalty()) out.sampling.repetition_penalty = s.repetition_penalty();
   if (s.has_presence_penalty()) out.sampling.presence_penalty = s.presence_penalty();
   if (s.has_frequency_penalty()) out.sampling.frequency_penalty = s.frequency_penalty();
+  // Bounded before anything is copied; ValidateGenerateRequest checks the entries. Sorted by
+  // token, so that a request's stream does not depend on the map's order.
+  if (s.logit_bias_size() > kMaxLogitBias) {
+    return absl::InvalidArgumentError(absl::StrCat("sampling.logit_bias: ", s.logit_bias_size(),
+                                                   " entries exceed the limit of ", kMaxLogitBias));
+  }
+  for (const auto& [token, bias] : s.logit_bias()) out.sampling.logit_bias.push_back({token, bias});
+  std::sort(out.sampling.logit_bias.begin(), out.sampling.logit_bias.end(),
+            [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
   if (s.has_seed()) {
     out.sampling.seed = s.seed();
   } else {

@@ -1,12 +1,15 @@
 #include "server/transport/openai_request.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <optional>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "model/format/json_parse.h"
@@ -178,6 +181,36 @@ absl::Status SetNumber(const json& body, const char* name, T& field) {
   return absl::OkStatus();
 }
 
+// logit_bias: {"token id": bias, ...}. The count is bounded here, before anything is copied;
+// the ids' vocabulary and the biases' range are the engine's checks (RenameEngineError).
+absl::Status ParseLogitBias(const json& body, SamplingParams& s) {
+  const json* bias = JsonMember(body, "logit_bias");
+  if (bias == nullptr) return absl::OkStatus();
+  if (!bias->is_object()) {
+    return InvalidField("logit_bias", "must be an object mapping token ids (as strings) to biases");
+  }
+  if (bias->size() > static_cast<size_t>(kMaxLogitBias)) {
+    return InvalidField("logit_bias", absl::StrCat(bias->size(), " entries exceed the limit of ",
+                                                   kMaxLogitBias));
+  }
+  for (const auto& [key, value] : bias->items()) {
+    int64_t token = -1;
+    if (key.empty() || !std::all_of(key.begin(), key.end(), absl::ascii_isdigit) ||
+        !absl::SimpleAtoi(key, &token) || token > std::numeric_limits<TokenId>::max()) {
+      return InvalidField("logit_bias",
+                          absl::StrCat("key \"", key.substr(0, 32), "\" is not a token id"));
+    }
+    // Checked as a double: a float cannot hold every JSON number.
+    const double b = value.is_number() ? value.get<double>() : std::nan("");
+    if (!(b >= -kMaxAbsLogitBias && b <= kMaxAbsLogitBias)) {
+      return InvalidField("logit_bias", absl::StrCat("the bias of token ", token,
+                                                     " must be a number in [-100, 100]"));
+    }
+    s.logit_bias.push_back({static_cast<TokenId>(token), static_cast<float>(b)});
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ParseSampling(const json& body, SamplingParams& s) {
   for (const absl::Status& status :
        {SetNumber(body, "temperature", s.temperature), SetNumber(body, "top_p", s.top_p),
@@ -192,6 +225,7 @@ absl::Status ParseSampling(const json& body, SamplingParams& s) {
       JsonBoundedInteger(body, "top_k", -1, std::numeric_limits<int32_t>::max(), "");
   if (!top_k.ok()) return top_k.status();
   if (top_k->has_value()) s.top_k = std::max(**top_k, 0);
+  if (absl::Status status = ParseLogitBias(body, s); !status.ok()) return status;
   absl::StatusOr<std::optional<int64_t>> seed = JsonInteger(body, "seed");
   if (!seed.ok()) return seed.status();
   if (seed->has_value()) {

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
@@ -621,6 +622,100 @@ TEST(CudaBackendTest, TokenMasksGiveTheHostSamplersPicksAndLogprobs) {
   ASSERT_TRUE(gpu->PrefillBatch(items, {.tokens = absl::MakeSpan(picked)}).ok());
   EXPECT_EQ(picked[0], 11);
   EXPECT_EQ(picked[2] % 3, 1) << picked[2];
+}
+
+// Logit biases: each row picks what the host Sampler picks with the same biases (greedy with a
+// ban and a lift, sampled with penalties and filters, under a mask, and a row without biases in
+// the same batch); a fork made with CopySlot carries the biases and picks what its origin picks;
+// a later StartSampling without biases drops them; an id outside the vocabulary is refused.
+TEST(CudaBackendTest, LogitBiasGivesTheHostSamplersPicksForkedAndInABatch) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  ModelConfig config = TinyConfig();
+  config.tie_embeddings = false;
+  const Model model = MakeRandomModel(config, 31);
+  const int64_t vocab = model.config.vocab_size;
+  std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+  ASSERT_NE(gpu, nullptr);
+  auto biases = [vocab](int seed) {
+    std::vector<LogitBias> out;
+    for (int i = 0; i < 40; ++i) {
+      out.push_back({static_cast<TokenId>((seed * 53 + i * 7) % vocab),
+                     i == 0 ? -100.0f : 0.5f * static_cast<float>(i % 9 - 4)});
+    }
+    return out;
+  };
+  std::vector<SamplingParams> settings(4);
+  settings[0].temperature = 0.0f;
+  settings[0].repetition_penalty = 1.2f;
+  settings[0].logit_bias = biases(1);
+  settings[1].temperature = 0.9f;
+  settings[1].top_k = 20;
+  settings[1].top_p = 0.9f;
+  settings[1].presence_penalty = 0.4f;
+  settings[1].seed = 2;
+  settings[1].logit_bias = biases(2);
+  settings[2].seed = 3;
+  settings[2].logit_bias = biases(3);
+  settings[3].temperature = 1.1f;
+  settings[3].seed = 4;
+  const int rows = static_cast<int>(settings.size());
+  std::vector<SlotId> host_slots, device_slots, forks;
+  std::vector<Sampler> samplers;
+  std::vector<TokenId> next;
+  std::vector<float> logits(vocab);
+  for (int r = 0; r < rows; ++r) {
+    const std::vector<int32_t> prompt = RandomTokens(10 + r, vocab, 900 + r);
+    host_slots.push_back(Allocate(*gpu));
+    device_slots.push_back(Allocate(*gpu));
+    forks.push_back(Allocate(*gpu));
+    samplers.emplace_back(settings[r]);
+    samplers.back().Observe(prompt);
+    ASSERT_TRUE(gpu->StartSampling(device_slots[r], settings[r], 0, prompt).ok());
+    ASSERT_TRUE(gpu->Prefill(host_slots[r], prompt, absl::MakeSpan(logits)).ok());
+    TokenId token = -1;
+    ASSERT_TRUE(gpu->PrefillAndSample(device_slots[r], prompt, {.tokens = {&token, 1}}, nullptr)
+                    .ok());
+    ASSERT_EQ(token, samplers[r].Sample(logits)) << "row " << r;
+    ASSERT_TRUE(gpu->CopySlot(device_slots[r], forks[r]).ok());
+    next.push_back(token);
+  }
+  std::vector<TokenId> tokens(2 * rows);
+  for (int step = 0; step < 16; ++step) {
+    SCOPED_TRACE(step);
+    const std::vector<uint32_t> mask = StridedMask(vocab, step, 3);
+    const uint32_t* row2_mask = step % 2 == 0 ? mask.data() : nullptr;
+    std::vector<DecodeItem> batch;
+    for (int r = 0; r < rows; ++r) {
+      batch.push_back({device_slots[r], next[r], r == 2 ? row2_mask : nullptr});
+    }
+    for (int r = 0; r < rows; ++r) batch.push_back({forks[r], next[r], batch[r].allowed_tokens});
+    ASSERT_TRUE(gpu->DecodeAndSample(batch, {.tokens = absl::MakeSpan(tokens)}).ok());
+    for (int r = 0; r < rows; ++r) {
+      const DecodeItem host_item{host_slots[r], next[r]};
+      ASSERT_TRUE(gpu->Decode({&host_item, 1}, absl::MakeSpan(logits)).ok());
+      ASSERT_EQ(tokens[r], samplers[r].Sample(logits, batch[r].allowed_tokens)) << "row " << r;
+      ASSERT_EQ(tokens[rows + r], tokens[r]) << "fork of row " << r;
+      next[r] = tokens[r];
+    }
+  }
+  // Restarted without biases, row 0 is plain greedy with its penalty again.
+  SamplingParams plain = settings[0];
+  plain.logit_bias.clear();
+  ASSERT_TRUE(gpu->StartSampling(device_slots[0], plain, 0, {}).ok());
+  samplers[0].Restart(plain);
+  const DecodeItem host_item{host_slots[0], next[0]};
+  ASSERT_TRUE(gpu->Decode({&host_item, 1}, absl::MakeSpan(logits)).ok());
+  const DecodeItem device_item{device_slots[0], next[0]};
+  TokenId token = -1;
+  ASSERT_TRUE(gpu->DecodeAndSample({&device_item, 1}, {.tokens = {&token, 1}}).ok());
+  EXPECT_EQ(token, samplers[0].Sample(logits));
+
+  SamplingParams outside;
+  outside.logit_bias = {{static_cast<TokenId>(vocab), 1.0f}};
+  const absl::Status status = gpu->StartSampling(forks[0], outside, 0, {});
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(status.message(), HasSubstr(absl::StrCat("logit_bias: token ", vocab,
+                                                       " is outside the vocabulary")));
 }
 
 // A mask that allows no token of the vocabulary is INVALID_ARGUMENT naming the row, before the

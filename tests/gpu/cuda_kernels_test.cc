@@ -8,10 +8,12 @@
 #include <limits>
 #include <optional>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/base/casts.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/blas.h"
@@ -1455,7 +1457,8 @@ SamplePath ExpectedPath(absl::Span<const float> logits, const SamplingParams& p,
 
 // The device sampler against the host Sampler: the same logits and seed give the same tokens,
 // step after step (so the random streams and the seen-token counts advance alike), over every
-// filter and penalty, including logits with many exact ties around the top-k and top-p cuts.
+// filter and penalty, including logits with many exact ties around the top-k and top-p cuts,
+// and with logit biases on a quarter of the rows.
 // With `masked`, two rows in three sample under a token mask that changes every step (the host
 // Sampler gets the same mask) and the others under none. `scale` is the logits' spread: at 2.5
 // every sampled row has more than kSampleCandidates tokens within kSampleCandidateSpan of its
@@ -1495,16 +1498,41 @@ void CheckSamplerMatchesHost(bool masked, float scale = 2.5f) {
   std::vector<Sampler> host;
   std::vector<cuda::Mt19937_64> rngs(rows);
   std::vector<int32_t> counts(static_cast<size_t>(rows) * vocab, 0);
+  const int64_t bias_entries = cuda::LogitBiasEntries(vocab);
+  const int words = (vocab + 31) / 32;
+  std::vector<int32_t> biases(static_cast<size_t>(rows * bias_entries), 0);
   std::vector<int32_t> slots(rows);
   for (int r = 0; r < rows; ++r) {
     SamplingParams p = settings[r % settings.size()];
     p.seed += 100 * (r / settings.size());
-    host.emplace_back(p);
-    params[r] = {
-        p.temperature,      p.top_k, p.top_p, p.min_p, p.repetition_penalty, p.presence_penalty,
-        p.frequency_penalty};
-    rngs[r].Seed(p.seed);
     slots[r] = rows - 1 - r;  // rows address slots in reverse
+    // The second copy's odd rows carry logit biases: 80 tokens, ascending in the device layout,
+    // biases of both signs and one ban, on the prompt's (penalised) tokens too.
+    if (r >= static_cast<int>(settings.size()) && r % 2 == 1) {
+      std::set<TokenId> tokens;
+      std::mt19937_64 pick(500 + r);
+      while (tokens.size() < 80) tokens.insert(static_cast<TokenId>(pick() % vocab));
+      int i = 0;
+      for (TokenId t : tokens) {
+        const float bias = i == 5 ? -100.0f : 0.75f * static_cast<float>(i % 13 - 6);
+        p.logit_bias.push_back({t, bias});
+        int32_t* slot_biases = biases.data() + slots[r] * bias_entries;
+        slot_biases[t / 32] |= static_cast<int32_t>(uint32_t{1} << (t % 32));
+        slot_biases[words + i] = t;
+        slot_biases[words + cuda::kMaxDeviceLogitBias + i] = absl::bit_cast<int32_t>(bias);
+        ++i;
+      }
+    }
+    host.emplace_back(p);
+    params[r] = {p.temperature,
+                 p.top_k,
+                 p.top_p,
+                 p.min_p,
+                 p.repetition_penalty,
+                 p.presence_penalty,
+                 p.frequency_penalty,
+                 static_cast<int32_t>(p.logit_bias.size())};
+    rngs[r].Seed(p.seed);
     // A prompt for the penalties.
     const std::vector<int32_t> prompt = gpu_test::RandomTokens(30, vocab, 30 + r);
     host.back().Observe(prompt);
@@ -1518,10 +1546,9 @@ void CheckSamplerMatchesHost(bool masked, float scale = 2.5f) {
   }
   DeviceArray<cuda::DeviceSamplingParams> params_dev(params_by_slot);
   DeviceArray<cuda::Mt19937_64> rngs_dev(rngs_by_slot);
-  DeviceArray<int32_t> counts_dev(counts), slots_dev(slots), tokens_dev(rows);
+  DeviceArray<int32_t> counts_dev(counts), slots_dev(slots), tokens_dev(rows), biases_dev(biases);
 
   std::mt19937_64 rng(99);
-  const int words = (vocab + 31) / 32;
   std::vector<int> paths(3, 0);  // by SamplePath, unpenalised sampled rows
   for (int step = 0; step < steps; ++step) {
     SCOPED_TRACE(step);
@@ -1546,7 +1573,7 @@ void CheckSamplerMatchesHost(bool masked, float scale = 2.5f) {
     cuda::SampleArgs args;
     args.logits = logits_dev.get();
     args.slots = slots_dev.get();
-    args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+    args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get(), biases_dev.get()};
     if (masked) args.masks = {packed_dev.get(), index_dev.get(), words};
     args.rows = rows;
     args.vocab = vocab;
@@ -1557,7 +1584,7 @@ void CheckSamplerMatchesHost(bool masked, float scale = 2.5f) {
       const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
       const SamplingParams& p = host[r].params();
       if (p.temperature > 0.0f && p.repetition_penalty == 1.0f && p.presence_penalty == 0.0f &&
-          p.frequency_penalty == 0.0f) {
+          p.frequency_penalty == 0.0f && p.logit_bias.empty()) {
         ++paths[static_cast<size_t>(ExpectedPath(
             absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * vocab, vocab), p, mask))];
       }

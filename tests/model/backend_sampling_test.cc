@@ -276,6 +276,10 @@ TEST(BackendSamplingTest, ArgumentsAreCheckedNamingTheField) {
   const TokenId outside[] = {1, kVocab};
   EXPECT_THAT(message_of(b->StartSampling(s, SamplingParams(), 0, outside)),
               HasSubstr("observed[1]"));
+  SamplingParams biased;
+  biased.logit_bias = {{2, 1.0f}, {kVocab, -3.0f}};
+  EXPECT_THAT(message_of(b->StartSampling(s, biased, 0, {})),
+              HasSubstr("logit_bias: token 260 is outside the vocabulary [0, 260)"));
   EXPECT_THAT(message_of(b->StartSampling(SlotId{150}, SamplingParams(), 0, {})),
               HasSubstr("not an allocated slot"));
   const TokenCount negative[] = {{3, -1}};

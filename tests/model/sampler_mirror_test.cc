@@ -100,6 +100,34 @@ std::vector<Case> Cases() {
       /*masked=*/true);
   add(
       0.3f, [](SamplingParams& p) { p.seed = 8; }, /*masked=*/true);
+  // logit_bias: small biases that reorder the top tokens, a ban, on penalised tokens (< 40) too;
+  // greedy, every filter, and under masks (a bias never lets a masked token through).
+  auto biases = [](SamplingParams& p) {
+    p.logit_bias = {{3, 2.5f}, {17, -1.25f}, {100, 3.0f}, {512, -100.0f}, {999, 1.5f}};
+    for (int t = 200; t < 260; ++t) p.logit_bias.push_back({t, 0.25f * static_cast<float>(t % 7)});
+  };
+  add(2.0f, [&](SamplingParams& p) {
+    biases(p);
+    p.temperature = 0.0f;
+    p.repetition_penalty = 1.3f;
+  });
+  add(2.0f, [&](SamplingParams& p) {
+    biases(p);
+    p.temperature = 0.8f;
+    p.top_k = 50;
+    p.top_p = 0.95f;
+    p.min_p = 0.05f;
+    p.presence_penalty = 0.2f;
+    p.seed = 9;
+  });
+  add(
+      2.0f,
+      [&](SamplingParams& p) {
+        biases(p);
+        p.logit_bias.push_back({5, 100.0f});
+        p.seed = 10;
+      },
+      /*masked=*/true);
   return cases;
 }
 
@@ -156,6 +184,8 @@ TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
   nlohmann::json params = nlohmann::json::array();
   for (const Case& c : cases) {
     const SamplingParams& p = c.params;
+    nlohmann::json bias = nlohmann::json::array();
+    for (const LogitBias& entry : p.logit_bias) bias.push_back({entry.token, entry.bias});
     params.push_back({{"temperature", p.temperature},
                       {"top_k", p.top_k},
                       {"top_p", p.top_p},
@@ -164,6 +194,7 @@ TEST(SamplerMirrorTest, PythonMirrorSamplesTheSameTokens) {
                       {"presence_penalty", p.presence_penalty},
                       {"frequency_penalty", p.frequency_penalty},
                       {"seed", p.seed},
+                      {"logit_bias", bias},
                       {"masked", c.masked}});
   }
   std::ofstream(dir.Join("params.json")) << params.dump();

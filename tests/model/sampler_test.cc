@@ -204,6 +204,43 @@ TEST(SamplerTest, PenaltiesIgnoreSeenIdsOutsideTheVocabulary) {
   EXPECT_EQ(s.Sample(std::vector<float>{1.0f, 0.0f}), 0);
 }
 
+TEST(SamplerTest, LogitBiasIsAddedBeforePenaltiesAndNeverLiftsTheMask) {
+  SamplingParams p = Params();
+  p.temperature = 0.0f;
+  p.logit_bias = {{1, 0.75f}};
+  {
+    Sampler s(p);
+    EXPECT_EQ(s.Sample(std::vector<float>{1.0f, 0.5f}), 1);  // 0.5 + 0.75 > 1
+  }
+  // Before the repetition penalty: (2 + 2) / 2 = 2 < 2.5, where 2 / 2 + 2 = 3 would win.
+  p.logit_bias = {{0, 2.0f}};
+  p.repetition_penalty = 2.0f;
+  {
+    Sampler s(p);
+    s.Observe(std::vector<TokenId>{0});
+    EXPECT_EQ(s.Sample(std::vector<float>{2.0f, 2.5f}), 1);
+  }
+  // -100 bans, +100 forces, even when sampling at a high temperature.
+  p = Params(3);
+  p.temperature = 1.5f;
+  p.logit_bias = {{0, -100.0f}};
+  EXPECT_EQ(Histogram(p, {5.0f, 0.0f, 0.0f}, 200).count(0), 0u);
+  p.logit_bias = {{2, 100.0f}};
+  EXPECT_EQ(Histogram(p, {5.0f, 0.0f, 0.0f}, 200), (std::map<TokenId, int>{{2, 200}}));
+  // A masked token stays out whatever its bias.
+  const uint32_t allow_0_and_1 = 0b011;
+  Sampler s(p);
+  for (int i = 0; i < 50; ++i) EXPECT_NE(s.Sample(std::vector<float>{0.0f, 0.0f, 0.0f}, &allow_0_and_1), 2);
+  // Ids outside the vocabulary are ignored by Sample (the backends refuse them at
+  // StartSampling).
+  p.logit_bias = {{7, 100.0f}};
+  Sampler outside(p);
+  EXPECT_LT(outside.Sample(std::vector<float>{0.0f, 1.0f}), 2);
+  EXPECT_THAT(std::string(CheckLogitBiasVocabulary(p.logit_bias, 2).message()),
+              HasSubstr("logit_bias: token 7 is outside the vocabulary [0, 2)"));
+  EXPECT_TRUE(CheckLogitBiasVocabulary(p.logit_bias, 8).ok());
+}
+
 TEST(SamplerTest, SameSeedSameTokensDifferentSeedDifferentTokens) {
   std::mt19937_64 rng(9);
   std::normal_distribution<float> normal;
@@ -263,6 +300,20 @@ TEST(SamplerTest, ValidationNamesTheFieldAndRange) {
   p = {};
   p.frequency_penalty = -2.5f;
   EXPECT_THAT(message(p), HasSubstr("frequency_penalty = -2.5 is outside [-2, 2]"));
+  p = {};
+  p.logit_bias = {{4, 100.5f}};
+  EXPECT_THAT(message(p), HasSubstr("logit_bias: the bias of token 4 = 100.5 is outside [-100, 100]"));
+  p.logit_bias = {{4, NAN}};
+  EXPECT_THAT(message(p), HasSubstr("the bias of token 4"));
+  p.logit_bias = {{-1, 1.0f}};
+  EXPECT_THAT(message(p), HasSubstr("logit_bias: token -1 is not a token id"));
+  p.logit_bias = {{4, 1.0f}, {2, 1.0f}, {4, -1.0f}};
+  EXPECT_THAT(message(p), HasSubstr("logit_bias: token 4 is biased twice"));
+  p.logit_bias.clear();
+  for (int t = 0; t < kMaxLogitBias; ++t) p.logit_bias.push_back({t, -100.0f});
+  EXPECT_TRUE(ValidateSamplingParams(p).ok());
+  p.logit_bias.push_back({kMaxLogitBias, 100.0f});
+  EXPECT_THAT(message(p), HasSubstr("logit_bias: 301 entries exceed the limit of 300"));
 }
 
 TEST(TopLogprobsTest, LogSoftmaxOfRawLogitsMostLikelyFirst) {

@@ -221,5 +221,26 @@ TEST_F(ConvertConstraintTest, ErrorsNameTheField) {
   EXPECT_THAT(std::string(status.message()), HasSubstr("max_text_bytes"));
 }
 
+// logit_bias: the map's entries sorted by token (a map's order is unspecified); more than 300
+// entries are refused before any is copied.
+TEST_F(ConvertConstraintTest, LogitBiasIsSortedByTokenAndBounded) {
+  v1::GenerateRequest in;
+  in.set_text("a");
+  auto& bias = *in.mutable_sampling()->mutable_logit_bias();
+  bias[200] = -100.0f;
+  bias[3] = 1.5f;
+  bias[77] = 0.25f;
+  absl::StatusOr<GenerateRequest> out = FromProto(in, tokenizer_, RequestLimits(), cache_, "id");
+  ASSERT_TRUE(out.ok()) << out.status();
+  std::vector<std::pair<TokenId, float>> got;
+  for (const LogitBias& entry : out->sampling.logit_bias) got.push_back({entry.token, entry.bias});
+  EXPECT_EQ(got, (std::vector<std::pair<TokenId, float>>{{3, 1.5f}, {77, 0.25f}, {200, -100.0f}}));
+  for (int t = 0; t <= kMaxLogitBias; ++t) bias[1000 + t] = 1.0f;
+  const absl::Status status = FromProto(in, tokenizer_, RequestLimits(), cache_, "id").status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()),
+              StartsWith("sampling.logit_bias: 304 entries exceed the limit of 300"));
+}
+
 }  // namespace
 }  // namespace linserve

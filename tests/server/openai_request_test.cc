@@ -2,7 +2,9 @@
 // and the streamed chunks' JSON (end-to-end tests with the official client: tests/clients/openai).
 #include "server/transport/openai_request.h"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -157,6 +159,19 @@ TEST_F(OpenAiRequestTest, FieldsReachTheEngineRequest) {
   EXPECT_EQ(Completion({{"prompt", "a"}})->generate.max_new_tokens, kDefaultMaxNewTokens);
   EXPECT_EQ(Completion({{"prompt", "a"}, {"logprobs", 3}})->generate.top_logprobs, 3);
   EXPECT_EQ(Completion({{"prompt", "a"}})->generate.top_logprobs, 0);
+  // logit_bias: string keys to token ids, the biases as floats.
+  absl::StatusOr<OpenAiRequest> biased =
+      Completion({{"prompt", "a"}, {"logit_bias", {{"7", -100}, {"120", 2.5}}}});
+  ASSERT_TRUE(biased.ok()) << biased.status();
+  std::vector<std::pair<TokenId, float>> got;
+  for (const LogitBias& entry : biased->generate.sampling.logit_bias) {
+    got.push_back({entry.token, entry.bias});
+  }
+  std::sort(got.begin(), got.end());
+  EXPECT_THAT(got, ElementsAre(std::pair<TokenId, float>{7, -100.0f},
+                               std::pair<TokenId, float>{120, 2.5f}));
+  EXPECT_TRUE(Completion({{"prompt", "a"}, {"logit_bias", nullptr}})
+                  ->generate.sampling.logit_bias.empty());
 }
 
 TEST_F(OpenAiRequestTest, ChatFields) {
@@ -206,6 +221,17 @@ TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
   EXPECT_EQ(ParamOf(Chat({{"messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}}})),
             "messages[0].content[0].type");
   EXPECT_EQ(ParamOf(Chat({{"top_logprobs", 2}})), "top_logprobs");
+  for (const json& bias : {json::array({1}), json{{"x1", 1}}, json{{"-1", 1}}, json{{"", 1}},
+                           json{{"99999999999", 1}}, json{{"3", "high"}}, json{{"3", 100.5}},
+                           json{{"3", -1e300}}}) {
+    SCOPED_TRACE(bias.dump());
+    EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"logit_bias", bias}})), "logit_bias");
+  }
+  json many = json::object();
+  for (int t = 0; t <= kMaxLogitBias; ++t) many[std::to_string(t)] = 1;
+  const absl::StatusOr<OpenAiRequest> too_many = Completion({{"prompt", "a"}, {"logit_bias", many}});
+  EXPECT_EQ(ParamOf(too_many), "logit_bias");
+  EXPECT_THAT(too_many.status().message(), HasSubstr("301 entries exceed the limit of 300"));
   // Integers from 2^63 to 2^64 - 1 (nlohmann's unsigned) are out of range, never wrapped to a
   // negative (-1 would mean "off" for top_k).
   for (const char* field : {"max_tokens", "top_k", "seed"}) {
@@ -365,6 +391,11 @@ TEST_F(OpenAiRequestTest, EngineErrorsAreRenamed) {
       "prompt[2]: x");
   EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("top_logprobs: x"), completion).message(),
             "logprobs: x");
+  EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError(
+                                  "sampling.logit_bias: token 9 is outside the vocabulary [0, 5)"),
+                              completion)
+                .message(),
+            "logit_bias: token 9 is outside the vocabulary [0, 5)");
   EXPECT_EQ(RenameEngineError(absl::NotFoundError("session gone"), completion).message(),
             "session gone");
   const OpenAiRequest constrained = *Chat({{"guided_regex", "a"}});

@@ -66,6 +66,14 @@ TEST_F(ValidateGenerateRequestTest, NamesEveryInvalidField) {
                 "[-2, 2]");
   ExpectInvalid([](auto& r) { r.sampling.frequency_penalty = -3; },
                 "sampling.frequency_penalty", "[-2, 2]");
+  ExpectInvalid([](auto& r) { r.sampling.logit_bias = {{3, 1.0f}, {260, 1.0f}}; },
+                "sampling.logit_bias", "token 260 is outside the vocabulary [0, 260)");
+  ExpectInvalid([](auto& r) { r.sampling.logit_bias = {{3, 101.0f}}; }, "sampling.logit_bias",
+                "[-100, 100]");
+  ExpectInvalid([](auto& r) { r.sampling.logit_bias = {{3, 1.0f}, {3, 2.0f}}; },
+                "sampling.logit_bias", "token 3 is biased twice");
+  ExpectInvalid([](auto& r) { r.sampling.logit_bias.assign(301, {1, 1.0f}); },
+                "sampling.logit_bias", "301 entries exceed the limit of 300");
   ExpectInvalid([](auto& r) { r.stop.assign(17, "x"); }, "stop", "16");
   ExpectInvalid([](auto& r) { r.stop = {"ok", ""}; }, "stop[1]", "empty");
   ExpectInvalid([](auto& r) { r.stop = {std::string(257, 'x')}; }, "stop[0]", "256");

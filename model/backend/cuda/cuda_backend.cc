@@ -443,6 +443,7 @@ absl::Status CudaBackendImpl::StartSampling(SlotId slot, const SamplingParams& p
                                             absl::Span<const TokenId> observed) {
   LINSERVE_RETURN_IF_ERROR(pool_.CheckAllocated(slot, "StartSampling: slot"));
   LINSERVE_RETURN_IF_ERROR(ValidateSamplingParams(params));
+  LINSERVE_RETURN_IF_ERROR(CheckLogitBiasVocabulary(params.logit_bias, config().vocab_size));
   if (top_logprobs < 0 || top_logprobs > kMaxTopLogprobs) {
     return absl::InvalidArgumentError(absl::StrCat("StartSampling: top_logprobs = ", top_logprobs,
                                                    " is outside [0, ", kMaxTopLogprobs, "]"));

@@ -72,6 +72,9 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t sampler_rngs = sampler_layout.Reserve(slots * sizeof(cuda::Mt19937_64));
   const size_t sampler_counts =
       sampler_layout.Reserve(slots * static_cast<size_t>(vocab) * sizeof(int32_t));
+  const size_t sampler_biases = sampler_layout.Reserve(
+      slots * static_cast<size_t>(cuda::LogitBiasEntries(static_cast<int>(vocab))) *
+      sizeof(int32_t));
   const int64_t sampler_bytes = static_cast<int64_t>(sampler_layout.size());
 
   const int64_t d = config.d_model;
@@ -140,6 +143,7 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.sampler.params = reinterpret_cast<cuda::DeviceSamplingParams*>(sampler_base + sampler_params);
   ws.sampler.rngs = reinterpret_cast<cuda::Mt19937_64*>(sampler_base + sampler_rngs);
   ws.sampler.seen_counts = reinterpret_cast<int32_t*>(sampler_base + sampler_counts);
+  ws.sampler.biases = reinterpret_cast<int32_t*>(sampler_base + sampler_biases);
 
   absl::StatusOr<DeviceBuffer> activations =
       DeviceBuffer::Allocate(work.size(), absl::StrCat("the activations (", rows, " rows)"));

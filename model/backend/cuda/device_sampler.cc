@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <limits>
 
+#include "absl/base/casts.h"
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/logprobs.h"
@@ -19,10 +20,13 @@ DeviceSampler::DeviceSampler(int32_t capacity, int32_t vocab, const CudaWorkspac
       ready_(static_cast<size_t>(capacity), 0),
       top_logprobs_(static_cast<size_t>(capacity), 0),
       greedy_(static_cast<size_t>(capacity), 0),
+      bias_counts_(static_cast<size_t>(capacity), 0),
       pending_(static_cast<size_t>(capacity)),
       arena_entries_(CountArenaEntries(vocab)) {}
 
 namespace {
+
+static_assert(cuda::kMaxDeviceLogitBias == kMaxLogitBias);
 
 bool UsesPenalty(const SamplingParams& p) {
   return p.repetition_penalty != 1.0f || p.presence_penalty != 0.0f ||
@@ -40,6 +44,7 @@ bool DeviceSampler::StartCounts(int32_t slot, const SamplingParams& params,
 
 void DeviceSampler::Forget(int32_t slot) {
   ready_[static_cast<size_t>(slot)] = 0;
+  bias_counts_[static_cast<size_t>(slot)] = 0;
   pending_[static_cast<size_t>(slot)] = {};
 }
 
@@ -62,6 +67,12 @@ absl::Status DeviceSampler::EnqueueCopy(cudaStream_t s, int32_t from, int32_t to
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(sampler.params + to, sampler.params + from,
                                                   sizeof(cuda::DeviceSamplingParams),
                                                   cudaMemcpyDeviceToDevice, s));
+    if (bias_counts_[static_cast<size_t>(from)] > 0) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(
+          cudaMemcpyAsync(biases(to), biases(from),
+                          static_cast<size_t>(cuda::LogitBiasEntries(vocab_)) * sizeof(int32_t),
+                          cudaMemcpyDeviceToDevice, s));
+    }
   }
   return absl::OkStatus();
 }
@@ -72,6 +83,7 @@ void DeviceSampler::CopySettings(int32_t from, int32_t to) {
   ready_[t] = ready_[f];
   top_logprobs_[t] = top_logprobs_[f];
   greedy_[t] = greedy_[f];
+  bias_counts_[t] = bias_counts_[f];
   pending_[t] = pending_[f];  // EnqueueCopy copied the device counts: with these, the history
 }
 
@@ -85,9 +97,12 @@ absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingPa
   device_params.repetition_penalty = params.repetition_penalty;
   device_params.presence_penalty = params.presence_penalty;
   device_params.frequency_penalty = params.frequency_penalty;
+  device_params.bias_count = static_cast<int32_t>(params.logit_bias.size());
+  if (device_params.bias_count > 0) LINSERVE_RETURN_IF_ERROR(UploadBiases(s, slot, params));
   LINSERVE_RETURN_IF_ERROR(
       cuda::LaunchStartSampling(s, ws_.sampler, slot, device_params, params.seed));
   const size_t at = static_cast<size_t>(slot);
+  bias_counts_[at] = device_params.bias_count;
   std::vector<TokenId>& pending = pending_[at];
   pending.insert(pending.end(), observed.begin(), observed.end());
   if (StartCounts(slot, params, {})) {
@@ -98,6 +113,25 @@ absl::Status DeviceSampler::Start(cudaStream_t s, int32_t slot, const SamplingPa
   top_logprobs_[at] = top_logprobs;
   greedy_[at] = params.temperature == 0.0f ? 1 : 0;
   return absl::OkStatus();
+}
+
+absl::Status DeviceSampler::UploadBiases(cudaStream_t s, int32_t slot,
+                                         const SamplingParams& params) {
+  // The layout of cuda::LogitBiasEntries: the bitmask, the ids ascending, their biases.
+  const int32_t words = TokenMaskWords(vocab_);
+  bias_staging_.assign(static_cast<size_t>(cuda::LogitBiasEntries(vocab_)), 0);
+  std::vector<LogitBias> sorted = params.logit_bias;
+  std::sort(sorted.begin(), sorted.end(),
+            [](const LogitBias& a, const LogitBias& b) { return a.token < b.token; });
+  for (size_t i = 0; i < sorted.size(); ++i) {
+    const TokenId t = sorted[i].token;
+    bias_staging_[static_cast<size_t>(t / 32)] |= static_cast<int32_t>(uint32_t{1} << (t % 32));
+    bias_staging_[static_cast<size_t>(words) + i] = t;
+    bias_staging_[static_cast<size_t>(words + cuda::kMaxDeviceLogitBias) + i] =
+        absl::bit_cast<int32_t>(sorted[i].bias);
+  }
+  absl::StatusOr<int32_t*> uploaded = Upload(s, bias_staging_, biases(slot));
+  return uploaded.status();
 }
 
 absl::StatusOr<int32_t*> DeviceSampler::Upload(cudaStream_t s, absl::Span<const int32_t> values,

@@ -13,7 +13,7 @@
 // on the device) and launches no count kernel; a later Start with a penalty counts them first,
 // so the counts are always the slot's whole history when a penalty reads them.
 //
-// Tokens to count and dense counts cross PCIe through an arena of pinned memory
+// Tokens to count, dense counts and logit biases cross PCIe through an arena of pinned memory
 // (CudaWorkspace::count_staging, CountArenaEntries), filled front to back and copied in stream
 // order: a Start with a penalty or a SetSeenCounts waits for nothing unless the arena is full,
 // and then for the last copy out of it (and so for the work queued on the stream before it).
@@ -33,6 +33,7 @@
 #include "absl/types/span.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/row_masks.h"
+#include "kernels/cuda/sampling.h"
 #include "model/backend/backend.h"
 #include "model/backend/cuda/cuda_workspace.h"
 #include "model/backend/sampler.h"
@@ -48,15 +49,17 @@ class DeviceSampler {
   // Zeroes the slot's seen counts; it has no parameters until the next Start.
   absl::Status EnqueueClear(cudaStream_t stream, int32_t slot);
   void Forget(int32_t slot);
-  // Copies `from`'s seen counts to `to`, and its parameters and random stream when it has them.
+  // Copies `from`'s seen counts to `to`, and its parameters, logit biases and random stream when
+  // it has them.
   // Once the stream has run it, CopySettings(from, to) makes `to` sample as `from` does.
   absl::Status EnqueueCopy(cudaStream_t stream, int32_t from, int32_t to) const;
   void CopySettings(int32_t from, int32_t to);
 
-  // Sets the slot's parameters (already validated) and seeds its stream on the device (one
-  // kernel, its arguments by value), and adds `observed` (tokens in the vocabulary) to its
-  // counts: pending while no penalty needs them, else with the pending ones through the arena
-  // and the count kernel (StartCounts says which).
+  // Sets the slot's parameters (already validated, logit biases in the vocabulary) and seeds its
+  // stream on the device (one kernel, its arguments by value), uploads its logit biases when it
+  // has any (through the arena), and adds `observed` (tokens in the vocabulary) to its counts:
+  // pending while no penalty needs them, else with the pending ones through the arena and the
+  // count kernel (StartCounts says which).
   absl::Status Start(cudaStream_t stream, int32_t slot, const SamplingParams& params,
                      int32_t top_logprobs, absl::Span<const TokenId> observed);
   // Replaces the slot's seen counts (tokens in the vocabulary, counts >= 0, summed per token and
@@ -109,6 +112,11 @@ class DeviceSampler {
   int32_t* counts(int32_t slot) const {
     return ws_.sampler.seen_counts + static_cast<int64_t>(slot) * vocab_;
   }
+  int32_t* biases(int32_t slot) const {
+    return ws_.sampler.biases + static_cast<int64_t>(slot) * cuda::LogitBiasEntries(vocab_);
+  }
+  // Uploads params.logit_bias (non-empty) as the slot's biases, through the arena.
+  absl::Status UploadBiases(cudaStream_t stream, int32_t slot, const SamplingParams& params);
   // Whether Start(slot, params, ..., observed) counts on the device.
   bool StartCounts(int32_t slot, const SamplingParams& params,
                    absl::Span<const TokenId> observed) const;
@@ -130,6 +138,8 @@ class DeviceSampler {
   std::vector<char> ready_;            // per slot: Start since cleared
   std::vector<int32_t> top_logprobs_;  // per slot
   std::vector<char> greedy_;           // per slot: temperature 0 since the last Start
+  std::vector<int32_t> bias_counts_;   // per slot: logit biases since the last Start
+  std::vector<int32_t> bias_staging_;  // Start's upload of logit biases, LogitBiasEntries
   // Per slot: observed tokens not yet in the device counts (the slot's parameters use no
   // penalty), fewer than vocab.
   std::vector<std::vector<TokenId>> pending_;

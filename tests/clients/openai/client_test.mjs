@@ -92,6 +92,28 @@ test('completions: every sampling field, seeded sampling repeats, logprobs', asy
   assert.equal(other.usage.completion_tokens, 16);
 });
 
+test('logit_bias: +100 forces a token and -100 bans it, greedy, sampled and streamed', async () => {
+  // Token 3 is "\n", a piece of its own in the bundled tokenizer (reference/train_tokenizer.py).
+  const prompt = 'ROMEO:\n';
+  const forced = await client.completions.create({
+    model, prompt, max_tokens: 4, temperature: 0, logit_bias: { 3: 100 } });
+  assert.equal(forced.choices[0].text, '\n\n\n\n');
+  const sampled = await client.completions.create({
+    model, prompt, max_tokens: 4, temperature: 1.5, seed: 5, logit_bias: { 3: 100 } });
+  assert.equal(sampled.choices[0].text, '\n\n\n\n');
+  const plain = await client.completions.create({ model, prompt, max_tokens: 64, temperature: 0 });
+  assert.ok(plain.choices[0].text.includes('\n'), plain.choices[0].text);
+  const banned = await client.completions.create({
+    model, prompt, max_tokens: 64, temperature: 0, logit_bias: { 3: -100 } });
+  assert.equal(banned.usage.completion_tokens, 64);
+  assert.ok(!banned.choices[0].text.includes('\n'), banned.choices[0].text);
+  const streamed = await collect(await client.chat.completions.create({
+    model, max_tokens: 64, temperature: 0, stream: true, logit_bias: { 3: -100 },
+    messages: [{ role: 'user', content: 'Speak.' }] }));
+  const text = streamed.map((c) => c.choices[0]?.delta?.content ?? '').join('');
+  assert.ok(text.length > 0 && !text.includes('\n'), text);
+});
+
 test('completions: a stop string ends the text before it', async () => {
   const r = await client.completions.create({
     model, prompt: 'ROMEO:\n', temperature: 0, max_tokens: 200, stop: '\n' });
@@ -197,6 +219,9 @@ test('errors: OpenAI JSON with the field and the status', async () => {
     [{ model, prompt: '' }, 400, 'prompt'],
     [{ model, prompt: [5000000] }, 400, 'prompt[0]'],
     [{ model, prompt: 'x', seed: 'one' }, 400, 'seed'],
+    [{ model, prompt: 'x', logit_bias: { 2048: 1 } }, 400, 'logit_bias'],
+    [{ model, prompt: 'x', logit_bias: { 5: 101 } }, 400, 'logit_bias'],
+    [{ model, prompt: 'x', logit_bias: { five: 1 } }, 400, 'logit_bias'],
   ];
   for (const [body, status, param, code] of cases) {
     await assert.rejects(client.completions.create(body), (e) => {

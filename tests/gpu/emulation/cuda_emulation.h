@@ -86,6 +86,7 @@ inline unsigned long long __double2ull_rn(double x) {
   return static_cast<unsigned long long>(std::nearbyint(x));
 }
 inline long long __double_as_longlong(double x) { return std::bit_cast<long long>(x); }
+inline float __int_as_float(int x) { return std::bit_cast<float>(x); }
 using std::fmax;
 using std::fmin;
 using std::max;
