@@ -36,13 +36,14 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 # backend); the engine thread against the device thread of the CPU stand-in for a GPU's timing
 # (launch-ahead) and against its emitter threads (the sink calls); the persister's writer
 # thread against the store reading records back; the load generator; the constraint cache and
-# its masks shared by transport threads and the engine thread. Not
+# its masks shared by transport threads and the engine thread; a scored prompt's tokens handed to
+# the emitter threads. Not
 # the gRPC integration tests: gRPC hands work between its threads through synchronisation TSan
 # cannot see in Debian's uninstrumented build (tests/sanitizers/README.md).
 tsan_tests=(cpu_kernels_test weight_formats_test int8_linear_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
-            engine_constraint_test engine_overlap_test emitter_test)
+            engine_constraint_test engine_prompt_logprobs_test engine_overlap_test emitter_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 # The GPU tests run under the CUDA emulation (tests/gpu/emulation/README.md) in the cuda stage:

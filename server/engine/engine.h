@@ -80,6 +80,11 @@
 
 namespace linserve {
 
+// Most logits (floats) one scored prefill chunk returns (Engine::ScorePrefill): 64 MiB, so a
+// prompt whose logprobs are asked for is fed 2^24 / vocab_size positions at a time at most
+// (8,192 with a 2,048-token vocabulary, 333 with GPT-2's).
+inline constexpr int64_t kScoredLogitFloats = int64_t{1} << 24;
+
 class Engine {
  public:
   template <typename T>
@@ -197,8 +202,15 @@ class Engine {
   // Ends the jobs in finished_: OK with their finish reason, or kError with Job::failure().
   void CompleteFinished();
   // Feeds the step's prompt chunks in one Backend::PrefillBatch call; the prompts that end in
-  // it get their first token.
+  // it get their first token. A job that scores its prompt (prompt_logprobs) has its chunks
+  // before the last token fed on their own by ScorePrefill instead.
   void RunPrefill(absl::Span<const PrefillChunk> chunks);
+  // Feeds the next `n` (> 0) of the job's scored tokens with Backend::Prefill returning every
+  // position's logits (at most kScoredLogitFloats / vocab_size positions), and hands the prompt
+  // tokens they score to its sink; a job that generates nothing ends once its prompt is fed.
+  // Fails the job on a backend error.
+  // Returns the tokens fed (0 when the job failed).
+  int64_t ScorePrefill(Job& job, int64_t n);
   // Hands `token` (row `row` of `logprobs` and `top_logprobs`) to `job` (Job::Emit) and counts
   // it.
   std::optional<FinishReason> EmitSampled(Job& job, TokenId token, float logprob,
@@ -276,6 +288,9 @@ class Engine {
   DecodeStep prefill_sample_;
   std::vector<PrefillItem> prefill_items_;
   std::vector<Job*> prefill_jobs_;
+  // ScorePrefill's logits (at most kScoredLogitFloats) and top-n scratch, grown on first use.
+  std::vector<float> scored_logits_;
+  std::vector<int32_t> scored_ids_;
   // Per-step scratch, sized once: no allocation in a step.
   std::vector<JobView> views_;
   StepPlan plan_;

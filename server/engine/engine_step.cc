@@ -227,6 +227,31 @@ void Engine::DropDecodeRows(Job& job) {
   }
 }
 
+int64_t Engine::ScorePrefill(Job& job, int64_t n) {
+  const int64_t vocab = backend_->config().vocab_size;
+  n = std::min(n, std::max<int64_t>(1, kScoredLogitFloats / vocab));
+  const int64_t first = job.fed();
+  scored_logits_.resize(static_cast<size_t>(n * vocab));
+  const absl::Span<float> logits = absl::MakeSpan(scored_logits_).subspan(0, n * vocab);
+  const SlotId slot = *job.session()->slot;
+  if (absl::Status s = backend_->Prefill(slot, job.PeekPrefill(static_cast<int32_t>(n)), logits);
+      !s.ok()) {
+    FailOnBackendError(job.id(), s);
+    return 0;
+  }
+  job.PrefillDone(static_cast<int32_t>(n));
+  metrics_.prefill_chunk.Observe(static_cast<double>(n));
+  if (planner_.IsCheckpoint(job, job.fed())) {
+    ScopedStepPhase phase(phases_, StepPhase::kExports);
+    planner_.Checkpoint(job, slot, job.fed());
+  }
+  job.ScorePrompt(first, n, logits, emitter_, scored_ids_);
+  if (job.prefill_remaining() == 0 && !job.samples()) {
+    Complete(Extract(job.id()), absl::OkStatus(), FinishReason::kLength);
+  }
+  return n;
+}
+
 void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   prefill_items_.clear();
   prefill_jobs_.clear();
@@ -235,8 +260,10 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   for (const PrefillChunk& chunk : chunks) {
     Job* job = jobs_.at(chunk.id);
     // Looked up at the job's first chunk rather than at admission, so that requests admitted
-    // together find what the earlier ones (fed in earlier steps) left.
-    if (job->prefill_remaining() == static_cast<int64_t>(job->feed().size())) {
+    // together find what the earlier ones (fed in earlier steps) left. A job that scores its
+    // prompt feeds all of it: a cached prefix would skip positions whose logprobs it needs.
+    if (job->prefill_remaining() == static_cast<int64_t>(job->feed().size()) &&
+        !job->scores_prompt()) {
       if (absl::Status s = planner_.Reuse(*job); !s.ok()) {
         FailOnBackendError(chunk.id, s);
         continue;
@@ -245,10 +272,19 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     // A chunk ends at the next prefix checkpoint inside it; the rest goes in the next step.
     const int32_t n =
         static_cast<int32_t>(std::min<int64_t>(chunk.tokens, planner_.NextCheckpoint(*job)));
-    // The last chunk of a prompt yields the first token.
+    if (job->scores_prompt()) {
+      if (job->fed() < job->scored_feed()) {
+        tokens += ScorePrefill(*job, std::min<int64_t>(n, job->scored_feed() - job->fed()));
+        continue;
+      }
+      // The sampling chunk: a first prompt token with nothing before it is still unscored.
+      job->ScorePrompt(job->fed(), 0, {}, emitter_, scored_ids_);
+    }
+    // The last chunk of a prompt yields the first token, when the job generates any.
     const bool last = n == job->prefill_remaining();
+    const bool sample = last && job->samples();
     const uint32_t* allowed = nullptr;
-    if (last && job->constrained()) {
+    if (sample && job->constrained()) {
       const absl::Span<uint32_t> mask = prefill_sample_.Mask(sampled);
       if (absl::Status s = job->FillMask(mask); !s.ok()) {
         Complete(Extract(chunk.id), s, FinishReason::kError);  // nothing sampled is unsent
@@ -258,14 +294,15 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     }
     prefill_items_.push_back({.slot = *job->session()->slot,
                               .tokens = job->PeekPrefill(n),
-                              .sample = last,
+                              .sample = sample,
                               .allowed_tokens = allowed});
     prefill_jobs_.push_back(job);
-    sampled += last ? 1 : 0;
+    sampled += sample ? 1 : 0;
     tokens += n;
     metrics_.prefill_chunk.Observe(n);
   }
   metrics_.prefill_step.Observe(static_cast<double>(tokens));
+  if (prefill_items_.empty()) return;  // every chunk was scored (ScorePrefill) or failed
   DecodeStep& out = prefill_sample_;
   if (absl::Status status = backend_->PrefillBatch(prefill_items_, out.Output(sampled));
       !status.ok()) {
@@ -284,7 +321,13 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
       ScopedStepPhase phase(phases_, StepPhase::kExports);
       planner_.Checkpoint(*job, prefill_items_[i].slot, position);
     }
-    if (!prefill_items_[i].sample) continue;
+    if (!prefill_items_[i].sample) {
+      // A job that generates nothing ends with its prompt.
+      if (job->prefill_remaining() == 0 && !job->samples()) {
+        finished_.emplace_back(job->id(), FinishReason::kLength);
+      }
+      continue;
+    }
     job->set_last_token_step(step_);
     if (absl::Status s = job->Sampled(out.tokens[row]); !s.ok()) {
       ++row;

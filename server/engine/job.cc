@@ -15,7 +15,8 @@ Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, con
       model_(model),
       submit_time_(submit_time),
       detokenizer_(*model.tokenizer),
-      stop_matcher_(request_.stop) {
+      stop_matcher_(request_.stop),
+      prompt_detokenizer_(*model.tokenizer) {
   usage_.seed = request_.sampling.seed;
 }
 
@@ -51,6 +52,7 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
   if (add_bos) feed_.push_back(model_.config.bos_token_id);
   feed_.insert(feed_.end(), request_.prompt.begin(), request_.prompt.end());
   history.Append(new_prompt_tokens());
+  prompt_scored_ = static_cast<int64_t>(feed_.size() - request_.prompt.size());
   usage_.prompt_tokens = static_cast<int32_t>(feed_.size() - prompt_start_);
   usage_.session_tokens = history.num_tokens();
 
@@ -76,6 +78,33 @@ std::vector<TokenId> Job::History(int64_t n) const {
   const int64_t sampled = n - static_cast<int64_t>(tokens.size());
   tokens.insert(tokens.end(), sampled_tokens_.begin(), sampled_tokens_.begin() + sampled);
   return tokens;
+}
+
+void Job::ScorePrompt(int64_t first, int64_t n, absl::Span<const float> logits,
+                      Emitter& emitter, std::vector<int32_t>& ids) {
+  const int64_t vocab = model_.config.vocab_size;
+  const int32_t alternatives = request_.prompt_logprobs;
+  const int64_t end = static_cast<int64_t>(feed_.size());
+  std::vector<PromptToken> scored;
+  // Position p's logprob is in the logits of position p - 1.
+  for (; prompt_scored_ < end && prompt_scored_ <= first + n; ++prompt_scored_) {
+    const int64_t p = prompt_scored_;
+    PromptToken token;
+    token.id = feed_[static_cast<size_t>(p)];
+    if (p >= 1) {
+      const int64_t row = p - 1 - first;
+      if (row < 0) break;  // its logits came before this chunk: never, chunks come in order
+      const absl::Span<const float> row_logits = logits.subspan(row * vocab, vocab);
+      token.logprob = LogProbOf(row_logits, token.id);
+      token.top_logprobs.resize(static_cast<size_t>(alternatives));
+      TopLogprobsInto(row_logits, alternatives, nullptr, ids, token.top_logprobs.data());
+    }
+    token.text = prompt_detokenizer_.Push(token.id);
+    if (p + 1 == end) token.text += prompt_detokenizer_.Flush();
+    scored.push_back(std::move(token));
+  }
+  if (scored.empty()) return;
+  emitter.Post(id_, [sink = sink_, scored = std::move(scored)]() { sink->OnPromptTokens(scored); });
 }
 
 void Job::DecodeDone(bool fed_ahead) {

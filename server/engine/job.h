@@ -76,6 +76,26 @@ class Job {
   absl::Span<const TokenId> PeekPrefill(int32_t n) const;
   // Records that `n` prefill tokens reached the model.
   void PrefillDone(int32_t n) { fed_ += n; }
+  // Tokens of feed() already fed (or skipped as a cached prefix).
+  int64_t fed() const { return fed_; }
+  // Whether the job picks tokens once the prompt is fed (max_new_tokens > 0); a job that does
+  // not ends when its prompt is fed.
+  bool samples() const { return request_.max_new_tokens > 0; }
+
+  // ---- Prompt logprobs (request().prompt_logprobs >= 0) ----
+  bool scores_prompt() const { return request_.prompt_logprobs >= 0; }
+  // The tokens to feed through a prefill that returns every position's logits: all of them
+  // but the last when the job samples (the last one's logits are the first pick's).
+  int64_t scored_feed() const {
+    return static_cast<int64_t>(feed_.size()) - (samples() ? 1 : 0);
+  }
+  // The chunk feed()[first, first + n) was fed and `logits` holds its n positions' logits
+  // (vocab_size floats each, row-major): hands the sink every prompt token whose logprob they
+  // complete (and a first prompt token that has nothing before it), through `emitter`. `ids`:
+  // the caller's scratch. Chunks come in feed order.
+  void ScorePrompt(int64_t first, int64_t n, absl::Span<const float> logits, Emitter& emitter,
+                   std::vector<int32_t>& ids);
+
   // The token to feed in the next decode step (the last sampled one).
   TokenId decode_token() const { return *last_token_; }
   // Records that a decode step was launched for the job: it fed the last sampled token (which
@@ -177,6 +197,10 @@ class Job {
 
   StreamingDetokenizer detokenizer_;
   StopMatcher stop_matcher_;
+  // With scores_prompt(): the next feed position whose prompt token the sink has not been
+  // handed (from the request's first prompt token on), and the prompt's own detokenizer.
+  int64_t prompt_scored_ = 0;
+  StreamingDetokenizer prompt_detokenizer_;
 };
 
 }  // namespace linserve

@@ -76,8 +76,8 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
       !s.ok()) {
     return s;
   }
-  if (request.max_new_tokens < 1 || request.max_new_tokens > limits.max_new_tokens) {
-    return Invalid("max_new_tokens", absl::StrCat("must be in [1, ", limits.max_new_tokens,
+  if (request.max_new_tokens < 0 || request.max_new_tokens > limits.max_new_tokens) {
+    return Invalid("max_new_tokens", absl::StrCat("must be in [0, ", limits.max_new_tokens,
                                                   "], got ", request.max_new_tokens));
   }
   if (absl::Status s = CheckSampling(request.sampling, config.vocab_size); !s.ok()) return s;
@@ -110,6 +110,10 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
   if (request.top_logprobs < 0 || request.top_logprobs > max_logprobs) {
     return Invalid("top_logprobs", absl::StrCat("must be in [0, ", max_logprobs, "], got ",
                                                 request.top_logprobs));
+  }
+  if (request.prompt_logprobs < -1 || request.prompt_logprobs > max_logprobs) {
+    return Invalid("prompt_logprobs", absl::StrCat("must be in [0, ", max_logprobs,
+                                                   "] (or unset), got ", request.prompt_logprobs));
   }
   return absl::OkStatus();
 }

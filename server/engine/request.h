@@ -66,12 +66,18 @@ struct GenerateRequest {
   std::optional<SessionId> session_id;
   // Token ids to feed, non-empty. BOS is prepended by the engine when the session is empty.
   std::vector<TokenId> prompt;
+  // Tokens to generate at most, in [0, RequestLimits::max_new_tokens]; 0 feeds the prompt and
+  // generates nothing (with prompt_logprobs: scores it). Default: kDefaultMaxNewTokens.
   int32_t max_new_tokens = kDefaultMaxNewTokens;
   SamplingParams sampling;
   std::vector<std::string> stop;
   std::vector<TokenId> stop_token_ids;
   bool ignore_eos = false;
   int32_t top_logprobs = 0;
+  // >= 0: every prompt token's logprob and its prompt_logprobs most likely alternatives, from
+  // the logits of the chunked prefill (TokenSink::OnPromptTokens); the prompt is then fed whole
+  // (no cached prefix state skips it). -1: none. Default: -1.
+  int32_t prompt_logprobs = -1;
   // Structured output: the compiled constraint the generated text obeys (the transport compiles
   // it through a ConstraintCache before Submit); nullptr: none. docs/server.md says how it
   // continues on a session.

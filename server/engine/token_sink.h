@@ -4,12 +4,14 @@
 #define LINSERVE_SERVER_ENGINE_TOKEN_SINK_H_
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "model/backend/sampler.h"
 #include "model/types.h"
 
@@ -33,6 +35,20 @@ struct GeneratedToken {
   // temperature-free distribution.
   float logprob = 0;
   std::vector<TokenLogprob> top_logprobs;
+};
+
+// One token of the request's prompt with its log-probability (GenerateRequest::prompt_logprobs).
+struct PromptToken {
+  TokenId id = 0;
+  // log p(id | every token the session's state consumed before it), of the temperature-free
+  // distribution; nullopt for a first prompt token with nothing fed before it by this request
+  // (a session's later request, its state's last logits not being kept).
+  std::optional<float> logprob;
+  // The prompt_logprobs most likely tokens at its position (empty with logprob).
+  std::vector<TokenLogprob> top_logprobs;
+  // The prompt's text that became final with it (whole UTF-8 characters; the last token's
+  // includes whatever was held back).
+  std::string text;
 };
 
 struct Usage {
@@ -69,6 +85,9 @@ class TokenSink {
   // One sampled token, in order, with the text that became final with it (whole UTF-8
   // characters; possibly empty).
   virtual void OnToken(const GeneratedToken& token, std::string_view text) = 0;
+  // Only for a request with prompt_logprobs >= 0: every token of its prompt (BOS excluded), in
+  // order, in one or more calls before its first OnToken.
+  virtual void OnPromptTokens(absl::Span<const PromptToken> tokens) { (void)tokens; }
   // Exactly once, last. OK: the generation ended for `result.reason`. Otherwise the request
   // failed (NOT_FOUND, ABORTED, INVALID_ARGUMENT, CANCELLED after Engine::Cancel, ...) and
   // `result.usage` says how far it got.

@@ -151,6 +151,14 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
   out.stop_token_ids.assign(in.stop_token_ids().begin(), in.stop_token_ids().end());
   out.ignore_eos = in.ignore_eos();
   out.top_logprobs = in.top_logprobs();
+  if (in.has_prompt_logprobs()) {
+    // -1 is the engine's "none": a client's negative value is refused here, by its own name.
+    if (in.prompt_logprobs() < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "prompt_logprobs: must be >= 0 (or unset), got ", in.prompt_logprobs()));
+    }
+    out.prompt_logprobs = in.prompt_logprobs();
+  }
   if (std::optional<ConstraintSpec> spec = FromProto(in.constraint()); spec.has_value()) {
     absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
         constraints.Get(*spec, "constraint." + std::string(ToString(spec->kind)));
@@ -181,6 +189,16 @@ v1::FinishReason ToProto(FinishReason reason) {
 void ToProto(const GeneratedToken& token, v1::GeneratedToken* out) {
   out->set_id(token.id);
   out->set_logprob(token.logprob);
+  for (const TokenLogprob& alt : token.top_logprobs) {
+    v1::TokenLogprob* p = out->add_top_logprobs();
+    p->set_id(alt.token);
+    p->set_logprob(alt.logprob);
+  }
+}
+
+void ToProto(const PromptToken& token, v1::PromptToken* out) {
+  out->set_id(token.id);
+  if (token.logprob.has_value()) out->set_logprob(*token.logprob);
   for (const TokenLogprob& alt : token.top_logprobs) {
     v1::TokenLogprob* p = out->add_top_logprobs();
     p->set_id(alt.token);

@@ -42,6 +42,7 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in, const T
 
 v1::FinishReason ToProto(FinishReason reason);
 void ToProto(const GeneratedToken& token, v1::GeneratedToken* out);
+void ToProto(const PromptToken& token, v1::PromptToken* out);
 void ToProto(const Usage& usage, v1::Usage* out);
 void ToProto(const SessionInfo& info, v1::Session* out);
 // What config.json says: the fields of the single-block schema (filled only when

@@ -18,6 +18,9 @@ class GenerateSink : public TokenSink {
   void OnToken(const GeneratedToken& token, std::string_view text) override {
     reactor_->Deliver(token, text);
   }
+  void OnPromptTokens(absl::Span<const PromptToken> tokens) override {
+    reactor_->DeliverPrompt(tokens);
+  }
   void OnFinish(const absl::Status& status, const GenerationResult& result) override {
     reactor_->Complete(status, result);
   }
@@ -103,6 +106,18 @@ void GenerateReactor::Deliver(const GeneratedToken& token, std::string_view text
     if (finished_ || cancelled_) return;
     ToProto(token, next_.add_tokens());
     next_.mutable_text()->append(text);
+    has_next_ = true;
+    action = NextActionLocked();
+  }
+  Run(action);
+}
+
+void GenerateReactor::DeliverPrompt(absl::Span<const PromptToken> tokens) {
+  Action action;
+  {
+    absl::MutexLock lock(&mu_);
+    if (finished_ || cancelled_) return;
+    for (const PromptToken& token : tokens) ToProto(token, next_.add_prompt_tokens());
     has_next_ = true;
     action = NextActionLocked();
   }

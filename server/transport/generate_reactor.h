@@ -37,8 +37,9 @@ class GenerateReactor : public grpc::ServerWriteReactor<v1::GenerateResponse> {
   void OnCancel() override;
   void OnDone() override;
 
-  // From the engine thread, through the sink.
+  // From the engine's emitter threads, through the sink.
   void Deliver(const GeneratedToken& token, std::string_view text);
+  void DeliverPrompt(absl::Span<const PromptToken> tokens);
   void Complete(const absl::Status& status, const GenerationResult& result);
 
  private:

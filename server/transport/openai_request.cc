@@ -262,22 +262,32 @@ absl::Status ParseLogprobs(const json& body, OpenAiEndpoint endpoint, const Requ
     out.top_logprobs = n->value_or(0);
   }
   out.generate.top_logprobs = out.logprobs ? std::max(out.top_logprobs, 1) : 0;
+  // The echoed prompt's text comes from the engine with its tokens' logprobs, which are then
+  // reported only when asked for.
+  if (out.echo) out.generate.prompt_logprobs = out.top_logprobs;
   return absl::OkStatus();
 }
 
 // A whole (non-streamed) answer is built in memory: its logprob entries are bounded.
 absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
   if (request.stream || !request.logprobs) return absl::OkStatus();
-  const int64_t entries =
-      int64_t{request.generate.max_new_tokens} * (1 + int64_t{request.top_logprobs});
+  const int64_t tokens = int64_t{request.generate.max_new_tokens} +
+                        (request.echo ? static_cast<int64_t>(request.generate.prompt.size()) : 0);
+  const int64_t entries = tokens * (1 + int64_t{request.top_logprobs});
   if (entries <= kMaxWholeAnswerLogprobs) return absl::OkStatus();
   const char* alternatives =
       request.endpoint == OpenAiEndpoint::kCompletions ? "logprobs" : "top_logprobs";
+  const std::string counted =
+      request.echo ? absl::StrCat("(", request.max_tokens_field, " + the echoed prompt's tokens)")
+                   : request.max_tokens_field;
+  const std::string count =
+      request.echo ? absl::StrCat("(", request.generate.max_new_tokens, " + ",
+                                  request.generate.prompt.size(), ")")
+                   : absl::StrCat(request.generate.max_new_tokens);
   return InvalidField(
       request.max_tokens_field,
-      absl::StrCat("without \"stream\": true, ", request.max_tokens_field, " x (1 + ", alternatives,
-                   ") = ", request.generate.max_new_tokens, " x ", 1 + request.top_logprobs, " = ",
-                   entries, " logprob entries exceed the limit of ", kMaxWholeAnswerLogprobs,
+      absl::StrCat("without \"stream\": true, ", counted, " x (1 + ", alternatives, ") = ", count,
+                   " x ", 1 + request.top_logprobs, " = ", entries, " logprob entries exceed the limit of ", kMaxWholeAnswerLogprobs,
                    " for an answer sent whole; stream it, or ask for fewer tokens or "
                    "alternatives"));
 }
@@ -340,8 +350,18 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   const char* budget_field =
       JsonMember(j, "max_completion_tokens") != nullptr ? "max_completion_tokens" : "max_tokens";
   out.max_tokens_field = budget_field;
-  absl::StatusOr<std::optional<int32_t>> budget =
-      JsonBoundedInteger(j, budget_field, 1, context.limits.max_new_tokens, " (max_new_tokens)");
+  // echo: the completion may be empty (max_tokens 0 scores the prompt: evaluation harnesses).
+  absl::StatusOr<bool> echo = JsonBool(j, "echo");
+  if (!echo.ok()) return echo.status();
+  if (*echo && endpoint == OpenAiEndpoint::kChatCompletions) {
+    return InvalidField("echo", "only /v1/completions echoes its prompt");
+  }
+  out.echo = *echo;
+  absl::StatusOr<std::optional<int32_t>> budget = JsonBoundedInteger(
+      j, budget_field, out.echo ? 0 : 1, context.limits.max_new_tokens,
+      out.echo || endpoint == OpenAiEndpoint::kChatCompletions
+          ? " (max_new_tokens)"
+          : " (max_new_tokens; 0 only with \"echo\": true)");
   if (!budget.ok()) return budget.status();
   out.generate.max_new_tokens =
       budget->value_or(std::min(kDefaultMaxNewTokens, context.limits.max_new_tokens));
@@ -376,13 +396,14 @@ absl::Status RenameEngineError(const absl::Status& status, const OpenAiRequest& 
     renamed = std::string(field);
   } else if (field == "max_new_tokens") {
     renamed = request.max_tokens_field;
+  } else if ((field == "top_logprobs" || field == "prompt_logprobs") &&
+             request.endpoint == OpenAiEndpoint::kCompletions) {
+    renamed = "logprobs";
   } else if (absl::ConsumePrefix(&field, "prompt")) {
     // "prompt.token_ids[3]" is the fourth id of the completions prompt.
     absl::ConsumePrefix(&field, ".token_ids");
     renamed = request.endpoint == OpenAiEndpoint::kChatCompletions ? "messages"
                                                                    : absl::StrCat("prompt", field);
-  } else if (field == "top_logprobs" && request.endpoint == OpenAiEndpoint::kCompletions) {
-    renamed = "logprobs";
   } else if ((field == "constraint" || absl::StartsWith(field, "constraint.")) &&
              !request.constraint_field.empty()) {
     renamed = request.constraint_field;

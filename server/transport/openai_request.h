@@ -32,6 +32,9 @@ struct OpenAiRequest {
   bool stream = false;
   // stream_options.include_usage: a last chunk with the usage (and "usage": null on the others).
   bool include_usage = false;
+  // Completions' echo: the prompt's text (and with logprobs its tokens' logprobs, from the
+  // engine's prompt_logprobs) comes before the completion's.
+  bool echo = false;
   // Whether each token's logprob is reported, and with how many alternatives.
   bool logprobs = false;
   int32_t top_logprobs = 0;

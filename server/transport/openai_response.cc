@@ -130,8 +130,8 @@ void OpenAiResponse::AddLogprobs(absl::Span<const EmittedToken> tokens, json& lo
         top[tokenizer_.TokenBytes(t.token.top_logprobs[i].token)] = t.token.top_logprobs[i].logprob;
       }
       logprobs["tokens"].push_back(piece);
-      logprobs["token_logprobs"].push_back(t.token.logprob);
-      logprobs["top_logprobs"].push_back(std::move(top));
+      logprobs["token_logprobs"].push_back(t.no_logprob ? json(nullptr) : json(t.token.logprob));
+      logprobs["top_logprobs"].push_back(t.no_logprob ? json(nullptr) : std::move(top));
       logprobs["text_offset"].push_back(text_offset_);
     }
     text_offset_ += static_cast<int64_t>(t.text.size());

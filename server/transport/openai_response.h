@@ -24,6 +24,9 @@ namespace linserve {
 struct EmittedToken {
   GeneratedToken token;
   std::string text;
+  // An echoed prompt token with no logprob (nothing before it was fed by the request): its
+  // token_logprobs and top_logprobs entries are null.
+  bool no_logprob = false;
 };
 
 class OpenAiResponse {

@@ -131,6 +131,22 @@ class OpenAiServer::Impl {
       }
       if (post) Post();
     }
+    // An echoed prompt (completions' echo): its tokens come first, as completion tokens do.
+    void OnPromptTokens(absl::Span<const PromptToken> tokens) override {
+      bool post = false;
+      {
+        absl::MutexLock lock(&exchange_->mu);
+        for (const PromptToken& t : tokens) {
+          GeneratedToken token{.id = t.id,
+                               .logprob = t.logprob.value_or(0.0f),
+                               .top_logprobs = t.top_logprobs};
+          exchange_->pending.push_back(
+              EmittedToken{std::move(token), t.text, !t.logprob.has_value()});
+        }
+        post = !std::exchange(exchange_->flush_posted, true);
+      }
+      if (post) Post();
+    }
     void OnFinish(const absl::Status& status, const GenerationResult& result) override {
       bool post = false;
       {

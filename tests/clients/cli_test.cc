@@ -182,7 +182,7 @@ TEST_F(CliTest, EverySamplingFlagReachesTheServer) {
       {"--repetition-penalty=0", "sampling.repetition_penalty"},
       {"--presence-penalty=3", "sampling.presence_penalty"},
       {"--frequency-penalty=-3", "sampling.frequency_penalty"},
-      {"--max-new-tokens=0", "max_new_tokens"},
+      {"--max-new-tokens=-1", "max_new_tokens"},
       {"--top-logprobs=1000", "top_logprobs"},
       {"--stop-token-id=100000", "stop_token_ids"},
   };

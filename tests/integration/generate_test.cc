@@ -204,6 +204,58 @@ TEST_F(GenerateTest, StopStringsStopTokensAndLogprobs) {
   EXPECT_EQ(stopped.tokens.size(), first + 1);
 }
 
+// prompt_logprobs over gRPC: the first message carries every prompt token with its logprob
+// (given the tokens before it) and alternatives, before any generated token; with
+// max_new_tokens 0 nothing is generated; a negative value is refused by name.
+TEST_F(GenerateTest, PromptLogprobsComeFirstAndMaxNewTokensZeroScoresOnly) {
+  TestServer server(model_, Options());
+  const std::vector<int32_t> prompt = {5, 6, 7, 200, 13};
+  for (int32_t max_new_tokens : {0, 3}) {
+    SCOPED_TRACE(max_new_tokens);
+    v1::GenerateRequest request = TokensRequest(prompt, max_new_tokens, 8);
+    request.set_prompt_logprobs(2);
+    std::vector<v1::GenerateResponse> messages;
+    ASSERT_TRUE(server.client()
+                    .Generate(request,
+                              [&](const v1::GenerateResponse& m) {
+                                messages.push_back(m);
+                                return true;
+                              })
+                    .ok());
+    std::vector<int32_t> ids;
+    int generated = 0;
+    for (const v1::GenerateResponse& m : messages) {
+      if (m.prompt_tokens_size() > 0) {
+        EXPECT_EQ(generated, 0) << "prompt tokens after a token";
+      }
+      for (const v1::PromptToken& t : m.prompt_tokens()) {
+        ids.push_back(t.id());
+        // This model has no BOS: the first token has nothing before it.
+        if (ids.size() == 1) {
+          EXPECT_FALSE(t.has_logprob());
+          EXPECT_EQ(t.top_logprobs_size(), 0);
+          continue;
+        }
+        ASSERT_TRUE(t.has_logprob());
+        EXPECT_LE(t.logprob(), 0);
+        ASSERT_EQ(t.top_logprobs_size(), 2);
+        EXPECT_GE(t.top_logprobs(0).logprob(), t.logprob());
+      }
+      generated += m.tokens_size();
+    }
+    EXPECT_EQ(ids, prompt);
+    EXPECT_EQ(generated, max_new_tokens);
+    EXPECT_EQ(messages.back().usage().generated_tokens(), max_new_tokens);
+    EXPECT_EQ(messages.back().finish_reason(), v1::FINISH_REASON_LENGTH);
+  }
+  v1::GenerateRequest negative = TokensRequest(prompt, 1, 8);
+  negative.set_prompt_logprobs(-1);
+  const absl::Status status =
+      server.client().Generate(negative, [](const v1::GenerateResponse&) { return true; });
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("prompt_logprobs"));
+}
+
 // A random model knows nothing of the grammar: the mask alone keeps every sample in it.
 TEST_F(GenerateTest, AGrammarConstraintGivesTextTheGrammarAccepts) {
   TestServer server(model_, Options());

@@ -61,9 +61,9 @@ TEST_F(OperationsTest, EveryInvalidFieldIsInvalidArgumentNamingTheFieldAndLimit)
       {"prompt", "empty", [](auto& r) { r.mutable_token_ids()->clear_ids(); }},
       {"prompt.token_ids[1]", "[0, 260)", [](auto& r) { r.mutable_token_ids()->set_ids(1, 260); }},
       {"prompt.token_ids[0]", "[0, 260)", [](auto& r) { r.mutable_token_ids()->set_ids(0, -5); }},
-      {"max_new_tokens", "[1, 4096]", [](auto& r) { r.set_max_new_tokens(0); }},
-      {"max_new_tokens", "[1, 4096]", [](auto& r) { r.set_max_new_tokens(-2); }},
-      {"max_new_tokens", "[1, 4096]", [](auto& r) { r.set_max_new_tokens(4097); }},
+      {"max_new_tokens", "[0, 4096]", [](auto& r) { r.set_max_new_tokens(-2); }},
+      {"max_new_tokens", "[0, 4096]", [](auto& r) { r.set_max_new_tokens(4097); }},
+      {"prompt_logprobs", "[0, 20]", [](auto& r) { r.set_prompt_logprobs(21); }},
       {"sampling.temperature", ">= 0",
        [](auto& r) { r.mutable_sampling()->set_temperature(-1); }},
       {"sampling.temperature", ">= 0",
@@ -411,7 +411,7 @@ TEST_F(OperationsTest, MetricsAndProbesOverHttp) {
   options.http = true;
   TestServer server(model_, options);
   ASSERT_TRUE(RunGenerate(server.client(), TokensRequest({1, 2, 3}, 10, 0)).status.ok());
-  EXPECT_EQ(RunGenerate(server.client(), TokensRequest({1}, 0, 0)).status.code(),
+  EXPECT_EQ(RunGenerate(server.client(), TokensRequest({1}, -1, 0)).status.code(),
             absl::StatusCode::kInvalidArgument);
 
   httplib::Client http("127.0.0.1", server.http_port());

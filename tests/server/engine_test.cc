@@ -232,7 +232,7 @@ TEST_P(EngineTest, TopLogprobsDescribeTheSampledToken) {
 
 TEST_P(EngineTest, RejectsInvalidRequestsAtSubmit) {
   Harness h = Start();
-  GenerateRequest r = Request({1}, 0, 0);
+  GenerateRequest r = Request({1}, -1, 0);
   const absl::StatusOr<JobId> job = h.engine->Submit(r, std::make_shared<RecordingSink>());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(job.status().message()), HasSubstr("max_new_tokens"));

@@ -14,6 +14,12 @@ void RecordingSink::OnToken(const GeneratedToken& token, std::string_view text) 
   outcome_.text.append(text);
 }
 
+void RecordingSink::OnPromptTokens(absl::Span<const PromptToken> tokens) {
+  absl::MutexLock lock(&mu_);
+  outcome_.prompt_tokens.insert(outcome_.prompt_tokens.end(), tokens.begin(), tokens.end());
+  outcome_.prompt_after_tokens = outcome_.prompt_after_tokens || !outcome_.tokens.empty();
+}
+
 void RecordingSink::OnFinish(const absl::Status& status, const GenerationResult& result) {
   absl::MutexLock lock(&mu_);
   ++finish_calls_;

@@ -24,11 +24,15 @@ struct Outcome {
   std::vector<std::string> pieces;  // text delivered with each token
   std::string text;                 // all text, the final flush included
   GenerationResult result;
+  // OnPromptTokens's tokens, in order; and whether any came after a generated token.
+  std::vector<PromptToken> prompt_tokens;
+  bool prompt_after_tokens = false;
 };
 
 class RecordingSink : public TokenSink {
  public:
   void OnToken(const GeneratedToken& token, std::string_view text) override;
+  void OnPromptTokens(absl::Span<const PromptToken> tokens) override;
   void OnFinish(const absl::Status& status, const GenerationResult& result) override;
 
   // Blocks until OnFinish.

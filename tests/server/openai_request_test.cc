@@ -172,6 +172,15 @@ TEST_F(OpenAiRequestTest, FieldsReachTheEngineRequest) {
                                std::pair<TokenId, float>{120, 2.5f}));
   EXPECT_TRUE(Completion({{"prompt", "a"}, {"logit_bias", nullptr}})
                   ->generate.sampling.logit_bias.empty());
+  // echo: the engine scores the prompt (its text comes with its logprobs), max_tokens may be 0.
+  absl::StatusOr<OpenAiRequest> echo =
+      Completion({{"prompt", "ab"}, {"echo", true}, {"max_tokens", 0}, {"logprobs", 2}});
+  ASSERT_TRUE(echo.ok()) << echo.status();
+  EXPECT_TRUE(echo->echo);
+  EXPECT_EQ(echo->generate.max_new_tokens, 0);
+  EXPECT_EQ(echo->generate.prompt_logprobs, 2);
+  EXPECT_EQ(Completion({{"prompt", "ab"}, {"echo", true}})->generate.prompt_logprobs, 0);
+  EXPECT_EQ(Completion({{"prompt", "ab"}})->generate.prompt_logprobs, -1);
 }
 
 TEST_F(OpenAiRequestTest, ChatFields) {
@@ -198,6 +207,18 @@ TEST_F(OpenAiRequestTest, ChatFields) {
 TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
   EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 2}})), "n");
   EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_tokens", 0}})), "max_tokens");
+  EXPECT_THAT(Completion({{"prompt", "a"}, {"max_tokens", 0}}).status().message(),
+              HasSubstr("0 only with \"echo\": true"));
+  EXPECT_EQ(ParamOf(Chat({{"echo", true}})), "echo");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"echo", 1}})), "echo");
+  // A whole answer's logprob entries count the echoed prompt's tokens.
+  EXPECT_THAT(Completion({{"prompt", std::string(1000, 'a')},
+                          {"echo", true},
+                          {"logprobs", 20},
+                          {"max_tokens", 600}})
+                  .status()
+                  .message(),
+              HasSubstr("(600 + 1000) x 21 = 33600 logprob entries exceed"));
   EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_tokens", 1.5}})), "max_tokens");
   EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_completion_tokens", 5000}})),
             "max_completion_tokens");
@@ -391,6 +412,9 @@ TEST_F(OpenAiRequestTest, EngineErrorsAreRenamed) {
       "prompt[2]: x");
   EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError("top_logprobs: x"), completion).message(),
             "logprobs: x");
+  EXPECT_EQ(
+      RenameEngineError(absl::InvalidArgumentError("prompt_logprobs: x"), completion).message(),
+      "logprobs: x");
   EXPECT_EQ(RenameEngineError(absl::InvalidArgumentError(
                                   "sampling.logit_bias: token 9 is outside the vocabulary [0, 5)"),
                               completion)

@@ -41,6 +41,11 @@ class ValidateGenerateRequestTest : public ::testing::Test {
 
 TEST_F(ValidateGenerateRequestTest, AcceptsAValidRequest) {
   EXPECT_TRUE(ValidateGenerateRequest(Valid(), limits_, config_).ok());
+  // Scoring a prompt without generating.
+  GenerateRequest scored = Valid();
+  scored.max_new_tokens = 0;
+  scored.prompt_logprobs = 20;
+  EXPECT_TRUE(ValidateGenerateRequest(scored, limits_, config_).ok());
 }
 
 TEST_F(ValidateGenerateRequestTest, NamesEveryInvalidField) {
@@ -50,9 +55,10 @@ TEST_F(ValidateGenerateRequestTest, NamesEveryInvalidField) {
                 "65536");
   ExpectInvalid([](auto& r) { r.prompt[1] = 260; }, "prompt.token_ids[1]", "[0, 260)");
   ExpectInvalid([](auto& r) { r.prompt[0] = -1; }, "prompt.token_ids[0]", "[0, 260)");
-  ExpectInvalid([](auto& r) { r.max_new_tokens = 0; }, "max_new_tokens", "[1, 4096]");
-  ExpectInvalid([](auto& r) { r.max_new_tokens = -3; }, "max_new_tokens", "[1, 4096]");
-  ExpectInvalid([](auto& r) { r.max_new_tokens = 4097; }, "max_new_tokens", "[1, 4096]");
+  ExpectInvalid([](auto& r) { r.max_new_tokens = -1; }, "max_new_tokens", "[0, 4096]");
+  ExpectInvalid([](auto& r) { r.max_new_tokens = 4097; }, "max_new_tokens", "[0, 4096]");
+  ExpectInvalid([](auto& r) { r.prompt_logprobs = -2; }, "prompt_logprobs", "[0, 20]");
+  ExpectInvalid([](auto& r) { r.prompt_logprobs = 21; }, "prompt_logprobs", "[0, 20]");
   ExpectInvalid([](auto& r) { r.sampling.temperature = -0.5f; }, "sampling.temperature", ">= 0");
   ExpectInvalid([&](auto& r) { r.sampling.temperature = nan; }, "sampling.temperature", ">= 0");
   ExpectInvalid([](auto& r) { r.sampling.top_p = 0; }, "sampling.top_p", "(0, 1]");

@@ -114,6 +114,63 @@ test('logit_bias: +100 forces a token and -100 bans it, greedy, sampled and stre
   assert.ok(text.length > 0 && !text.includes('\n'), text);
 });
 
+// The passage and its ids in the bundled tokenizer (linserve-cli tokenize); the echo checks that
+// they still match.
+const passage = 'ROMEO:\nBut soft, what light through yonder window breaks?\n' +
+  'It is the east, and Juliet is the sun.';
+const passageIds = [813, 2007, 3, 451, 367, 1060, 1999, 437, 1272, 1813, 286, 1721, 1622, 303, 1606,
+  1990, 2028, 3, 837, 329, 270, 337, 440, 1999, 302, 1730, 329, 270, 1366, 2009];
+
+test('echo: prompt logprobs with max_tokens 0 equal teacher forcing; a loglikelihood', async () => {
+  const scored = await client.completions.create({
+    model, prompt: passageIds, echo: true, logprobs: 2, max_tokens: 0 });
+  const choice = scored.choices[0];
+  assert.equal(choice.text, passage);
+  assert.equal(choice.finish_reason, 'length');
+  assert.equal(scored.usage.completion_tokens, 0);
+  assert.equal(scored.usage.prompt_tokens, passageIds.length + 1);  // BOS, not echoed
+  const lp = choice.logprobs;
+  assert.equal(lp.tokens.length, passageIds.length);
+  assert.equal(lp.tokens.join(''), passage);
+  assert.equal(lp.text_offset[0], 0);
+  // Every token is scored (the first given BOS), with its 2 most likely alternatives.
+  assert.ok(lp.token_logprobs.every((x) => typeof x === 'number' && x <= 0));
+  assert.ok(lp.top_logprobs.every((alts) => Object.keys(alts).length >= 1 &&
+                                             Object.keys(alts).length <= 2));
+  // Teacher forcing: the logprob of each token after its prefix, forced with logit_bias (the
+  // logprob reported is the unbiased one). Within 1e-3 each (docs/openai.md), and the sums.
+  let forced = 0;
+  let echoed = 0;
+  for (let i = 1; i < passageIds.length; ++i) {
+    const r = await client.completions.create({
+      model, prompt: passageIds.slice(0, i), max_tokens: 1, temperature: 0, logprobs: 0,
+      logit_bias: { [passageIds[i]]: 100 } });
+    const expected = r.choices[0].logprobs.token_logprobs[0];
+    assert.ok(Math.abs(lp.token_logprobs[i] - expected) <= 1e-3,
+      `token ${i}: echo ${lp.token_logprobs[i]}, teacher forcing ${expected}`);
+    forced += expected;
+    echoed += lp.token_logprobs[i];
+  }
+  assert.ok(Math.abs(forced - echoed) <= 1e-3 * passageIds.length, `${forced} vs ${echoed}`);
+
+  // Streamed, with a completion: the prompt's text and logprobs come first.
+  const chunks = await collect(await client.completions.create({
+    model, prompt: passageIds, echo: true, logprobs: 0, max_tokens: 3, temperature: 0,
+    stream: true }));
+  const text = chunks.map((c) => c.choices[0].text).join('');
+  assert.ok(text.startsWith(passage), text);
+  const streamedLogprobs = chunks.flatMap((c) => c.choices[0].logprobs?.token_logprobs ?? []);
+  assert.equal(streamedLogprobs.length, passageIds.length + 3);
+  for (let i = 0; i < passageIds.length; ++i) {
+    assert.ok(Math.abs(streamedLogprobs[i] - lp.token_logprobs[i]) <= 1e-6);
+  }
+  // echo without logprobs: the text only.
+  const plain = await client.completions.create({
+    model, prompt: passage, echo: true, max_tokens: 2, temperature: 0 });
+  assert.ok(plain.choices[0].text.startsWith(passage));
+  assert.equal(plain.choices[0].logprobs, null);
+});
+
 test('completions: a stop string ends the text before it', async () => {
   const r = await client.completions.create({
     model, prompt: 'ROMEO:\n', temperature: 0, max_tokens: 200, stop: '\n' });
@@ -222,6 +279,7 @@ test('errors: OpenAI JSON with the field and the status', async () => {
     [{ model, prompt: 'x', logit_bias: { 2048: 1 } }, 400, 'logit_bias'],
     [{ model, prompt: 'x', logit_bias: { 5: 101 } }, 400, 'logit_bias'],
     [{ model, prompt: 'x', logit_bias: { five: 1 } }, 400, 'logit_bias'],
+    [{ model, prompt: 'x', echo: 'yes' }, 400, 'echo'],
   ];
   for (const [body, status, param, code] of cases) {
     await assert.rejects(client.completions.create(body), (e) => {
