@@ -43,7 +43,8 @@ readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration
 tsan_tests=(cpu_kernels_test weight_formats_test int8_linear_test cpu_backend_test engine_test engine_prefix_test session_store_test
             engine_rewind_test engine_state_dir_test scheduler_test session_persister_test
             session_tiers_test loadtest_generator_test compiled_constraint_test
-            engine_constraint_test engine_prompt_logprobs_test engine_overlap_test emitter_test)
+            engine_constraint_test engine_prompt_logprobs_test engine_choices_test engine_overlap_test
+            emitter_test)
 kTsanTests="^($(IFS='|'; echo "${tsan_tests[*]}"))\$"
 readonly kTsanTests
 # The GPU tests run under the CUDA emulation (tests/gpu/emulation/README.md) in the cuda stage:

@@ -184,6 +184,8 @@ ABSL_FLAG(int32_t, max_stop_strings, 16, "Most stop strings per request.");
 ABSL_FLAG(int32_t, max_stop_string_bytes, 256, "Longest stop string, bytes.");
 ABSL_FLAG(int32_t, max_stop_token_ids, 64, "Most stop token ids per request.");
 ABSL_FLAG(int32_t, max_top_logprobs, 20, "Largest top_logprobs per request, in [1, 20].");
+ABSL_FLAG(int32_t, max_choices, 16,
+          "Largest n (choices generated from one prompt, admitted together) per request, >= 1.");
 // Structured output (ConstraintLimits; docs/server.md "Structured output").
 ABSL_FLAG(int32_t, constraint_max_text_bytes, 65536,
           "Longest constraint text (a JSON schema, regex or grammar; response_format's schema), "
@@ -344,6 +346,7 @@ absl::StatusOr<EngineOptions> EngineOptionsFromFlags() {
   o.requests.max_stop_string_bytes = absl::GetFlag(FLAGS_max_stop_string_bytes);
   o.requests.max_stop_token_ids = absl::GetFlag(FLAGS_max_stop_token_ids);
   o.requests.max_top_logprobs = absl::GetFlag(FLAGS_max_top_logprobs);
+  o.requests.max_choices = absl::GetFlag(FLAGS_max_choices);
   o.max_queue_depth = absl::GetFlag(FLAGS_max_queue_depth);
   o.emitter_threads = absl::GetFlag(FLAGS_emitter_threads);
   o.state_dir = absl::GetFlag(FLAGS_state_dir);

@@ -118,6 +118,7 @@ std::string FormatModelInfo(const v1::GetModelInfoResponse& info) {
   line("limit max_stop_string_bytes", l.max_stop_string_bytes());
   line("limit max_stop_token_ids", l.max_stop_token_ids());
   line("limit max_top_logprobs", l.max_top_logprobs());
+  line("limit max_choices", l.max_choices());
   line("limit max_sessions", l.max_sessions());
   line("limit max_queue_depth", l.max_queue_depth());
   line("limit max_batch_size", l.max_batch_size());

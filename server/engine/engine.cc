@@ -128,6 +128,15 @@ Engine::~Engine() {
 // ---- Requests ------------------------------------------------------------------------------
 
 absl::StatusOr<JobId> Engine::Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink) {
+  std::vector<std::shared_ptr<TokenSink>> sinks;
+  sinks.push_back(std::move(sink));
+  absl::StatusOr<std::vector<JobId>> ids = Submit(std::move(request), std::move(sinks));
+  if (!ids.ok()) return ids.status();
+  return ids->front();
+}
+
+absl::StatusOr<std::vector<JobId>> Engine::Submit(GenerateRequest request,
+                                                  std::vector<std::shared_ptr<TokenSink>> sinks) {
   if (absl::Status s = ValidateGenerateRequest(request, options_.requests, model_.config);
       !s.ok()) {
     return s;
@@ -138,16 +147,51 @@ absl::StatusOr<JobId> Engine::Submit(GenerateRequest request, std::shared_ptr<To
         "constraint: compiled for another vocabulary than this engine's model's (compile it "
         "with Engine::constraints())");
   }
-  const JobId id{next_job_id_.fetch_add(1, std::memory_order_relaxed)};
+  const int32_t n = request.n;
+  if (sinks.size() != static_cast<size_t>(n)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("n: ", n, " choices need as many sinks, got ", sinks.size()));
+  }
+  // The choices are admitted together: more than the engine can ever hold at once would wait
+  // forever.
+  for (const auto& [limit, name] :
+       {std::pair<int32_t, const char*>{backend_->slot_capacity(), "state slots"},
+        {options_.max_queue_depth, "max_queue_depth"},
+        {options_.tenant_max_queued > 0 ? options_.tenant_max_queued : n, "tenant_max_queued"}}) {
+    if (n > limit) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("n: ", n, " choices exceed the server's ", limit, " ", name,
+                       " (the choices of a request run at once)"));
+    }
+  }
+  const JobId first{next_job_id_.fetch_add(n, std::memory_order_relaxed)};
   const std::string tenant = request.tenant;
-  auto job = std::make_unique<Job>(id, std::move(request), std::move(sink), model_, absl::Now());
+  const int32_t leader = request.session_choice.value_or(0);
+  const absl::Time now = absl::Now();
+  std::vector<JobId> ids;
+  std::vector<std::unique_ptr<Job>> followers;
+  std::unique_ptr<Job> leader_job;
+  for (int32_t i = 0; i < n; ++i) {
+    GenerateRequest choice = request;
+    choice.sampling.seed = request.sampling.seed + static_cast<uint64_t>(i);  // mod 2^64
+    if (i != leader) choice.session_id.reset();
+    const JobId id{first.value + i};
+    ids.push_back(id);
+    auto job = std::make_unique<Job>(id, std::move(choice), std::move(sinks[i]), model_, now, i);
+    if (i == leader) {
+      leader_job = std::move(job);
+    } else {
+      followers.push_back(std::move(job));
+    }
+  }
+  leader_job->HoldFollowers(std::move(followers));
   absl::Status posted = inbox_.Post(
-      [this, job = std::move(job)](absl::Status admitted) mutable {
+      [this, job = std::move(leader_job)](absl::Status admitted) mutable {
         if (admitted.ok()) Accept(std::move(job));
       },
-      /*is_request=*/true, tenant);
+      /*is_request=*/true, tenant, n);
   if (!posted.ok()) return posted;
-  return id;
+  return ids;
 }
 
 void Engine::Cancel(JobId id) {
@@ -186,21 +230,57 @@ void Engine::Accept(std::unique_ptr<Job> job) {
   waiting_.push_back(std::move(job));
 }
 
+bool Engine::AdmitFollowers(Job& leader, absl::Time now) {
+  std::vector<std::unique_ptr<Job>> followers = leader.TakeFollowers();
+  size_t bound = 0;
+  for (; bound < followers.size(); ++bound) {
+    absl::StatusOr<Session*> session = store_.CreateEphemeral(now);
+    if (!session.ok()) break;
+    followers[bound]->Bind(*session);
+  }
+  if (bound == followers.size()) {
+    leader.HoldFollowers(std::move(followers));
+    return true;
+  }
+  for (size_t i = 0; i < bound; ++i) {
+    store_.Release(*followers[i]->session(), now);
+    followers[i]->Bind(nullptr);
+  }
+  leader.HoldFollowers(std::move(followers));
+  return false;
+}
+
 void Engine::AdmitWaiting() {
   if (waiting_.empty()) return;
   const absl::Time now = absl::Now();
   std::deque<std::unique_ptr<Job>> still_waiting;
   std::vector<std::pair<std::unique_ptr<Job>, absl::Status>> failed;
+  // Once a request of several choices waits for slots, the ones behind it wait too, so that
+  // slots freed meanwhile gather for it rather than go one by one to later requests.
+  bool group_waits = false;
   while (!waiting_.empty()) {
     std::unique_ptr<Job> job = std::move(waiting_.front());
     waiting_.pop_front();
+    if (group_waits) {
+      still_waiting.push_back(std::move(job));
+      continue;
+    }
     absl::Status status;
-    if (job->session() == nullptr) {
+    const bool own_session = job->session() == nullptr;
+    if (own_session) {
       absl::StatusOr<Session*> session = store_.CreateEphemeral(now);
       status = session.status();
       if (session.ok()) job->Bind(*session);
     } else {
       status = store_.MakeResident(*job->session(), now);
+    }
+    if (status.ok() && job->holds_followers() && !AdmitFollowers(*job, now)) {
+      if (own_session) {
+        store_.Release(*job->session(), now);
+        job->Bind(nullptr);
+      }
+      status = absl::ResourceExhaustedError("no state slot for every choice");
+      group_waits = store_.SlotWaitHelps();
     }
     if (absl::IsResourceExhausted(status) && store_.SlotWaitHelps()) {
       still_waiting.push_back(std::move(job));  // every slot is busy; retry next step
@@ -219,10 +299,42 @@ void Engine::AdmitWaiting() {
       continue;
     }
     metrics_.prompt_tokens.Increment(job->usage().prompt_tokens);
+    // The other choices start as the leader does and wait for its fork (their samplers start
+    // then, from a copy of its slot).
+    std::vector<std::unique_ptr<Job>> followers = job->TakeFollowers();
+    std::vector<JobId> forks;
+    for (std::unique_ptr<Job>& follower : followers) {
+      follower->ActivateAsChoice(*job);
+      inbox_.Activated(follower->request().tenant);
+      forks.push_back(follower->id());
+      jobs_[follower->id()] = follower.get();
+    }
+    job->AwaitForks(std::move(forks));
     active_.push_back(std::move(job));
+    for (std::unique_ptr<Job>& follower : followers) active_.push_back(std::move(follower));
   }
   waiting_ = std::move(still_waiting);
   for (auto& [job, status] : failed) Complete(std::move(job), status, FinishReason::kError);
+}
+
+void Engine::ForkChoices(Job& leader) {
+  const SlotId from = *leader.session()->slot;
+  for (JobId id : leader.TakePendingForks()) {
+    auto it = jobs_.find(id);
+    if (it == jobs_.end()) continue;  // cancelled meanwhile
+    Job& follower = *it->second;
+    const SlotId to = *follower.session()->slot;
+    absl::Status status = backend_->CopySlot(from, to);
+    if (status.ok()) {
+      status = backend_->StartSampling(to, follower.request().sampling,
+                                       follower.request().top_logprobs, {});
+    }
+    if (!status.ok()) {
+      FailOnBackendError(id, status);
+      continue;
+    }
+    follower.ForkedAt(leader.fed());
+  }
 }
 
 std::unique_ptr<Job> Engine::Extract(JobId id) {
@@ -244,6 +356,20 @@ std::unique_ptr<Job> Engine::Extract(JobId id) {
 }
 
 void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason) {
+  // Choices that never started (still held, or waiting for this leader's fork) end with it:
+  // failed as it failed, or cancelled.
+  const absl::Status unstarted =
+      status.ok() ? absl::CancelledError("the request's first choice ended before it was forked")
+                  : status;
+  const FinishReason unstarted_reason = status.ok() ? FinishReason::kCancelled : reason;
+  for (std::unique_ptr<Job>& follower : job->TakeFollowers()) {
+    Complete(std::move(follower), unstarted, unstarted_reason);
+  }
+  for (JobId id : job->TakePendingForks()) {
+    if (std::unique_ptr<Job> follower = Extract(id); follower != nullptr) {
+      Complete(std::move(follower), unstarted, unstarted_reason);
+    }
+  }
   const absl::Time now = absl::Now();
   inbox_.Ended(job->active(), job->request().tenant);
   Session* session = job->session();

@@ -110,6 +110,13 @@ class Engine {
   // waiting, UNAVAILABLE once shutting down. On success the sink will hear OnFinish exactly
   // once (NOT_FOUND for an unknown session, ABORTED when the session is busy, ...).
   absl::StatusOr<JobId> Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink);
+  // Submit for a request of request.n choices, one sink each (sinks[i] hears choice i): n jobs,
+  // whose ids it returns (Cancel each). They are admitted together (n state slots at once; the
+  // requests queued after them wait meanwhile) and count as n requests against the queue
+  // limits; one prefill feeds the prompt, forked before its last token. INVALID_ARGUMENT when n
+  // cannot fit: more than the slots, max_queue_depth or tenant_max_queued.
+  absl::StatusOr<std::vector<JobId>> Submit(GenerateRequest request,
+                                            std::vector<std::shared_ptr<TokenSink>> sinks);
   // Thread-safe. Ends the job within one engine step: its sink hears OnFinish(CANCELLED).
   // Unknown or finished jobs are ignored.
   void Cancel(JobId job);
@@ -211,6 +218,13 @@ class Engine {
   // Fails the job on a backend error.
   // Returns the tokens fed (0 when the job failed).
   int64_t ScorePrefill(Job& job, int64_t n);
+  // The leader of a request's choices has fed all but the prompt's last token: each follower
+  // still waiting gets a copy of its slot (state, seen counts) and restarts its sampler with its
+  // own seed. A follower whose copy fails fails alone.
+  void ForkChoices(Job& leader);
+  // AdmitWaiting for a leader holding its followers: a slot for each of them too, or none (the
+  // group waits; the sessions it got meanwhile are given back). Says whether it got them.
+  bool AdmitFollowers(Job& leader, absl::Time now);
   // Hands `token` (row `row` of `logprobs` and `top_logprobs`) to `job` (Job::Emit) and counts
   // it.
   std::optional<FinishReason> EmitSampled(Job& job, TokenId token, float logprob,

@@ -42,6 +42,8 @@ void Engine::Step() {
   views_.clear();
   planner_.BeginStep(active_);
   for (const auto& job : active_) {
+    // A choice waiting for its leader's fork holds its slot and nothing else.
+    if (job->awaiting_fork()) continue;
     // Ends at its emit, or waits for its pick in flight (launch-ahead).
     if (job->prefill_remaining() == 0 && job->decode_blocked()) continue;
     if (planner_.WaitsForPrefix(*job)) continue;
@@ -261,17 +263,24 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
     Job* job = jobs_.at(chunk.id);
     // Looked up at the job's first chunk rather than at admission, so that requests admitted
     // together find what the earlier ones (fed in earlier steps) left. A job that scores its
-    // prompt feeds all of it: a cached prefix would skip positions whose logprobs it needs.
+    // prompt feeds all of it: a cached prefix would skip positions whose logprobs it needs; a
+    // forked choice has its leader's state already.
     if (job->prefill_remaining() == static_cast<int64_t>(job->feed().size()) &&
-        !job->scores_prompt()) {
+        !job->scores_prompt() && !job->forked()) {
       if (absl::Status s = planner_.Reuse(*job); !s.ok()) {
         FailOnBackendError(chunk.id, s);
         continue;
       }
     }
+    // The leader of several choices forks them before the prompt's last token, and so feeds
+    // the rest of the prompt first.
+    if (job->forks_pending() && job->prefill_remaining() == 1) ForkChoices(*job);
     // A chunk ends at the next prefix checkpoint inside it; the rest goes in the next step.
-    const int32_t n =
+    int32_t n =
         static_cast<int32_t>(std::min<int64_t>(chunk.tokens, planner_.NextCheckpoint(*job)));
+    if (job->forks_pending()) {
+      n = static_cast<int32_t>(std::min<int64_t>(n, job->prefill_remaining() - 1));
+    }
     if (job->scores_prompt()) {
       if (job->fed() < job->scored_feed()) {
         tokens += ScorePrefill(*job, std::min<int64_t>(n, job->scored_feed() - job->fed()));
@@ -306,8 +315,9 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
   DecodeStep& out = prefill_sample_;
   if (absl::Status status = backend_->PrefillBatch(prefill_items_, out.Output(sampled));
       !status.ok()) {
-    // The call may have fed some of its slots: none of them can be trusted.
-    for (const PrefillChunk& chunk : chunks) FailOnBackendError(chunk.id, status);
+    // The call may have fed some of its slots: none of them can be trusted (those ScorePrefill
+    // fed on their own are).
+    for (Job* job : prefill_jobs_) FailOnBackendError(job->id(), status);
     return;
   }
   const absl::Time now = absl::Now();
@@ -321,6 +331,7 @@ void Engine::RunPrefill(absl::Span<const PrefillChunk> chunks) {
       ScopedStepPhase phase(phases_, StepPhase::kExports);
       planner_.Checkpoint(*job, prefill_items_[i].slot, position);
     }
+    if (job->forks_pending() && job->prefill_remaining() == 1) ForkChoices(*job);
     if (!prefill_items_[i].sample) {
       // A job that generates nothing ends with its prompt.
       if (job->prefill_remaining() == 0 && !job->samples()) {

@@ -19,29 +19,32 @@ Inbox::Inbox(int32_t max_queue_depth, int32_t tenant_max_queued,
       tenant_max_queued_(tenant_max_queued),
       tenant_max_queued_rejections_(tenant_max_queued_rejections) {}
 
-absl::Status Inbox::Post(Op op, bool is_request, const std::string& tenant) {
+absl::Status Inbox::Post(Op op, bool is_request, const std::string& tenant, int32_t requests) {
   absl::Status rejected;
+  const int64_t count = is_request ? requests : 1;
+  // A request of several choices says how it counts.
+  const std::string as = count > 1 ? absl::StrCat(" (this request counts as ", count, ")") : "";
   {
     absl::MutexLock lock(&mu_);
     auto mine = queued_by_tenant_.find(tenant);
+    const int64_t queued_mine = mine == queued_by_tenant_.end() ? 0 : mine->second;
     if (draining_) {
       rejected = absl::UnavailableError("the server is shutting down and accepts no new work");
-    } else if (tenant_max_queued_ > 0 && mine != queued_by_tenant_.end() &&
-               mine->second >= tenant_max_queued_) {
+    } else if (tenant_max_queued_ > 0 && queued_mine + count > tenant_max_queued_) {
       rejected = absl::ResourceExhaustedError(absl::StrCat(
           "this tenant's queue quota is full: tenant_max_queued (", tenant_max_queued_,
-          ") of its requests and operations are already waiting; retry later"));
+          ") of its requests and operations would be waiting", as, "; retry later"));
       tenant_max_queued_rejections_.Increment();
-    } else if (queued_requests_ + queued_ops_ >= max_queue_depth_) {
+    } else if (queued_requests_ + queued_ops_ + count > max_queue_depth_) {
       rejected = absl::ResourceExhaustedError(absl::StrCat(
           "the engine queue is full: max_queue_depth (", max_queue_depth_,
-          ") requests and operations are already waiting; retry later"));
+          ") requests and operations would be waiting", as, "; retry later"));
     } else {
       queue_.push_back(
           Queued{.op = std::move(op),
                  .op_tenant = is_request ? std::nullopt : std::optional<std::string>(tenant)});
-      (is_request ? queued_requests_ : queued_ops_) += 1;
-      ++queued_by_tenant_[tenant];
+      (is_request ? queued_requests_ : queued_ops_) += static_cast<int32_t>(count);
+      queued_by_tenant_[tenant] += static_cast<int32_t>(count);
       return absl::OkStatus();
     }
   }

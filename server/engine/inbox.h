@@ -45,8 +45,9 @@ class Inbox {
 
   // Queues `op` of `tenant` unless the queue is full, the tenant has tenant_max_queued waiting
   // or the engine is draining; then calls it with that error at once and returns the error.
-  // A request (`is_request`) stays counted until Activated or Ended.
-  absl::Status Post(Op op, bool is_request, const std::string& tenant);
+  // A request (`is_request`) counts as `requests` (its choices, >= 1) against both limits; each
+  // stays counted until Activated or Ended.
+  absl::Status Post(Op op, bool is_request, const std::string& tenant, int32_t requests = 1);
   // Queues `op` whatever the queue depth (cancellations and shutdown steps); dropped once
   // closed.
   void PostAlways(Op op);

@@ -8,7 +8,7 @@
 
 namespace linserve {
 Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, const Model& model,
-         absl::Time submit_time)
+         absl::Time submit_time, int32_t choice)
     : id_(id),
       request_(std::move(request)),
       sink_(std::move(sink)),
@@ -16,6 +16,7 @@ Job::Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, con
       submit_time_(submit_time),
       detokenizer_(*model.tokenizer),
       stop_matcher_(request_.stop),
+      choice_(choice),
       prompt_detokenizer_(*model.tokenizer) {
   usage_.seed = request_.sampling.seed;
 }
@@ -58,6 +59,29 @@ absl::Status Job::Activate(int32_t max_prompt_tokens) {
 
   active_ = true;
   return absl::OkStatus();
+}
+
+void Job::HoldFollowers(std::vector<std::unique_ptr<Job>> followers) {
+  followers_ = std::move(followers);
+}
+
+void Job::ActivateAsChoice(const Job& leader) {
+  session_->history = leader.session_->history;
+  feed_ = leader.feed_;
+  prompt_start_ = leader.prompt_start_;
+  knows_history_ = leader.knows_history_;
+  prompt_scored_ = leader.prompt_scored_;
+  matcher_ = leader.matcher_;
+  usage_.prompt_tokens = leader.usage_.prompt_tokens;
+  usage_.session_tokens = leader.usage_.session_tokens;
+  awaiting_fork_ = true;
+  active_ = true;
+}
+
+void Job::ForkedAt(int64_t fed) {
+  fed_ = fed;
+  awaiting_fork_ = false;
+  forked_ = true;
 }
 
 absl::Span<const TokenId> Job::new_prompt_tokens() const {

@@ -34,8 +34,10 @@ namespace linserve {
 
 class Job {
  public:
+  // `choice`: which of the request's n choices this job generates (its seed is already the
+  // choice's).
   Job(JobId id, GenerateRequest request, std::shared_ptr<TokenSink> sink, const Model& model,
-      absl::Time submit_time);
+      absl::Time submit_time, int32_t choice = 0);
 
   JobId id() const { return id_; }
   const GenerateRequest& request() const { return request_; }
@@ -95,6 +97,28 @@ class Job {
   // the caller's scratch. Chunks come in feed order.
   void ScorePrompt(int64_t first, int64_t n, absl::Span<const float> logits, Emitter& emitter,
                    std::vector<int32_t>& ids);
+
+  // ---- Choices (request().n > 1) ----
+  // One job per choice. The leader (the choice on the request's session, else choice 0) feeds
+  // the prompt; the followers wait, each holding a slot, until it has fed all but the prompt's
+  // last token, and start from a copy of its state (the engine's ForkChoices).
+  int32_t choice() const { return choice_; }
+  // The leader holds its followers until the group is admitted, then the ids of those waiting
+  // for its fork.
+  void HoldFollowers(std::vector<std::unique_ptr<Job>> followers);
+  std::vector<std::unique_ptr<Job>> TakeFollowers() { return std::move(followers_); }
+  bool holds_followers() const { return !followers_.empty(); }
+  void AwaitForks(std::vector<JobId> followers) { pending_forks_ = std::move(followers); }
+  std::vector<JobId> TakePendingForks() { return std::move(pending_forks_); }
+  bool forks_pending() const { return !pending_forks_.empty(); }
+  // A follower starts where its leader, just activated, starts: the tokens to feed, its
+  // session's history (into the follower's ephemeral session) and constrained document, its
+  // usage's prompt counts. Then it waits for the fork.
+  void ActivateAsChoice(const Job& leader);
+  bool awaiting_fork() const { return awaiting_fork_; }
+  // The follower's slot now holds the leader's state after the first `fed` tokens to feed.
+  void ForkedAt(int64_t fed);
+  bool forked() const { return forked_; }
 
   // The token to feed in the next decode step (the last sampled one).
   TokenId decode_token() const { return *last_token_; }
@@ -197,6 +221,11 @@ class Job {
 
   StreamingDetokenizer detokenizer_;
   StopMatcher stop_matcher_;
+  const int32_t choice_;
+  std::vector<std::unique_ptr<Job>> followers_;
+  std::vector<JobId> pending_forks_;
+  bool awaiting_fork_ = false;
+  bool forked_ = false;
   // With scores_prompt(): the next feed position whose prompt token the sink has not been
   // handed (from the request's first prompt token on), and the prompt's own detokenizer.
   int64_t prompt_scored_ = 0;

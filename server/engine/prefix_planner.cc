@@ -74,8 +74,9 @@ int64_t PrefixPlanner::NextCheckpoint(const Job& job) const {
 
 bool PrefixPlanner::WaitsForPrefix(const Job& job) {
   const int64_t size = static_cast<int64_t>(job.feed().size());
+  // A job that scores its prompt or starts from a forked state never uses a cached prefix.
   if (!store_.enabled() || !job.knows_history() || job.prefill_remaining() != size ||
-      size == 0) {
+      size == 0 || job.scores_prompt() || job.forked()) {
     return false;
   }
   for (const Job* leader : leaders_) {

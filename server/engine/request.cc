@@ -63,6 +63,33 @@ absl::Status CheckSampling(const SamplingParams& p, int32_t vocab_size) {
   return absl::OkStatus();
 }
 
+absl::Status CheckChoices(const GenerateRequest& request, const RequestLimits& limits) {
+  if (request.n < 1 || request.n > limits.max_choices) {
+    return Invalid("n", absl::StrCat("must be in [1, ", limits.max_choices, "] (max_choices), got ",
+                                     request.n));
+  }
+  if (request.n > 1 && request.max_new_tokens == 0) {
+    return Invalid("n", "more than one choice needs max_new_tokens >= 1");
+  }
+  if (request.n > 1 && request.prompt_logprobs >= 0) {
+    return Invalid("n", "more than one choice cannot be combined with prompt_logprobs (the "
+                        "prompt's logprobs are the same for every choice: ask with n = 1)");
+  }
+  if (request.session_choice.has_value()) {
+    if (!request.session_id.has_value() || request.n == 1) {
+      return Invalid("session_choice", "only with a session_id and n > 1");
+    }
+    if (*request.session_choice < 0 || *request.session_choice >= request.n) {
+      return Invalid("session_choice", absl::StrCat("must be in [0, n) = [0, ", request.n,
+                                                    "), got ", *request.session_choice));
+    }
+  } else if (request.session_id.has_value() && request.n > 1) {
+    return Invalid("n", "with a session_id, n > 1 needs session_choice: which choice the "
+                        "session continues with (the session keeps one history)");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateGenerateRequest(const GenerateRequest& request, const RequestLimits& limits,
@@ -115,7 +142,7 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
     return Invalid("prompt_logprobs", absl::StrCat("must be in [0, ", max_logprobs,
                                                    "] (or unset), got ", request.prompt_logprobs));
   }
-  return absl::OkStatus();
+  return CheckChoices(request, limits);
 }
 
 absl::Status ValidateRequestLimits(const RequestLimits& limits) {
@@ -127,6 +154,7 @@ absl::Status ValidateRequestLimits(const RequestLimits& limits) {
       {"max_stop_string_bytes", limits.max_stop_string_bytes},
       {"max_stop_token_ids", limits.max_stop_token_ids},
       {"max_top_logprobs", limits.max_top_logprobs},
+      {"max_choices", limits.max_choices},
   };
   for (const auto& [name, value] : fields) {
     if (value < 1) {

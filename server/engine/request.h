@@ -50,6 +50,8 @@ struct RequestLimits {
   int32_t max_stop_token_ids = 64;
   // Largest top_logprobs. Default: 20.
   int32_t max_top_logprobs = 20;
+  // Largest n (choices per request). Default: 16.
+  int32_t max_choices = 16;
 };
 
 // max_new_tokens when the client leaves it unset (capped by RequestLimits::max_new_tokens).
@@ -78,6 +80,13 @@ struct GenerateRequest {
   // the logits of the chunked prefill (TokenSink::OnPromptTokens); the prompt is then fed whole
   // (no cached prefix state skips it). -1: none. Default: -1.
   int32_t prompt_logprobs = -1;
+  // Choices generated for the prompt, in [1, RequestLimits::max_choices]: the prompt is fed
+  // once and its state forked (Backend::CopySlot) n − 1 times before its last token, and choice
+  // i samples with seed + i (mod 2^64), each through its own sink. Default: 1.
+  int32_t n = 1;
+  // With a session_id and n > 1 (required then, refused otherwise): the choice, in [0, n), the
+  // session continues with; the others run on ephemeral sessions. Default: unset.
+  std::optional<int32_t> session_choice;
   // Structured output: the compiled constraint the generated text obeys (the transport compiles
   // it through a ConstraintCache before Submit); nullptr: none. docs/server.md says how it
   // continues on a session.

@@ -41,8 +41,11 @@ struct GeneratedToken {
 struct PromptToken {
   TokenId id = 0;
   // log p(id | every token the session's state consumed before it), of the temperature-free
-  // distribution; nullopt for a first prompt token with nothing fed before it by this request
-  // (a session's later request, its state's last logits not being kept).
+  // distribution; nullopt for a first prompt token with nothing fed before it by this request:
+  // the state already held everything before it (no logits are kept between requests). That is
+  // an empty session of a model without BOS, or a later request whose session has no pending
+  // token (the previous request's last generated token, when its state has not consumed it,
+  // is fed first and scores the prompt's first token).
   std::optional<float> logprob;
   // The prompt_logprobs most likely tokens at its position (empty with logprob).
   std::vector<TokenLogprob> top_logprobs;

@@ -159,6 +159,8 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
     }
     out.prompt_logprobs = in.prompt_logprobs();
   }
+  if (in.has_n()) out.n = in.n();
+  if (in.has_session_choice()) out.session_choice = in.session_choice();
   if (std::optional<ConstraintSpec> spec = FromProto(in.constraint()); spec.has_value()) {
     absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =
         constraints.Get(*spec, "constraint." + std::string(ToString(spec->kind)));
@@ -278,6 +280,7 @@ void ToProto(const Engine& engine, v1::GetModelInfoResponse* out) {
   l->set_max_stop_string_bytes(o.requests.max_stop_string_bytes);
   l->set_max_stop_token_ids(o.requests.max_stop_token_ids);
   l->set_max_top_logprobs(o.requests.max_top_logprobs);
+  l->set_max_choices(o.requests.max_choices);
   l->set_max_sessions(o.sessions.max_sessions);
   l->set_max_queue_depth(o.max_queue_depth);
   l->set_max_batch_size(o.scheduler.max_batch_size);

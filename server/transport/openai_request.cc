@@ -273,7 +273,7 @@ absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
   if (request.stream || !request.logprobs) return absl::OkStatus();
   const int64_t tokens = int64_t{request.generate.max_new_tokens} +
                         (request.echo ? static_cast<int64_t>(request.generate.prompt.size()) : 0);
-  const int64_t entries = tokens * (1 + int64_t{request.top_logprobs});
+  const int64_t entries = tokens * (1 + int64_t{request.top_logprobs}) * request.generate.n;
   if (entries <= kMaxWholeAnswerLogprobs) return absl::OkStatus();
   const char* alternatives =
       request.endpoint == OpenAiEndpoint::kCompletions ? "logprobs" : "top_logprobs";
@@ -284,12 +284,34 @@ absl::Status CheckWholeAnswer(const OpenAiRequest& request) {
       request.echo ? absl::StrCat("(", request.generate.max_new_tokens, " + ",
                                   request.generate.prompt.size(), ")")
                    : absl::StrCat(request.generate.max_new_tokens);
+  const std::string choices =
+      request.generate.n > 1 ? absl::StrCat(" x ", request.generate.n) : "";
   return InvalidField(
       request.max_tokens_field,
-      absl::StrCat("without \"stream\": true, ", counted, " x (1 + ", alternatives, ") = ", count,
-                   " x ", 1 + request.top_logprobs, " = ", entries, " logprob entries exceed the limit of ", kMaxWholeAnswerLogprobs,
+      absl::StrCat("without \"stream\": true, ", counted, " x (1 + ", alternatives, ")",
+                   request.generate.n > 1 ? " x n" : "", " = ", count, " x ",
+                   1 + request.top_logprobs, choices, " = ", entries, " logprob entries exceed the limit of ", kMaxWholeAnswerLogprobs,
                    " for an answer sent whole; stream it, or ask for fewer tokens or "
                    "alternatives"));
+}
+
+// OpenAI fields this server does not implement and that would change the answer if ignored
+// (docs/openai.md lists them): refused by name rather than silently dropped.
+absl::Status RefuseUnsupported(const json& body) {
+  if (const json* best_of = JsonMember(body, "best_of");
+      best_of != nullptr && !(best_of->is_number_integer() && best_of->get<int64_t>() == 1)) {
+    return InvalidField("best_of", "only 1 (this server does not rank candidates; use n)");
+  }
+  if (const json* suffix = JsonMember(body, "suffix"); suffix != nullptr) {
+    return InvalidField("suffix", "not supported (no insertion: the model continues the prompt)");
+  }
+  for (const char* field : {"tools", "functions"}) {
+    if (const json* tools = JsonMember(body, field);
+        tools != nullptr && !(tools->is_array() && tools->empty())) {
+      return InvalidField(field, "tool calling is not supported by this server");
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -323,8 +345,15 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
                      "\" does not exist; this server serves \"", context.model_id, "\""));
   }
   absl::StatusOr<std::optional<int32_t>> n =
-      JsonBoundedInteger(j, "n", 1, 1, " (this server generates one choice per request)");
+      JsonBoundedInteger(j, "n", 1, context.limits.max_choices, " (max_choices)");
   if (!n.ok()) return n.status();
+  out.generate.n = n->value_or(1);
+  if (absl::Status s = RefuseUnsupported(j); !s.ok()) return s;
+  // Extension: with a session_id and n > 1, the choice the session continues with.
+  absl::StatusOr<std::optional<int32_t>> session_choice = JsonBoundedInteger(
+      j, "session_choice", 0, std::max(out.generate.n - 1, 0), " (a choice index: below n)");
+  if (!session_choice.ok()) return session_choice.status();
+  out.generate.session_choice = *session_choice;
   if (const json* user = JsonMember(j, "user"); user != nullptr && !user->is_string()) {
     return InvalidField("user", "must be a string");
   }
@@ -357,6 +386,10 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
     return InvalidField("echo", "only /v1/completions echoes its prompt");
   }
   out.echo = *echo;
+  if (out.echo && out.generate.n > 1) {
+    return InvalidField("echo", "not with n > 1 (the echoed prompt and its logprobs are the same "
+                                "for every choice: ask for them with n = 1)");
+  }
   absl::StatusOr<std::optional<int32_t>> budget = JsonBoundedInteger(
       j, budget_field, out.echo ? 0 : 1, context.limits.max_new_tokens,
       out.echo || endpoint == OpenAiEndpoint::kChatCompletions

@@ -1,5 +1,6 @@
 #include "server/transport/openai_response.h"
 
+#include <algorithm>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -71,32 +72,45 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, int
       session_id_(request.generate.session_id.has_value()
                       ? std::optional<std::string>(request.generate.session_id->value)
                       : std::nullopt),
+      session_choice_(request.generate.session_choice.value_or(0)),
       id_(std::move(id)),
       created_(created),
       model_id_(std::move(model_id)),
       tokenizer_(tokenizer),
-      logprobs_json_(EmptyLogprobs()) {
-  // A chunk with a placeholder text, split around it (the placeholder needs no escaping, so
-  // it appears verbatim, and nothing else in a chunk can match it).
-  const std::string placeholder = "@@text@@";
-  json choice = {{"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
-  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
-    choice["delta"] = {{"content", placeholder}};
-  } else {
-    choice["text"] = placeholder;
+      choices_(static_cast<size_t>(std::max(request.generate.n, 1))) {
+  for (size_t index = 0; index < choices_.size(); ++index) {
+    Choice& c = choices_[index];
+    c.logprobs = EmptyLogprobs();
+    // A chunk with a placeholder text, split around it (the placeholder needs no escaping, so
+    // it appears verbatim, and nothing else in a chunk can match it).
+    const std::string placeholder = "@@text@@";
+    json choice = {{"index", index}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+    if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+      choice["delta"] = {{"content", placeholder}};
+    } else {
+      choice["text"] = placeholder;
+    }
+    const std::string whole = Event(Chunk(std::move(choice)));
+    const size_t at = whole.find(absl::StrCat("\"", placeholder, "\""));
+    c.text_event_prefix = whole.substr(0, at);
+    c.text_event_suffix = whole.substr(at + placeholder.size() + 2);
   }
-  const std::string whole = Event(Chunk(std::move(choice)));
-  const size_t at = whole.find(absl::StrCat("\"", placeholder, "\""));
-  text_event_prefix_ = whole.substr(0, at);
-  text_event_suffix_ = whole.substr(at + placeholder.size() + 2);
 }
 
-std::string OpenAiResponse::TextEvent(std::string_view text) const {
+bool OpenAiResponse::EndChoice(int32_t choice, const GenerationResult& result) {
+  Choice& c = choices_[static_cast<size_t>(choice)];
+  if (!c.result.has_value()) ++ended_;
+  c.result = result;
+  return ended_ == choices();
+}
+
+std::string OpenAiResponse::TextEvent(const Choice& choice, std::string_view text) const {
   std::string out;
-  out.reserve(text_event_prefix_.size() + text.size() + 8 + text_event_suffix_.size());
-  out += text_event_prefix_;
+  out.reserve(choice.text_event_prefix.size() + text.size() + 8 +
+              choice.text_event_suffix.size());
+  out += choice.text_event_prefix;
   AppendJsonString(text, out);
-  out += text_event_suffix_;
+  out += choice.text_event_suffix;
   return out;
 }
 
@@ -108,7 +122,8 @@ json OpenAiResponse::EmptyLogprobs() const {
               {"text_offset", json::array()}};
 }
 
-void OpenAiResponse::AddLogprobs(absl::Span<const EmittedToken> tokens, json& logprobs) {
+void OpenAiResponse::AddLogprobs(Choice& choice, absl::Span<const EmittedToken> tokens,
+                                 json& logprobs) {
   for (const EmittedToken& t : tokens) {
     const std::string piece = tokenizer_.TokenBytes(t.token.id);
     const size_t alternatives =
@@ -132,9 +147,9 @@ void OpenAiResponse::AddLogprobs(absl::Span<const EmittedToken> tokens, json& lo
       logprobs["tokens"].push_back(piece);
       logprobs["token_logprobs"].push_back(t.no_logprob ? json(nullptr) : json(t.token.logprob));
       logprobs["top_logprobs"].push_back(t.no_logprob ? json(nullptr) : std::move(top));
-      logprobs["text_offset"].push_back(text_offset_);
+      logprobs["text_offset"].push_back(choice.text_offset);
     }
-    text_offset_ += static_cast<int64_t>(t.text.size());
+    choice.text_offset += static_cast<int64_t>(t.text.size());
   }
 }
 
@@ -149,40 +164,54 @@ json OpenAiResponse::Chunk(json choice) const {
   return chunk;
 }
 
-json OpenAiResponse::Usage(const GenerationResult& result) const {
-  json usage = {{"prompt_tokens", result.usage.prompt_tokens},
-                {"completion_tokens", result.usage.generated_tokens},
-                {"total_tokens", result.usage.prompt_tokens + result.usage.generated_tokens}};
-  if (session_id_.has_value()) usage["session_tokens"] = result.usage.session_tokens;
+ChoicesUsage OpenAiResponse::SumUsage() const {
+  ChoicesUsage sum;
+  for (size_t i = 0; i < choices_.size(); ++i) {
+    if (!choices_[i].result.has_value()) continue;
+    const linserve::Usage& usage = choices_[i].result->usage;
+    sum.prompt_tokens = usage.prompt_tokens;  // every choice fed the same prompt
+    sum.completion_tokens += usage.generated_tokens;
+    if (static_cast<int32_t>(i) == session_choice_) sum.session_tokens = usage.session_tokens;
+  }
+  return sum;
+}
+
+json OpenAiResponse::Usage() const {
+  const ChoicesUsage sum = SumUsage();
+  json usage = {{"prompt_tokens", sum.prompt_tokens},
+                {"completion_tokens", sum.completion_tokens},
+                {"total_tokens", sum.prompt_tokens + sum.completion_tokens}};
+  if (session_id_.has_value()) usage["session_tokens"] = sum.session_tokens;
   return usage;
 }
 
-std::string OpenAiResponse::StreamTokens(absl::Span<const EmittedToken> tokens) {
+std::string OpenAiResponse::StreamTokens(int32_t index, absl::Span<const EmittedToken> tokens) {
+  Choice& c = choices_[static_cast<size_t>(index)];
   std::string text;
   for (const EmittedToken& t : tokens) text += t.text;
   if (text.empty() && !logprobs_) return "";
-  if (!logprobs_ && (sent_role_ || endpoint_ == OpenAiEndpoint::kCompletions)) {
-    text_offset_ += static_cast<int64_t>(text.size());
-    return TextEvent(text);
+  if (!logprobs_ && (c.sent_role || endpoint_ == OpenAiEndpoint::kCompletions)) {
+    c.text_offset += static_cast<int64_t>(text.size());
+    return TextEvent(c, text);
   }
   json logprobs = nullptr;
   if (logprobs_) {
     logprobs = EmptyLogprobs();
-    AddLogprobs(tokens, logprobs);
+    AddLogprobs(c, tokens, logprobs);
   } else {
-    for (const EmittedToken& t : tokens) text_offset_ += static_cast<int64_t>(t.text.size());
+    for (const EmittedToken& t : tokens) c.text_offset += static_cast<int64_t>(t.text.size());
   }
   json choice;
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
     json delta = {{"content", std::move(text)}};
-    if (!sent_role_) delta["role"] = "assistant";
-    sent_role_ = true;
-    choice = {{"index", 0},
+    if (!c.sent_role) delta["role"] = "assistant";
+    c.sent_role = true;
+    choice = {{"index", index},
               {"delta", std::move(delta)},
               {"logprobs", std::move(logprobs)},
               {"finish_reason", nullptr}};
   } else {
-    choice = {{"index", 0},
+    choice = {{"index", index},
               {"text", std::move(text)},
               {"logprobs", std::move(logprobs)},
               {"finish_reason", nullptr}};
@@ -190,27 +219,34 @@ std::string OpenAiResponse::StreamTokens(absl::Span<const EmittedToken> tokens) 
   return Event(Chunk(std::move(choice)));
 }
 
-std::string OpenAiResponse::StreamFinish(const GenerationResult& result) {
+std::string OpenAiResponse::StreamChoiceEnd(int32_t index) {
+  Choice& c = choices_[static_cast<size_t>(index)];
+  const GenerationResult& result = *c.result;
   json choice;
   if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
     json delta = json::object();
     if (!result.text.empty()) delta["content"] = result.text;
-    if (!sent_role_) delta["role"] = "assistant";
-    choice = {{"index", 0},
+    if (!c.sent_role) delta["role"] = "assistant";
+    c.sent_role = true;
+    choice = {{"index", index},
               {"delta", std::move(delta)},
               {"logprobs", nullptr},
               {"finish_reason", FinishReasonName(result.reason)}};
   } else {
-    choice = {{"index", 0},
+    choice = {{"index", index},
               {"text", result.text},
               {"logprobs", nullptr},
               {"finish_reason", FinishReasonName(result.reason)}};
   }
-  std::string out = Event(Chunk(std::move(choice)));
+  return Event(Chunk(std::move(choice)));
+}
+
+std::string OpenAiResponse::StreamEnd() const {
+  std::string out;
   if (include_usage_) {
     json usage_chunk = Chunk(nullptr);
     usage_chunk["choices"] = json::array();
-    usage_chunk["usage"] = Usage(result);
+    usage_chunk["usage"] = Usage();
     out += Event(usage_chunk);
   }
   out += "data: [DONE]\n\n";
@@ -221,28 +257,34 @@ std::string OpenAiResponse::StreamError(const absl::Status& status) {
   return absl::StrCat("data: ", ApiErrorJson(ToApiError(status)), "\n\n");
 }
 
-void OpenAiResponse::Append(absl::Span<const EmittedToken> tokens) {
-  if (logprobs_) AddLogprobs(tokens, logprobs_json_);
-  for (const EmittedToken& t : tokens) text_ += t.text;
+void OpenAiResponse::Append(int32_t index, absl::Span<const EmittedToken> tokens) {
+  Choice& c = choices_[static_cast<size_t>(index)];
+  if (logprobs_) AddLogprobs(c, tokens, c.logprobs);
+  for (const EmittedToken& t : tokens) c.text += t.text;
 }
 
-std::string OpenAiResponse::Finish(const GenerationResult& result) {
-  text_ += result.text;
-  json choice = {{"index", 0},
-                 {"logprobs", logprobs_ ? logprobs_json_ : json(nullptr)},
-                 {"finish_reason", FinishReasonName(result.reason)}};
+std::string OpenAiResponse::Finish() const {
   const bool chat = endpoint_ == OpenAiEndpoint::kChatCompletions;
-  if (chat) {
-    choice["message"] = {{"role", "assistant"}, {"content", text_}};
-  } else {
-    choice["text"] = text_;
+  json choices = json::array();
+  for (size_t index = 0; index < choices_.size(); ++index) {
+    const Choice& c = choices_[index];
+    const std::string text = c.text + c.result->text;
+    json choice = {{"index", index},
+                   {"logprobs", logprobs_ ? c.logprobs : json(nullptr)},
+                   {"finish_reason", FinishReasonName(c.result->reason)}};
+    if (chat) {
+      choice["message"] = {{"role", "assistant"}, {"content", text}};
+    } else {
+      choice["text"] = text;
+    }
+    choices.push_back(std::move(choice));
   }
   json response = {{"id", id_},
                    {"object", chat ? "chat.completion" : "text_completion"},
                    {"created", created_},
                    {"model", model_id_},
-                   {"choices", json::array({std::move(choice)})},
-                   {"usage", Usage(result)}};
+                   {"choices", std::move(choices)},
+                   {"usage", Usage()}};
   if (session_id_.has_value()) response["session_id"] = *session_id_;
   return Dump(response);
 }

@@ -29,32 +29,60 @@ struct EmittedToken {
   bool no_logprob = false;
 };
 
+// What a request of n choices used: the prompt once, the choices' tokens summed, the session's
+// tokens after the choice it continues with.
+struct ChoicesUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int64_t session_tokens = 0;
+};
+
 class OpenAiResponse {
  public:
-  // `request`'s fields that shape the response are copied; `tokenizer` must outlive this.
+  // `request`'s fields that shape the response are copied (its n choices among them);
+  // `tokenizer` must outlive this.
   OpenAiResponse(const OpenAiRequest& request, std::string id, int64_t created,
                  std::string model_id, const Tokenizer& tokenizer);
 
-  // Streaming: the events for `tokens` ("" when they carry neither text nor logprobs).
-  std::string StreamTokens(absl::Span<const EmittedToken> tokens);
-  // Streaming: the last chunk (finish_reason), the usage chunk when asked for, and [DONE].
-  std::string StreamFinish(const GenerationResult& result);
+  int32_t choices() const { return static_cast<int32_t>(choices_.size()); }
+  // Records that `choice` ended with `result` (OK); says whether every choice has.
+  bool EndChoice(int32_t choice, const GenerationResult& result);
+
+  // Streaming: the events for `tokens` of `choice` ("" when they carry neither text nor
+  // logprobs).
+  std::string StreamTokens(int32_t choice, absl::Span<const EmittedToken> tokens);
+  // Streaming: `choice`'s last chunk (its finish_reason; EndChoice first).
+  std::string StreamChoiceEnd(int32_t choice);
+  // Streaming, once every choice ended: the usage chunk when asked for, and [DONE].
+  std::string StreamEnd() const;
   // Streaming: an error after the stream began, as OpenAI sends one ("data: {"error": ...}").
   static std::string StreamError(const absl::Status& status);
 
-  // Whole: adds `tokens` to the response.
-  void Append(absl::Span<const EmittedToken> tokens);
-  // Whole: the response JSON.
-  std::string Finish(const GenerationResult& result);
+  // Whole: adds `tokens` of `choice` to the response.
+  void Append(int32_t choice, absl::Span<const EmittedToken> tokens);
+  // Whole, once every choice ended: the response JSON.
+  std::string Finish() const;
 
  private:
+  struct Choice {
+    // A text chunk's event around its JSON-escaped text.
+    std::string text_event_prefix;
+    std::string text_event_suffix;
+    bool sent_role = false;
+    int64_t text_offset = 0;
+    std::string text;  // whole responses: the text so far
+    nlohmann::json logprobs;
+    std::optional<GenerationResult> result;  // once it ended
+  };
   nlohmann::json Chunk(nlohmann::json choice) const;
   // The common case of a streamed chunk, written without building a JSON tree: text only, no
   // logprobs, not the first chat chunk.
-  std::string TextEvent(std::string_view text) const;
-  nlohmann::json Usage(const GenerationResult& result) const;
+  std::string TextEvent(const Choice& choice, std::string_view text) const;
+  ChoicesUsage SumUsage() const;
+  nlohmann::json Usage() const;
   // Adds each token's logprob entry to `logprobs` (the completions or the chat shape).
-  void AddLogprobs(absl::Span<const EmittedToken> tokens, nlohmann::json& logprobs);
+  void AddLogprobs(Choice& choice, absl::Span<const EmittedToken> tokens,
+                   nlohmann::json& logprobs);
   nlohmann::json EmptyLogprobs() const;
 
   const OpenAiEndpoint endpoint_;
@@ -62,18 +90,13 @@ class OpenAiResponse {
   const bool logprobs_;
   const int32_t top_logprobs_;
   const std::optional<std::string> session_id_;
+  const int32_t session_choice_;  // whose session_tokens the usage reports
   const std::string id_;
   const int64_t created_;
   const std::string model_id_;
   const Tokenizer& tokenizer_;
-
-  // A text chunk's event around its JSON-escaped text.
-  std::string text_event_prefix_;
-  std::string text_event_suffix_;
-  bool sent_role_ = false;
-  int64_t text_offset_ = 0;
-  std::string text_;
-  nlohmann::json logprobs_json_;
+  std::vector<Choice> choices_;
+  int32_t ended_ = 0;
 };
 
 }  // namespace linserve

@@ -160,7 +160,7 @@ void OpenAiServer::Impl::Closed(Exchange& exchange) {
   if (evhttp_request_get_connection(exchange.req) == nullptr) evhttp_request_free(exchange.req);
   exchange.req = nullptr;
   Count(exchange.endpoint, 499);
-  if (exchange.job.has_value()) engine_.Cancel(*exchange.job);
+  for (JobId job : exchange.jobs) engine_.Cancel(job);
   live_.erase(&exchange);  // may destroy `exchange`
 }
 
@@ -363,44 +363,68 @@ void OpenAiServer::Impl::Submit(const std::shared_ptr<Exchange>& exchange,
                    exchange->request_id),
       absl::ToUnixSeconds(absl::Now()), options_.model_id, *context_.tokenizer);
   OpenAiRequest& parsed = *request;
-  absl::StatusOr<JobId> job =
-      engine_.Submit(std::move(parsed.generate), std::make_shared<Sink>(this, exchange));
-  if (!job.ok()) {
-    ReplyError(*exchange, RenameEngineError(job.status(), *request));
+  std::vector<std::shared_ptr<TokenSink>> sinks;
+  for (int32_t i = 0; i < parsed.generate.n; ++i) {
+    sinks.push_back(std::make_shared<Sink>(this, exchange, i));
+  }
+  absl::StatusOr<std::vector<JobId>> jobs =
+      engine_.Submit(std::move(parsed.generate), std::move(sinks));
+  if (!jobs.ok()) {
+    ReplyError(*exchange, RenameEngineError(jobs.status(), *request));
     return;
   }
-  exchange->job = *job;
+  exchange->jobs = *std::move(jobs);
 }
 
 void OpenAiServer::Impl::Flush(const std::shared_ptr<Exchange>& exchange) {
-  std::vector<EmittedToken> tokens;
-  std::optional<std::pair<absl::Status, GenerationResult>> finish;
+  std::vector<std::pair<int32_t, EmittedToken>> tokens;
+  std::vector<Exchange::ChoiceEnd> ended;
   {
     absl::MutexLock lock(&exchange->mu);
     tokens.swap(exchange->pending);
-    finish = std::move(exchange->finish);
-    exchange->finish.reset();
+    ended.swap(exchange->ended);
     exchange->flush_posted = false;
   }
-  if (exchange->req == nullptr) return;  // the client left
+  if (exchange->req == nullptr) return;  // the client left, or the reply is complete
   OpenAiResponse& response = *exchange->response;
-  // A request the engine ended early: CANCELLED only comes from a drain past its deadline.
+  // A choice the engine ended early fails the request (and the other choices are cancelled):
+  // CANCELLED only comes from a drain past its deadline.
   std::optional<absl::Status> error;
-  if (finish.has_value()) {
-    if (!finish->first.ok()) {
-      error = finish->first;
-    } else if (finish->second.reason == FinishReason::kCancelled) {
+  bool all_ended = false;
+  for (const Exchange::ChoiceEnd& end : ended) {
+    if (!end.status.ok()) {
+      error = end.status;
+    } else if (end.result.reason == FinishReason::kCancelled) {
       error = absl::UnavailableError("the server is shutting down; the request was cancelled");
     }
+    if (error.has_value()) break;
+    all_ended = response.EndChoice(end.choice, end.result);
   }
+  if (error.has_value()) {
+    for (JobId job : exchange->jobs) engine_.Cancel(job);
+  }
+  // The tokens as runs of one choice each.
+  auto for_each_run = [&tokens](auto&& run) {
+    for (size_t first = 0; first < tokens.size();) {
+      size_t end = first;
+      std::vector<EmittedToken> same;
+      while (end < tokens.size() && tokens[end].first == tokens[first].first) {
+        same.push_back(std::move(tokens[end].second));
+        ++end;
+      }
+      run(tokens[first].first, absl::MakeConstSpan(same));
+      first = end;
+    }
+  };
   if (!exchange->stream) {
-    response.Append(tokens);
-    if (!finish.has_value()) return;
     if (error.has_value()) {
       ReplyError(*exchange, *error);
-    } else {
-      Reply(*exchange, 200, response.Finish(finish->second));
+      return;
     }
+    for_each_run([&](int32_t choice, absl::Span<const EmittedToken> run) {
+      response.Append(choice, run);
+    });
+    if (all_ended) Reply(*exchange, 200, response.Finish());
     return;
   }
   evhttp_request* req = exchange->req;
@@ -418,10 +442,16 @@ void OpenAiServer::Impl::Flush(const std::shared_ptr<Exchange>& exchange) {
     evhttp_send_reply_start(req, 200, "OK");
     exchange->started = true;
   }
-  std::string out = response.StreamTokens(tokens);
-  if (finish.has_value()) {
-    out += error.has_value() ? OpenAiResponse::StreamError(*error)
-                             : response.StreamFinish(finish->second);
+  std::string out;
+  for_each_run([&](int32_t choice, absl::Span<const EmittedToken> run) {
+    out += response.StreamTokens(choice, run);
+  });
+  const bool finished = error.has_value() || all_ended;
+  if (error.has_value()) {
+    out += OpenAiResponse::StreamError(*error);
+  } else {
+    for (const Exchange::ChoiceEnd& end : ended) out += response.StreamChoiceEnd(end.choice);
+    if (all_ended) out += response.StreamEnd();
   }
   if (!out.empty()) {
     evbuffer* buffer = evbuffer_new();
@@ -429,7 +459,7 @@ void OpenAiServer::Impl::Flush(const std::shared_ptr<Exchange>& exchange) {
     evhttp_send_reply_chunk(req, buffer);
     evbuffer_free(buffer);
   }
-  if (finish.has_value()) {
+  if (finished) {
     Done(*exchange, 200);
     evhttp_send_reply_end(req);
     live_.erase(exchange.get());

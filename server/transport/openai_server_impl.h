@@ -48,7 +48,7 @@ struct Exchange {
   evhttp_request* req = nullptr;
   std::string endpoint;  // the metrics label
   std::string request_id;
-  std::optional<JobId> job;
+  std::vector<JobId> jobs;  // one per choice
   std::optional<OpenAiResponse> response;  // generations only
   bool stream = false;
   bool started = false;  // a streamed reply's status and headers are sent
@@ -56,9 +56,16 @@ struct Exchange {
   // nothing until the reply is complete, so it only notices when a write fails).
   event* watch = nullptr;
 
+  // A choice's end, as its sink heard it.
+  struct ChoiceEnd {
+    int32_t choice = 0;
+    absl::Status status;
+    GenerationResult result;
+  };
   absl::Mutex mu;
-  std::vector<EmittedToken> pending ABSL_GUARDED_BY(mu);
-  std::optional<std::pair<absl::Status, GenerationResult>> finish ABSL_GUARDED_BY(mu);
+  // Tokens in the order the choices' sinks heard them, each with its choice.
+  std::vector<std::pair<int32_t, EmittedToken>> pending ABSL_GUARDED_BY(mu);
+  std::vector<ChoiceEnd> ended ABSL_GUARDED_BY(mu);
   bool flush_posted ABSL_GUARDED_BY(mu) = false;
 };
 
@@ -118,15 +125,19 @@ class OpenAiServer::Impl {
   void Stop();
 
  private:
+  // One choice's sink.
   class Sink : public TokenSink {
    public:
-    Sink(Impl* server, std::shared_ptr<Exchange> exchange)
-        : server_(server), mailbox_(server->mailbox_), exchange_(std::move(exchange)) {}
+    Sink(Impl* server, std::shared_ptr<Exchange> exchange, int32_t choice)
+        : server_(server),
+          mailbox_(server->mailbox_),
+          exchange_(std::move(exchange)),
+          choice_(choice) {}
     void OnToken(const GeneratedToken& token, std::string_view text) override {
       bool post = false;
       {
         absl::MutexLock lock(&exchange_->mu);
-        exchange_->pending.push_back(EmittedToken{token, std::string(text)});
+        exchange_->pending.emplace_back(choice_, EmittedToken{token, std::string(text)});
         post = !std::exchange(exchange_->flush_posted, true);
       }
       if (post) Post();
@@ -140,8 +151,8 @@ class OpenAiServer::Impl {
           GeneratedToken token{.id = t.id,
                                .logprob = t.logprob.value_or(0.0f),
                                .top_logprobs = t.top_logprobs};
-          exchange_->pending.push_back(
-              EmittedToken{std::move(token), t.text, !t.logprob.has_value()});
+          exchange_->pending.emplace_back(
+              choice_, EmittedToken{std::move(token), t.text, !t.logprob.has_value()});
         }
         post = !std::exchange(exchange_->flush_posted, true);
       }
@@ -151,7 +162,7 @@ class OpenAiServer::Impl {
       bool post = false;
       {
         absl::MutexLock lock(&exchange_->mu);
-        exchange_->finish.emplace(status, result);
+        exchange_->ended.push_back({choice_, status, result});
         post = !std::exchange(exchange_->flush_posted, true);
       }
       if (post) Post();
@@ -165,6 +176,7 @@ class OpenAiServer::Impl {
     Impl* const server_;
     const std::shared_ptr<LoopMailbox> mailbox_;
     const std::shared_ptr<Exchange> exchange_;
+    const int32_t choice_;
   };
 
   static void OnWake(evutil_socket_t, short, void* arg) {

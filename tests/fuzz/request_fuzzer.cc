@@ -51,12 +51,24 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   Check(!request->prompt.empty());
   Check(static_cast<int64_t>(request->prompt.size()) <= limits.max_prompt_tokens);
   for (TokenId id : request->prompt) Check(id >= 0 && id < config.vocab_size);
-  Check(request->max_new_tokens >= 1 && request->max_new_tokens <= limits.max_new_tokens);
+  Check(request->max_new_tokens >= 0 && request->max_new_tokens <= limits.max_new_tokens);
   Check(static_cast<int32_t>(request->stop.size()) <= limits.max_stop_strings);
   for (const std::string& s : request->stop) {
     Check(static_cast<int32_t>(s.size()) <= limits.max_stop_string_bytes);
   }
   Check(static_cast<int32_t>(request->stop_token_ids.size()) <= limits.max_stop_token_ids);
   Check(request->top_logprobs >= 0 && request->top_logprobs <= limits.max_top_logprobs);
+  Check(request->prompt_logprobs >= -1 && request->prompt_logprobs <= limits.max_top_logprobs);
+  const std::vector<LogitBias>& bias = request->sampling.logit_bias;
+  Check(bias.size() <= static_cast<size_t>(kMaxLogitBias));
+  for (size_t i = 0; i < bias.size(); ++i) {
+    Check(bias[i].token >= 0 && bias[i].token < config.vocab_size);
+    Check(bias[i].bias >= -kMaxAbsLogitBias && bias[i].bias <= kMaxAbsLogitBias);
+    Check(i == 0 || bias[i - 1].token < bias[i].token);  // sorted, distinct
+  }
+  Check(request->n >= 1 && request->n <= limits.max_choices);
+  Check(!request->session_choice.has_value() ||
+        (request->session_id.has_value() && *request->session_choice >= 0 &&
+         *request->session_choice < request->n));
   return 0;
 }

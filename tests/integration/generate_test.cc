@@ -49,6 +49,17 @@ std::vector<int32_t> Concat(std::initializer_list<std::vector<int32_t>> parts) {
   return out;
 }
 
+// Every message of a Generate call, which must succeed.
+std::vector<v1::GenerateResponse> Messages(Client& client, const v1::GenerateRequest& request) {
+  std::vector<v1::GenerateResponse> messages;
+  const absl::Status status = client.Generate(request, [&](const v1::GenerateResponse& m) {
+    messages.push_back(m);
+    return true;
+  });
+  EXPECT_TRUE(status.ok()) << status;
+  return messages;
+}
+
 class GenerateTest : public ::testing::Test {
  protected:
   static TestServerOptions Options() {
@@ -214,14 +225,8 @@ TEST_F(GenerateTest, PromptLogprobsComeFirstAndMaxNewTokensZeroScoresOnly) {
     SCOPED_TRACE(max_new_tokens);
     v1::GenerateRequest request = TokensRequest(prompt, max_new_tokens, 8);
     request.set_prompt_logprobs(2);
-    std::vector<v1::GenerateResponse> messages;
-    ASSERT_TRUE(server.client()
-                    .Generate(request,
-                              [&](const v1::GenerateResponse& m) {
-                                messages.push_back(m);
-                                return true;
-                              })
-                    .ok());
+    const std::vector<v1::GenerateResponse> messages = Messages(server.client(), request);
+    ASSERT_FALSE(messages.empty());
     std::vector<int32_t> ids;
     int generated = 0;
     for (const v1::GenerateResponse& m : messages) {
@@ -254,6 +259,46 @@ TEST_F(GenerateTest, PromptLogprobsComeFirstAndMaxNewTokensZeroScoresOnly) {
       server.client().Generate(negative, [](const v1::GenerateResponse&) { return true; });
   EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("prompt_logprobs"));
+}
+
+// n = 3 over gRPC: every message holds one choice's tokens (`choice`), each choice's last
+// message its finish_reason, the stream's last message the usage (the prompt once, the tokens
+// summed); choice i is the one-choice request with seed + i. An n the server cannot hold at once
+// is refused by name.
+TEST_F(GenerateTest, ChoicesStreamWithTheirIndexAndEqualOneChoiceRequests) {
+  TestServer server(model_, Options());
+  v1::GenerateRequest request = TokensRequest({5, 6, 7, 8}, 12, 30);
+  request.set_n(3);
+  std::vector<std::vector<int32_t>> tokens(3);
+  std::vector<int> finishes(3, 0);
+  const std::vector<v1::GenerateResponse> messages = Messages(server.client(), request);
+  ASSERT_GE(messages.size(), 4u);
+  for (size_t i = 0; i + 1 < messages.size(); ++i) {
+    const v1::GenerateResponse& m = messages[i];
+    ASSERT_GE(m.choice(), 0);
+    ASSERT_LT(m.choice(), 3);
+    EXPECT_FALSE(m.has_usage());
+    for (const v1::GeneratedToken& t : m.tokens()) tokens[m.choice()].push_back(t.id());
+    if (m.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      EXPECT_EQ(m.finish_reason(), v1::FINISH_REASON_LENGTH);
+      ++finishes[m.choice()];
+    }
+  }
+  EXPECT_EQ(finishes, std::vector<int>({1, 1, 1}));
+  const v1::GenerateResponse& last = messages.back();
+  EXPECT_EQ(last.tokens_size(), 0);
+  EXPECT_EQ(last.usage().prompt_tokens(), 4);
+  EXPECT_EQ(last.usage().generated_tokens(), 3 * 12);
+  EXPECT_EQ(last.usage().seed(), 30u);
+  EXPECT_FALSE(last.request_id().empty());
+  for (int i = 0; i < 3; ++i) {
+    SCOPED_TRACE(i);
+    const Streamed one = RunGenerate(server.client(), TokensRequest({5, 6, 7, 8}, 12, 30 + i));
+    ASSERT_TRUE(one.status.ok()) << one.status;
+    EXPECT_EQ(tokens[i], one.tokens);
+  }
+  request.set_n(300);
+  EXPECT_THAT(RunGenerate(server.client(), request).status.message(), HasSubstr("n:"));
 }
 
 // A random model knows nothing of the grammar: the mask alone keeps every sample in it.

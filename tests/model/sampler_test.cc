@@ -232,10 +232,11 @@ TEST(SamplerTest, LogitBiasIsAddedBeforePenaltiesAndNeverLiftsTheMask) {
   Sampler s(p);
   for (int i = 0; i < 50; ++i) EXPECT_NE(s.Sample(std::vector<float>{0.0f, 0.0f, 0.0f}, &allow_0_and_1), 2);
   // Ids outside the vocabulary are ignored by Sample (the backends refuse them at
-  // StartSampling).
-  p.logit_bias = {{7, 100.0f}};
+  // StartSampling): the unbiased argmax.
+  p.temperature = 0.0f;
+  p.logit_bias = {{0, 0.5f}, {7, 100.0f}};
   Sampler outside(p);
-  EXPECT_LT(outside.Sample(std::vector<float>{0.0f, 1.0f}), 2);
+  EXPECT_EQ(outside.Sample(std::vector<float>{0.0f, 1.0f}), 1);
   EXPECT_THAT(std::string(CheckLogitBiasVocabulary(p.logit_bias, 2).message()),
               HasSubstr("logit_bias: token 7 is outside the vocabulary [0, 2)"));
   EXPECT_TRUE(CheckLogitBiasVocabulary(p.logit_bias, 8).ok());

@@ -3,7 +3,7 @@
 // from the chunked prefill's logits and equal, within kPromptLogprobBound, what token-by-token
 // decoding gives; they reach the sink before any generated token; max_new_tokens 0 scores a
 // prompt and generates nothing; a cached prefix never skips the scored positions; a session's
-// later request scores all but its first token.
+// later request scores its first token only when a token before it is fed with it.
 #include <cmath>
 #include <cstdint>
 #include <memory>
@@ -178,8 +178,9 @@ TEST_P(EnginePromptLogprobsTest, ACachedPrefixNeverSkipsScoredPositions) {
   ExpectScoredLikeDecoding(scored, prompt, 0);
 }
 
-// A session's later request: its first prompt token has nothing before it in the request (no
-// logprob); the others are scored given the whole session.
+// A session's later request whose session has nothing pending (the first turn generated
+// nothing): its first prompt token has nothing before it in the request (no logprob); the
+// others are scored given the whole session.
 TEST_P(EnginePromptLogprobsTest, ASessionsLaterRequestScoresAllButItsFirstToken) {
   std::unique_ptr<Engine> engine = Start();
   absl::StatusOr<SessionInfo> session = CreateSession(*engine);
@@ -204,6 +205,37 @@ TEST_P(EnginePromptLogprobsTest, ASessionsLaterRequestScoresAllButItsFirstToken)
                 kPromptLogprobBound);
   }
   EXPECT_EQ(outcome.result.usage.session_tokens, 1 + 20 + 12);
+}
+
+// A session's later request after one that generated (ending by length, its last token not
+// consumed): that token is fed first, so every prompt token is scored, given the whole session.
+TEST_P(EnginePromptLogprobsTest, AfterAGeneratingTurnEveryPromptTokenIsScored) {
+  std::unique_ptr<Engine> engine = Start();
+  absl::StatusOr<SessionInfo> session = CreateSession(*engine);
+  ASSERT_TRUE(session.ok()) << session.status();
+  const std::vector<TokenId> first = Prompt(20, 6);
+  GenerateRequest turn = Scored(first, 3, 1);
+  turn.prompt_logprobs = -1;
+  turn.session_id = session->id;
+  const Outcome generated = RunRequest(*engine, turn);
+  ASSERT_TRUE(generated.status.ok()) << generated.status;
+  ASSERT_EQ(generated.tokens.size(), 3u);
+  const std::vector<TokenId> second = Prompt(9, 7);
+  turn = Scored(second, 0, 1);
+  turn.session_id = session->id;
+  const Outcome outcome = RunRequest(*engine, turn);
+  ASSERT_TRUE(outcome.status.ok()) << outcome.status;
+  ASSERT_EQ(outcome.prompt_tokens.size(), second.size());
+  std::vector<TokenId> whole = first;
+  whole.insert(whole.end(), generated.tokens.begin(), generated.tokens.end());
+  whole.insert(whole.end(), second.begin(), second.end());
+  const Decoded decoded = DecodeOneByOne(model_, whole, 1);
+  for (size_t i = 0; i < second.size(); ++i) {
+    SCOPED_TRACE(i);
+    ASSERT_TRUE(outcome.prompt_tokens[i].logprob.has_value());
+    EXPECT_NEAR(*outcome.prompt_tokens[i].logprob, decoded.logprobs[first.size() + 3 + i],
+                kPromptLogprobBound);
+  }
 }
 
 }  // namespace

@@ -205,7 +205,17 @@ TEST_F(OpenAiRequestTest, ChatFields) {
 }
 
 TEST_F(OpenAiRequestTest, InvalidValuesNameTheirField) {
-  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 2}})), "n");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 17}})), "n");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"best_of", 2}})), "best_of");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"suffix", "z"}})), "suffix");
+  EXPECT_EQ(ParamOf(Chat({{"tools", {{{"type", "function"}}}}})), "tools");
+  EXPECT_EQ(ParamOf(Chat({{"functions", {{{"name", "f"}}}}})), "functions");
+  EXPECT_TRUE(Completion({{"prompt", "a"}, {"best_of", 1}, {"suffix", nullptr}}).ok());
+  EXPECT_TRUE(Chat({{"tools", json::array()}}).ok());
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 2}, {"echo", true}})), "echo");
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"n", 2}, {"session_choice", 2}})), "session_choice");
+  EXPECT_EQ(Completion({{"prompt", "a"}, {"n", 3}, {"session_choice", 2}})->generate.session_choice, 2);
+  EXPECT_EQ(Completion({{"prompt", "a"}, {"n", 3}})->generate.n, 3);
   EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"max_tokens", 0}})), "max_tokens");
   EXPECT_THAT(Completion({{"prompt", "a"}, {"max_tokens", 0}}).status().message(),
               HasSubstr("0 only with \"echo\": true"));
@@ -451,7 +461,7 @@ TEST(OpenAiResponseTest, StreamedChunksAreJsonWhateverTheText) {
   OpenAiResponse response(request, "chatcmpl-1", 100, "m", tokenizer);
   const std::string tricky = "a\"b\\c\nd\te\x01\x1f é 🙂 </script>";
   for (int i = 0; i < 2; ++i) {
-    const std::string event = response.StreamTokens({EmittedToken{{}, tricky}});
+    const std::string event = response.StreamTokens(0, {EmittedToken{{}, tricky}});
     ASSERT_TRUE(event.starts_with("data: ") && event.ends_with("\n\n")) << event;
     const json chunk = json::parse(event.substr(6));
     EXPECT_EQ(chunk["choices"][0]["delta"]["content"], tricky);
@@ -462,9 +472,47 @@ TEST(OpenAiResponseTest, StreamedChunksAreJsonWhateverTheText) {
   }
   GenerationResult result;
   result.reason = FinishReason::kStop;
-  const std::string end = response.StreamFinish(result);
+  ASSERT_TRUE(response.EndChoice(0, result));
+  const std::string end = response.StreamChoiceEnd(0) + response.StreamEnd();
   EXPECT_TRUE(end.ends_with("data: [DONE]\n\n"));
   EXPECT_THAT(end, HasSubstr("\"finish_reason\":\"stop\""));
+}
+
+// Three choices: chunks carry their choice's index, each choice's role comes once, the whole
+// answer lists the choices in index order, and the usage counts the prompt once.
+TEST(OpenAiResponseTest, ChoicesHaveTheirIndexAndTheUsageCountsThePromptOnce) {
+  ByteTokenizer tokenizer(260);
+  OpenAiRequest request;
+  request.endpoint = OpenAiEndpoint::kChatCompletions;
+  request.generate.n = 3;
+  OpenAiResponse streamed(request, "chatcmpl-2", 100, "m", tokenizer);
+  OpenAiResponse whole(request, "chatcmpl-2", 100, "m", tokenizer);
+  for (int32_t choice : {2, 0, 2, 1}) {
+    const std::string text = absl::StrCat("t", choice);
+    const json chunk =
+        json::parse(streamed.StreamTokens(choice, {EmittedToken{{}, text}}).substr(6));
+    EXPECT_EQ(chunk["choices"][0]["index"], choice);
+    EXPECT_EQ(chunk["choices"][0]["delta"]["content"], text);
+    whole.Append(choice, {EmittedToken{{}, text}});
+  }
+  for (int32_t choice : {1, 2, 0}) {
+    GenerationResult result;
+    result.reason = choice == 1 ? FinishReason::kEos : FinishReason::kLength;
+    result.usage.prompt_tokens = 7;
+    result.usage.generated_tokens = choice + 1;
+    EXPECT_EQ(streamed.EndChoice(choice, result), choice == 0);
+    EXPECT_EQ(whole.EndChoice(choice, result), choice == 0);
+    const json end = json::parse(streamed.StreamChoiceEnd(choice).substr(6));
+    EXPECT_EQ(end["choices"][0]["index"], choice);
+  }
+  const json answer = json::parse(whole.Finish());
+  ASSERT_EQ(answer["choices"].size(), 3u);
+  EXPECT_EQ(answer["choices"][2]["index"], 2);
+  EXPECT_EQ(answer["choices"][2]["message"]["content"], "t2t2");
+  EXPECT_EQ(answer["choices"][1]["finish_reason"], "stop");
+  EXPECT_EQ(answer["usage"]["prompt_tokens"], 7);
+  EXPECT_EQ(answer["usage"]["completion_tokens"], 1 + 2 + 3);
+  EXPECT_EQ(answer["usage"]["total_tokens"], 7 + 6);
 }
 
 TEST(OpenAiResponseTest, ACompletedConstraintIsAStop) {
@@ -475,7 +523,8 @@ TEST(OpenAiResponseTest, ACompletedConstraintIsAStop) {
   GenerationResult result;
   result.reason = FinishReason::kConstraintComplete;
   result.text = "{}";
-  const json whole = json::parse(response.Finish(result));
+  ASSERT_TRUE(response.EndChoice(0, result));
+  const json whole = json::parse(response.Finish());
   EXPECT_EQ(whole["choices"][0]["finish_reason"], "stop");
 }
 

@@ -57,6 +57,21 @@ TEST_F(ValidateGenerateRequestTest, NamesEveryInvalidField) {
   ExpectInvalid([](auto& r) { r.prompt[0] = -1; }, "prompt.token_ids[0]", "[0, 260)");
   ExpectInvalid([](auto& r) { r.max_new_tokens = -1; }, "max_new_tokens", "[0, 4096]");
   ExpectInvalid([](auto& r) { r.max_new_tokens = 4097; }, "max_new_tokens", "[0, 4096]");
+  ExpectInvalid([](auto& r) { r.n = 0; }, "n", "[1, 16] (max_choices)");
+  ExpectInvalid([](auto& r) { r.n = 17; }, "n", "[1, 16] (max_choices)");
+  ExpectInvalid([](auto& r) { r.n = 2, r.max_new_tokens = 0; }, "n", "max_new_tokens >= 1");
+  ExpectInvalid([](auto& r) { r.n = 2, r.prompt_logprobs = 0; }, "n", "prompt_logprobs");
+  ExpectInvalid([](auto& r) { r.n = 2, r.session_id = SessionId{std::string(32, 'a')}; }, "n",
+                "needs session_choice");
+  ExpectInvalid([](auto& r) { r.session_choice = 0; }, "session_choice",
+                "only with a session_id and n > 1");
+  ExpectInvalid(
+      [](auto& r) {
+        r.n = 2;
+        r.session_id = SessionId{std::string(32, 'a')};
+        r.session_choice = 2;
+      },
+      "session_choice", "[0, 2)");
   ExpectInvalid([](auto& r) { r.prompt_logprobs = -2; }, "prompt_logprobs", "[0, 20]");
   ExpectInvalid([](auto& r) { r.prompt_logprobs = 21; }, "prompt_logprobs", "[0, 20]");
   ExpectInvalid([](auto& r) { r.sampling.temperature = -0.5f; }, "sampling.temperature", ">= 0");

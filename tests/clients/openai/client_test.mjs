@@ -265,7 +265,7 @@ test('sessions: continue server-side, owned by their tenant, deleted', async () 
 test('errors: OpenAI JSON with the field and the status', async () => {
   const cases = [
     [{ model: 'gpt-4', prompt: 'x' }, 404, 'model', 'model_not_found'],
-    [{ model, prompt: 'x', n: 2 }, 400, 'n'],
+    [{ model, prompt: 'x', n: 17 }, 400, 'n'],
     [{ model, prompt: 'x', temperature: -1 }, 400, 'temperature'],
     [{ model, prompt: 'x', top_p: 2 }, 400, 'top_p'],
     [{ model, prompt: 'x', max_tokens: 0 }, 400, 'max_tokens'],
