@@ -168,6 +168,23 @@ void AddRequests(std::map<std::string, std::string>& out) {
   full.set_top_logprobs(3);
   out["token_ids_all_fields"] = full.SerializeAsString();
 
+  // The fields of issue 41: logit biases, n choices kept on a session, a scored prompt.
+  v1::GenerateRequest choices;
+  choices.mutable_token_ids()->add_ids(72);
+  choices.mutable_token_ids()->add_ids(105);
+  choices.set_session_id("s-0123456789abcdef");
+  choices.set_max_new_tokens(4);
+  choices.set_n(3);
+  choices.set_session_choice(1);
+  // One entry: a map's serialized order is not fixed, the committed seed must be.
+  (*choices.mutable_sampling()->mutable_logit_bias())[72] = -100.0f;
+  out["choices_logit_bias"] = choices.SerializeAsString();
+  v1::GenerateRequest scored;
+  scored.set_text("ROMEO:");
+  scored.set_max_new_tokens(0);
+  scored.set_prompt_logprobs(2);
+  out["scored_prompt"] = scored.SerializeAsString();
+
   v1::GenerateRequest utf8;
   utf8.set_text("¿Dónde estás? ☃ 日本");
   utf8.mutable_sampling()->set_temperature(0.0f);
