@@ -256,12 +256,16 @@ void Engine::AdmitWaiting() {
   std::deque<std::unique_ptr<Job>> still_waiting;
   std::vector<std::pair<std::unique_ptr<Job>, absl::Status>> failed;
   // Once a request of several choices waits for slots, the ones behind it wait too, so that
-  // slots freed meanwhile gather for it rather than go one by one to later requests.
+  // slots freed meanwhile gather for it rather than go one by one to later requests; but not one
+  // whose session is in a slot already (it needs none, and its busy session pins that slot
+  // until it runs).
   bool group_waits = false;
   while (!waiting_.empty()) {
     std::unique_ptr<Job> job = std::move(waiting_.front());
     waiting_.pop_front();
-    if (group_waits) {
+    const bool needs_no_slot = job->session() != nullptr && job->session()->slot.has_value() &&
+                               !job->holds_followers();
+    if (group_waits && !needs_no_slot) {
       still_waiting.push_back(std::move(job));
       continue;
     }
@@ -280,9 +284,9 @@ void Engine::AdmitWaiting() {
         job->Bind(nullptr);
       }
       status = absl::ResourceExhaustedError("no state slot for every choice");
-      group_waits = store_.SlotWaitHelps();
     }
     if (absl::IsResourceExhausted(status) && store_.SlotWaitHelps()) {
+      if (job->holds_followers()) group_waits = true;
       still_waiting.push_back(std::move(job));  // every slot is busy; retry next step
       continue;
     }
@@ -313,7 +317,19 @@ void Engine::AdmitWaiting() {
     active_.push_back(std::move(job));
     for (std::unique_ptr<Job>& follower : followers) active_.push_back(std::move(follower));
   }
-  waiting_ = std::move(still_waiting);
+  // Slots free up only as running requests end: with none running after this pass, a request
+  // of several choices still waiting lacks slots that sessions of other waiting requests hold,
+  // and could wait forever.
+  for (std::unique_ptr<Job>& job : still_waiting) {
+    if (active_.empty() && job->holds_followers()) {
+      failed.emplace_back(std::move(job),
+                          absl::ResourceExhaustedError(
+                              "n: the choices need as many state slots at once, and sessions of "
+                              "other waiting requests hold the free ones; retry later"));
+    } else {
+      waiting_.push_back(std::move(job));
+    }
+  }
   for (auto& [job, status] : failed) Complete(std::move(job), status, FinishReason::kError);
 }
 
@@ -356,18 +372,14 @@ std::unique_ptr<Job> Engine::Extract(JobId id) {
 }
 
 void Engine::Complete(std::unique_ptr<Job> job, const absl::Status& status, FinishReason reason) {
-  // Choices that never started (still held, or waiting for this leader's fork) end with it:
-  // failed as it failed, or cancelled.
-  const absl::Status unstarted =
-      status.ok() ? absl::CancelledError("the request's first choice ended before it was forked")
-                  : status;
-  const FinishReason unstarted_reason = status.ok() ? FinishReason::kCancelled : reason;
+  // Choices that never started (still held, or waiting for this leader's fork) end as it
+  // does: it can end before its fork only failed or cancelled.
   for (std::unique_ptr<Job>& follower : job->TakeFollowers()) {
-    Complete(std::move(follower), unstarted, unstarted_reason);
+    Complete(std::move(follower), status, reason);
   }
   for (JobId id : job->TakePendingForks()) {
     if (std::unique_ptr<Job> follower = Extract(id); follower != nullptr) {
-      Complete(std::move(follower), unstarted, unstarted_reason);
+      Complete(std::move(follower), status, reason);
     }
   }
   const absl::Time now = absl::Now();
@@ -470,7 +482,10 @@ void Engine::CancelAll() {
   for (const auto& job : waiting_) ids.push_back(job->id());
   for (const auto& job : active_) ids.push_back(job->id());
   for (JobId id : ids) {
-    Complete(Extract(id), absl::OkStatus(), FinishReason::kCancelled);
+    // A choice waiting for its leader's fork has ended with the leader already.
+    if (std::unique_ptr<Job> job = Extract(id); job != nullptr) {
+      Complete(std::move(job), absl::OkStatus(), FinishReason::kCancelled);
+    }
   }
 }
 

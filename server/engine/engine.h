@@ -111,10 +111,13 @@ class Engine {
   // once (NOT_FOUND for an unknown session, ABORTED when the session is busy, ...).
   absl::StatusOr<JobId> Submit(GenerateRequest request, std::shared_ptr<TokenSink> sink);
   // Submit for a request of request.n choices, one sink each (sinks[i] hears choice i): n jobs,
-  // whose ids it returns (Cancel each). They are admitted together (n state slots at once; the
-  // requests queued after them wait meanwhile) and count as n requests against the queue
-  // limits; one prefill feeds the prompt, forked before its last token. INVALID_ARGUMENT when n
-  // cannot fit: more than the slots, max_queue_depth or tenant_max_queued.
+  // whose ids it returns (cancel them all: a choice not admitted yet ends only with the
+  // request's leader). They are admitted together (n state slots at once; the requests queued
+  // after them wait meanwhile, but those whose session holds a slot already) and count as n
+  // requests against the queue limits; one prefill feeds the prompt, forked before its last
+  // token. INVALID_ARGUMENT when n cannot fit: more than the slots, max_queue_depth or
+  // tenant_max_queued; RESOURCE_EXHAUSTED (through the sinks) when nothing is running and the
+  // free slots are held by other waiting requests' sessions.
   absl::StatusOr<std::vector<JobId>> Submit(GenerateRequest request,
                                             std::vector<std::shared_ptr<TokenSink>> sinks);
   // Thread-safe. Ends the job within one engine step: its sink hears OnFinish(CANCELLED).

@@ -159,7 +159,14 @@ absl::StatusOr<GenerateRequest> FromProto(const v1::GenerateRequest& in,
     }
     out.prompt_logprobs = in.prompt_logprobs();
   }
-  if (in.has_n()) out.n = in.n();
+  // Bounded before the transport makes a sink per choice.
+  if (in.has_n()) {
+    if (in.n() < 1 || in.n() > limits.max_choices) {
+      return absl::InvalidArgumentError(absl::StrCat("n: must be in [1, ", limits.max_choices,
+                                                     "] (max_choices), got ", in.n()));
+    }
+    out.n = in.n();
+  }
   if (in.has_session_choice()) out.session_choice = in.session_choice();
   if (std::optional<ConstraintSpec> spec = FromProto(in.constraint()); spec.has_value()) {
     absl::StatusOr<std::shared_ptr<const CompiledConstraint>> compiled =

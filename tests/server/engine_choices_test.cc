@@ -286,5 +286,62 @@ TEST_P(EngineChoicesTest, AGroupWaitsForAllItsSlotsAndTheRequestsBehindItWaitToo
   EXPECT_GT(behind->first_token(), first_group_end);  // the group had every slot
 }
 
+// A request on a session already in a slot, queued behind a group that waits, is admitted (its
+// busy session pins that slot, which the group needs once the request has run): both finish.
+TEST_P(EngineChoicesTest, ARequestWhoseSessionHoldsASlotRunsPastAWaitingGroup) {
+  std::unique_ptr<Engine> engine = Start({}, 4);
+  absl::StatusOr<SessionInfo> session = CreateSession(*engine);
+  ASSERT_TRUE(session.ok()) << session.status();
+  GenerateRequest on_session = Request(1, 2, 5);
+  on_session.session_id = session->id;
+  ASSERT_TRUE(RunRequest(*engine, on_session).status.ok());  // resident, idle
+  auto streaming = std::make_shared<RecordingSink>();
+  absl::StatusOr<JobId> holder = engine->Submit(Request(1, 4000, 1), streaming);
+  ASSERT_TRUE(holder.ok()) << holder.status();
+  streaming->WaitForTokens(1);
+  std::vector<std::shared_ptr<RecordingSink>> group;
+  std::vector<std::shared_ptr<TokenSink>> as_sinks;
+  for (int i = 0; i < 4; ++i) {
+    group.push_back(std::make_shared<RecordingSink>());
+    as_sinks.push_back(group.back());
+  }
+  ASSERT_TRUE(engine->Submit(Request(4, 3, 2), as_sinks).ok());
+  auto behind = std::make_shared<RecordingSink>();
+  ASSERT_TRUE(engine->Submit(on_session, behind).ok());
+  engine->Cancel(*holder);
+  ASSERT_TRUE(behind->WaitFor(absl::Seconds(60)));
+  EXPECT_TRUE(behind->Wait().status.ok());
+  for (auto& sink : group) {
+    ASSERT_TRUE(sink->WaitFor(absl::Seconds(60)));
+    EXPECT_TRUE(sink->Wait().status.ok());
+  }
+}
+
+// Shutting down while a leader still feeds the prompt (its choices wait for the fork) ends every
+// choice, cancelled.
+TEST_P(EngineChoicesTest, ShutdownWithForksPendingEndsEveryChoice) {
+  EngineOptions options;
+  options.scheduler.prefill_token_budget = 8;
+  options.scheduler.idle_prefill_token_budget = 8;
+  std::unique_ptr<Engine> engine = Start(options);
+  GenerateRequest r = Request(3, 4, 1);
+  r.prompt = Prompt(20000);  // 2,500 steps of 8 tokens
+  std::vector<std::shared_ptr<RecordingSink>> sinks;
+  std::vector<std::shared_ptr<TokenSink>> as_sinks;
+  for (int i = 0; i < 3; ++i) {
+    sinks.push_back(std::make_shared<RecordingSink>());
+    as_sinks.push_back(sinks.back());
+  }
+  ASSERT_TRUE(engine->Submit(r, as_sinks).ok());
+  // All three are active (the followers waiting for the fork) before the engine stops.
+  while (engine->stats().active_requests < 3) absl::SleepFor(absl::Milliseconds(1));
+  ASSERT_TRUE(engine->Shutdown(absl::ZeroDuration()).ok());
+  for (auto& sink : sinks) {
+    const Outcome out = sink->Wait();
+    EXPECT_TRUE(out.status.ok()) << out.status;
+    EXPECT_EQ(out.result.reason, FinishReason::kCancelled);
+  }
+}
+
 }  // namespace
 }  // namespace linserve

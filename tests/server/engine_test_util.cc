@@ -36,6 +36,11 @@ Outcome RecordingSink::Wait() {
   return outcome_;
 }
 
+bool RecordingSink::WaitFor(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  return mu_.AwaitWithTimeout(absl::Condition(&finished_), timeout);
+}
+
 void RecordingSink::WaitForTokens(size_t n) {
   absl::MutexLock lock(&mu_);
   auto ready = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

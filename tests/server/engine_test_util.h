@@ -37,6 +37,8 @@ class RecordingSink : public TokenSink {
 
   // Blocks until OnFinish.
   Outcome Wait();
+  // Blocks until OnFinish or `timeout`; says whether it came.
+  bool WaitFor(absl::Duration timeout);
   // Blocks until at least `n` tokens arrived (or the request finished).
   void WaitForTokens(size_t n);
   size_t token_count() const;
