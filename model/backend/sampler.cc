@@ -259,14 +259,10 @@ double MaskedLogit(absl::Span<const float> logits, const uint32_t* allowed_token
                                          : -std::numeric_limits<double>::infinity();
 }
 
-}  // namespace
-
-void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
-                     std::vector<int32_t>& ids, TokenLogprob* out) {
+// TopLogprobsInto with the log partition given.
+void TopLogprobsWith(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
+                     double log_z, std::vector<int32_t>& ids, TokenLogprob* out) {
   const int32_t vocab = static_cast<int32_t>(logits.size());
-  n = std::clamp(n, 0, vocab);
-  if (n == 0) return;
-  const double log_z = LogPartition(logits, allowed_tokens);
   ids.resize(static_cast<size_t>(vocab));
   for (int32_t i = 0; i < vocab; ++i) ids[i] = i;
   std::partial_sort(ids.begin(), ids.begin() + n, ids.end(),
@@ -278,6 +274,23 @@ void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* 
   for (int32_t i = 0; i < n; ++i) {
     out[i] = {ids[i], static_cast<float>(MaskedLogit(logits, allowed_tokens, ids[i]) - log_z)};
   }
+}
+
+}  // namespace
+
+void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
+                     std::vector<int32_t>& ids, TokenLogprob* out) {
+  n = std::clamp(n, 0, static_cast<int32_t>(logits.size()));
+  if (n == 0) return;
+  TopLogprobsWith(logits, n, allowed_tokens, LogPartition(logits, allowed_tokens), ids, out);
+}
+
+float ScoreInto(absl::Span<const float> logits, TokenId token, int32_t n,
+                std::vector<int32_t>& ids, TokenLogprob* out) {
+  const double log_z = LogPartition(logits, nullptr);
+  n = std::clamp(n, 0, static_cast<int32_t>(logits.size()));
+  if (n > 0) TopLogprobsWith(logits, n, nullptr, log_z, ids, out);
+  return static_cast<float>(static_cast<double>(logits[token]) - log_z);
 }
 
 std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n,

@@ -139,6 +139,10 @@ std::vector<TokenLogprob> TopLogprobs(absl::Span<const float> logits, int32_t n,
 // logits.size() (a scratch vector the caller keeps).
 void TopLogprobsInto(absl::Span<const float> logits, int32_t n, const uint32_t* allowed_tokens,
                      std::vector<int32_t>& ids, TokenLogprob* out);
+// LogProbOf(logits, token) (no mask), and TopLogprobsInto(logits, n, nullptr, ids, out), with
+// the log partition computed once: a prompt position's score.
+float ScoreInto(absl::Span<const float> logits, TokenId token, int32_t n,
+                std::vector<int32_t>& ids, TokenLogprob* out);
 // log p(token) under the masked softmax(logits), in double (-inf for a disallowed token).
 float LogProbOf(absl::Span<const float> logits, TokenId token,
                 const uint32_t* allowed_tokens = nullptr);

@@ -119,9 +119,9 @@ void Job::ScorePrompt(int64_t first, int64_t n, absl::Span<const float> logits,
       const int64_t row = p - 1 - first;
       if (row < 0) break;  // its logits came before this chunk: never, chunks come in order
       const absl::Span<const float> row_logits = logits.subspan(row * vocab, vocab);
-      token.logprob = LogProbOf(row_logits, token.id);
       token.top_logprobs.resize(static_cast<size_t>(alternatives));
-      TopLogprobsInto(row_logits, alternatives, nullptr, ids, token.top_logprobs.data());
+      token.logprob =
+          ScoreInto(row_logits, token.id, alternatives, ids, token.top_logprobs.data());
     }
     token.text = prompt_detokenizer_.Push(token.id);
     if (p + 1 == end) token.text += prompt_detokenizer_.Flush();

@@ -317,6 +317,22 @@ TEST(SamplerTest, ValidationNamesTheFieldAndRange) {
   EXPECT_THAT(message(p), HasSubstr("logit_bias: 301 entries exceed the limit of 300"));
 }
 
+// A prompt position's score: LogProbOf and TopLogprobs with one log partition, bit for bit.
+TEST(TopLogprobsTest, ScoreIntoIsLogProbOfAndTopLogprobs) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -4.0f};
+  std::vector<int32_t> ids;
+  for (TokenId token : {0, 3, 4}) {
+    std::vector<TokenLogprob> top(3);
+    EXPECT_EQ(ScoreInto(logits, token, 3, ids, top.data()), LogProbOf(logits, token));
+    const std::vector<TokenLogprob> expected = TopLogprobs(logits, 3);
+    for (int k = 0; k < 3; ++k) {
+      EXPECT_EQ(top[k].token, expected[k].token);
+      EXPECT_EQ(top[k].logprob, expected[k].logprob);
+    }
+  }
+  EXPECT_EQ(ScoreInto(logits, 2, 0, ids, nullptr), LogProbOf(logits, 2));
+}
+
 TEST(TopLogprobsTest, LogSoftmaxOfRawLogitsMostLikelyFirst) {
   const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f};
   const double log_z = std::log(std::exp(1.0) + 2 * std::exp(3.0) + std::exp(2.0));
