@@ -30,7 +30,7 @@ jobs=$(nproc)
 # ones (openai_structured_*); the cpu stage runs them (integration_openai_test runs the same front
 # end in-process on a byte-tokenizer model, and the constraint tests under tests/server/constraints
 # and engine_constraint_test run the matcher and the engine's constraint path, here too).
-readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|sse_test|concurrency_test|structured_test|structured_client_test)$'
+readonly kAsanExclude='^reference_|^integration_bundled_model_test$|^integration_prompt_cost_test$|^openai_(npm_install|client_test|choices_test|sse_test|concurrency_test|structured_test|structured_client_test)$'
 # Threads sharing memory of ours: the kernels' thread pool (every weight format) and the CPU
 # backend on it; the engine thread against its callers, session store and scheduler (fake
 # backend); the engine thread against the device thread of the CPU stand-in for a GPU's timing
