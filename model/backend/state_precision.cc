@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "model/layers/linear_attention.h"
-#include "model/layers/taylor_linear_attention.h"
+#include "absl/strings/str_join.h"
+#include "model/layers/kinds.h"
 
 namespace linserve {
 
@@ -43,11 +43,16 @@ absl::Status CheckCudaStatePrecision(StatePrecision requested, const ModelConfig
   const std::vector<LayerSpec> layers = config.LayerList();
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::string& kind = layers[i].mixer.kind;
-    if (kind != LinearAttentionKind().name && kind != TaylorLinearAttentionKind().name) {
+    const MixerKind* mixer = FindMixerKind(kind);
+    if (mixer == nullptr || !mixer->bf16_state) {
+      std::vector<std::string> bf16;
+      for (const MixerKind* k : MixerKinds()) {
+        if (k->bf16_state) bf16.push_back(k->name);
+      }
       return absl::InvalidArgumentError(absl::StrCat(
-          "state_precision ", std::string(StatePrecisionName(requested)), ": layer ", i, "'s mixer is ", kind,
-          ", whose state the CUDA backend keeps in fp32 only; bf16 needs every mixer to be ",
-          LinearAttentionKind().name, " or ", TaylorLinearAttentionKind().name,
+          "state_precision ", std::string(StatePrecisionName(requested)), ": layer ", i,
+          "'s mixer is ", kind, ", whose state the CUDA backend keeps in fp32 only; bf16 needs ",
+          "every mixer to be one of ", absl::StrJoin(bf16, ", "),
           " (use --state_precision=fp32)"));
     }
   }

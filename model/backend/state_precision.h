@@ -16,7 +16,7 @@ namespace linserve {
 
 enum class StatePrecision {
   kFp32,
-  kBf16,  // CUDA only, models whose stateful layers are all linear attention (S and z in bf16)
+  kBf16,  // CUDA only, models whose mixers all allow it (MixerKind::bf16_state)
 };
 
 // "fp32" or "bf16"; anything else is INVALID_ARGUMENT naming the text and the accepted values.
@@ -27,9 +27,10 @@ int64_t StateElementBytes(StatePrecision precision);
 
 // The CPU backend stores fp32 only: bf16 is INVALID_ARGUMENT naming the flag.
 absl::Status CheckCpuStatePrecision(StatePrecision requested);
-// The CUDA backend stores fp32 for every model, and bf16 when every layer that keeps state is
-// linear_attention or taylor_linear_attention (their S and z, accumulated in fp32 in the
-// kernels); otherwise INVALID_ARGUMENT naming the flag, the layer and its kind.
+// The CUDA backend stores fp32 for every model, and bf16 when every layer's mixer kind says it
+// may (MixerKind::bf16_state: linear_attention and taylor_linear_attention, their S and z
+// accumulated in fp32 in the kernels); otherwise INVALID_ARGUMENT naming the flag, the layer,
+// its kind and the kinds that may.
 absl::Status CheckCudaStatePrecision(StatePrecision requested, const ModelConfig& config);
 
 }  // namespace linserve

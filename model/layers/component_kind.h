@@ -1,9 +1,11 @@
 // The kinds a layer is built from, each declared once: a mixer (mixes information across
 // positions and owns a fixed-size slice of each session's state), a norm and an MLP. A kind
 // declares its parameters (param.h), the tensors it reads and, for a mixer, its state slice.
-// Adding a kind is a file here declaring it, an entry in kinds.cc and a backend implementation
-// (model/backend/cpu/cpu_layer.cc for the CPU); the engine, the sessions and the persistence
-// code only ever see a session's state as ModelConfig::StateFloatsPerSlot() floats.
+// Adding a kind is its own files (a file here declaring it, one implementation per backend:
+// model/backend/cpu/cpu_<file>.cc, model/backend/cuda/cuda_<file>.cc) and one line in
+// model/layers/kind_list.inc (docs/architecture.md, "Adding a layer kind"); the engine, the
+// sessions and the persistence code only ever see a session's state as
+// ModelConfig::StateFloatsPerSlot() floats.
 //
 // The initial state of every mixer kind is all zeros: resetting a slot fills it with zeros, and
 // a state at position 0 must be all zeros (ValidateSessionState, model/format/session_state.h).
@@ -72,6 +74,9 @@ struct MixerKind : ComponentKind {
   std::optional<StateProblem> (*check_state)(const ParamValues& params,
                                              absl::Span<const float> slice,
                                              float max_magnitude) = nullptr;
+  // Whether the CUDA backend may store the slice in bf16 (--state_precision=bf16; the kernels
+  // accumulate in fp32 and the kind's parity tests hold the bf16 bound). Default: fp32 only.
+  bool bf16_state = false;
 };
 
 struct NormKind : ComponentKind {

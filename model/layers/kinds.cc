@@ -1,50 +1,48 @@
 #include "model/layers/kinds.h"
 
-#include <array>
-
-#include "model/layers/ffn.h"
-#include "model/layers/gated_mlp.h"
-#include "model/layers/layer_norm.h"
-#include "model/layers/linear_attention.h"
-#include "model/layers/rms_norm.h"
-#include "model/layers/short_conv.h"
-#include "model/layers/taylor_linear_attention.h"
-#include "model/layers/sliding_window_attention.h"
+#include <vector>
 
 namespace linserve {
+
 namespace {
 
-template <typename Kind, size_t N>
-const Kind* Find(const std::array<const Kind*, N>& kinds, std::string_view name) {
+template <typename Kind>
+const Kind* Find(absl::Span<const Kind* const> kinds, std::string_view name) {
   for (const Kind* kind : kinds) {
     if (kind->name == name) return kind;
   }
   return nullptr;
 }
 
-const std::array<const MixerKind*, 4>& Mixers() {
-  static const std::array<const MixerKind*, 4> kinds = {
-      &LinearAttentionKind(), &ShortConvKind(), &TaylorLinearAttentionKind(),
-      &SlidingWindowAttentionKind()};
-  return kinds;
-}
-const std::array<const NormKind*, 2>& Norms() {
-  static const std::array<const NormKind*, 2> kinds = {&LayerNormKind(), &RmsNormKind()};
-  return kinds;
-}
-const std::array<const MlpKind*, 2>& Mlps() {
-  static const std::array<const MlpKind*, 2> kinds = {&FfnKind(), &GatedMlpKind()};
-  return kinds;
+struct Registry {
+  std::vector<const MixerKind*> mixers;
+  std::vector<const NormKind*> norms;
+  std::vector<const MlpKind*> mlps;
+};
+
+const Registry& Kinds() {
+  static const Registry* const registry = [] {
+    auto* r = new Registry;
+#define LINSERVE_MIXER(Name, file) r->mixers.push_back(&Name##Kind());
+#define LINSERVE_NORM(Name, file) r->norms.push_back(&Name##Kind());
+#define LINSERVE_MLP(Name, file) r->mlps.push_back(&Name##Kind());
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
+    return r;
+  }();
+  return *registry;
 }
 
 }  // namespace
 
-absl::Span<const MixerKind* const> MixerKinds() { return Mixers(); }
-absl::Span<const NormKind* const> NormKinds() { return Norms(); }
-absl::Span<const MlpKind* const> MlpKinds() { return Mlps(); }
+absl::Span<const MixerKind* const> MixerKinds() { return Kinds().mixers; }
+absl::Span<const NormKind* const> NormKinds() { return Kinds().norms; }
+absl::Span<const MlpKind* const> MlpKinds() { return Kinds().mlps; }
 
-const MixerKind* FindMixerKind(std::string_view name) { return Find(Mixers(), name); }
-const NormKind* FindNormKind(std::string_view name) { return Find(Norms(), name); }
-const MlpKind* FindMlpKind(std::string_view name) { return Find(Mlps(), name); }
+const MixerKind* FindMixerKind(std::string_view name) { return Find(MixerKinds(), name); }
+const NormKind* FindNormKind(std::string_view name) { return Find(NormKinds(), name); }
+const MlpKind* FindMlpKind(std::string_view name) { return Find(MlpKinds(), name); }
 
 }  // namespace linserve

@@ -110,6 +110,7 @@ MixerKind MakeKind() {
   k.state_layout = "per head: S (feature_dim × head_dim, row-major), then z (feature_dim)";
   k.locate_state = LocateState;
   k.check_state = CheckState;
+  k.bf16_state = true;
   return k;
 }
 

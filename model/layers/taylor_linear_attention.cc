@@ -76,6 +76,7 @@ MixerKind MakeKind() {
       "per head: S (F × head_dim, row-major), then z (F), F = 1 + feature_dim + feature_dim²";
   k.locate_state = LocateState;
   k.check_state = CheckState;
+  k.bf16_state = true;
   return k;
 }
 

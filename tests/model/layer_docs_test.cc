@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -15,6 +16,8 @@
 
 namespace linserve {
 namespace {
+
+using ::testing::HasSubstr;
 
 // A row of a kind's table: parameter, type, default, range, meaning.
 using Row = std::vector<std::string>;
@@ -80,6 +83,29 @@ TEST(LayerDocsTest, TheDocsListExactlyTheDeclaredKindsAndParameters) {
   EXPECT_EQ(DocumentedKinds(), code)
       << "docs/model-format.md's Kinds section must list each kind of model/layers/ with a "
          "table of exactly its parameters";
+}
+
+// Each mixer's section says which state precisions the kind allows (MixerKind::bf16_state).
+TEST(LayerDocsTest, EachMixerStatesItsStatePrecisions) {
+  std::ifstream file(std::string(LINSERVE_SOURCE_DIR) + "/docs/model-format.md");
+  ASSERT_TRUE(file.good());
+  std::map<std::string, std::string> sections;
+  std::string line, current;
+  while (std::getline(file, line)) {
+    if (line.rfind("### ", 0) == 0) {
+      current = line.substr(4);
+      continue;
+    }
+    if (!current.empty()) absl::StrAppend(&sections[current], line, " ");
+  }
+  for (const MixerKind* kind : MixerKinds()) {
+    const std::string& text = sections[absl::StrCat("mixer `", kind->name, "`")];
+    EXPECT_THAT(text, HasSubstr(kind->bf16_state
+                                    ? "State precision: fp32, or bf16 on CUDA "
+                                      "(`--state_precision=bf16`)."
+                                    : "State precision: fp32."))
+        << kind->name;
+  }
 }
 
 }  // namespace

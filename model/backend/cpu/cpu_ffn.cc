@@ -1,4 +1,7 @@
-#include "model/backend/cpu/cpu_ffn.h"
+// The ffn MLP (model/layers/ffn.h) on the CPU: fc1 with the activation fused, then fc2 added to
+// the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/packed_linear.h"

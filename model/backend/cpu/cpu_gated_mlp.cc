@@ -1,4 +1,7 @@
-#include "model/backend/cpu/cpu_gated_mlp.h"
+// The gated_mlp MLP (model/layers/gated_mlp.h) on the CPU: fc1 over all rows (value and gate in
+// one GEMM), value ⊙ act(gate), then fc2 added to the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/packed_linear.h"

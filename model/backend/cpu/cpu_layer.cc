@@ -4,56 +4,49 @@
 #include <cstdlib>
 #include <string_view>
 
-#include "model/backend/cpu/cpu_ffn.h"
-#include "model/backend/cpu/cpu_gated_mlp.h"
-#include "model/backend/cpu/cpu_layer_norm.h"
-#include "model/backend/cpu/cpu_linear_attention.h"
-#include "model/backend/cpu/cpu_rms_norm.h"
-#include "model/backend/cpu/cpu_short_conv.h"
-#include "model/backend/cpu/cpu_sliding_window_attention.h"
-#include "model/backend/cpu/cpu_taylor_linear_attention.h"
-#include "model/layers/ffn.h"
-#include "model/layers/gated_mlp.h"
-#include "model/layers/layer_norm.h"
-#include "model/layers/linear_attention.h"
-#include "model/layers/rms_norm.h"
-#include "model/layers/short_conv.h"
-#include "model/layers/sliding_window_attention.h"
-#include "model/layers/taylor_linear_attention.h"
+#include "model/layers/kinds.h"
 
 namespace linserve {
 namespace {
 
-// The CPU implementation of each kind, by name. A kind the parser accepts but this table lacks
-// is a build without its implementation: there is none, so that is a bug, not bad input.
+// Each kind's CPU implementation, from the list of kinds. The parser accepts only listed kinds
+// and the list declares an implementation for each, so a miss is a bug, not bad input.
 std::unique_ptr<CpuMixer> CreateMixer(const CpuLayerContext& context, const ComponentSpec& spec,
                                       const LayerWeights& weights, int64_t state_offset) {
-  if (spec.kind == LinearAttentionKind().name) {
-    return CreateCpuLinearAttention(context, spec, weights, state_offset);
-  }
-  if (spec.kind == ShortConvKind().name) {
-    return CreateCpuShortConv(context, spec, weights, state_offset);
-  }
-  if (spec.kind == TaylorLinearAttentionKind().name) {
-    return CreateCpuTaylorLinearAttention(context, spec, weights, state_offset);
-  }
-  if (spec.kind == SlidingWindowAttentionKind().name) {
-    return CreateCpuSlidingWindowAttention(context, spec, weights, state_offset);
-  }
+#define LINSERVE_MIXER(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCpu##Name(context, spec, weights, state_offset);
+#define LINSERVE_NORM(Name, file)
+#define LINSERVE_MLP(Name, file)
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 
 std::unique_ptr<CpuNorm> CreateNorm(const CpuLayerContext& context, const ComponentSpec& spec,
                                     const Tensor& scale, const Tensor& shift) {
-  if (spec.kind == LayerNormKind().name) return CreateCpuLayerNorm(context, spec, scale, shift);
-  if (spec.kind == RmsNormKind().name) return CreateCpuRmsNorm(context, spec, scale);
+#define LINSERVE_MIXER(Name, file)
+#define LINSERVE_NORM(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCpu##Name(context, spec, scale, shift);
+#define LINSERVE_MLP(Name, file)
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 
 std::unique_ptr<CpuMlp> CreateMlp(const CpuLayerContext& context, const ComponentSpec& spec,
                                   const LayerWeights& weights) {
-  if (spec.kind == FfnKind().name) return CreateCpuFfn(context, spec, weights);
-  if (spec.kind == GatedMlpKind().name) return CreateCpuGatedMlp(context, spec, weights);
+#define LINSERVE_MIXER(Name, file)
+#define LINSERVE_NORM(Name, file)
+#define LINSERVE_MLP(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCpu##Name(context, spec, weights);
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 

@@ -106,8 +106,27 @@ struct CpuLayers {
   std::unique_ptr<CpuNorm> final_norm;  // pre-norm models only
 };
 
-// One CpuLayer per layer of the model and its final norm, by kind (cpu_layer.cc holds the
-// table of kinds); reserves their scratch in context.workspace.
+// Each kind's CPU implementation, model/backend/cpu/cpu_<file>.cc, declared here from the list
+// of kinds (model/layers/kind_list.inc). A mixer reads its tensors from `weights` and its slice
+// of each slot's state at `state_offset` floats; a norm kind without a shift ignores `shift`.
+#define LINSERVE_MIXER(Name, file)                                                      \
+  std::unique_ptr<CpuMixer> CreateCpu##Name(const CpuLayerContext& context,            \
+                                            const ComponentSpec& spec,                 \
+                                            const LayerWeights& weights, int64_t state_offset);
+#define LINSERVE_NORM(Name, file)                                                       \
+  std::unique_ptr<CpuNorm> CreateCpu##Name(const CpuLayerContext& context,             \
+                                           const ComponentSpec& spec, const Tensor& scale, \
+                                           const Tensor& shift);
+#define LINSERVE_MLP(Name, file)                                                        \
+  std::unique_ptr<CpuMlp> CreateCpu##Name(const CpuLayerContext& context,              \
+                                          const ComponentSpec& spec, const LayerWeights& weights);
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
+
+// One CpuLayer per layer of the model and its final norm, each made by its kind's
+// implementation; reserves their scratch in context.workspace.
 CpuLayers CreateCpuLayers(const CpuLayerContext& context);
 
 }  // namespace linserve

@@ -1,4 +1,6 @@
-#include "model/backend/cpu/cpu_layer_norm.h"
+// The layer_norm norm (model/layers/layer_norm.h) on the CPU.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include "kernels/cpu/elementwise.h"
 #include "model/layers/layer_norm.h"

@@ -1,4 +1,8 @@
-#include "model/backend/cpu/cpu_linear_attention.h"
+// The linear_attention mixer (model/layers/linear_attention.h) on the CPU: the q/k/v GEMMs over
+// all rows of a pass, φ, the recurrence per session (chunked for prefill, one step for decode)
+// and the output projection added to the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,6 @@
-#include "model/backend/cpu/cpu_rms_norm.h"
+// The rms_norm norm (model/layers/rms_norm.h) on the CPU.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include "kernels/cpu/elementwise.h"
 #include "model/layers/rms_norm.h"
@@ -24,7 +26,7 @@ class CpuRmsNorm final : public CpuNorm {
 }  // namespace
 
 std::unique_ptr<CpuNorm> CreateCpuRmsNorm(const CpuLayerContext& context, const ComponentSpec& spec,
-                                          const Tensor& scale) {
+                                          const Tensor& scale, const Tensor& /*shift: none*/) {
   return std::make_unique<CpuRmsNorm>(context.model.config.d_model,
                                       static_cast<float>(RmsNormParams::From(spec.params).eps),
                                       scale);

@@ -1,4 +1,9 @@
-#include "model/backend/cpu/cpu_short_conv.h"
+// The short_conv mixer (model/layers/short_conv.h) on the CPU: in_proj over all rows of a pass
+// as one GEMM, the convolution token by token per session (prefill and decode run the same
+// step, so a chunk leaves bitwise the state its tokens fed one at a time leave), and out_proj
+// added to the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include <algorithm>
 #include <vector>

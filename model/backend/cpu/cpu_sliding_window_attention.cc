@@ -1,4 +1,9 @@
-#include "model/backend/cpu/cpu_sliding_window_attention.h"
+// The sliding_window_attention mixer (model/layers/sliding_window_attention.h) on the CPU: the
+// q/k/v GEMMs over all rows of a pass, then per session and head, token by token, softmax
+// attention over the ring of past keys and values (each key rotated by its distance) and the
+// current token, the ring written after; the output projection added to the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include <algorithm>
 #include <cmath>

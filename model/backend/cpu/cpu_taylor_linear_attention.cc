@@ -1,4 +1,9 @@
-#include "model/backend/cpu/cpu_taylor_linear_attention.h"
+// The taylor_linear_attention mixer (model/layers/taylor_linear_attention.h) on the CPU: the
+// q/k/v GEMMs over all rows of a pass, the Taylor feature map once per token and head, the
+// linear-attention recurrence over F = 1 + d_f + d_f² features per session (chunked for prefill,
+// one step for decode: kernels/cpu/linear_attention.h) and o_proj added to the residual.
+
+#include "model/backend/cpu/cpu_layer.h"
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,7 @@
-#include "model/backend/cuda/cuda_ffn.h"
+// The CUDA implementation of the "ffn" MLP (model/layers/ffn.h): fc1 GEMM, bias + activation
+// rounded to the weight type, fc2 GEMM.
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.h"

@@ -1,4 +1,7 @@
-#include "model/backend/cuda/cuda_gated_mlp.h"
+// The CUDA implementation of the "gated_mlp" MLP (model/layers/gated_mlp.h): fc1 GEMM (value and
+// gate, 2·d_ff wide), bias + value ⊙ act(gate) rounded to the weight type, fc2 GEMM.
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/elementwise.h"

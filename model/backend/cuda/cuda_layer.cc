@@ -2,57 +2,50 @@
 
 #include <cstdlib>
 
-#include "model/backend/cuda/cuda_ffn.h"
-#include "model/backend/cuda/cuda_gated_mlp.h"
-#include "model/backend/cuda/cuda_layer_norm.h"
-#include "model/backend/cuda/cuda_linear_attention.h"
-#include "model/backend/cuda/cuda_rms_norm.h"
-#include "model/backend/cuda/cuda_short_conv.h"
-#include "model/backend/cuda/cuda_sliding_window_attention.h"
-#include "model/backend/cuda/cuda_taylor_linear_attention.h"
-#include "model/layers/ffn.h"
-#include "model/layers/gated_mlp.h"
-#include "model/layers/layer_norm.h"
-#include "model/layers/linear_attention.h"
-#include "model/layers/rms_norm.h"
-#include "model/layers/short_conv.h"
-#include "model/layers/sliding_window_attention.h"
-#include "model/layers/taylor_linear_attention.h"
+#include "model/layers/kinds.h"
 
 namespace linserve {
 namespace {
 
-// The CUDA implementation of each kind, by name. Every kind of model/layers/kinds.cc has one
-// (CudaBackendTest.ModelVariantsUseEveryLayerKind and the parity tests over those variants), so
-// a kind the parser accepts but this table lacks is a bug, not bad input.
+// Each kind's CUDA implementation, from the list of kinds. Every listed kind has one (the list
+// declares it; CudaBackendTest.ModelVariantsUseEveryLayerKind and the parity tests over those
+// variants run them all), so a miss is a bug, not bad input.
 std::unique_ptr<CudaMixer> CreateMixer(const CudaLayerContext& context, const ComponentSpec& spec,
                                        const CudaLayerWeights& weights, int64_t state_offset) {
-  if (spec.kind == LinearAttentionKind().name) {
-    return CreateCudaLinearAttention(context, spec, weights, state_offset);
-  }
-  if (spec.kind == ShortConvKind().name) {
-    return CreateCudaShortConv(context, spec, weights, state_offset);
-  }
-  if (spec.kind == TaylorLinearAttentionKind().name) {
-    return CreateCudaTaylorLinearAttention(context, spec, weights, state_offset);
-  }
-  if (spec.kind == SlidingWindowAttentionKind().name) {
-    return CreateCudaSlidingWindowAttention(context, spec, weights, state_offset);
-  }
+#define LINSERVE_MIXER(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCuda##Name(context, spec, weights, state_offset);
+#define LINSERVE_NORM(Name, file)
+#define LINSERVE_MLP(Name, file)
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 
 std::unique_ptr<CudaNorm> CreateNorm(const CudaLayerContext& context, const ComponentSpec& spec,
                                      const float* scale, const float* shift) {
-  if (spec.kind == LayerNormKind().name) return CreateCudaLayerNorm(context, spec, scale, shift);
-  if (spec.kind == RmsNormKind().name) return CreateCudaRmsNorm(context, spec, scale);
+#define LINSERVE_MIXER(Name, file)
+#define LINSERVE_NORM(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCuda##Name(context, spec, scale, shift);
+#define LINSERVE_MLP(Name, file)
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 
 std::unique_ptr<CudaMlp> CreateMlp(const CudaLayerContext& context, const ComponentSpec& spec,
                                    const CudaLayerWeights& weights) {
-  if (spec.kind == FfnKind().name) return CreateCudaFfn(context, spec, weights);
-  if (spec.kind == GatedMlpKind().name) return CreateCudaGatedMlp(context, spec, weights);
+#define LINSERVE_MIXER(Name, file)
+#define LINSERVE_NORM(Name, file)
+#define LINSERVE_MLP(Name, file) \
+  if (spec.kind == Name##Kind().name) return CreateCuda##Name(context, spec, weights);
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
   std::abort();
 }
 

@@ -94,8 +94,30 @@ struct CudaLayers {
   std::unique_ptr<CudaNorm> final_norm;  // pre-norm models only
 };
 
-// One CudaLayer per layer of the model and its final norm, by kind (cuda_layer.cc holds the
-// table of kinds), reading their weights from `weights`.
+// Each kind's CUDA implementation, model/backend/cuda/cuda_<file>.cc, declared here from the
+// list of kinds (model/layers/kind_list.inc). A mixer reads its tensors from `weights` and its
+// slice of each slot's state at `state_offset` floats; a norm's scale and shift are its device
+// tensors ([d_model] fp32; `shift` null, or ignored, for a kind without one).
+#define LINSERVE_MIXER(Name, file)                                                         \
+  std::unique_ptr<CudaMixer> CreateCuda##Name(const CudaLayerContext& context,            \
+                                              const ComponentSpec& spec,                  \
+                                              const CudaLayerWeights& weights,            \
+                                              int64_t state_offset);
+#define LINSERVE_NORM(Name, file)                                                          \
+  std::unique_ptr<CudaNorm> CreateCuda##Name(const CudaLayerContext& context,             \
+                                             const ComponentSpec& spec, const float* scale, \
+                                             const float* shift);
+#define LINSERVE_MLP(Name, file)                                                           \
+  std::unique_ptr<CudaMlp> CreateCuda##Name(const CudaLayerContext& context,              \
+                                            const ComponentSpec& spec,                    \
+                                            const CudaLayerWeights& weights);
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
+
+// One CudaLayer per layer of the model and its final norm, each made by its kind's
+// implementation, reading their weights from `weights`.
 CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& weights);
 
 }  // namespace linserve

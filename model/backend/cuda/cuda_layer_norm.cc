@@ -1,4 +1,7 @@
-#include "model/backend/cuda/cuda_layer_norm.h"
+// The CUDA implementation of the "layer_norm" norm (model/layers/layer_norm.h), fused with the
+// residual add before it (kernels/cuda/elementwise.h's LaunchAddNorm).
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/elementwise.h"
 #include "model/layers/layer_norm.h"

@@ -23,11 +23,6 @@ std::unique_ptr<CudaMixer> CreateCudaAttentionMixer(const CudaLayerContext& cont
                                                     const CudaLayerWeights& weights,
                                                     int64_t state_offset);
 
-std::unique_ptr<CudaMixer> CreateCudaLinearAttention(const CudaLayerContext& context,
-                                                     const ComponentSpec& spec,
-                                                     const CudaLayerWeights& weights,
-                                                     int64_t state_offset);
-
 }  // namespace linserve
 
 #endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_LINEAR_ATTENTION_H_

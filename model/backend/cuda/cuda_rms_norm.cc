@@ -1,4 +1,7 @@
-#include "model/backend/cuda/cuda_rms_norm.h"
+// The CUDA implementation of the "rms_norm" norm (model/layers/rms_norm.h), fused with the
+// residual add before it (kernels/cuda/elementwise.h's LaunchAddNorm).
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/elementwise.h"
 #include "model/layers/rms_norm.h"
@@ -33,7 +36,8 @@ class CudaRmsNorm final : public CudaNorm {
 }  // namespace
 
 std::unique_ptr<CudaNorm> CreateCudaRmsNorm(const CudaLayerContext& context,
-                                            const ComponentSpec& spec, const float* scale) {
+                                            const ComponentSpec& spec, const float* scale,
+                                            const float* /*shift: none*/) {
   return std::make_unique<CudaRmsNorm>(context, RmsNormParams::From(spec.params), scale);
 }
 

@@ -1,4 +1,9 @@
-#include "model/backend/cuda/cuda_short_conv.h"
+// The CUDA implementation of the "short_conv" mixer (model/layers/short_conv.h, Based's
+// BaseConv): the in_proj GEMM, the fused bias + causal depthwise convolution + silu + gate of
+// kernels/cuda/short_conv.h on the layer's state slice (one launch over the decode rows, one per
+// prefill piece), then out_proj.
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/short_conv.h"

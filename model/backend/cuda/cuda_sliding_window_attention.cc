@@ -1,4 +1,10 @@
-#include "model/backend/cuda/cuda_sliding_window_attention.h"
+// The CUDA implementation of the "sliding_window_attention" mixer
+// (model/layers/sliding_window_attention.h): one fused q/k/v GEMM, the kernels of
+// kernels/cuda/sliding_window_attention.h on the layer's state slice (the ring of past keys and
+// values; one decode launch over the batch, the prefill launches once for a pass's sessions),
+// then o_proj.
+
+#include "model/backend/cuda/cuda_layer.h"
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/sliding_window_attention.h"

@@ -1,4 +1,10 @@
-#include "model/backend/cuda/cuda_taylor_linear_attention.h"
+// The CUDA implementation of the "taylor_linear_attention" mixer
+// (model/layers/taylor_linear_attention.h): the linear-attention mixer of
+// cuda_linear_attention.h with the Taylor feature map, q and k feature_dim wide per head and v
+// head_dim wide, so F = 1 + feature_dim + feature_dim² rows of S per head. No bias (the kind has
+// none).
+
+#include "model/backend/cuda/cuda_linear_attention.h"
 
 #include "kernels/cuda/linear_attention.h"
 #include "model/backend/cuda/cuda_linear_attention.h"
