@@ -66,6 +66,11 @@ class GenerateTest : public ::testing::Test {
     TestServerOptions o;
     o.backend.max_slots = 256;
     o.backend.num_threads = 1;
+    // One-token attention chunks: the CPU's prefill is then bitwise its decode steps
+    // (kernels/cpu/linear_attention.h), so paths that feed the same tokens in different pieces
+    // (turns, forks, choices, a whole history) compare exactly, not up to rounding that a
+    // sampled draw can turn into another token.
+    o.backend.prefill_chunk_size = 1;
     o.engine.requests.max_new_tokens = 100000;
     return o;
   }

@@ -32,6 +32,11 @@ class SessionsTest : public ::testing::TestWithParam<std::string> {
   static TestServerOptions Options() {
     TestServerOptions o;
     o.backend.num_threads = 1;
+    // One-token attention chunks: the CPU's prefill is then bitwise its decode steps
+    // (kernels/cpu/linear_attention.h), so paths that feed the same tokens in different pieces
+    // (turns, forks, choices, a whole history) compare exactly, not up to rounding that a
+    // sampled draw can turn into another token.
+    o.backend.prefill_chunk_size = 1;
     return o;
   }
   static ModelConfig Config() { return GetParam() == "based" ? TinyBasedConfig() : TinyConfig(); }

@@ -59,12 +59,16 @@ class GenerateTest : public ::testing::Test {
     return r;
   }
 
-  // What the library produces for the same request, streamed the same way.
+  // What the library produces for the same request, streamed the same way, with the prefill
+  // in chunks of `chunk_size` as the tool's --chunk_size (other chunks agree only up to
+  // rounding, which a sampled draw can turn into another token).
   std::string Expected(const std::string& dir, const std::string& prompt,
-                       const SamplingParams& params, int max_new_tokens) {
+                       const SamplingParams& params, int max_new_tokens, int chunk_size) {
     absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir);
     EXPECT_TRUE(model.ok()) << model.status();
-    std::unique_ptr<Backend> backend = *CreateCpuBackend(**model, BackendOptions{});
+    BackendOptions options;
+    options.prefill_chunk_size = chunk_size;
+    std::unique_ptr<Backend> backend = *CreateCpuBackend(**model, options);
     const SlotId slot = *backend->AllocateSlot();
     std::vector<TokenId> tokens = {(*model)->config.bos_token_id};
     const std::vector<TokenId> encoded = *(*model)->tokenizer->Encode(prompt);
@@ -113,7 +117,7 @@ TEST_F(GenerateTest, StreamsWhatTheLibraryGeneratesDeterministicallyPerSeed) {
   const ProcessResult r = Generate(flags + " --seed=7");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_FALSE(r.out.empty());
-  EXPECT_EQ(r.out, Expected(model_dir_, "Once upon", params, 40));
+  EXPECT_EQ(r.out, Expected(model_dir_, "Once upon", params, 40, /*chunk_size=*/3));
   EXPECT_THAT(r.err, HasSubstr("generated: 40 tokens"));
   EXPECT_EQ(Generate(flags + " --seed=7").out, r.out);
   EXPECT_NE(Generate(flags + " --seed=8").out, r.out);
