@@ -252,8 +252,9 @@ struct Matrix {
 std::vector<Matrix> PackWeights(const Model& model, WeightPrecision precision) {
   std::vector<Matrix> ms;
   for (const LayerWeights& l : model.weights.layers) {
-    for (const Tensor* t : {&l.q_weight, &l.k_weight, &l.v_weight, &l.o_weight, &l.fc1_weight,
-                            &l.fc2_weight}) {
+    for (const Tensor* t :
+         {&l.At("attn.q_proj.weight"), &l.At("attn.k_proj.weight"), &l.At("attn.v_proj.weight"),
+          &l.At("attn.o_proj.weight"), &l.At("ffn.fc1.weight"), &l.At("ffn.fc2.weight")}) {
       ms.push_back({t, cpu::PackedMatrix::Pack(t->data.data(), t->shape[0], t->shape[1],
                                                CpuWeightFormat(precision))});
     }

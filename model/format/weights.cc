@@ -23,10 +23,41 @@ int64_t Product(const std::vector<int64_t>& shape) {
   return n;
 }
 
-// Calls fn(spec, tensor, required) for every field of `weights`, those `config` leaves absent
-// included (required == false, spec.shape empty; spec.name then names the field), in the order
-// of the file: embeddings, each layer (its norm1, mixer, norm2, MLP), the final norm and the
-// head. W is ModelWeights or const ModelWeights; the caller guarantees
+// A layer's tensors as its kinds declare them, in the file's order (its norm1, mixer, norm2,
+// MLP), named under "layers.{i}.".
+std::vector<TensorDecl> LayerTensors(const LayerSpec& spec, int64_t d) {
+  std::vector<TensorDecl> out;
+  const NormKind& norm = *FindNormKind(spec.norm.kind);
+  auto add_norm = [&](const std::string& prefix) {
+    for (const NormTensorDecl& t : norm.tensors(spec.norm.params, d)) {
+      out.push_back({prefix + t.name, t.shape});
+    }
+  };
+  add_norm("ln1.");
+  for (TensorDecl& t : FindMixerKind(spec.mixer.kind)->tensors(spec.mixer.params, d)) {
+    out.push_back(std::move(t));
+  }
+  add_norm("ln2.");
+  for (TensorDecl& t : FindMlpKind(spec.mlp.kind)->tensors(spec.mlp.params, d)) {
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+// The tensor named `name` of a layer: added when filling one, an empty one when reading a
+// layer that lacks it (validation then reports its shape).
+Tensor& LayerTensor(LayerWeights& layer, const std::string& name) { return layer.tensors[name]; }
+const Tensor& LayerTensor(const LayerWeights& layer, const std::string& name) {
+  static const Tensor* const kNone = new Tensor;
+  const Tensor* t = layer.Find(name);
+  return t != nullptr ? *t : *kNone;
+}
+
+// Calls fn(spec, tensor, required) for every tensor `config` requires and for the model-level
+// fields it leaves absent (required == false, spec.shape empty; spec.name then names the field),
+// in the order of the file: embeddings, each layer (its norm1, mixer, norm2, MLP), the final
+// norm and the head. A layer's tensors are those its kinds declare (a layer holding others is
+// ValidateWeights' to refuse). W is ModelWeights or const ModelWeights; the caller guarantees
 // weights.layers.size() == config.n_layers.
 template <typename W, typename Fn>
 void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
@@ -38,55 +69,32 @@ void VisitFields(const ModelConfig& c, W& w, Fn&& fn) {
                   projection},
        tensor, required);
   };
-  auto is_projection = [](Tensor LayerWeights::*field) {
-    return std::find(kProjectionFields.begin(), kProjectionFields.end(), field) !=
-           kProjectionFields.end();
-  };
-  // A norm's tensors under `prefix`, into its scale and shift fields.
-  auto visit_norm = [&](const std::string& prefix, const ComponentSpec& norm, bool used,
-                        auto& scale, auto& shift) {
+  // The final norm's tensors, into its scale and shift fields.
+  auto visit_final_norm = [&](const ComponentSpec& norm, bool used, auto& scale, auto& shift) {
     bool scale_used = false;
     bool shift_used = false;
     if (used) {
       for (const NormTensorDecl& t : FindNormKind(norm.kind)->tensors(norm.params, d)) {
         const bool is_scale = t.role == NormTensorDecl::Role::kScale;
         (is_scale ? scale_used : shift_used) = true;
-        visit(prefix + t.name, true, t.shape, is_scale ? scale : shift);
+        visit("final_norm." + t.name, true, t.shape, is_scale ? scale : shift);
       }
     }
-    if (!scale_used) visit(prefix + "weight", false, {}, scale);
-    if (!shift_used) visit(prefix + "bias", false, {}, shift);
+    if (!scale_used) visit("final_norm.weight", false, {}, scale);
+    if (!shift_used) visit("final_norm.bias", false, {}, shift);
   };
   visit("embed.weight", true, {vocab, d}, w.token_embedding);
   visit("pos_embed.weight", c.position == PositionEmbedding::kLearned, {int64_t{c.max_position}, d},
         w.position_embedding);
   const std::vector<LayerSpec> layers = c.LayerList();
   for (size_t i = 0; i < layers.size(); ++i) {
-    auto& l = w.layers[i];
-    const LayerSpec& spec = layers[i];
     const std::string p = absl::StrCat("layers.", i, ".");
-    std::vector<TensorDecl> used = FindMixerKind(spec.mixer.kind)->tensors(spec.mixer.params, d);
-    const std::vector<TensorDecl> mlp = FindMlpKind(spec.mlp.kind)->tensors(spec.mlp.params, d);
-    visit_norm(p + "ln1.", spec.norm, true, l.ln1_weight, l.ln1_bias);
-    for (const TensorDecl& t : used) {
-      visit(p + t.name, true, t.shape, l.*t.field, is_projection(t.field));
-    }
-    visit_norm(p + "ln2.", spec.norm, true, l.ln2_weight, l.ln2_bias);
-    for (const TensorDecl& t : mlp) {
-      visit(p + t.name, true, t.shape, l.*t.field, is_projection(t.field));
-    }
-    used.insert(used.end(), mlp.begin(), mlp.end());
-    for (const LayerWeightsField& field : kLayerWeightsFields) {
-      const bool declared = std::any_of(
-          used.begin(), used.end(), [&](const TensorDecl& t) { return t.field == field.field; });
-      const bool norm =
-          field.field == &LayerWeights::ln1_weight || field.field == &LayerWeights::ln1_bias ||
-          field.field == &LayerWeights::ln2_weight || field.field == &LayerWeights::ln2_bias;
-      if (!declared && !norm) visit(p + std::string(field.name), false, {}, l.*field.field);
+    for (const TensorDecl& t : LayerTensors(layers[i], d)) {
+      visit(p + t.name, true, t.shape, LayerTensor(w.layers[i], t.name), t.projection);
     }
   }
-  visit_norm("final_norm.", c.FinalNorm(), c.norm == NormPlacement::kPre, w.final_norm_weight,
-             w.final_norm_bias);
+  visit_final_norm(c.FinalNorm(), c.norm == NormPlacement::kPre, w.final_norm_weight,
+                   w.final_norm_bias);
   visit("lm_head.weight", !c.tie_embeddings, {vocab, d}, w.lm_head, true);
 }
 
@@ -197,7 +205,7 @@ int64_t ModelWeights::ParameterCount() const {
   int64_t n = count(token_embedding) + count(position_embedding) + count(final_norm_weight) +
               count(final_norm_bias) + count(lm_head);
   for (const LayerWeights& l : layers) {
-    for (const LayerWeightsField& field : kLayerWeightsFields) n += count(l.*field.field);
+    for (const auto& [name, t] : l.tensors) n += count(t);
   }
   return n;
 }
@@ -221,6 +229,18 @@ absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weig
   if (weights.layers.size() != static_cast<size_t>(config.n_layers)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "weights have ", weights.layers.size(), " layers; config n_layers is ", config.n_layers));
+  }
+  const std::vector<LayerSpec> layers = config.LayerList();
+  for (size_t i = 0; i < layers.size(); ++i) {
+    const std::vector<TensorDecl> declared = LayerTensors(layers[i], config.d_model);
+    for (const auto& [name, t] : weights.layers[i].tensors) {
+      if (std::none_of(declared.begin(), declared.end(),
+                       [&](const TensorDecl& decl) { return decl.name == name; })) {
+        return absl::InvalidArgumentError(absl::StrCat("tensor \"layers.", i, ".", name,
+                                                       "\" is present but the config has no "
+                                                       "such tensor"));
+      }
+    }
   }
   absl::Status status;
   VisitFields(config, weights, [&](const TensorSpec& spec, const Tensor& t, bool required) {

@@ -1,4 +1,5 @@
-// ModelWeights: every tensor of a model, converted to fp32 on the host, in named fields.
+// ModelWeights: every tensor of a model, converted to fp32 on the host: the model-level ones in
+// named fields, each layer's by name (LayerWeights).
 // Layouts follow PyTorch's nn.Linear: a projection weight is [out_features, in_features]. Which
 // tensors a layer holds is declared by its kinds (model/layers/); the rest are here.
 #ifndef LINSERVE_MODEL_FORMAT_WEIGHTS_H_
@@ -36,7 +37,7 @@ struct ModelWeights {
 struct TensorSpec {
   std::string name;            // e.g. "layers.3.attn.q_proj.weight"
   std::vector<int64_t> shape;
-  // A projection matrix [out, in] (kProjectionFields, and lm_head.weight): I8 with
+  // A projection matrix [out, in] (TensorDecl::projection, and lm_head.weight): I8 with
   // "<name>.scales" in a file whose config declares weight_format int8.
   bool projection = false;
 };
@@ -46,14 +47,16 @@ std::string Int8ScalesName(const std::string& name);
 
 // Calls fn(spec, tensor) for every tensor `config` requires, in a fixed order (embeddings, then
 // each layer, then the final norm and head), skipping the fields the config leaves absent. The
-// mutable form first resizes weights.layers to config.n_layers.
+// mutable form first resizes weights.layers to config.n_layers and adds each layer's declared
+// tensors (empty) to LayerWeights::tensors.
 void ForEachTensor(const ModelConfig& config, const ModelWeights& weights,
                    absl::FunctionRef<void(const TensorSpec&, const Tensor&)> fn);
 void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
                    absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn);
 
 // Checks that `weights` holds exactly what `config` requires: every required tensor with its
-// shape and matching data size, every other field empty, all values finite. Errors are
+// shape and matching data size, no layer tensor its kinds do not declare, every other
+// model-level field empty, all values finite. Errors are
 // INVALID_ARGUMENT and name the tensor, the expected and the actual shape.
 absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weights);
 

@@ -26,16 +26,19 @@
 
 namespace linserve {
 
-// One tensor a mixer or MLP reads: its name under "layers.{i}.", its shape and where it lives.
+// One tensor a mixer or MLP reads: its name under "layers.{i}." (its key in LayerWeights) and
+// its shape.
 struct TensorDecl {
   std::string name;  // e.g. "attn.q_proj.weight"
   std::vector<int64_t> shape;
-  Tensor LayerWeights::*field;
+  // A projection matrix [out, in] (a Linear's weight): what the CPU backend packs in
+  // --weight_precision's format and a file of weight_format int8 stores as I8.
+  bool projection = false;
 };
 
 // One tensor a norm reads, named under the norm's prefix ("ln1.", "ln2." or "final_norm.").
 struct NormTensorDecl {
-  enum class Role { kScale, kShift };  // the .weight and .bias fields of the norm's instance
+  enum class Role { kScale, kShift };  // the instance's .weight and .bias
   std::string name;                    // "weight" or "bias"
   std::vector<int64_t> shape;
   Role role;

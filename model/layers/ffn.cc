@@ -17,10 +17,10 @@ constexpr std::array<std::pair<Activation, std::string_view>, 3> kActivationName
 std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
   const FfnParams p = FfnParams::From(values);
   const int64_t ff = p.d_ff;
-  std::vector<TensorDecl> t = {{"ffn.fc1.weight", {ff, d}, &LayerWeights::fc1_weight}};
-  if (p.bias) t.push_back({"ffn.fc1.bias", {ff}, &LayerWeights::fc1_bias});
-  t.push_back({"ffn.fc2.weight", {d, ff}, &LayerWeights::fc2_weight});
-  if (p.bias) t.push_back({"ffn.fc2.bias", {d}, &LayerWeights::fc2_bias});
+  std::vector<TensorDecl> t = {{"ffn.fc1.weight", {ff, d}, /*projection=*/true}};
+  if (p.bias) t.push_back({"ffn.fc1.bias", {ff}});
+  t.push_back({"ffn.fc2.weight", {d, ff}, /*projection=*/true});
+  if (p.bias) t.push_back({"ffn.fc2.bias", {d}});
   return t;
 }
 

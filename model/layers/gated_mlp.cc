@@ -17,10 +17,10 @@ constexpr std::array<std::pair<GateActivation, std::string_view>, 3> kGateActiva
 std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
   const GatedMlpParams p = GatedMlpParams::From(values);
   const int64_t ff = p.d_ff;
-  std::vector<TensorDecl> t = {{"mlp.fc1.weight", {2 * ff, d}, &LayerWeights::fc1_weight}};
-  if (p.bias) t.push_back({"mlp.fc1.bias", {2 * ff}, &LayerWeights::fc1_bias});
-  t.push_back({"mlp.fc2.weight", {d, ff}, &LayerWeights::fc2_weight});
-  if (p.bias) t.push_back({"mlp.fc2.bias", {d}, &LayerWeights::fc2_bias});
+  std::vector<TensorDecl> t = {{"mlp.fc1.weight", {2 * ff, d}, /*projection=*/true}};
+  if (p.bias) t.push_back({"mlp.fc1.bias", {2 * ff}});
+  t.push_back({"mlp.fc2.weight", {d, ff}, /*projection=*/true});
+  if (p.bias) t.push_back({"mlp.fc2.bias", {d}});
   return t;
 }
 

@@ -12,12 +12,12 @@ namespace {
 std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
   const ShortConvParams p = ShortConvParams::From(values);
   const int64_t di = p.d_inner;
-  std::vector<TensorDecl> t = {{"conv.in_proj.weight", {2 * di, d}, &LayerWeights::conv_in_weight}};
-  if (p.bias) t.push_back({"conv.in_proj.bias", {2 * di}, &LayerWeights::conv_in_bias});
-  t.push_back({"conv.weight", {di, int64_t{p.kernel_size}}, &LayerWeights::conv_weight});
-  if (p.conv_bias) t.push_back({"conv.bias", {di}, &LayerWeights::conv_bias});
-  t.push_back({"conv.out_proj.weight", {d, di}, &LayerWeights::conv_out_weight});
-  if (p.bias) t.push_back({"conv.out_proj.bias", {d}, &LayerWeights::conv_out_bias});
+  std::vector<TensorDecl> t = {{"conv.in_proj.weight", {2 * di, d}, /*projection=*/true}};
+  if (p.bias) t.push_back({"conv.in_proj.bias", {2 * di}});
+  t.push_back({"conv.weight", {di, int64_t{p.kernel_size}}});
+  if (p.conv_bias) t.push_back({"conv.bias", {di}});
+  t.push_back({"conv.out_proj.weight", {d, di}, /*projection=*/true});
+  if (p.bias) t.push_back({"conv.out_proj.bias", {d}});
   return t;
 }
 

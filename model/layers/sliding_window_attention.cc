@@ -27,14 +27,10 @@ std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
   const SlidingWindowAttentionParams p = SlidingWindowAttentionParams::From(values);
   const int64_t hd = int64_t{p.n_heads} * p.head_dim;
   std::vector<TensorDecl> t = {
-      {"attn.q_proj.weight", {hd, d}, &LayerWeights::q_weight},
-      {"attn.q_proj.bias", {hd}, &LayerWeights::q_bias},
-      {"attn.k_proj.weight", {hd, d}, &LayerWeights::k_weight},
-      {"attn.k_proj.bias", {hd}, &LayerWeights::k_bias},
-      {"attn.v_proj.weight", {hd, d}, &LayerWeights::v_weight},
-      {"attn.v_proj.bias", {hd}, &LayerWeights::v_bias},
-      {"attn.o_proj.weight", {d, hd}, &LayerWeights::o_weight},
-      {"attn.o_proj.bias", {d}, &LayerWeights::o_bias},
+      {"attn.q_proj.weight", {hd, d}, /*projection=*/true}, {"attn.q_proj.bias", {hd}},
+      {"attn.k_proj.weight", {hd, d}, /*projection=*/true}, {"attn.k_proj.bias", {hd}},
+      {"attn.v_proj.weight", {hd, d}, /*projection=*/true}, {"attn.v_proj.bias", {hd}},
+      {"attn.o_proj.weight", {d, hd}, /*projection=*/true}, {"attn.o_proj.bias", {d}},
   };
   if (!p.bias) {
     std::erase_if(t, [](const TensorDecl& decl) { return decl.name.ends_with(".bias"); });

@@ -14,10 +14,10 @@ std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
   const int64_t hf = int64_t{p.n_heads} * p.feature_dim;
   const int64_t hd = int64_t{p.n_heads} * p.head_dim;
   return {
-      {"attn.q_proj.weight", {hf, d}, &LayerWeights::q_weight},
-      {"attn.k_proj.weight", {hf, d}, &LayerWeights::k_weight},
-      {"attn.v_proj.weight", {hd, d}, &LayerWeights::v_weight},
-      {"attn.o_proj.weight", {d, hd}, &LayerWeights::o_weight},
+      {"attn.q_proj.weight", {hf, d}, /*projection=*/true},
+      {"attn.k_proj.weight", {hf, d}, /*projection=*/true},
+      {"attn.v_proj.weight", {hd, d}, /*projection=*/true},
+      {"attn.o_proj.weight", {d, hd}, /*projection=*/true},
   };
 }
 

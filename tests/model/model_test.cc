@@ -73,8 +73,8 @@ TEST(LoadModelTest, HalfPrecisionDirectoriesLoadAsRoundedFp32) {
     ASSERT_TRUE(WriteModelDirectory(dir.path(), config, weights, dtype).ok());
     absl::StatusOr<std::unique_ptr<Model>> model = LoadModel(dir.path());
     ASSERT_TRUE(model.ok()) << model.status();
-    const float in = weights.layers[0].q_weight.data[3];
-    const float out = (*model)->weights.layers[0].q_weight.data[3];
+    const float in = weights.layers[0].tensors.at("attn.q_proj.weight").data[3];
+    const float out = (*model)->weights.layers[0].tensors.at("attn.q_proj.weight").data[3];
     EXPECT_EQ(out, dtype == Dtype::kF16 ? HalfToFloat(FloatToHalf(in))
                                         : BFloat16ToFloat(FloatToBFloat16(in)));
   }

@@ -34,9 +34,11 @@ TEST(RandomModelTest, SameSeedSameModelOtherSeedOtherModel) {
   const Model a = MakeRandomModel(c, 7);
   const Model b = MakeRandomModel(c, 7);
   const Model other = MakeRandomModel(c, 8);
-  EXPECT_EQ(a.weights.layers[1].fc2_weight.data, b.weights.layers[1].fc2_weight.data);
+  EXPECT_EQ(a.weights.layers[1].tensors.at("ffn.fc2.weight").data,
+            b.weights.layers[1].tensors.at("ffn.fc2.weight").data);
   EXPECT_EQ(a.fingerprint, b.fingerprint);
-  EXPECT_NE(a.weights.layers[1].fc2_weight.data, other.weights.layers[1].fc2_weight.data);
+  EXPECT_NE(a.weights.layers[1].tensors.at("ffn.fc2.weight").data,
+            other.weights.layers[1].tensors.at("ffn.fc2.weight").data);
   EXPECT_NE(a.fingerprint, other.fingerprint);
   EXPECT_TRUE(ValidateWeights(c, a.weights).ok());
   ASSERT_NE(a.tokenizer, nullptr);
@@ -53,13 +55,14 @@ TEST(RandomModelTest, WeightScalesFollowTheDocumentedScheme) {
   c.d_ff = 512;
   c.tie_embeddings = false;
   const ModelWeights w = MakeRandomWeights(c, 3);
-  EXPECT_NEAR(StdDev(w.layers[0].q_weight.data), 1.0 / 16, 0.003);  // 1/sqrt(256)
-  EXPECT_NEAR(StdDev(w.layers[0].fc2_weight.data), 1.0 / std::sqrt(512.0), 0.003);
+  EXPECT_NEAR(StdDev(w.layers[0].tensors.at("attn.q_proj.weight").data), 1.0 / 16,
+              0.003);  // 1/sqrt(256)
+  EXPECT_NEAR(StdDev(w.layers[0].tensors.at("ffn.fc2.weight").data), 1.0 / std::sqrt(512.0), 0.003);
   EXPECT_NEAR(StdDev(w.lm_head.data), 1.0 / 16, 0.003);
   EXPECT_NEAR(StdDev(w.token_embedding.data), 1.0, 0.02);
-  EXPECT_NEAR(StdDev(w.layers[1].ln1_weight.data), 0.1, 0.02);
+  EXPECT_NEAR(StdDev(w.layers[1].tensors.at("ln1.weight").data), 0.1, 0.02);
   double mean = 0;
-  for (float g : w.layers[1].ln1_weight.data) mean += g;
+  for (float g : w.layers[1].tensors.at("ln1.weight").data) mean += g;
   EXPECT_NEAR(mean / 256, 1.0, 0.03);
 }
 

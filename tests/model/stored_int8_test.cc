@@ -194,7 +194,8 @@ TEST(StoredInt8LoaderTest, ReadsQScalesAndTheirProduct) {
   std::vector<StoredTensor> tensors = Int8Tensors(config, w);
   absl::StatusOr<ModelWeights> read = Read(config, tensors);
   ASSERT_TRUE(read.ok()) << read.status();
-  const Tensor& q = read->layers[1].fc2_weight;  // [d_model 32, d_ff 64]: 2 blocks per row
+  const Tensor& q =
+      read->layers[1].tensors.at("ffn.fc2.weight");  // [d_model 32, d_ff 64]: 2 blocks per row
   const StoredTensor& stored_q = Named(tensors, "layers.1.ffn.fc2.weight");
   const StoredTensor& stored_s = Named(tensors, "layers.1.ffn.fc2.weight.scales");
   ASSERT_EQ(q.int8_q.size(), stored_q.ints.size());
@@ -206,7 +207,7 @@ TEST(StoredInt8LoaderTest, ReadsQScalesAndTheirProduct) {
   }
   EXPECT_FALSE(read->lm_head.int8_q.empty());
   EXPECT_TRUE(read->token_embedding.int8_q.empty());  // embeddings stay float
-  EXPECT_TRUE(read->layers[0].ln1_weight.int8_q.empty());
+  EXPECT_TRUE(read->layers[0].tensors.at("ln1.weight").int8_q.empty());
   EXPECT_TRUE(ValidateWeights(config, *read).ok());
 }
 

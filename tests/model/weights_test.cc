@@ -146,13 +146,13 @@ TEST(WeightsTest, RandomWeightsPassValidation) {
 TEST(WeightsTest, ValidateRejectsWrongShapesExtraTensorsAndNonFiniteValues) {
   const ModelConfig c = TinyConfig();
   ModelWeights w = MakeRandomWeights(c, 3);
-  w.layers[1].q_weight.shape = {16, 64};
+  w.layers[1].tensors.at("attn.q_proj.weight").shape = {16, 64};
   EXPECT_THAT(ValidateWeights(c, w).message(),
               AllOf(HasSubstr("\"layers.1.attn.q_proj.weight\""), HasSubstr("[16, 64]"),
                     HasSubstr("expected [32, 32]")));
 
   w = MakeRandomWeights(c, 3);
-  w.layers[0].fc1_bias.data.pop_back();
+  w.layers[0].tensors.at("ffn.fc1.bias").data.pop_back();
   EXPECT_THAT(ValidateWeights(c, w).message(),
               AllOf(HasSubstr("\"layers.0.ffn.fc1.bias\""), HasSubstr("63 values")));
 
@@ -160,6 +160,12 @@ TEST(WeightsTest, ValidateRejectsWrongShapesExtraTensorsAndNonFiniteValues) {
   w.lm_head = w.token_embedding;  // tied config: no lm_head
   EXPECT_THAT(ValidateWeights(c, w).message(),
               AllOf(HasSubstr("\"lm_head.weight\""), HasSubstr("no such tensor")));
+
+  // A layer holds exactly the tensors its kinds declare: linear attention has no conv.weight.
+  w = MakeRandomWeights(c, 3);
+  w.layers[1].tensors["conv.weight"] = w.layers[1].tensors.at("ffn.fc1.bias");
+  EXPECT_THAT(ValidateWeights(c, w).message(),
+              AllOf(HasSubstr("\"layers.1.conv.weight\""), HasSubstr("no such tensor")));
 
   w = MakeRandomWeights(c, 3);
   w.final_norm_bias.data[5] = std::numeric_limits<float>::quiet_NaN();
@@ -192,8 +198,8 @@ TEST(WeightsTest, HalfPrecisionFilesAreWidened) {
   for (Dtype dtype : {Dtype::kF16, Dtype::kBF16}) {
     absl::StatusOr<ModelWeights> back = ReadModelWeights(c, *FromWeights(c, w).File(dtype));
     ASSERT_TRUE(back.ok()) << back.status();
-    const std::vector<float>& in = w.layers[1].fc2_weight.data;
-    const std::vector<float>& out = back->layers[1].fc2_weight.data;
+    const std::vector<float>& in = w.layers[1].tensors.at("ffn.fc2.weight").data;
+    const std::vector<float>& out = back->layers[1].tensors.at("ffn.fc2.weight").data;
     ASSERT_EQ(in.size(), out.size());
     for (size_t i = 0; i < in.size(); ++i) {
       const float expected = dtype == Dtype::kF16 ? HalfToFloat(FloatToHalf(in[i]))

@@ -25,8 +25,6 @@ cpu::Activation ToKernel(Activation a) {
   return cpu::Activation::kGelu;
 }
 
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
-
 class CpuFfn final : public CpuMlp {
  public:
   CpuFfn(const CpuLayerContext& context, const FfnParams& p, const LayerWeights& w)
@@ -36,16 +34,16 @@ class CpuFfn final : public CpuMlp {
         d_model_(context.model.config.d_model),
         d_ff_(p.d_ff),
         activation_(ToKernel(p.activation)),
-        fc1_(PackWeights(context, w.fc1_weight)),
-        fc2_(PackWeights(context, w.fc2_weight)) {
+        fc1_(PackWeights(context, w.At("ffn.fc1.weight"))),
+        fc2_(PackWeights(context, w.At("ffn.fc2.weight"))) {
     workspace_.Reserve(kHidden, int64_t{context.max_rows} * d_ff_);
   }
 
   void Forward(const float* in, int rows, float* residual) override {
     float* hidden = workspace_.buffer(kHidden);
-    cpu::Linear(in, rows, d_model_, fc1_, OrNull(w_.fc1_bias), activation_,
+    cpu::Linear(in, rows, d_model_, fc1_, OptionalData(w_, "ffn.fc1.bias"), activation_,
                 cpu::LinearOutput::kStore, hidden, d_ff_, threads_);
-    cpu::Linear(hidden, rows, d_ff_, fc2_, OrNull(w_.fc2_bias), cpu::Activation::kNone,
+    cpu::Linear(hidden, rows, d_ff_, fc2_, OptionalData(w_, "ffn.fc2.bias"), cpu::Activation::kNone,
                 cpu::LinearOutput::kAccumulate, residual, d_model_, threads_);
   }
 

@@ -25,8 +25,6 @@ cpu::Activation ToKernel(GateActivation a) {
   return cpu::Activation::kSilu;
 }
 
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
-
 class CpuGatedMlp final : public CpuMlp {
  public:
   CpuGatedMlp(const CpuLayerContext& context, const GatedMlpParams& p, const LayerWeights& w)
@@ -36,8 +34,8 @@ class CpuGatedMlp final : public CpuMlp {
         d_model_(context.model.config.d_model),
         d_ff_(p.d_ff),
         activation_(ToKernel(p.activation)),
-        fc1_(PackWeights(context, w.fc1_weight)),
-        fc2_(PackWeights(context, w.fc2_weight)) {
+        fc1_(PackWeights(context, w.At("mlp.fc1.weight"))),
+        fc2_(PackWeights(context, w.At("mlp.fc2.weight"))) {
     workspace_.Reserve(kFc1, int64_t{context.max_rows} * 2 * d_ff_);
     workspace_.Reserve(kHidden, int64_t{context.max_rows} * d_ff_);
   }
@@ -45,10 +43,10 @@ class CpuGatedMlp final : public CpuMlp {
   void Forward(const float* in, int rows, float* residual) override {
     float* a = workspace_.buffer(kFc1);
     float* hidden = workspace_.buffer(kHidden);
-    cpu::Linear(in, rows, d_model_, fc1_, OrNull(w_.fc1_bias), cpu::Activation::kNone,
+    cpu::Linear(in, rows, d_model_, fc1_, OptionalData(w_, "mlp.fc1.bias"), cpu::Activation::kNone,
                 cpu::LinearOutput::kStore, a, 2 * d_ff_, threads_);
     cpu::GatedProduct(activation_, a, rows, d_ff_, hidden);
-    cpu::Linear(hidden, rows, d_ff_, fc2_, OrNull(w_.fc2_bias), cpu::Activation::kNone,
+    cpu::Linear(hidden, rows, d_ff_, fc2_, OptionalData(w_, "mlp.fc2.bias"), cpu::Activation::kNone,
                 cpu::LinearOutput::kAccumulate, residual, d_model_, threads_);
   }
 

@@ -50,6 +50,13 @@ std::unique_ptr<CpuMlp> CreateMlp(const CpuLayerContext& context, const Componen
   std::abort();
 }
 
+// A layer norm's shift ("<prefix>bias"), or an empty tensor for a kind without one.
+const Tensor& Shift(const LayerWeights& weights, const std::string& prefix) {
+  static const Tensor* const kNone = new Tensor;
+  const Tensor* t = weights.Find(prefix + "bias");
+  return t != nullptr ? *t : *kNone;
+}
+
 }  // namespace
 
 void CpuWorkspace::Reserve(int index, int64_t floats) {
@@ -108,8 +115,8 @@ CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
     const LayerSpec& spec = specs[l];
     const LayerWeights& lw = w.layers[l];
     out.layers.push_back(
-        CpuLayer{.norm1 = CreateNorm(context, spec.norm, lw.ln1_weight, lw.ln1_bias),
-                 .norm2 = CreateNorm(context, spec.norm, lw.ln2_weight, lw.ln2_bias),
+        CpuLayer{.norm1 = CreateNorm(context, spec.norm, lw.At("ln1.weight"), Shift(lw, "ln1.")),
+                 .norm2 = CreateNorm(context, spec.norm, lw.At("ln2.weight"), Shift(lw, "ln2.")),
                  .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
                  .mlp = CreateMlp(context, spec.mlp, lw)});
   }

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "absl/types/span.h"
@@ -65,6 +66,12 @@ struct CpuLayerContext {
   int max_rows = 0;  // rows of one pass at most
   CpuWorkspace& workspace;
 };
+
+// The data of `weights`' tensor `name`, or null when the layer holds none (a bias turned off).
+inline const float* OptionalData(const LayerWeights& weights, std::string_view name) {
+  const Tensor* t = weights.Find(name);
+  return t == nullptr ? nullptr : t->data.data();
+}
 
 // The CPU's packing of `requested` (auto: fp32).
 cpu::WeightFormat CpuWeightFormat(WeightPrecision requested);

@@ -32,8 +32,6 @@ cpu::FeatureMap ToKernel(FeatureMap m) {
   return cpu::FeatureMap::kEluPlusOne;
 }
 
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
-
 class CpuLinearAttention final : public CpuMixer {
  public:
   CpuLinearAttention(const CpuLayerContext& context, const LinearAttentionParams& p,
@@ -47,10 +45,10 @@ class CpuLinearAttention final : public CpuMixer {
         shape_{p.n_heads, p.feature_dim, p.head_dim, static_cast<float>(p.eps)},
         feature_map_(ToKernel(p.feature_map)),
         state_offset_(state_offset),
-        q_(PackWeights(context, w.q_weight)),
-        k_(PackWeights(context, w.k_weight)),
-        v_(PackWeights(context, w.v_weight)),
-        o_(PackWeights(context, w.o_weight)),
+        q_(PackWeights(context, w.At("attn.q_proj.weight"))),
+        k_(PackWeights(context, w.At("attn.k_proj.weight"))),
+        v_(PackWeights(context, w.At("attn.v_proj.weight"))),
+        o_(PackWeights(context, w.At("attn.o_proj.weight"))),
         layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
     const int64_t rows = context.max_rows;
     const int64_t hd = int64_t{p.n_heads} * p.head_dim;
@@ -74,10 +72,13 @@ class CpuLinearAttention final : public CpuMixer {
     float* phi_q = workspace_.buffer(kPhiQ);
     float* phi_k = workspace_.buffer(kPhiK);
     float* attn = workspace_.buffer(kAttn);
-    Linear(in, rows, d, q_, OrNull(w_.q_bias), none, LinearOutput::kStore, q, hd, threads_);
-    Linear(in, rows, d, k_, OrNull(w_.k_bias), none, LinearOutput::kStore, k, hd, threads_);
-    Linear(in, rows, d, v_, OrNull(w_.v_bias), none, LinearOutput::kStore, v, hd, threads_);
-    const float* favor = OrNull(w_.favor_projection);
+    Linear(in, rows, d, q_, OptionalData(w_, "attn.q_proj.bias"), none, LinearOutput::kStore, q, hd,
+           threads_);
+    Linear(in, rows, d, k_, OptionalData(w_, "attn.k_proj.bias"), none, LinearOutput::kStore, k, hd,
+           threads_);
+    Linear(in, rows, d, v_, OptionalData(w_, "attn.v_proj.bias"), none, LinearOutput::kStore, v, hd,
+           threads_);
+    const float* favor = OptionalData(w_, "attn.favor_projection");
     const int64_t vectors = static_cast<int64_t>(rows) * params_.n_heads;
     cpu::ApplyFeatureMap(feature_map_, q, vectors, params_.head_dim, favor, params_.feature_dim,
                          phi_q);
@@ -95,8 +96,8 @@ class CpuLinearAttention final : public CpuMixer {
       cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), attn,
                                  threads_);
     }
-    Linear(attn, rows, hd, o_, OrNull(w_.o_bias), none, LinearOutput::kAccumulate, residual, d,
-           threads_);
+    Linear(attn, rows, hd, o_, OptionalData(w_, "attn.o_proj.bias"), none,
+           LinearOutput::kAccumulate, residual, d, threads_);
   }
 
  private:

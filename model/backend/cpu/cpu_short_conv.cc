@@ -20,8 +20,6 @@ namespace {
 // Workspace buffers (CpuWorkspace indices): in_proj's output (u, then g) and the gated rows.
 enum Buffer { kIn, kGated };
 
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
-
 // conv.weight [d_inner, kernel_size] → taps [kernel_size, d_inner], as the step kernel reads it.
 std::vector<float> TapMajor(const Tensor& w) {
   const int64_t channels = w.shape[0];
@@ -43,9 +41,9 @@ class CpuShortConv final : public CpuMixer {
         d_model_(context.model.config.d_model),
         params_(p),
         state_offset_(state_offset),
-        in_(PackWeights(context, w.conv_in_weight)),
-        out_(PackWeights(context, w.conv_out_weight)),
-        taps_(TapMajor(w.conv_weight)) {
+        in_(PackWeights(context, w.At("conv.in_proj.weight"))),
+        out_(PackWeights(context, w.At("conv.out_proj.weight"))),
+        taps_(TapMajor(w.At("conv.weight"))) {
     workspace_.Reserve(kIn, int64_t{context.max_rows} * 2 * p.d_inner);
     workspace_.Reserve(kGated, int64_t{context.max_rows} * p.d_inner);
   }
@@ -55,8 +53,8 @@ class CpuShortConv final : public CpuMixer {
     const int64_t di = params_.d_inner;
     float* a = workspace_.buffer(kIn);
     float* gated = workspace_.buffer(kGated);
-    cpu::Linear(in, rows, d_model_, in_, OrNull(w_.conv_in_bias), cpu::Activation::kNone,
-                cpu::LinearOutput::kStore, a, 2 * di, threads_);
+    cpu::Linear(in, rows, d_model_, in_, OptionalData(w_, "conv.in_proj.bias"),
+                cpu::Activation::kNone, cpu::LinearOutput::kStore, a, 2 * di, threads_);
     if (pass.prefill) {
       // The pieces in parallel, each piece's tokens in order: each step reads the history the
       // one before left.
@@ -71,8 +69,9 @@ class CpuShortConv final : public CpuMixer {
     } else {
       for (int r = 0; r < rows; ++r) Step(a, r, State(pass, pass.decode_slots[r]), gated);
     }
-    cpu::Linear(gated, rows, di, out_, OrNull(w_.conv_out_bias), cpu::Activation::kNone,
-                cpu::LinearOutput::kAccumulate, residual, d_model_, threads_);
+    cpu::Linear(gated, rows, di, out_, OptionalData(w_, "conv.out_proj.bias"),
+                cpu::Activation::kNone, cpu::LinearOutput::kAccumulate, residual, d_model_,
+                threads_);
   }
 
  private:
@@ -83,8 +82,8 @@ class CpuShortConv final : public CpuMixer {
   void Step(const float* a, int row, float* state, float* gated) const {
     const int64_t di = params_.d_inner;
     const float* u = a + row * 2 * di;
-    cpu::ShortConvStep(u, u + di, di, params_.kernel_size, taps_.data(), OrNull(w_.conv_bias),
-                       state, gated + row * di);
+    cpu::ShortConvStep(u, u + di, di, params_.kernel_size, taps_.data(),
+                       OptionalData(w_, "conv.bias"), state, gated + row * di);
   }
 
   const LayerWeights& w_;

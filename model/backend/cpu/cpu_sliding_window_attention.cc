@@ -20,8 +20,6 @@ namespace {
 // Workspace buffers (CpuWorkspace indices).
 enum Buffer { kQ, kK, kV, kAttn, kScores };
 
-const float* OrNull(const Tensor& t) { return t.empty() ? nullptr : t.data.data(); }
-
 // Where one token's attention in one head reads and writes.
 struct HeadStep {
   const float* q;  // head_dim each
@@ -47,10 +45,10 @@ class CpuSlidingWindowAttention final : public CpuMixer {
         half_(p.rotary_dim / 2),
         scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))),
         state_offset_(state_offset),
-        q_(PackWeights(context, w.q_weight)),
-        k_(PackWeights(context, w.k_weight)),
-        v_(PackWeights(context, w.v_weight)),
-        o_(PackWeights(context, w.o_weight)) {
+        q_(PackWeights(context, w.At("attn.q_proj.weight"))),
+        k_(PackWeights(context, w.At("attn.k_proj.weight"))),
+        v_(PackWeights(context, w.At("attn.v_proj.weight"))),
+        o_(PackWeights(context, w.At("attn.o_proj.weight"))) {
     // cos and sin of distance · inv_freq[i] for every distance a query sees, in double.
     cos_.resize(static_cast<size_t>(p.window) * half_);
     sin_.resize(cos_.size());
@@ -80,16 +78,19 @@ class CpuSlidingWindowAttention final : public CpuMixer {
     float* k = workspace_.buffer(kK);
     float* v = workspace_.buffer(kV);
     float* attn = workspace_.buffer(kAttn);
-    Linear(in, rows, d, q_, OrNull(w_.q_bias), none, LinearOutput::kStore, q, hd, threads_);
-    Linear(in, rows, d, k_, OrNull(w_.k_bias), none, LinearOutput::kStore, k, hd, threads_);
-    Linear(in, rows, d, v_, OrNull(w_.v_bias), none, LinearOutput::kStore, v, hd, threads_);
+    Linear(in, rows, d, q_, OptionalData(w_, "attn.q_proj.bias"), none, LinearOutput::kStore, q, hd,
+           threads_);
+    Linear(in, rows, d, k_, OptionalData(w_, "attn.k_proj.bias"), none, LinearOutput::kStore, k, hd,
+           threads_);
+    Linear(in, rows, d, v_, OptionalData(w_, "attn.v_proj.bias"), none, LinearOutput::kStore, v, hd,
+           threads_);
     if (pass.prefill) {
       Prefill(pass);
     } else {
       Decode(pass);
     }
-    Linear(attn, rows, hd, o_, OrNull(w_.o_bias), none, LinearOutput::kAccumulate, residual, d,
-           threads_);
+    Linear(attn, rows, hd, o_, OptionalData(w_, "attn.o_proj.bias"), none,
+           LinearOutput::kAccumulate, residual, d, threads_);
   }
 
  private:

@@ -30,10 +30,10 @@ class CpuTaylorLinearAttention final : public CpuMixer {
         params_(p),
         shape_{p.n_heads, static_cast<int>(p.Features()), p.head_dim, static_cast<float>(p.eps)},
         state_offset_(state_offset),
-        q_(PackWeights(context, w.q_weight)),
-        k_(PackWeights(context, w.k_weight)),
-        v_(PackWeights(context, w.v_weight)),
-        o_(PackWeights(context, w.o_weight)),
+        q_(PackWeights(context, w.At("attn.q_proj.weight"))),
+        k_(PackWeights(context, w.At("attn.k_proj.weight"))),
+        v_(PackWeights(context, w.At("attn.v_proj.weight"))),
+        o_(PackWeights(context, w.At("attn.o_proj.weight"))),
         layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
     const int64_t rows = context.max_rows;
     const int64_t hf = int64_t{p.n_heads} * p.feature_dim;

@@ -1,6 +1,8 @@
 #include "model/backend/cuda/cuda_weights.h"
 
 #include <algorithm>
+#include <initializer_list>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -77,7 +79,7 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
         ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor, conv_in_weight, conv_in_bias,
         conv_weight, conv_bias, conv_out_weight, conv_out_bias;
   };
-  // Which tensors a layer has is declared by its kinds (model/layers/); the rest are empty.
+  // Which tensors a layer has is declared by its kinds (model/layers/); the rest are absent.
   auto optional = [&](const Tensor& t, bool convert) {
     return t.empty() ? kAbsent : add(t, convert);
   };
@@ -86,26 +88,37 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   const size_t position =
       config.position == PositionEmbedding::kLearned ? add(w.position_embedding, true) : kAbsent;
   for (const LayerWeights& l : w.layers) {
+    // The tensor under the first of `names` the layer holds (the MLP kinds name fc1 and fc2
+    // under their own prefixes), or an empty one.
+    auto get = [&l](std::initializer_list<std::string_view> names) -> const Tensor& {
+      static const Tensor* const kNone = new Tensor;
+      for (std::string_view name : names) {
+        if (const Tensor* t = l.Find(name)) return *t;
+      }
+      return *kNone;
+    };
     LayerOffsets o;
-    o.qkv_weight = add_fused(l.q_weight, l.k_weight, l.v_weight, true);
-    o.qkv_bias = add_fused(l.q_bias, l.k_bias, l.v_bias, false);
-    o.o_weight = optional(l.o_weight, true);
-    o.o_bias = optional(l.o_bias, false);
-    o.fc1_weight = optional(l.fc1_weight, true);
-    o.fc1_bias = optional(l.fc1_bias, false);
-    o.fc2_weight = optional(l.fc2_weight, true);
-    o.fc2_bias = optional(l.fc2_bias, false);
-    o.ln1_weight = optional(l.ln1_weight, false);
-    o.ln1_bias = optional(l.ln1_bias, false);
-    o.ln2_weight = optional(l.ln2_weight, false);
-    o.ln2_bias = optional(l.ln2_bias, false);
-    o.favor = optional(l.favor_projection, false);
-    o.conv_in_weight = optional(l.conv_in_weight, true);
-    o.conv_in_bias = optional(l.conv_in_bias, false);
-    o.conv_weight = optional(l.conv_weight, false);
-    o.conv_bias = optional(l.conv_bias, false);
-    o.conv_out_weight = optional(l.conv_out_weight, true);
-    o.conv_out_bias = optional(l.conv_out_bias, false);
+    o.qkv_weight = add_fused(get({"attn.q_proj.weight"}), get({"attn.k_proj.weight"}),
+                             get({"attn.v_proj.weight"}), true);
+    o.qkv_bias = add_fused(get({"attn.q_proj.bias"}), get({"attn.k_proj.bias"}),
+                           get({"attn.v_proj.bias"}), false);
+    o.o_weight = optional(get({"attn.o_proj.weight"}), true);
+    o.o_bias = optional(get({"attn.o_proj.bias"}), false);
+    o.fc1_weight = optional(get({"ffn.fc1.weight", "mlp.fc1.weight"}), true);
+    o.fc1_bias = optional(get({"ffn.fc1.bias", "mlp.fc1.bias"}), false);
+    o.fc2_weight = optional(get({"ffn.fc2.weight", "mlp.fc2.weight"}), true);
+    o.fc2_bias = optional(get({"ffn.fc2.bias", "mlp.fc2.bias"}), false);
+    o.ln1_weight = optional(get({"ln1.weight"}), false);
+    o.ln1_bias = optional(get({"ln1.bias"}), false);
+    o.ln2_weight = optional(get({"ln2.weight"}), false);
+    o.ln2_bias = optional(get({"ln2.bias"}), false);
+    o.favor = optional(get({"attn.favor_projection"}), false);
+    o.conv_in_weight = optional(get({"conv.in_proj.weight"}), true);
+    o.conv_in_bias = optional(get({"conv.in_proj.bias"}), false);
+    o.conv_weight = optional(get({"conv.weight"}), false);
+    o.conv_bias = optional(get({"conv.bias"}), false);
+    o.conv_out_weight = optional(get({"conv.out_proj.weight"}), true);
+    o.conv_out_bias = optional(get({"conv.out_proj.bias"}), false);
     offsets.push_back(o);
   }
   const size_t final_weight = optional(w.final_norm_weight, false);
