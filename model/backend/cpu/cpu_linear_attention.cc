@@ -1,22 +1,17 @@
-// The linear_attention mixer (model/layers/linear_attention.h) on the CPU: the q/k/v GEMMs over
-// all rows of a pass, φ, the recurrence per session (chunked for prefill, one step for decode)
-// and the output projection added to the residual.
+// The linear_attention mixer (model/layers/linear_attention.h) on the CPU, and the recurrence
+// every linear-attention kind shares (cpu_linear_attention.h).
 
-#include "model/backend/cpu/cpu_layer.h"
+#include "model/backend/cpu/cpu_linear_attention.h"
 
-#include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cpu/linear_attention.h"
-#include "kernels/cpu/packed_linear.h"
+#include "model/backend/cpu/cpu_projected_mixer.h"
 #include "model/layers/linear_attention.h"
 
 namespace linserve {
 namespace {
-
-// Workspace buffers (CpuWorkspace indices).
-enum Buffer { kQ, kK, kV, kPhiQ, kPhiK, kAttn, kChunkScratch };
 
 cpu::FeatureMap ToKernel(FeatureMap m) {
   switch (m) {
@@ -32,101 +27,81 @@ cpu::FeatureMap ToKernel(FeatureMap m) {
   return cpu::FeatureMap::kEluPlusOne;
 }
 
-class CpuLinearAttention final : public CpuMixer {
+class CpuAttentionMixer final : public CpuProjectedMixer {
  public:
-  CpuLinearAttention(const CpuLayerContext& context, const LinearAttentionParams& p,
-                     const LayerWeights& w, int64_t state_offset)
-      : w_(w),
-        workspace_(context.workspace),
-        threads_(context.threads),
+  CpuAttentionMixer(const CpuLayerContext& context, const LayerWeights& w, int64_t state_offset,
+                    const cpu::AttentionShape& shape, CpuFeatureMap phi)
+      : CpuProjectedMixer(context, w, state_offset, {"attn.q_proj", "attn.k_proj", "attn.v_proj"},
+                          "attn.o_proj"),
         chunk_(context.options.prefill_chunk_size),
-        d_model_(context.model.config.d_model),
-        params_(p),
-        shape_{p.n_heads, p.feature_dim, p.head_dim, static_cast<float>(p.eps)},
-        feature_map_(ToKernel(p.feature_map)),
-        state_offset_(state_offset),
-        q_(PackWeights(context, w.At("attn.q_proj.weight"))),
-        k_(PackWeights(context, w.At("attn.k_proj.weight"))),
-        v_(PackWeights(context, w.At("attn.v_proj.weight"))),
-        o_(PackWeights(context, w.At("attn.o_proj.weight"))),
+        shape_(shape),
+        phi_(std::move(phi)),
         layer_states_(static_cast<size_t>(context.options.max_batch_size)) {
-    const int64_t rows = context.max_rows;
-    const int64_t hd = int64_t{p.n_heads} * p.head_dim;
-    const int64_t hf = int64_t{p.n_heads} * p.feature_dim;
-    for (Buffer b : {kQ, kK, kV, kAttn}) workspace_.Reserve(b, rows * hd);
-    for (Buffer b : {kPhiQ, kPhiK}) workspace_.Reserve(b, rows * hf);
-    workspace_.Reserve(kChunkScratch,
+    const int64_t phi_floats = int64_t{context.max_rows} * shape.heads * shape.feature_dim;
+    workspace_.Reserve(kPhiQ(), phi_floats);
+    workspace_.Reserve(kPhiK(), phi_floats);
+    workspace_.Reserve(kChunkScratch(),
                        cpu::LinearAttentionChunkScratchFloats(chunk_, context.threads));
   }
 
-  void Forward(const float* in, const CpuPass& pass, float* residual) override {
-    using cpu::Linear;
-    using cpu::LinearOutput;
+ private:
+  void Core(const CpuPass& pass, absl::Span<float* const> inputs, float* out) override {
     const int rows = pass.rows;
-    const int64_t d = d_model_;
-    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
-    const cpu::Activation none = cpu::Activation::kNone;
-    float* q = workspace_.buffer(kQ);
-    float* k = workspace_.buffer(kK);
-    float* v = workspace_.buffer(kV);
-    float* phi_q = workspace_.buffer(kPhiQ);
-    float* phi_k = workspace_.buffer(kPhiK);
-    float* attn = workspace_.buffer(kAttn);
-    Linear(in, rows, d, q_, OptionalData(w_, "attn.q_proj.bias"), none, LinearOutput::kStore, q, hd,
-           threads_);
-    Linear(in, rows, d, k_, OptionalData(w_, "attn.k_proj.bias"), none, LinearOutput::kStore, k, hd,
-           threads_);
-    Linear(in, rows, d, v_, OptionalData(w_, "attn.v_proj.bias"), none, LinearOutput::kStore, v, hd,
-           threads_);
-    const float* favor = OptionalData(w_, "attn.favor_projection");
-    const int64_t vectors = static_cast<int64_t>(rows) * params_.n_heads;
-    cpu::ApplyFeatureMap(feature_map_, q, vectors, params_.head_dim, favor, params_.feature_dim,
-                         phi_q);
-    cpu::ApplyFeatureMap(feature_map_, k, vectors, params_.head_dim, favor, params_.feature_dim,
-                         phi_k);
+    float* phi_q = workspace_.buffer(kPhiQ());
+    float* phi_k = workspace_.buffer(kPhiK());
+    const float* v = inputs[2];
+    const int64_t vectors = static_cast<int64_t>(rows) * shape_.heads;
+    phi_(inputs[0], vectors, phi_q);
+    phi_(inputs[1], vectors, phi_k);
     if (pass.prefill) {
       // Every piece in one parallel loop over (piece, head).
       PassPrefillRows(pass, state_offset_, prefill_rows_);
       cpu::LinearAttentionPrefill(shape_, prefill_rows_.data(),
                                   static_cast<int>(prefill_rows_.size()), static_cast<int>(chunk_),
-                                  phi_q, phi_k, v, attn, workspace_.buffer(kChunkScratch),
+                                  phi_q, phi_k, v, out, workspace_.buffer(kChunkScratch()),
                                   threads_);
     } else {
       for (int i = 0; i < rows; ++i) layer_states_[i] = State(pass, pass.decode_slots[i]);
-      cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), attn,
+      cpu::LinearAttentionDecode(shape_, rows, phi_q, phi_k, v, layer_states_.data(), out,
                                  threads_);
     }
-    Linear(attn, rows, hd, o_, OptionalData(w_, "attn.o_proj.bias"), none,
-           LinearOutput::kAccumulate, residual, d, threads_);
   }
 
- private:
-  float* State(const CpuPass& pass, int32_t slot) const {
-    return pass.states + slot * pass.state_floats + state_offset_;
-  }
+  // Workspace buffers after the projections'.
+  int kPhiQ() const { return FirstCoreBuffer(); }
+  int kPhiK() const { return FirstCoreBuffer() + 1; }
+  int kChunkScratch() const { return FirstCoreBuffer() + 2; }
 
-  const LayerWeights& w_;
-  CpuWorkspace& workspace_;
-  const int threads_;
   const int64_t chunk_;
-  const int64_t d_model_;
-  const LinearAttentionParams params_;
   const cpu::AttentionShape shape_;
-  const cpu::FeatureMap feature_map_;
-  const int64_t state_offset_;
-  const cpu::PackedMatrix q_, k_, v_, o_;
-  std::vector<float*> layer_states_;  // per decode row: its slot's slice
+  const CpuFeatureMap phi_;
+  std::vector<float*> layer_states_;            // per decode row: its slot's slice
   std::vector<cpu::PrefillRows> prefill_rows_;  // a prefill pass's pieces
 };
 
 }  // namespace
 
+std::unique_ptr<CpuMixer> CreateCpuAttentionMixer(const CpuLayerContext& context,
+                                                  const LayerWeights& weights, int64_t state_offset,
+                                                  const cpu::AttentionShape& shape,
+                                                  CpuFeatureMap phi) {
+  return std::make_unique<CpuAttentionMixer>(context, weights, state_offset, shape, std::move(phi));
+}
+
 std::unique_ptr<CpuMixer> CreateCpuLinearAttention(const CpuLayerContext& context,
                                                    const ComponentSpec& spec,
                                                    const LayerWeights& weights,
                                                    int64_t state_offset) {
-  return std::make_unique<CpuLinearAttention>(context, LinearAttentionParams::From(spec.params),
-                                              weights, state_offset);
+  const LinearAttentionParams p = LinearAttentionParams::From(spec.params);
+  const cpu::FeatureMap map = ToKernel(p.feature_map);
+  const float* favor = OptionalData(weights, "attn.favor_projection");
+  CpuFeatureMap phi = [map, favor, head_dim = p.head_dim, features = p.feature_dim](
+                          const float* x, int64_t vectors, float* out) {
+    cpu::ApplyFeatureMap(map, x, vectors, head_dim, favor, features, out);
+  };
+  return CreateCpuAttentionMixer(context, weights, state_offset,
+                                 {p.n_heads, p.feature_dim, p.head_dim, static_cast<float>(p.eps)},
+                                 std::move(phi));
 }
 
 }  // namespace linserve

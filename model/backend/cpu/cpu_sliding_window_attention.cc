@@ -1,24 +1,19 @@
-// The sliding_window_attention mixer (model/layers/sliding_window_attention.h) on the CPU: the
-// q/k/v GEMMs over all rows of a pass, then per session and head, token by token, softmax
+// The sliding_window_attention mixer (model/layers/sliding_window_attention.h) on the CPU: q, k
+// and v projected (CpuProjectedMixer), then per session and head, token by token, softmax
 // attention over the ring of past keys and values (each key rotated by its distance) and the
-// current token, the ring written after; the output projection added to the residual.
-
-#include "model/backend/cpu/cpu_layer.h"
+// current token, the ring written after; o_proj added to the residual.
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 #include <vector>
 
-#include "kernels/cpu/packed_linear.h"
 #include "kernels/cpu/parallel.h"
+#include "model/backend/cpu/cpu_projected_mixer.h"
 #include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
-
-// Workspace buffers (CpuWorkspace indices).
-enum Buffer { kQ, kK, kV, kAttn, kScores };
 
 // Where one token's attention in one head reads and writes.
 struct HeadStep {
@@ -32,23 +27,16 @@ struct HeadStep {
   int64_t next;   // the entry the token goes to
 };
 
-class CpuSlidingWindowAttention final : public CpuMixer {
+class CpuSlidingWindowAttention final : public CpuProjectedMixer {
  public:
   CpuSlidingWindowAttention(const CpuLayerContext& context, const SlidingWindowAttentionParams& p,
                             const LayerWeights& w, int64_t state_offset)
-      : w_(w),
-        workspace_(context.workspace),
-        threads_(context.threads),
-        d_model_(context.model.config.d_model),
+      : CpuProjectedMixer(context, w, state_offset, {"attn.q_proj", "attn.k_proj", "attn.v_proj"},
+                          "attn.o_proj"),
         params_(p),
         ring_(p.RingEntries()),
         half_(p.rotary_dim / 2),
-        scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))),
-        state_offset_(state_offset),
-        q_(PackWeights(context, w.At("attn.q_proj.weight"))),
-        k_(PackWeights(context, w.At("attn.k_proj.weight"))),
-        v_(PackWeights(context, w.At("attn.v_proj.weight"))),
-        o_(PackWeights(context, w.At("attn.o_proj.weight"))) {
+        scale_(static_cast<float>(1.0 / std::sqrt(static_cast<double>(p.head_dim)))) {
     // cos and sin of distance · inv_freq[i] for every distance a query sees, in double.
     cos_.resize(static_cast<size_t>(p.window) * half_);
     sin_.resize(cos_.size());
@@ -61,50 +49,29 @@ class CpuSlidingWindowAttention final : public CpuMixer {
         sin_[static_cast<size_t>(distance * half_ + i)] = static_cast<float>(std::sin(angle));
       }
     }
-    const int64_t rows = context.max_rows;
-    const int64_t hd = int64_t{p.n_heads} * p.head_dim;
-    for (Buffer b : {kQ, kK, kV, kAttn}) workspace_.Reserve(b, rows * hd);
-    workspace_.Reserve(kScores, int64_t{context.threads} * p.window);
+    workspace_.Reserve(FirstCoreBuffer(), int64_t{context.threads} * p.window);  // scores
   }
 
-  void Forward(const float* in, const CpuPass& pass, float* residual) override {
-    using cpu::Linear;
-    using cpu::LinearOutput;
-    const int rows = pass.rows;
-    const int64_t d = d_model_;
-    const int64_t hd = int64_t{params_.n_heads} * params_.head_dim;
-    const cpu::Activation none = cpu::Activation::kNone;
-    float* q = workspace_.buffer(kQ);
-    float* k = workspace_.buffer(kK);
-    float* v = workspace_.buffer(kV);
-    float* attn = workspace_.buffer(kAttn);
-    Linear(in, rows, d, q_, OptionalData(w_, "attn.q_proj.bias"), none, LinearOutput::kStore, q, hd,
-           threads_);
-    Linear(in, rows, d, k_, OptionalData(w_, "attn.k_proj.bias"), none, LinearOutput::kStore, k, hd,
-           threads_);
-    Linear(in, rows, d, v_, OptionalData(w_, "attn.v_proj.bias"), none, LinearOutput::kStore, v, hd,
-           threads_);
+ private:
+  void Core(const CpuPass& pass, absl::Span<float* const> inputs, float* out) override {
+    q_ = inputs[0];
+    k_ = inputs[1];
+    v_ = inputs[2];
+    out_ = out;
     if (pass.prefill) {
       Prefill(pass);
     } else {
       Decode(pass);
     }
-    Linear(attn, rows, hd, o_, OptionalData(w_, "attn.o_proj.bias"), none,
-           LinearOutput::kAccumulate, residual, d, threads_);
-  }
-
- private:
-  float* State(const CpuPass& pass, int32_t slot) const {
-    return pass.states + slot * pass.state_floats + state_offset_;
   }
 
   // Row `row`'s vectors of head `head`, into a step over `state` with the ring at count, next.
   HeadStep Step(int64_t row, int64_t head, float* state, int64_t count, int64_t next) {
     const int64_t at = row * params_.n_heads * params_.head_dim + head * params_.head_dim;
-    return {.q = workspace_.buffer(kQ) + at,
-            .k = workspace_.buffer(kK) + at,
-            .v = workspace_.buffer(kV) + at,
-            .out = workspace_.buffer(kAttn) + at,
+    return {.q = q_ + at,
+            .k = k_ + at,
+            .v = v_ + at,
+            .out = out_ + at,
             .state = state,
             .head = head,
             .count = count,
@@ -182,7 +149,7 @@ class CpuSlidingWindowAttention final : public CpuMixer {
     const auto entry = [&](int64_t j) {  // the j-th oldest stored token's k (v follows)
       return step.state + ((oldest + j) % ring_) * entry_floats + step.head * 2 * hd;
     };
-    float* scores = workspace_.buffer(kScores) + int64_t{participant} * params_.window;
+    float* scores = workspace_.buffer(FirstCoreBuffer()) + int64_t{participant} * params_.window;
     float max = Score(step.q, step.k, 0);
     scores[step.count] = max;
     for (int64_t j = 0; j < step.count; ++j) {
@@ -208,16 +175,15 @@ class CpuSlidingWindowAttention final : public CpuMixer {
     }
   }
 
-  const LayerWeights& w_;
-  CpuWorkspace& workspace_;
-  const int threads_;
-  const int64_t d_model_;
   const SlidingWindowAttentionParams params_;
   const int64_t ring_;  // R = window − 1
   const int64_t half_;  // rotary_dim / 2
   const float scale_;   // 1 / √head_dim
-  const int64_t state_offset_;
-  const cpu::PackedMatrix q_, k_, v_, o_;
+  // The pass's projected rows and the core's output, for its steps.
+  const float* q_ = nullptr;
+  const float* k_ = nullptr;
+  const float* v_ = nullptr;
+  float* out_ = nullptr;
   std::vector<float> cos_, sin_;  // [distance][i] for distance < window, i < rotary_dim / 2
 };
 
