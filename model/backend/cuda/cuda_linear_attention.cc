@@ -2,13 +2,14 @@
 
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/linear_attention.h"
+#include "model/backend/cuda/cuda_projected_mixer.h"
 #include "model/layers/linear_attention.h"
 
 namespace linserve {
 namespace {
 
-// Scratch buffers (ScratchRole::kMixer indices).
-enum Buffer { kQkv, kAttn, kPrefill };
+// Scratch buffer (ScratchRole::kMixer index) of the chunked prefill.
+constexpr int kPrefill = CudaProjectedMixer::kFirstCoreBuffer;
 
 cuda::FeatureMapKind ToKernel(FeatureMap m) {
   switch (m) {
@@ -24,22 +25,15 @@ cuda::FeatureMapKind ToKernel(FeatureMap m) {
   return cuda::FeatureMapKind::kEluPlusOne;
 }
 
-class CudaLinearAttention final : public CudaMixer {
+class CudaLinearAttention final : public CudaProjectedMixer {
  public:
   CudaLinearAttention(const CudaLayerContext& context, const cuda::AttentionShape& shape,
                       const CudaLayerWeights& w, int64_t state_offset)
-      : w_(w),
-        gemm_(context.gemm),
-        dtype_(context.dtype),
+      : CudaProjectedMixer(context, state_offset, w.qkv_weight, cuda::QkvColumns(shape), w.o_weight,
+                           static_cast<int64_t>(shape.heads) * shape.head_dim, w.o_bias),
+        qkv_bias_(w.qkv_bias),
         chunk_(context.options.prefill_chunk_size),
-        d_model_(context.model.config.d_model),
-        hd_(static_cast<int64_t>(shape.heads) * shape.head_dim),
-        qkv_columns_(cuda::QkvColumns(shape)),
-        state_offset_(state_offset),
         shape_(shape) {
-    const size_t rows = static_cast<size_t>(context.max_rows);
-    context.scratch.Reserve(ScratchRole::kMixer, kQkv, rows * qkv_columns_ * sizeof(float));
-    context.scratch.Reserve(ScratchRole::kMixer, kAttn, rows * hd_ * cuda::DTypeSize(dtype_));
     context.scratch.Reserve(
         ScratchRole::kMixer, kPrefill,
         cuda::PrefillAttentionScratchFloats(shape_, context.segment, chunk_) * sizeof(float));
@@ -47,58 +41,42 @@ class CudaLinearAttention final : public CudaMixer {
 
   absl::Status Check() const override { return cuda::CheckAttentionShape(shape_); }
 
-  absl::Status Forward(cudaStream_t s, const CudaPass& pass) override {
+ private:
+  absl::Status Core(cudaStream_t s, const CudaPass& pass, const float* qkv, void* attn) override {
     const CudaWorkspace& ws = *pass.workspace;
-    const int rows = pass.rows;
-    float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kQkv));
-    void* attn = Scratch(ws, ScratchRole::kMixer, kAttn);
-    LINSERVE_RETURN_IF_ERROR(
-        gemm_.Linear(s, dtype_, ws.act.xt, w_.qkv_weight, qkv, rows, qkv_columns_, d_model_));
     if (pass.prefill == nullptr) {
       cuda::DecodeAttentionArgs a;
       a.shape = shape_;
       a.qkv = qkv;
-      a.qkv_bias = w_.qkv_bias;
+      a.qkv_bias = qkv_bias_;
       a.slots = ws.device_rows.slots;
       a.state = ws.state;
       a.state_dtype = ws.state_dtype;
       a.slot_stride = pass.state_floats;
       a.layer_offset = state_offset_;
-      a.rows = rows;
+      a.rows = pass.rows;
       a.out_dtype = dtype_;
       a.out = attn;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeAttention(s, a));
+      return cuda::LaunchDecodeAttention(s, a);
     }
-    if (pass.prefill != nullptr) {
-      // Every session of the pass in the same launches.
-      cuda::PrefillAttentionArgs a;
-      a.shape = shape_;
-      a.qkv = qkv;
-      a.qkv_bias = w_.qkv_bias;
-      a.tables = *pass.prefill;
-      a.state = ws.state;
-      a.state_dtype = ws.state_dtype;
-      a.slot_stride = pass.state_floats;
-      a.layer_offset = state_offset_;
-      a.scratch = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kPrefill));
-      a.out_dtype = dtype_;
-      a.out = attn;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillAttention(s, a));
-    }
-    return gemm_.Linear(s, dtype_, attn, w_.o_weight, ws.act.proj, rows, d_model_, hd_);
+    // Every session of the pass in the same launches.
+    cuda::PrefillAttentionArgs a;
+    a.shape = shape_;
+    a.qkv = qkv;
+    a.qkv_bias = qkv_bias_;
+    a.tables = *pass.prefill;
+    a.state = ws.state;
+    a.state_dtype = ws.state_dtype;
+    a.slot_stride = pass.state_floats;
+    a.layer_offset = state_offset_;
+    a.scratch = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kPrefill));
+    a.out_dtype = dtype_;
+    a.out = attn;
+    return cuda::LaunchPrefillAttention(s, a);
   }
 
-  const float* output_bias() const override { return w_.o_bias; }
-
- private:
-  const CudaLayerWeights w_;
-  cuda::Gemm& gemm_;
-  const cuda::DType dtype_;
+  const float* const qkv_bias_;  // null: none
   const int chunk_;
-  const int64_t d_model_;
-  const int64_t hd_;           // n_heads · head_dim
-  const int64_t qkv_columns_;  // of the fused q/k/v GEMM's output
-  const int64_t state_offset_;
   const cuda::AttentionShape shape_;
 };
 

@@ -1,0 +1,64 @@
+#include "model/backend/cuda/cuda_mlp.h"
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace linserve {
+namespace {
+
+// Scratch buffers (ScratchRole::kMlp indices): fc1's output (fp32) and the hidden rows (T).
+enum Buffer { kFc1, kHiddenT };
+
+class CudaTwoLayerMlp final : public CudaMlp {
+ public:
+  CudaTwoLayerMlp(const CudaLayerContext& context, const CudaLayerWeights& w, int64_t d_ff,
+                  CudaMlpStep step, cuda::ActivationKind activation)
+      : w_(w),
+        gemm_(context.gemm),
+        dtype_(context.dtype),
+        d_model_(context.model.config.d_model),
+        d_ff_(d_ff),
+        fc1_columns_(step == CudaMlpStep::kGate ? 2 * d_ff : d_ff),
+        step_(step),
+        activation_(activation) {
+    const size_t rows = static_cast<size_t>(context.max_rows);
+    context.scratch.Reserve(ScratchRole::kMlp, kFc1, rows * fc1_columns_ * sizeof(float));
+    context.scratch.Reserve(ScratchRole::kMlp, kHiddenT, rows * d_ff_ * cuda::DTypeSize(dtype_));
+  }
+
+  absl::Status Forward(cudaStream_t s, const CudaWorkspace& ws, int rows) override {
+    float* a = static_cast<float*>(Scratch(ws, ScratchRole::kMlp, kFc1));
+    void* hidden_t = Scratch(ws, ScratchRole::kMlp, kHiddenT);
+    LINSERVE_RETURN_IF_ERROR(
+        gemm_.Linear(s, dtype_, ws.act.xt, w_.fc1_weight, a, rows, fc1_columns_, d_model_));
+    if (step_ == CudaMlpStep::kActivation) {
+      LINSERVE_RETURN_IF_ERROR(cuda::LaunchBiasActivation(s, a, w_.fc1_bias, rows, d_ff_,
+                                                          activation_, dtype_, hidden_t));
+    } else {
+      LINSERVE_RETURN_IF_ERROR(
+          cuda::LaunchBiasGate(s, a, w_.fc1_bias, rows, d_ff_, activation_, dtype_, hidden_t));
+    }
+    return gemm_.Linear(s, dtype_, hidden_t, w_.fc2_weight, ws.act.proj, rows, d_model_, d_ff_);
+  }
+
+  const float* output_bias() const override { return w_.fc2_bias; }
+
+ private:
+  const CudaLayerWeights w_;
+  cuda::Gemm& gemm_;
+  const cuda::DType dtype_;
+  const int64_t d_model_;
+  const int64_t d_ff_;
+  const int64_t fc1_columns_;
+  const CudaMlpStep step_;
+  const cuda::ActivationKind activation_;
+};
+
+}  // namespace
+
+std::unique_ptr<CudaMlp> CreateCudaTwoLayerMlp(const CudaLayerContext& context,
+                                               const CudaLayerWeights& weights, int64_t d_ff,
+                                               CudaMlpStep step, cuda::ActivationKind activation) {
+  return std::make_unique<CudaTwoLayerMlp>(context, weights, d_ff, step, activation);
+}
+
+}  // namespace linserve

@@ -1,0 +1,43 @@
+#include "model/backend/cuda/cuda_projected_mixer.h"
+
+#include "kernels/cuda/cuda_status.h"
+
+namespace linserve {
+namespace {
+
+// Scratch buffers (ScratchRole::kMixer indices) before kFirstCoreBuffer.
+enum Buffer { kIn, kOut };
+
+}  // namespace
+
+CudaProjectedMixer::CudaProjectedMixer(const CudaLayerContext& context, int64_t state_offset,
+                                       const void* in_weight, int64_t in_columns,
+                                       const void* out_weight, int64_t core_columns,
+                                       const float* out_bias)
+    : dtype_(context.dtype),
+      state_offset_(state_offset),
+      gemm_(context.gemm),
+      d_model_(context.model.config.d_model),
+      in_weight_(in_weight),
+      in_columns_(in_columns),
+      out_weight_(out_weight),
+      core_columns_(core_columns),
+      out_bias_(out_bias) {
+  static_assert(kOut + 1 == kFirstCoreBuffer);
+  const size_t rows = static_cast<size_t>(context.max_rows);
+  context.scratch.Reserve(ScratchRole::kMixer, kIn, rows * in_columns_ * sizeof(float));
+  context.scratch.Reserve(ScratchRole::kMixer, kOut,
+                          rows * core_columns_ * cuda::DTypeSize(dtype_));
+}
+
+absl::Status CudaProjectedMixer::Forward(cudaStream_t s, const CudaPass& pass) {
+  const CudaWorkspace& ws = *pass.workspace;
+  float* in = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kIn));
+  void* out = Scratch(ws, ScratchRole::kMixer, kOut);
+  LINSERVE_RETURN_IF_ERROR(
+      gemm_.Linear(s, dtype_, ws.act.xt, in_weight_, in, pass.rows, in_columns_, d_model_));
+  LINSERVE_RETURN_IF_ERROR(Core(s, pass, in, out));
+  return gemm_.Linear(s, dtype_, out, out_weight_, ws.act.proj, pass.rows, d_model_, core_columns_);
+}
+
+}  // namespace linserve
