@@ -22,6 +22,10 @@ cuda::ActivationKind ToKernel(Activation a) {
 
 }  // namespace
 
+std::vector<CudaTensorGroup> CudaTensorsOfFfn(const ComponentSpec&) {
+  return CudaTwoLayerMlpTensors("ffn");
+}
+
 std::unique_ptr<CudaMlp> CreateCudaFfn(const CudaLayerContext& context, const ComponentSpec& spec,
                                        const CudaLayerWeights& weights) {
   const FfnParams p = FfnParams::From(spec.params);

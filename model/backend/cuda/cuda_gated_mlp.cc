@@ -23,6 +23,10 @@ cuda::ActivationKind ToKernel(GateActivation a) {
 
 }  // namespace
 
+std::vector<CudaTensorGroup> CudaTensorsOfGatedMlp(const ComponentSpec&) {
+  return CudaTwoLayerMlpTensors("mlp");
+}
+
 std::unique_ptr<CudaMlp> CreateCudaGatedMlp(const CudaLayerContext& context,
                                             const ComponentSpec& spec,
                                             const CudaLayerWeights& weights) {

@@ -1,6 +1,8 @@
 #include "model/backend/cuda/cuda_layer.h"
 
 #include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "model/layers/kinds.h"
 
@@ -51,6 +53,30 @@ std::unique_ptr<CudaMlp> CreateMlp(const CudaLayerContext& context, const Compon
 
 }  // namespace
 
+std::vector<CudaTensorGroup> CudaTensorGroups(const LayerSpec& spec) {
+  std::vector<CudaTensorGroup> groups;
+  const int64_t any_width = 1;  // the names do not depend on the width
+  for (const char* prefix : {"ln1.", "ln2."}) {
+    for (const NormTensorDecl& t :
+         FindNormKind(spec.norm.kind)->tensors(spec.norm.params, any_width)) {
+      groups.push_back({prefix + t.name, {prefix + t.name}, /*matrix=*/false});
+    }
+  }
+  auto add = [&](std::vector<CudaTensorGroup> more) {
+    for (CudaTensorGroup& g : more) groups.push_back(std::move(g));
+  };
+#define LINSERVE_MIXER(Name, file) \
+  if (spec.mixer.kind == Name##Kind().name) add(CudaTensorsOf##Name(spec.mixer));
+#define LINSERVE_NORM(Name, file)
+#define LINSERVE_MLP(Name, file) \
+  if (spec.mlp.kind == Name##Kind().name) add(CudaTensorsOf##Name(spec.mlp));
+#include "model/layers/kind_list.inc"
+#undef LINSERVE_MIXER
+#undef LINSERVE_NORM
+#undef LINSERVE_MLP
+  return groups;
+}
+
 cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, const float* delta,
                                    const float* delta_bias, int d_model, cuda::DType dtype) {
   cuda::AddNormArgs a;
@@ -78,11 +104,11 @@ CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& 
   for (size_t l = 0; l < specs.size(); ++l) {
     const LayerSpec& spec = specs[l];
     const CudaLayerWeights& lw = weights.layers[l];
-    out.layers.push_back(
-        CudaLayer{.norm1 = CreateNorm(context, spec.norm, lw.ln1_weight, lw.ln1_bias),
-                  .norm2 = CreateNorm(context, spec.norm, lw.ln2_weight, lw.ln2_bias),
-                  .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
-                  .mlp = CreateMlp(context, spec.mlp, lw)});
+    out.layers.push_back(CudaLayer{
+        .norm1 = CreateNorm(context, spec.norm, lw.Vector("ln1.weight"), lw.Vector("ln1.bias")),
+        .norm2 = CreateNorm(context, spec.norm, lw.Vector("ln2.weight"), lw.Vector("ln2.bias")),
+        .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
+        .mlp = CreateMlp(context, spec.mlp, lw)});
   }
   if (config.norm == NormPlacement::kPre) {
     out.final_norm =

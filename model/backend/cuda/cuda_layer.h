@@ -95,21 +95,24 @@ struct CudaLayers {
 };
 
 // Each kind's CUDA implementation, model/backend/cuda/cuda_<file>.cc, declared here from the
-// list of kinds (model/layers/kind_list.inc). A mixer reads its tensors from `weights` and its
-// slice of each slot's state at `state_offset` floats; a norm's scale and shift are its device
-// tensors ([d_model] fp32; `shift` null, or ignored, for a kind without one).
-#define LINSERVE_MIXER(Name, file)                                                         \
-  std::unique_ptr<CudaMixer> CreateCuda##Name(const CudaLayerContext& context,            \
-                                              const ComponentSpec& spec,                  \
-                                              const CudaLayerWeights& weights,            \
-                                              int64_t state_offset);
+// list of kinds (model/layers/kind_list.inc). A mixer or MLP kind says how its tensors are placed
+// on the device (CudaTensorsOf<Name>: the groups it reads from CudaLayerWeights, whatever its
+// parameters turn off included) and reads them by group name; a mixer reads its slice of each
+// slot's state at `state_offset` floats; a norm's scale and shift are its device tensors
+// ([d_model] fp32; `shift` null, or ignored, for a kind without one).
+#define LINSERVE_MIXER(Name, file)                                                                 \
+  std::vector<CudaTensorGroup> CudaTensorsOf##Name(const ComponentSpec& spec);                     \
+  std::unique_ptr<CudaMixer> CreateCuda##Name(                                                     \
+      const CudaLayerContext& context, const ComponentSpec& spec, const CudaLayerWeights& weights, \
+      int64_t state_offset);
 #define LINSERVE_NORM(Name, file)                                                          \
   std::unique_ptr<CudaNorm> CreateCuda##Name(const CudaLayerContext& context,             \
                                              const ComponentSpec& spec, const float* scale, \
                                              const float* shift);
-#define LINSERVE_MLP(Name, file)                                                           \
-  std::unique_ptr<CudaMlp> CreateCuda##Name(const CudaLayerContext& context,              \
-                                            const ComponentSpec& spec,                    \
+#define LINSERVE_MLP(Name, file)                                               \
+  std::vector<CudaTensorGroup> CudaTensorsOf##Name(const ComponentSpec& spec); \
+  std::unique_ptr<CudaMlp> CreateCuda##Name(const CudaLayerContext& context,   \
+                                            const ComponentSpec& spec,         \
                                             const CudaLayerWeights& weights);
 #include "model/layers/kind_list.inc"
 #undef LINSERVE_MIXER

@@ -29,9 +29,10 @@ class CudaLinearAttention final : public CudaProjectedMixer {
  public:
   CudaLinearAttention(const CudaLayerContext& context, const cuda::AttentionShape& shape,
                       const CudaLayerWeights& w, int64_t state_offset)
-      : CudaProjectedMixer(context, state_offset, w.qkv_weight, cuda::QkvColumns(shape), w.o_weight,
-                           static_cast<int64_t>(shape.heads) * shape.head_dim, w.o_bias),
-        qkv_bias_(w.qkv_bias),
+      : CudaProjectedMixer(context, state_offset, w.Matrix("qkv"), cuda::QkvColumns(shape),
+                           w.Matrix("o"), static_cast<int64_t>(shape.heads) * shape.head_dim,
+                           w.Vector("o_bias")),
+        qkv_bias_(w.Vector("qkv_bias")),
         chunk_(context.options.prefill_chunk_size),
         shape_(shape) {
     context.scratch.Reserve(
@@ -89,6 +90,12 @@ std::unique_ptr<CudaMixer> CreateCudaAttentionMixer(const CudaLayerContext& cont
   return std::make_unique<CudaLinearAttention>(context, shape, weights, state_offset);
 }
 
+std::vector<CudaTensorGroup> CudaTensorsOfLinearAttention(const ComponentSpec&) {
+  std::vector<CudaTensorGroup> groups = CudaQkvoTensors("attn");
+  groups.push_back({"favor", {"attn.favor_projection"}});
+  return groups;
+}
+
 std::unique_ptr<CudaMixer> CreateCudaLinearAttention(const CudaLayerContext& context,
                                                      const ComponentSpec& spec,
                                                      const CudaLayerWeights& weights,
@@ -100,7 +107,7 @@ std::unique_ptr<CudaMixer> CreateCudaLinearAttention(const CudaLayerContext& con
   shape.head_dim = p.head_dim;
   shape.feature_dim = p.feature_dim;
   shape.feature_map = ToKernel(p.feature_map);
-  shape.favor = weights.favor;
+  shape.favor = weights.Vector("favor");
   shape.eps = static_cast<float>(p.eps);
   return CreateCudaAttentionMixer(context, shape, weights, state_offset);
 }

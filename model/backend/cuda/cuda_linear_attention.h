@@ -15,9 +15,9 @@
 
 namespace linserve {
 
-// The linear-attention mixer of kernel shape `shape`: weights.qkv_weight holds the rows of q
-// (H·key_dim), k (H·key_dim) and v (H·head_dim), weights.qkv_bias their bias or null, and
-// weights.o_weight / o_bias the output projection. Check() is cuda::CheckAttentionShape.
+// The linear-attention mixer of kernel shape `shape` over the groups of CudaQkvoTensors("attn"):
+// "qkv" holds the rows of q (H·key_dim), k (H·key_dim) and v (H·head_dim), "qkv_bias" their
+// bias (or none), "o" / "o_bias" the output projection. Check() is cuda::CheckAttentionShape.
 std::unique_ptr<CudaMixer> CreateCudaAttentionMixer(const CudaLayerContext& context,
                                                     const cuda::AttentionShape& shape,
                                                     const CudaLayerWeights& weights,

@@ -12,7 +12,10 @@ class CudaTwoLayerMlp final : public CudaMlp {
  public:
   CudaTwoLayerMlp(const CudaLayerContext& context, const CudaLayerWeights& w, int64_t d_ff,
                   CudaMlpStep step, cuda::ActivationKind activation)
-      : w_(w),
+      : fc1_(w.Matrix("fc1")),
+        fc1_bias_(w.Vector("fc1_bias")),
+        fc2_(w.Matrix("fc2")),
+        fc2_bias_(w.Vector("fc2_bias")),
         gemm_(context.gemm),
         dtype_(context.dtype),
         d_model_(context.model.config.d_model),
@@ -29,21 +32,24 @@ class CudaTwoLayerMlp final : public CudaMlp {
     float* a = static_cast<float*>(Scratch(ws, ScratchRole::kMlp, kFc1));
     void* hidden_t = Scratch(ws, ScratchRole::kMlp, kHiddenT);
     LINSERVE_RETURN_IF_ERROR(
-        gemm_.Linear(s, dtype_, ws.act.xt, w_.fc1_weight, a, rows, fc1_columns_, d_model_));
+        gemm_.Linear(s, dtype_, ws.act.xt, fc1_, a, rows, fc1_columns_, d_model_));
     if (step_ == CudaMlpStep::kActivation) {
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchBiasActivation(s, a, w_.fc1_bias, rows, d_ff_,
-                                                          activation_, dtype_, hidden_t));
+      LINSERVE_RETURN_IF_ERROR(
+          cuda::LaunchBiasActivation(s, a, fc1_bias_, rows, d_ff_, activation_, dtype_, hidden_t));
     } else {
       LINSERVE_RETURN_IF_ERROR(
-          cuda::LaunchBiasGate(s, a, w_.fc1_bias, rows, d_ff_, activation_, dtype_, hidden_t));
+          cuda::LaunchBiasGate(s, a, fc1_bias_, rows, d_ff_, activation_, dtype_, hidden_t));
     }
-    return gemm_.Linear(s, dtype_, hidden_t, w_.fc2_weight, ws.act.proj, rows, d_model_, d_ff_);
+    return gemm_.Linear(s, dtype_, hidden_t, fc2_, ws.act.proj, rows, d_model_, d_ff_);
   }
 
-  const float* output_bias() const override { return w_.fc2_bias; }
+  const float* output_bias() const override { return fc2_bias_; }
 
  private:
-  const CudaLayerWeights w_;
+  const void* const fc1_;        // T
+  const float* const fc1_bias_;  // null: none
+  const void* const fc2_;
+  const float* const fc2_bias_;
   cuda::Gemm& gemm_;
   const cuda::DType dtype_;
   const int64_t d_model_;
@@ -54,6 +60,13 @@ class CudaTwoLayerMlp final : public CudaMlp {
 };
 
 }  // namespace
+
+std::vector<CudaTensorGroup> CudaTwoLayerMlpTensors(const std::string& prefix) {
+  return {{"fc1", {prefix + ".fc1.weight"}, /*matrix=*/true},
+          {"fc1_bias", {prefix + ".fc1.bias"}},
+          {"fc2", {prefix + ".fc2.weight"}, /*matrix=*/true},
+          {"fc2_bias", {prefix + ".fc2.bias"}}};
+}
 
 std::unique_ptr<CudaMlp> CreateCudaTwoLayerMlp(const CudaLayerContext& context,
                                                const CudaLayerWeights& weights, int64_t d_ff,

@@ -8,6 +8,8 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "kernels/cuda/elementwise.h"
 #include "model/backend/cuda/cuda_layer.h"
@@ -16,7 +18,11 @@ namespace linserve {
 
 enum class CudaMlpStep { kActivation, kGate };
 
-// Over weights.fc1_* and weights.fc2_*, d_ff hidden units.
+// The device groups of the MLP over `<prefix>.fc1` and `<prefix>.fc2`: "fc1", "fc1_bias", "fc2",
+// "fc2_bias".
+std::vector<CudaTensorGroup> CudaTwoLayerMlpTensors(const std::string& prefix);
+
+// Over the groups of CudaTwoLayerMlpTensors, d_ff hidden units.
 std::unique_ptr<CudaMlp> CreateCudaTwoLayerMlp(const CudaLayerContext& context,
                                                const CudaLayerWeights& weights, int64_t d_ff,
                                                CudaMlpStep step, cuda::ActivationKind activation);

@@ -10,6 +10,15 @@ enum Buffer { kIn, kOut };
 
 }  // namespace
 
+std::vector<CudaTensorGroup> CudaQkvoTensors(const std::string& prefix) {
+  return {{"qkv",
+           {prefix + ".q_proj.weight", prefix + ".k_proj.weight", prefix + ".v_proj.weight"},
+           /*matrix=*/true},
+          {"qkv_bias", {prefix + ".q_proj.bias", prefix + ".k_proj.bias", prefix + ".v_proj.bias"}},
+          {"o", {prefix + ".o_proj.weight"}, /*matrix=*/true},
+          {"o_bias", {prefix + ".o_proj.bias"}}};
+}
+
 CudaProjectedMixer::CudaProjectedMixer(const CudaLayerContext& context, int64_t state_offset,
                                        const void* in_weight, int64_t in_columns,
                                        const void* out_weight, int64_t core_columns,

@@ -7,10 +7,17 @@
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_PROJECTED_MIXER_H_
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "model/backend/cuda/cuda_layer.h"
 
 namespace linserve {
+
+// The device groups of a mixer whose input projections are `<prefix>.q_proj`, `.k_proj` and
+// `.v_proj` and whose output is `<prefix>.o_proj`: "qkv" (the three matrices' rows, q then k then
+// v), "qkv_bias" (their biases), "o" and "o_bias".
+std::vector<CudaTensorGroup> CudaQkvoTensors(const std::string& prefix);
 
 class CudaProjectedMixer : public CudaMixer {
  public:

@@ -15,13 +15,13 @@ class CudaShortConv final : public CudaProjectedMixer {
  public:
   CudaShortConv(const CudaLayerContext& context, const ShortConvParams& p,
                 const CudaLayerWeights& w, int64_t state_offset)
-      : CudaProjectedMixer(context, state_offset, w.conv_in_weight, 2 * int64_t{p.d_inner},
-                           w.conv_out_weight, p.d_inner, w.conv_out_bias) {
+      : CudaProjectedMixer(context, state_offset, w.Matrix("in"), 2 * int64_t{p.d_inner},
+                           w.Matrix("out"), p.d_inner, w.Vector("out_bias")) {
     shape_.channels = p.d_inner;
     shape_.kernel = p.kernel_size;
-    shape_.in_bias = w.conv_in_bias;
-    shape_.weight = w.conv_weight;
-    shape_.conv_bias = w.conv_bias;
+    shape_.in_bias = w.Vector("in_bias");
+    shape_.weight = w.Vector("conv");
+    shape_.conv_bias = w.Vector("conv_bias");
   }
 
   absl::Status Check() const override { return cuda::CheckShortConvShape(shape_); }
@@ -60,6 +60,15 @@ class CudaShortConv final : public CudaProjectedMixer {
 };
 
 }  // namespace
+
+std::vector<CudaTensorGroup> CudaTensorsOfShortConv(const ComponentSpec&) {
+  return {{"in", {"conv.in_proj.weight"}, /*matrix=*/true},
+          {"in_bias", {"conv.in_proj.bias"}},
+          {"conv", {"conv.weight"}},  // fp32 [d_inner, kernel_size]
+          {"conv_bias", {"conv.bias"}},
+          {"out", {"conv.out_proj.weight"}, /*matrix=*/true},
+          {"out_bias", {"conv.out_proj.bias"}}};
+}
 
 std::unique_ptr<CudaMixer> CreateCudaShortConv(const CudaLayerContext& context,
                                                const ComponentSpec& spec,

@@ -19,10 +19,10 @@ class CudaSlidingWindowAttention final : public CudaProjectedMixer {
  public:
   CudaSlidingWindowAttention(const CudaLayerContext& context, const SlidingWindowAttentionParams& p,
                              const CudaLayerWeights& w, int64_t state_offset)
-      : CudaProjectedMixer(context, state_offset, w.qkv_weight,
-                           3 * static_cast<int64_t>(p.n_heads) * p.head_dim, w.o_weight,
-                           static_cast<int64_t>(p.n_heads) * p.head_dim, w.o_bias),
-        qkv_bias_(w.qkv_bias) {
+      : CudaProjectedMixer(context, state_offset, w.Matrix("qkv"),
+                           3 * static_cast<int64_t>(p.n_heads) * p.head_dim, w.Matrix("o"),
+                           static_cast<int64_t>(p.n_heads) * p.head_dim, w.Vector("o_bias")),
+        qkv_bias_(w.Vector("qkv_bias")) {
     shape_.heads = p.n_heads;
     shape_.head_dim = p.head_dim;
     shape_.window = p.window;
@@ -74,6 +74,10 @@ class CudaSlidingWindowAttention final : public CudaProjectedMixer {
 };
 
 }  // namespace
+
+std::vector<CudaTensorGroup> CudaTensorsOfSlidingWindowAttention(const ComponentSpec&) {
+  return CudaQkvoTensors("attn");
+}
 
 std::unique_ptr<CudaMixer> CreateCudaSlidingWindowAttention(const CudaLayerContext& context,
                                                             const ComponentSpec& spec,

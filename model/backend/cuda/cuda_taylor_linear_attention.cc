@@ -4,13 +4,16 @@
 // head_dim wide, so F = 1 + feature_dim + feature_dim² rows of S per head. No bias (the kind has
 // none).
 
-#include "model/backend/cuda/cuda_linear_attention.h"
-
 #include "kernels/cuda/linear_attention.h"
 #include "model/backend/cuda/cuda_linear_attention.h"
+#include "model/backend/cuda/cuda_projected_mixer.h"
 #include "model/layers/taylor_linear_attention.h"
 
 namespace linserve {
+
+std::vector<CudaTensorGroup> CudaTensorsOfTaylorLinearAttention(const ComponentSpec&) {
+  return CudaQkvoTensors("attn");
+}
 
 std::unique_ptr<CudaMixer> CreateCudaTaylorLinearAttention(const CudaLayerContext& context,
                                                            const ComponentSpec& spec,

@@ -1,8 +1,10 @@
 #include "model/backend/cuda/cuda_weights.h"
 
 #include <algorithm>
-#include <initializer_list>
-#include <string_view>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -28,6 +30,21 @@ DType WeightDType(WeightPrecision precision) {
       break;
   }
   return DType::kBf16;
+}
+
+const void* CudaLayerWeights::Matrix(std::string_view name) const {
+  const auto it = groups.find(name);
+  if (it == groups.end()) {
+    std::fprintf(stderr, "CudaLayerWeights: no device tensor \"%.*s\"\n",
+                 static_cast<int>(name.size()), name.data());
+    std::abort();
+  }
+  return it->second;
+}
+
+const float* CudaLayerWeights::Vector(std::string_view name) const {
+  const auto it = groups.find(name);
+  return it == groups.end() ? nullptr : static_cast<const float*>(it->second);
 }
 
 absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaStream_t stream) {
@@ -60,66 +77,40 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
         {&t, offset, true, static_cast<size_t>(padded_vocab - vocab) * row_bytes});
     return offset;
   };
-  // q, k, v must be adjacent rows of one matrix (and their biases one vector): reserve the
-  // fused block, then place the three parts inside it. Their sizes may differ (the Taylor
-  // mixer's q and k are narrower than its v). Absent (a layer whose mixer has no q) or not.
-  auto add_fused = [&](const Tensor& q, const Tensor& k, const Tensor& v, bool convert) {
-    if (q.empty()) return kAbsent;
-    const size_t unit = convert ? element : sizeof(float);
-    const size_t q_bytes = q.data.size() * unit, k_bytes = k.data.size() * unit;
-    const size_t offset = layout.Reserve(q_bytes + k_bytes + v.data.size() * unit);
-    uploads.push_back({&q, offset, convert});
-    uploads.push_back({&k, offset + q_bytes, convert});
-    uploads.push_back({&v, offset + q_bytes + k_bytes, convert});
-    return offset;
-  };
-
-  struct LayerOffsets {
-    size_t qkv_weight, qkv_bias, o_weight, o_bias, fc1_weight, fc1_bias, fc2_weight, fc2_bias,
-        ln1_weight, ln1_bias, ln2_weight, ln2_bias, favor, conv_in_weight, conv_in_bias,
-        conv_weight, conv_bias, conv_out_weight, conv_out_bias;
-  };
-  // Which tensors a layer has is declared by its kinds (model/layers/); the rest are absent.
+  // Which tensors a model has is declared by its kinds (model/layers/); the rest are absent.
   auto optional = [&](const Tensor& t, bool convert) {
     return t.empty() ? kAbsent : add(t, convert);
   };
-  std::vector<LayerOffsets> offsets;
   const size_t embedding = add_vocab_rows(w.token_embedding);
   const size_t position =
       config.position == PositionEmbedding::kLearned ? add(w.position_embedding, true) : kAbsent;
-  for (const LayerWeights& l : w.layers) {
-    // The tensor under the first of `names` the layer holds (the MLP kinds name fc1 and fc2
-    // under their own prefixes), or an empty one.
-    auto get = [&l](std::initializer_list<std::string_view> names) -> const Tensor& {
-      static const Tensor* const kNone = new Tensor;
-      for (std::string_view name : names) {
-        if (const Tensor* t = l.Find(name)) return *t;
+  // Per layer, each present group's offset: its tensors one after another.
+  const std::vector<LayerSpec> specs = config.LayerList();
+  std::vector<std::map<std::string, size_t>> offsets(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const LayerWeights& l = w.layers[i];
+    for (const CudaTensorGroup& group : CudaTensorGroups(specs[i])) {
+      std::vector<const Tensor*> parts;
+      size_t bytes = 0;
+      const size_t unit = group.matrix ? element : sizeof(float);
+      for (const std::string& name : group.tensors) {
+        if (const Tensor* t = l.Find(name)) {
+          parts.push_back(t);
+          bytes += t->data.size() * unit;
+        }
       }
-      return *kNone;
-    };
-    LayerOffsets o;
-    o.qkv_weight = add_fused(get({"attn.q_proj.weight"}), get({"attn.k_proj.weight"}),
-                             get({"attn.v_proj.weight"}), true);
-    o.qkv_bias = add_fused(get({"attn.q_proj.bias"}), get({"attn.k_proj.bias"}),
-                           get({"attn.v_proj.bias"}), false);
-    o.o_weight = optional(get({"attn.o_proj.weight"}), true);
-    o.o_bias = optional(get({"attn.o_proj.bias"}), false);
-    o.fc1_weight = optional(get({"ffn.fc1.weight", "mlp.fc1.weight"}), true);
-    o.fc1_bias = optional(get({"ffn.fc1.bias", "mlp.fc1.bias"}), false);
-    o.fc2_weight = optional(get({"ffn.fc2.weight", "mlp.fc2.weight"}), true);
-    o.fc2_bias = optional(get({"ffn.fc2.bias", "mlp.fc2.bias"}), false);
-    o.ln1_weight = optional(get({"ln1.weight"}), false);
-    o.ln1_bias = optional(get({"ln1.bias"}), false);
-    o.ln2_weight = optional(get({"ln2.weight"}), false);
-    o.ln2_bias = optional(get({"ln2.bias"}), false);
-    o.favor = optional(get({"attn.favor_projection"}), false);
-    o.conv_in_weight = optional(get({"conv.in_proj.weight"}), true);
-    o.conv_in_bias = optional(get({"conv.in_proj.bias"}), false);
-    o.conv_weight = optional(get({"conv.weight"}), false);
-    o.conv_bias = optional(get({"conv.bias"}), false);
-    o.conv_out_weight = optional(get({"conv.out_proj.weight"}), true);
-    o.conv_out_bias = optional(get({"conv.out_proj.bias"}), false);
-    offsets.push_back(o);
+      if (parts.empty()) continue;
+      if (parts.size() != group.tensors.size()) {
+        return absl::InternalError(absl::StrCat("layer ", i, " holds only some of the tensors of ",
+                                                "its device group \"", group.name, "\""));
+      }
+      size_t offset = layout.Reserve(bytes);
+      offsets[i][group.name] = offset;
+      for (const Tensor* t : parts) {
+        uploads.push_back({t, offset, group.matrix});
+        offset += t->data.size() * unit;
+      }
+    }
   }
   const size_t final_weight = optional(w.final_norm_weight, false);
   const size_t final_bias = optional(w.final_norm_bias, false);
@@ -173,28 +164,9 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   weights.head = at(head);
   weights.final_norm_weight = at_f(final_weight);
   weights.final_norm_bias = at_f(final_bias);
-  for (const LayerOffsets& o : offsets) {
-    CudaLayerWeights p;
-    p.qkv_weight = at(o.qkv_weight);
-    p.qkv_bias = at_f(o.qkv_bias);
-    p.o_weight = at(o.o_weight);
-    p.o_bias = at_f(o.o_bias);
-    p.fc1_weight = at(o.fc1_weight);
-    p.fc1_bias = at_f(o.fc1_bias);
-    p.fc2_weight = at(o.fc2_weight);
-    p.fc2_bias = at_f(o.fc2_bias);
-    p.ln1_weight = at_f(o.ln1_weight);
-    p.ln1_bias = at_f(o.ln1_bias);
-    p.ln2_weight = at_f(o.ln2_weight);
-    p.ln2_bias = at_f(o.ln2_bias);
-    p.favor = at_f(o.favor);
-    p.conv_in_weight = at(o.conv_in_weight);
-    p.conv_in_bias = at_f(o.conv_in_bias);
-    p.conv_weight = at_f(o.conv_weight);
-    p.conv_bias = at_f(o.conv_bias);
-    p.conv_out_weight = at(o.conv_out_weight);
-    p.conv_out_bias = at_f(o.conv_out_bias);
-    weights.layers.push_back(p);
+  for (const std::map<std::string, size_t>& layer : offsets) {
+    CudaLayerWeights& lw = weights.layers.emplace_back();
+    for (const auto& [name, offset] : layer) lw.groups[name] = at(offset);
   }
   return weights;
 }

@@ -1,14 +1,19 @@
-// CudaWeights: a model's weights on the device, uploaded once into one allocation. Matrices are
-// stored in BackendOptions::weight_precision, with q/k/v fused into one matrix (q rows, then k,
-// then v; their biases into one vector) so that a mixer's projections are one GEMM; norm
+// CudaWeights: a model's weights on the device, uploaded once into one allocation. Each layer's
+// tensors are placed as its kinds' CUDA implementations group them (CudaTensorGroup: q/k/v fused
+// into one matrix, q rows then k then v, their biases into one vector, so that a mixer's
+// projections are one GEMM); matrices are stored in BackendOptions::weight_precision, norm
 // parameters, biases, the favor_plus projections and the short convolutions' depthwise kernels
-// stay fp32. The embedding and LM head rows are padded to a multiple of 64 (padded_vocab.h).
+// fp32. The embedding and LM head rows are padded to a multiple of 64 (padded_vocab.h).
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_WEIGHTS_H_
 
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -22,28 +27,30 @@ namespace linserve {
 // The element type of the device matrices for `precision` (auto: bf16).
 cuda::DType WeightDType(WeightPrecision precision);
 
-// One layer's tensors (model/layers/layer_weights.h names them); a tensor the layer's kinds do
-// not declare, or an optional one the model lacks, is null. T is the weights' type.
+// A device tensor of a layer: the layer's host tensors `tensors` (names under "layers.{i}.")
+// placed one after another — the rows of one fused matrix, or one vector — a matrix in the
+// weights' type, a vector fp32. A layer holds all of a group's tensors or none (a bias its config
+// turns off): then the group is absent.
+struct CudaTensorGroup {
+  std::string name;  // its key in CudaLayerWeights, e.g. "qkv"
+  std::vector<std::string> tensors;
+  bool matrix = false;
+};
+
+// The groups of a layer of kinds `spec`: each norm tensor its own fp32 group named as the tensor
+// ("ln1.weight"), then those its mixer's and MLP's CUDA implementations declare
+// (CudaTensorsOf<Name>, cuda_layer.h). Defined in cuda_layer.cc, from the list of kinds.
+std::vector<CudaTensorGroup> CudaTensorGroups(const LayerSpec& spec);
+
+// One layer's device tensors, by group name.
 struct CudaLayerWeights {
-  const void* qkv_weight = nullptr;  // T [q rows + k rows + v rows, d]: q, then k, then v
-  const float* qkv_bias = nullptr;   // [q rows + k rows + v rows] or null
-  const void* o_weight = nullptr;
-  const float* o_bias = nullptr;
-  const void* fc1_weight = nullptr;
-  const float* fc1_bias = nullptr;
-  const void* fc2_weight = nullptr;
-  const float* fc2_bias = nullptr;
-  const float* ln1_weight = nullptr;
-  const float* ln1_bias = nullptr;
-  const float* ln2_weight = nullptr;
-  const float* ln2_bias = nullptr;
-  const float* favor = nullptr;
-  const void* conv_in_weight = nullptr;  // T
-  const float* conv_in_bias = nullptr;
-  const float* conv_weight = nullptr;  // fp32 [d_inner, kernel] (short_conv)
-  const float* conv_bias = nullptr;
-  const void* conv_out_weight = nullptr;  // T
-  const float* conv_out_bias = nullptr;
+  std::map<std::string, const void*, std::less<>> groups;
+
+  // The matrix (T) of group `name`, which the layer's kinds declare for this config: a miss is a
+  // bug, so it aborts naming the group.
+  const void* Matrix(std::string_view name) const;
+  // The fp32 vector of group `name`, or null when the layer has none.
+  const float* Vector(std::string_view name) const;
 };
 
 struct CudaWeights {
