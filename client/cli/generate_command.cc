@@ -31,6 +31,18 @@ class GenerateCommand : public Command {
     flags.Add("session", &session_, "ID", "Continue this session.");
     flags.Add("token-ids", &token_ids_, "ID[,ID...]",
               "The prompt as token ids instead of text; repeatable.");
+    flags.Add("n", &n_, "N",
+              "Generate N choices of the prompt (choice i samples with seed + i); N above 1 "
+              "needs --format=jsonl (each message names its choice) and, with --session, "
+              "--session-choice.");
+    flags.Add("session-choice", &session_choice_, "I",
+              "With --session and --n above 1: the choice, in [0, N), the session continues "
+              "with.");
+    flags.Add("prompt-logprobs", &prompt_logprobs_, "N",
+              "Score the prompt: each prompt token's log-probability and its N most likely "
+              "alternatives, on stderr in text format (\"prompt token ID logprob X top "
+              "ID:X...\"), in the messages in jsonl format. With --max-new-tokens=0 nothing "
+              "is generated.");
     generation_.AddTo(flags);
   }
 
@@ -53,6 +65,12 @@ class GenerateCommand : public Command {
       request.set_text(absl::StrJoin(args, " "));
     }
     request.set_session_id(session_);
+    if (n_) {
+      if (*n_ > 1 && !*jsonl) return UsageError("--n above 1 needs --format=jsonl");
+      request.set_n(*n_);
+    }
+    if (session_choice_) request.set_session_choice(*session_choice_);
+    if (prompt_logprobs_) request.set_prompt_logprobs(*prompt_logprobs_);
     if (absl::Status s = generation_.Apply(request); !s.ok()) return s;
     absl::StatusOr<GenerationResult> result =
         StreamGeneration(context, request, generation_, *jsonl);
@@ -64,6 +82,9 @@ class GenerateCommand : public Command {
  private:
   std::string session_;
   std::vector<int32_t> token_ids_;
+  std::optional<int32_t> n_;
+  std::optional<int32_t> session_choice_;
+  std::optional<int32_t> prompt_logprobs_;
   GenerationFlags generation_;
 };
 

@@ -6,8 +6,10 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "client/cli/files.h"
 #include "client/cli/output.h"
@@ -41,6 +43,9 @@ void GenerationFlags::AddTo(FlagSet& flags) {
   flags.Add("top-logprobs", &top_logprobs, "N",
             "Report each token's log-probability and the N most likely alternatives: on stderr "
             "in text format, in the messages in jsonl format.");
+  flags.Add("logit-bias", &logit_bias, "ID=BIAS",
+            "Add BIAS, in [-100, 100], to token ID's logit before sampling (100 all but forces "
+            "it, -100 bans it); repeatable, each ID once.");
   flags.Add("json-schema", &json_schema_file, "FILE",
             "Structured output: the text is JSON valid against the JSON schema in FILE (the "
             "subset docs/server.md lists). At most one of --json-schema, --json-object, --regex "
@@ -87,6 +92,18 @@ absl::Status GenerationFlags::Apply(v1::GenerateRequest& request) const {
   request.mutable_stop_token_ids()->Assign(stop_token_ids.begin(), stop_token_ids.end());
   request.set_ignore_eos(ignore_eos);
   request.set_top_logprobs(top_logprobs);
+  for (const std::string& entry : logit_bias) {
+    const std::pair<std::string, std::string> parts =
+        absl::StrSplit(entry, absl::MaxSplits('=', 1));
+    int32_t id = 0;
+    float bias = 0.0f;
+    if (!absl::SimpleAtoi(parts.first, &id) || !absl::SimpleAtof(parts.second, &bias)) {
+      return UsageError(absl::StrCat("--logit-bias=", entry, ": expected ID=BIAS"));
+    }
+    if (!s.mutable_logit_bias()->insert({id, bias}).second) {
+      return UsageError(absl::StrCat("--logit-bias=", entry, ": token ", id, " given twice"));
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -132,6 +149,15 @@ absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
         if (jsonl) {
           io.out << ToJson(response) << "\n";
         } else {
+          for (const v1::PromptToken& token : response.prompt_tokens()) {
+            io.err << absl::StrFormat("prompt token %d logprob ", token.id());
+            io.err << (token.has_logprob() ? absl::StrFormat("%.4f", token.logprob()) : "-");
+            if (!token.top_logprobs().empty()) io.err << " top";
+            for (const v1::TokenLogprob& alt : token.top_logprobs()) {
+              io.err << absl::StrFormat(" %d:%.4f", alt.id(), alt.logprob());
+            }
+            io.err << "\n";
+          }
           io.out << response.text();
           for (const v1::GeneratedToken& token : response.tokens()) {
             if (request.top_logprobs() == 0) break;
@@ -144,6 +170,8 @@ absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
         }
         io.out.flush();
         if (response.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = response;
+        // With several choices the usage comes last, in a message of its own.
+        if (response.has_usage()) *last.mutable_usage() = response.usage();
         return true;
       },
       context.stream_options);

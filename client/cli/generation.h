@@ -32,6 +32,8 @@ struct GenerationFlags {
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
   int32_t top_logprobs = 0;
+  // "ID=BIAS" entries (SamplingParams.logit_bias), each id at most once.
+  std::vector<std::string> logit_bias;
   // Structured output (GenerateRequest.constraint), at most one: a JSON schema file, any JSON
   // object, a regular expression, a GBNF grammar file. Empty / false: not given.
   std::string json_schema_file;
@@ -45,7 +47,8 @@ struct GenerationFlags {
 
   void AddTo(FlagSet& flags);
   // Fills the sampling and stop fields of `request`. --stop values may use C escapes (\n, \t,
-  // \\, \x41); a malformed escape is a usage error naming --stop.
+  // \\, \x41); a malformed escape is a usage error naming --stop, a --logit-bias that is not
+  // ID=BIAS or names an id twice one naming --logit-bias (the server checks the ranges).
   absl::Status Apply(v1::GenerateRequest& request) const;
   // The constraint the flags ask for, its file read; nullopt: none. A usage error when more
   // than one is given; a file's error names it.
@@ -62,8 +65,8 @@ struct GenerationResult {
 };
 
 // Streams one generation: text (or JSON lines) to io.out as it arrives, per-token logprobs to
-// io.err in text mode when top_logprobs > 0, then the usage line when flags.usage. Returns
-// the call's error when it fails.
+// io.err in text mode when top_logprobs > 0 (and the prompt's, first, with prompt_logprobs),
+// then the usage line when flags.usage. Returns the call's error when it fails.
 absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
                                                   const v1::GenerateRequest& request,
                                                   const GenerationFlags& flags, bool jsonl);

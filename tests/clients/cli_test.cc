@@ -2,8 +2,10 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -185,12 +187,56 @@ TEST_F(CliTest, EverySamplingFlagReachesTheServer) {
       {"--max-new-tokens=-1", "max_new_tokens"},
       {"--top-logprobs=1000", "top_logprobs"},
       {"--stop-token-id=100000", "stop_token_ids"},
+      {"--logit-bias=5=101", "sampling.logit_bias"},
+      {"--n=0", "n"},
+      {"--session-choice=0", "session_choice"},
+      {"--prompt-logprobs=1000", "prompt_logprobs"},
   };
   for (const auto& [flag, field] : cases) {
     const ProcessResult r = Cli({"generate", flag, "hi"});
     EXPECT_EQ(r.exit_code, 3) << flag << "\n" << Describe(r);
     EXPECT_THAT(r.err, HasSubstr("error: INVALID_ARGUMENT: " + field)) << flag;
   }
+}
+
+TEST_F(CliTest, ChoicesPromptLogprobsAndLogitBias) {
+  // --n: each message names its choice; every choice gets its tokens.
+  std::map<int, int> tokens_per_choice;
+  for (absl::string_view line : absl::StrSplit(
+           Ok({"generate", "--n=3", "--seed=3", "--max-new-tokens=4", "--format=jsonl", "hi"}),
+           '\n', absl::SkipEmpty())) {
+    const nlohmann::json message = nlohmann::json::parse(line);
+    tokens_per_choice[message["choice"].get<int>()] += static_cast<int>(message["tokens"].size());
+  }
+  EXPECT_THAT(tokens_per_choice, ElementsAre(std::pair(0, 4), std::pair(1, 4), std::pair(2, 4)));
+  const ProcessResult text = Cli({"generate", "--n=2", "hi"});
+  EXPECT_EQ(text.exit_code, 64) << Describe(text);
+  EXPECT_THAT(text.err, HasSubstr("--n above 1 needs --format=jsonl"));
+
+  // --prompt-logprobs with nothing generated: a line per prompt token on stderr, each with its
+  // logprob and its one alternative but the first (the model has no BOS: nothing precedes it).
+  const ProcessResult scored =
+      Cli({"generate", "--prompt-logprobs=1", "--max-new-tokens=0", "hello"});
+  ASSERT_EQ(scored.exit_code, 0) << Describe(scored);
+  EXPECT_EQ(scored.out, "");
+  const std::vector<std::string> lines = absl::StrSplit(scored.err, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 5u) << scored.err;
+  const char* const ids[] = {"104", "101", "108", "108", "111"};
+  EXPECT_EQ(lines[0], "prompt token 104 logprob -");
+  for (size_t i = 1; i < lines.size(); ++i) {
+    EXPECT_THAT(lines[i], StartsWith(absl::StrCat("prompt token ", ids[i], " logprob -")));
+    EXPECT_EQ(std::vector<std::string>(absl::StrSplit(lines[i], ' ')).size(), 7u) << lines[i];
+  }
+
+  // --logit-bias: +100 on "x" makes greedy decoding pick it every time.
+  EXPECT_EQ(Ok({"generate", "--temperature=0", "--max-new-tokens=3", "--logit-bias=120=100", "hi"}),
+            "xxx");
+  const ProcessResult twice = Cli({"generate", "--logit-bias=120=1", "--logit-bias=120=2", "hi"});
+  EXPECT_EQ(twice.exit_code, 64) << Describe(twice);
+  EXPECT_THAT(twice.err, HasSubstr("--logit-bias=120=2: token 120 given twice"));
+  const ProcessResult malformed = Cli({"generate", "--logit-bias=x", "hi"});
+  EXPECT_EQ(malformed.exit_code, 64) << Describe(malformed);
+  EXPECT_THAT(malformed.err, HasSubstr("--logit-bias=x: expected ID=BIAS"));
 }
 
 TEST_F(CliTest, ConstraintFlagsShapeTheText) {

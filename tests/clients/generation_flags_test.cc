@@ -29,11 +29,12 @@ absl::StatusOr<v1::GenerateRequest> Build(const std::vector<std::string>& args) 
 }
 
 TEST(GenerationFlagsTest, EveryFlagSetsItsField) {
-  absl::StatusOr<v1::GenerateRequest> r = Build(
-      {"--max-new-tokens=17", "--temperature=0.5", "--top-k=40", "--top-p=0.9", "--min-p=0.05",
-       "--repetition-penalty=1.3", "--presence-penalty=0.25", "--frequency-penalty=-0.5",
-       "--seed=18446744073709551615", "--stop=\\n\\n", "--stop=END", "--stop-token-id=3,4",
-       "--stop-token-id=9", "--ignore-eos", "--top-logprobs=5"});
+  absl::StatusOr<v1::GenerateRequest> r =
+      Build({"--max-new-tokens=17", "--temperature=0.5", "--top-k=40", "--top-p=0.9",
+             "--min-p=0.05", "--repetition-penalty=1.3", "--presence-penalty=0.25",
+             "--frequency-penalty=-0.5", "--seed=18446744073709551615", "--stop=\\n\\n",
+             "--stop=END", "--stop-token-id=3,4", "--stop-token-id=9", "--ignore-eos",
+             "--top-logprobs=5", "--logit-bias=7=-100", "--logit-bias=12=2.5"});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->max_new_tokens(), 17);
   const v1::SamplingParams& s = r->sampling();
@@ -49,6 +50,9 @@ TEST(GenerationFlagsTest, EveryFlagSetsItsField) {
   EXPECT_THAT(r->stop_token_ids(), ElementsAre(3, 4, 9));
   EXPECT_TRUE(r->ignore_eos());
   EXPECT_EQ(r->top_logprobs(), 5);
+  EXPECT_EQ(s.logit_bias().size(), 2u);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(7), -100.0f);
+  EXPECT_FLOAT_EQ(s.logit_bias().at(12), 2.5f);
 }
 
 TEST(GenerationFlagsTest, UnsetFlagsLeaveTheServerDefaults) {
