@@ -7,10 +7,13 @@ set_property(DIRECTORY "${PROJECT_SOURCE_DIR}" APPEND PROPERTY CMAKE_CONFIGURE_D
   "${LINSERVE_KIND_LIST}")
 
 function(linserve_kind_sources out prefix suffix)
-  file(STRINGS "${LINSERVE_KIND_LIST}" lines
-    REGEX "^LINSERVE_(MIXER|NORM|MLP)\\([A-Za-z0-9]+, [a-z0-9_]+\\)$")
+  file(STRINGS "${LINSERVE_KIND_LIST}" lines REGEX "^[ \t]*LINSERVE_")
   set(sources)
   foreach(line IN LISTS lines)
+    if(NOT line MATCHES "^LINSERVE_(MIXER|NORM|MLP)\\([A-Za-z0-9]+, [a-z0-9_]+\\)$")
+      message(FATAL_ERROR "${LINSERVE_KIND_LIST}: \"${line}\" is not "
+        "LINSERVE_MIXER|NORM|MLP(Name, file) alone on its line")
+    endif()
     string(REGEX REPLACE "^LINSERVE_[A-Z]+\\([A-Za-z0-9]+, ([a-z0-9_]+)\\)$" "\\1" file "${line}")
     list(APPEND sources "${prefix}${file}${suffix}")
   endforeach()

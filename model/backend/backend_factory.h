@@ -22,7 +22,7 @@ absl::string_view ToString(DeviceSelection selection);
 bool CudaBackendBuilt();
 
 // kCpu: the CPU backend. kCuda: the CUDA backend on device 0 (it implements every layer kind of
-// model/layers/kinds.cc), or why not: UNIMPLEMENTED when the build has no CUDA backend,
+// model/layers/kind_list.inc), or why not: UNIMPLEMENTED when the build has no CUDA backend,
 // UNAVAILABLE when no device is usable, or CreateCudaBackend's own error (e.g.
 // RESOURCE_EXHAUSTED). kAuto: the CUDA backend when it is built and a device is
 // present, otherwise the CPU backend with an info log line saying why; a device that is present

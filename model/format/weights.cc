@@ -48,9 +48,7 @@ std::vector<TensorDecl> LayerTensors(const LayerSpec& spec, int64_t d) {
 // layer that lacks it (validation then reports its shape).
 Tensor& LayerTensor(LayerWeights& layer, const std::string& name) { return layer.tensors[name]; }
 const Tensor& LayerTensor(const LayerWeights& layer, const std::string& name) {
-  static const Tensor* const kNone = new Tensor;
-  const Tensor* t = layer.Find(name);
-  return t != nullptr ? *t : *kNone;
+  return layer.FindOrEmpty(name);
 }
 
 // Calls fn(spec, tensor, required) for every tensor `config` requires and for the model-level
@@ -217,8 +215,8 @@ void ForEachTensor(const ModelConfig& config, const ModelWeights& weights,
   });
 }
 
-void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
-                   absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn) {
+void ForEachTensorToFill(const ModelConfig& config, ModelWeights& weights,
+                         absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn) {
   weights.layers.resize(static_cast<size_t>(config.n_layers));
   VisitFields(config, weights, [&](const TensorSpec& spec, Tensor& t, bool required) {
     if (required) fn(spec, t);
@@ -273,8 +271,8 @@ absl::StatusOr<ModelWeights> ReadModelWeights(const ModelConfig& config,
                                               const SafetensorsFile& file) {
   ModelWeights weights;
   std::vector<std::pair<TensorSpec, Tensor*>> wanted;
-  ForEachTensor(config, weights,
-                [&](const TensorSpec& spec, Tensor& t) { wanted.emplace_back(spec, &t); });
+  ForEachTensorToFill(config, weights,
+                      [&](const TensorSpec& spec, Tensor& t) { wanted.emplace_back(spec, &t); });
 
   const bool int8 = config.weight_format == WeightFileFormat::kInt8;
   std::vector<std::string> missing, unexpected, problems;

@@ -46,13 +46,15 @@ struct TensorSpec {
 std::string Int8ScalesName(const std::string& name);
 
 // Calls fn(spec, tensor) for every tensor `config` requires, in a fixed order (embeddings, then
-// each layer, then the final norm and head), skipping the fields the config leaves absent. The
-// mutable form first resizes weights.layers to config.n_layers and adds each layer's declared
-// tensors (empty) to LayerWeights::tensors.
+// each layer, then the final norm and head), skipping the fields the config leaves absent.
+// weights.layers must hold config.n_layers layers; a declared tensor a layer lacks is visited as
+// an empty one. ForEachTensorToFill first resizes weights.layers to config.n_layers and adds
+// each layer's declared tensors (empty) to LayerWeights::tensors.
 void ForEachTensor(const ModelConfig& config, const ModelWeights& weights,
                    absl::FunctionRef<void(const TensorSpec&, const Tensor&)> fn);
-void ForEachTensor(const ModelConfig& config, ModelWeights& weights,
-                   absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn);
+// Fills `weights`: ForEachTensor's visit with each tensor mutable.
+void ForEachTensorToFill(const ModelConfig& config, ModelWeights& weights,
+                         absl::FunctionRef<void(const TensorSpec&, Tensor&)> fn);
 
 // Checks that `weights` holds exactly what `config` requires: every required tensor with its
 // shape and matching data size, no layer tensor its kinds do not declare, every other

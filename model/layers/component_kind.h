@@ -3,7 +3,7 @@
 // declares its parameters (param.h), the tensors it reads and, for a mixer, its state slice.
 // Adding a kind is its own files (a file here declaring it, one implementation per backend:
 // model/backend/cpu/cpu_<file>.cc, model/backend/cuda/cuda_<file>.cc) and one line in
-// model/layers/kind_list.inc (docs/architecture.md, "Adding a layer kind"); the engine, the
+// model/layers/kind_list.inc (docs/architecture.md §4.6, "Adding a kind"); the engine, the
 // sessions and the persistence code only ever see a session's state as
 // ModelConfig::StateFloatsPerSlot() floats.
 //
@@ -21,7 +21,6 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "model/layers/layer_weights.h"
 #include "model/layers/param.h"
 
 namespace linserve {
@@ -37,6 +36,8 @@ struct TensorDecl {
 };
 
 // One tensor a norm reads, named under the norm's prefix ("ln1.", "ln2." or "final_norm.").
+// Its name is "weight" for the scale and "bias" for the shift: the loader, the backends and the
+// CUDA upload read a layer's norms as "ln1.weight", "ln1.bias" (and ln2.).
 struct NormTensorDecl {
   enum class Role { kScale, kShift };  // the instance's .weight and .bias
   std::string name;                    // "weight" or "bias"

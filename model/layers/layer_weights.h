@@ -52,6 +52,12 @@ struct LayerWeights {
     const auto it = tensors.find(name);
     return it == tensors.end() ? nullptr : &it->second;
   }
+  // The tensor named `name`, or an empty one (no shape, no data) when the layer holds none.
+  const Tensor& FindOrEmpty(std::string_view name) const {
+    static const Tensor* const kEmpty = new Tensor;
+    const Tensor* t = Find(name);
+    return t != nullptr ? *t : *kEmpty;
+  }
 };
 
 }  // namespace linserve

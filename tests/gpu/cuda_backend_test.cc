@@ -1220,6 +1220,26 @@ TEST(CudaBackendTest, Int8FileFormatIsRefused) {
   }
 }
 
+// The upload places exactly the tensors the kinds' CudaTensorsOf groups name: a layer tensor in
+// no group (a kind that left one out) or a group held in part is an error naming the tensor,
+// never a silent skip.
+TEST(CudaBackendTest, TheUploadRefusesATensorOutsideItsKindsDeviceGroups) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  Model extra = MakeRandomModel(TinyConfig(), 3);
+  extra.weights.layers[1].tensors["attn.extra"] = extra.weights.layers[1].At("attn.o_proj.bias");
+  absl::StatusOr<std::unique_ptr<CudaBackend>> b = CreateCudaBackend(extra, BackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("layer 1: tensor \"attn.extra\" is in no device group"));
+
+  Model half = MakeRandomModel(TinyConfig(), 3);
+  half.weights.layers[0].tensors.erase("attn.k_proj.bias");
+  b = CreateCudaBackend(half, BackendOptions{});
+  ASSERT_FALSE(b.ok());
+  EXPECT_THAT(std::string(b.status().message()),
+              HasSubstr("layer 0 lacks \"attn.k_proj.bias\" of its device group \"qkv_bias\""));
+}
+
 TEST(CudaBackendTest, OutOfMemoryAtStartIsAClearError) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   ModelConfig config = TinyConfig();

@@ -31,13 +31,6 @@
 namespace linserve {
 namespace {
 
-// The layer's tensor `name`, or an empty one (a bias the config turns off).
-const Tensor& Get(const LayerWeights& w, const std::string& name) {
-  static const Tensor* const kNone = new Tensor;
-  const Tensor* t = w.Find(name);
-  return t != nullptr ? *t : *kNone;
-}
-
 using ::testing::HasSubstr;
 
 // ---- Configs ----
@@ -280,11 +273,11 @@ TEST(BasedKindsTest, GatedMlpIsTheFormulaFirstHalfValueSecondHalfGate) {
     const LayerWeights& w = m.weights();
     Vec want;
     for (int r = 0; r < 2; ++r) {
-      const Vec a =
-          Affine(Get(w, "mlp.fc1.weight"), Get(w, "mlp.fc1.bias"), ToDouble(x.data() + r * 6, 6));
+      const Vec a = Affine(w.FindOrEmpty("mlp.fc1.weight"), w.FindOrEmpty("mlp.fc1.bias"),
+                           ToDouble(x.data() + r * 6, 6));
       Vec h(5);
       for (int i = 0; i < 5; ++i) h[i] = a[i] * Act(act, a[5 + i]);
-      const Vec y = Affine(Get(w, "mlp.fc2.weight"), Get(w, "mlp.fc2.bias"), h);
+      const Vec y = Affine(w.FindOrEmpty("mlp.fc2.weight"), w.FindOrEmpty("mlp.fc2.bias"), h);
       for (int i = 0; i < 6; ++i) want.push_back(before[r * 6 + i] + y[i]);
     }
     EXPECT_LE(RelativeError(residual, want), 1e-5);
@@ -305,19 +298,21 @@ TEST(BasedKindsTest, ShortConvIsTheFormula) {
     std::vector<Vec> us;
     for (int t = 0; t < tokens; ++t) {
       SCOPED_TRACE(t);
-      const Vec a = Affine(Get(w, "conv.in_proj.weight"), Get(w, "conv.in_proj.bias"),
+      const Vec a = Affine(w.FindOrEmpty("conv.in_proj.weight"), w.FindOrEmpty("conv.in_proj.bias"),
                            ToDouble(x.data() + t * d, d));
       us.emplace_back(a.begin(), a.begin() + di);
       Vec gated(di);
       for (int ch = 0; ch < di; ++ch) {
-        double c = bias ? Get(w, "conv.bias").data[ch] : 0.0;
+        double c = bias ? w.FindOrEmpty("conv.bias").data[ch] : 0.0;
         for (int j = 0; j < k; ++j) {
           const int s = t - (k - 1) + j;
-          if (s >= 0) c += static_cast<double>(Get(w, "conv.weight").data[ch * k + j]) * us[s][ch];
+          if (s >= 0)
+            c += static_cast<double>(w.FindOrEmpty("conv.weight").data[ch * k + j]) * us[s][ch];
         }
         gated[ch] = c * Sigmoid(c) * a[di + ch];
       }
-      const Vec want = Affine(Get(w, "conv.out_proj.weight"), Get(w, "conv.out_proj.bias"), gated);
+      const Vec want =
+          Affine(w.FindOrEmpty("conv.out_proj.weight"), w.FindOrEmpty("conv.out_proj.bias"), gated);
       EXPECT_LE(RelativeError(m.Decode(x.data() + t * d, 0), want), 1e-5);
       Vec state;
       for (int r = 0; r < k - 1; ++r) {
@@ -353,9 +348,9 @@ TEST(BasedKindsTest, TaylorLinearAttentionIsTheFormula) {
   for (int t = 0; t < tokens; ++t) {
     SCOPED_TRACE(t);
     const Vec in = ToDouble(x.data() + t * d, d);
-    const Vec q = Affine(Get(w, "attn.q_proj.weight"), none, in),
-              k = Affine(Get(w, "attn.k_proj.weight"), none, in),
-              v = Affine(Get(w, "attn.v_proj.weight"), none, in);
+    const Vec q = Affine(w.FindOrEmpty("attn.q_proj.weight"), none, in),
+              k = Affine(w.FindOrEmpty("attn.k_proj.weight"), none, in),
+              v = Affine(w.FindOrEmpty("attn.v_proj.weight"), none, in);
     Vec y(heads * hd);
     for (int h = 0; h < heads; ++h) {
       const Vec pq = TaylorPhi(q.data() + h * df, df), pk = TaylorPhi(k.data() + h * df, df);
@@ -371,7 +366,7 @@ TEST(BasedKindsTest, TaylorLinearAttentionIsTheFormula) {
         y[h * hd + j] = num / den;
       }
     }
-    const Vec want = Affine(Get(w, "attn.o_proj.weight"), none, y);
+    const Vec want = Affine(w.FindOrEmpty("attn.o_proj.weight"), none, y);
     const std::vector<float> got = m.Decode(x.data() + t * d, 0);
     EXPECT_LE(RelativeError(got, want), 1e-5);
     all_want.insert(all_want.end(), want.begin(), want.end());

@@ -26,13 +26,6 @@
 namespace linserve {
 namespace {
 
-// The layer's tensor `name`, or an empty one (a bias the config turns off).
-const Tensor& Get(const LayerWeights& w, const std::string& name) {
-  static const Tensor* const kNone = new Tensor;
-  const Tensor* t = w.Find(name);
-  return t != nullptr ? *t : *kNone;
-}
-
 using ::testing::HasSubstr;
 
 constexpr int32_t kHeads = 2;
@@ -200,9 +193,12 @@ std::vector<double> DenseWindowAttention(const SlidingWindowAttentionParams& p,
   std::vector<std::vector<double>> q, k, v;
   for (int64_t t = 0; t < rows; ++t) {
     const std::vector<double> row(x.begin() + t * kDModel, x.begin() + (t + 1) * kDModel);
-    q.push_back(Project(Get(w, "attn.q_proj.weight"), Get(w, "attn.q_proj.bias"), row.data()));
-    k.push_back(Project(Get(w, "attn.k_proj.weight"), Get(w, "attn.k_proj.bias"), row.data()));
-    v.push_back(Project(Get(w, "attn.v_proj.weight"), Get(w, "attn.v_proj.bias"), row.data()));
+    q.push_back(Project(w.FindOrEmpty("attn.q_proj.weight"), w.FindOrEmpty("attn.q_proj.bias"),
+                        row.data()));
+    k.push_back(Project(w.FindOrEmpty("attn.k_proj.weight"), w.FindOrEmpty("attn.k_proj.bias"),
+                        row.data()));
+    v.push_back(Project(w.FindOrEmpty("attn.v_proj.weight"), w.FindOrEmpty("attn.v_proj.bias"),
+                        row.data()));
     Rotate(p, t, q.back());
     Rotate(p, t, k.back());
   }
@@ -227,8 +223,8 @@ std::vector<double> DenseWindowAttention(const SlidingWindowAttentionParams& p,
         }
       }
     }
-    const std::vector<double> y =
-        Project(Get(w, "attn.o_proj.weight"), Get(w, "attn.o_proj.bias"), attn.data());
+    const std::vector<double> y = Project(w.FindOrEmpty("attn.o_proj.weight"),
+                                          w.FindOrEmpty("attn.o_proj.bias"), attn.data());
     out.insert(out.end(), y.begin(), y.end());
   }
   return out;

@@ -25,7 +25,8 @@ constexpr char kSource[] = "m/model.safetensors";
 std::vector<std::string> Names(const ModelConfig& config) {
   std::vector<std::string> names;
   ModelWeights w;
-  ForEachTensor(config, w, [&](const TensorSpec& spec, Tensor&) { names.push_back(spec.name); });
+  ForEachTensorToFill(config, w,
+                      [&](const TensorSpec& spec, Tensor&) { names.push_back(spec.name); });
   return names;
 }
 
@@ -118,7 +119,8 @@ TEST(WeightsTest, ShapesFollowTheConfig) {
   c.feature_dim = 12;
   std::map<std::string, std::vector<int64_t>> shapes;
   ModelWeights w;
-  ForEachTensor(c, w, [&](const TensorSpec& spec, Tensor&) { shapes[spec.name] = spec.shape; });
+  ForEachTensorToFill(c, w,
+                      [&](const TensorSpec& spec, Tensor&) { shapes[spec.name] = spec.shape; });
   EXPECT_EQ(w.layers.size(), 2u);
   EXPECT_THAT(shapes["embed.weight"], ElementsAre(260, 32));
   EXPECT_THAT(shapes["layers.1.attn.q_proj.weight"], ElementsAre(32, 32));
@@ -183,7 +185,7 @@ TEST(WeightsTest, ReadsEveryTensorExactly) {
   absl::StatusOr<ModelWeights> back = ReadModelWeights(c, *FromWeights(c, w).File());
   ASSERT_TRUE(back.ok()) << back.status();
   ForEachTensor(c, w, [&](const TensorSpec& spec, const Tensor& t) {
-    // The const visit sees `back` through the same names.
+    // The visit of `back` gives the same names.
     ForEachTensor(c, *back, [&](const TensorSpec& other, const Tensor& u) {
       if (other.name != spec.name) return;
       EXPECT_EQ(u.shape, t.shape) << spec.name;

@@ -104,7 +104,7 @@ ModelWeights MakeRandomWeights(const ModelConfig& config, uint64_t seed) {
   Normal normal(seed);
   ModelWeights weights;
   const float d = static_cast<float>(config.d_model);
-  ForEachTensor(config, weights, [&](const TensorSpec& spec, Tensor& t) {
+  ForEachTensorToFill(config, weights, [&](const TensorSpec& spec, Tensor& t) {
     float mean = 0.0f;
     float stddev;
     if (spec.name == "lm_head.weight") {

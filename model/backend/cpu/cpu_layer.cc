@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "model/layers/kinds.h"
@@ -48,13 +49,6 @@ std::unique_ptr<CpuMlp> CreateMlp(const CpuLayerContext& context, const Componen
 #undef LINSERVE_NORM
 #undef LINSERVE_MLP
   std::abort();
-}
-
-// A layer norm's shift ("<prefix>bias"), or an empty tensor for a kind without one.
-const Tensor& Shift(const LayerWeights& weights, const std::string& prefix) {
-  static const Tensor* const kNone = new Tensor;
-  const Tensor* t = weights.Find(prefix + "bias");
-  return t != nullptr ? *t : *kNone;
 }
 
 }  // namespace
@@ -114,11 +108,11 @@ CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
   for (size_t l = 0; l < specs.size(); ++l) {
     const LayerSpec& spec = specs[l];
     const LayerWeights& lw = w.layers[l];
-    out.layers.push_back(
-        CpuLayer{.norm1 = CreateNorm(context, spec.norm, lw.At("ln1.weight"), Shift(lw, "ln1.")),
-                 .norm2 = CreateNorm(context, spec.norm, lw.At("ln2.weight"), Shift(lw, "ln2.")),
-                 .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
-                 .mlp = CreateMlp(context, spec.mlp, lw)});
+    out.layers.push_back(CpuLayer{
+        .norm1 = CreateNorm(context, spec.norm, lw.At("ln1.weight"), lw.FindOrEmpty("ln1.bias")),
+        .norm2 = CreateNorm(context, spec.norm, lw.At("ln2.weight"), lw.FindOrEmpty("ln2.bias")),
+        .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
+        .mlp = CreateMlp(context, spec.mlp, lw)});
   }
   if (config.norm == NormPlacement::kPre) {
     out.final_norm =

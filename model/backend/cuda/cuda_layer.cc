@@ -105,8 +105,10 @@ CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& 
     const LayerSpec& spec = specs[l];
     const CudaLayerWeights& lw = weights.layers[l];
     out.layers.push_back(CudaLayer{
-        .norm1 = CreateNorm(context, spec.norm, lw.Vector("ln1.weight"), lw.Vector("ln1.bias")),
-        .norm2 = CreateNorm(context, spec.norm, lw.Vector("ln2.weight"), lw.Vector("ln2.bias")),
+        .norm1 =
+            CreateNorm(context, spec.norm, lw.RequiredVector("ln1.weight"), lw.Vector("ln1.bias")),
+        .norm2 =
+            CreateNorm(context, spec.norm, lw.RequiredVector("ln2.weight"), lw.Vector("ln2.bias")),
         .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
         .mlp = CreateMlp(context, spec.mlp, lw)});
   }

@@ -20,7 +20,7 @@ class CudaShortConv final : public CudaProjectedMixer {
     shape_.channels = p.d_inner;
     shape_.kernel = p.kernel_size;
     shape_.in_bias = w.Vector("in_bias");
-    shape_.weight = w.Vector("conv");
+    shape_.weight = w.RequiredVector("conv");
     shape_.conv_bias = w.Vector("conv_bias");
   }
 

@@ -42,6 +42,10 @@ const void* CudaLayerWeights::Matrix(std::string_view name) const {
   return it->second;
 }
 
+const float* CudaLayerWeights::RequiredVector(std::string_view name) const {
+  return static_cast<const float*>(Matrix(name));
+}
+
 const float* CudaLayerWeights::Vector(std::string_view name) const {
   const auto it = groups.find(name);
   return it == groups.end() ? nullptr : static_cast<const float*>(it->second);
@@ -89,26 +93,50 @@ absl::StatusOr<CudaWeights> UploadWeights(const Model& model, DType dtype, cudaS
   std::vector<std::map<std::string, size_t>> offsets(specs.size());
   for (size_t i = 0; i < specs.size(); ++i) {
     const LayerWeights& l = w.layers[i];
+    // Every tensor of the layer in exactly one group, every group name once: a kind whose
+    // CudaTensorsOf left a tensor out, or two kinds naming a group alike, is a bug.
+    std::map<std::string, std::string> group_of;  // tensor → its group
     for (const CudaTensorGroup& group : CudaTensorGroups(specs[i])) {
+      if (offsets[i].contains(group.name) ||
+          std::any_of(group_of.begin(), group_of.end(),
+                      [&](const auto& entry) { return entry.second == group.name; })) {
+        return absl::InternalError(
+            absl::StrCat("layer ", i, ": two device groups are named \"", group.name, "\""));
+      }
       std::vector<const Tensor*> parts;
+      std::vector<std::string> missing;
       size_t bytes = 0;
       const size_t unit = group.matrix ? element : sizeof(float);
       for (const std::string& name : group.tensors) {
+        if (!group_of.emplace(name, group.name).second) {
+          return absl::InternalError(absl::StrCat("layer ", i, ": tensor \"", name,
+                                                  "\" is in device groups \"", group_of[name],
+                                                  "\" and \"", group.name, "\""));
+        }
         if (const Tensor* t = l.Find(name)) {
           parts.push_back(t);
           bytes += t->data.size() * unit;
+        } else {
+          missing.push_back(name);
         }
       }
       if (parts.empty()) continue;
-      if (parts.size() != group.tensors.size()) {
-        return absl::InternalError(absl::StrCat("layer ", i, " holds only some of the tensors of ",
-                                                "its device group \"", group.name, "\""));
+      if (!missing.empty()) {
+        return absl::InternalError(absl::StrCat("layer ", i, " lacks \"", missing[0],
+                                                "\" of its device group \"", group.name,
+                                                "\" but holds others of it"));
       }
       size_t offset = layout.Reserve(bytes);
       offsets[i][group.name] = offset;
       for (const Tensor* t : parts) {
         uploads.push_back({t, offset, group.matrix});
         offset += t->data.size() * unit;
+      }
+    }
+    for (const auto& [name, t] : l.tensors) {
+      if (!group_of.contains(name)) {
+        return absl::InternalError(
+            absl::StrCat("layer ", i, ": tensor \"", name, "\" is in no device group"));
       }
     }
   }

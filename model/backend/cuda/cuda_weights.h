@@ -49,7 +49,10 @@ struct CudaLayerWeights {
   // The matrix (T) of group `name`, which the layer's kinds declare for this config: a miss is a
   // bug, so it aborts naming the group.
   const void* Matrix(std::string_view name) const;
-  // The fp32 vector of group `name`, or null when the layer has none.
+  // The fp32 vector of group `name`, which the layer's kinds declare for this config (aborts
+  // naming it otherwise, as Matrix).
+  const float* RequiredVector(std::string_view name) const;
+  // The fp32 vector of group `name`, or null when the layer has none (a bias turned off).
   const float* Vector(std::string_view name) const;
 };
 
