@@ -34,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 from linserve_ref import config as config_lib  # noqa: E402
-from linserve_ref import export, safetensors_io  # noqa: E402
+from linserve_ref import export, kinds, safetensors_io  # noqa: E402
 from linserve_ref.model import LinearTransformer, state_to_flat  # noqa: E402
 
 SEED = 20200616  # arXiv 2006.16236
@@ -217,7 +217,7 @@ def check_based_coverage(entries):
     """Every Based kind and each of its variants appears in some layer-list case, a sliding
     window shorter than the case (the ring wraps), and one model mixes every mixer kind."""
     if not any({layer["mixer"]["kind"] for layer in e["config"]["layers"]}
-               == set(config_lib.KINDS["mixer"]) for e in entries):
+               == set(kinds.by_role("mixer")) for e in entries):
         raise AssertionError("no Based golden case mixes every mixer kind")
     mixers = [layer["mixer"] for e in entries for layer in e["config"]["layers"]]
     mlps = [layer["mlp"] for e in entries for layer in e["config"]["layers"]]
@@ -240,8 +240,8 @@ def check_based_coverage(entries):
         "norm": {e["config"]["norm"] for e in entries},
     }
     wanted = {
-        "mixer kind": set(config_lib.KINDS["mixer"]),
-        "norm kind": set(config_lib.KINDS["norm"]),
+        "mixer kind": set(kinds.by_role("mixer")),
+        "norm kind": set(kinds.by_role("norm")),
         "gated_mlp activation": set(config_lib.GATED_ACTIVATIONS),
         "gated_mlp bias": {True, False},
         "short_conv conv_bias": {True, False},

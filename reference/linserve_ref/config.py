@@ -82,64 +82,6 @@ _CHOICES = {
 }
 
 
-# The layer component kinds of model/layers/: per role, per kind, its parameters in order as
-# (name, type, default, range). Default None: required; "=name": that parameter's value. Range:
-# (lo, hi) for "int", (lo, hi) meaning (lo, hi] for "eps", the choices for "choice"; "positive":
-# a finite number > 0.
-KINDS = {
-    "mixer": {
-        "linear_attention": (
-            ("n_heads", "int", None, (1, 1024)),
-            ("head_dim", "int", None, (1, 4096)),
-            ("feature_dim", "int", "=head_dim", (1, 16384)),
-            ("feature_map", "choice", "elu_plus_one", FEATURE_MAPS),
-            ("eps", "eps", 1e-6, (0.0, 1.0)),
-            ("bias", "bool", True, None),
-        ),
-        "short_conv": (
-            ("d_inner", "int", None, (1, 1 << 20)),
-            ("kernel_size", "int", 3, (2, 64)),
-            ("bias", "bool", True, None),
-            ("conv_bias", "bool", False, None),
-        ),
-        "taylor_linear_attention": (
-            ("n_heads", "int", None, (1, 1024)),
-            ("feature_dim", "int", None, (1, 64)),
-            ("head_dim", "int", None, (1, 4096)),
-            ("eps", "eps", 1e-12, (0.0, 1.0)),
-        ),
-        "sliding_window_attention": (
-            ("n_heads", "int", None, (1, 1024)),
-            ("head_dim", "int", None, (1, 4096)),
-            ("window", "int", None, (1, 65536)),
-            ("rotary_dim", "int", "=head_dim", (0, 4096)),
-            ("rope_base", "positive", 10000.0, None),
-            ("bias", "bool", False, None),
-        ),
-    },
-    "norm": {
-        "layer_norm": (
-            ("eps", "eps", 1e-5, (0.0, 1.0)),
-        ),
-        "rms_norm": (
-            ("eps", "eps", 1e-5, (0.0, 1.0)),
-        ),
-    },
-    "mlp": {
-        "ffn": (
-            ("d_ff", "int", None, (1, 1 << 20)),
-            ("activation", "choice", "gelu", ACTIVATIONS),
-            ("bias", "bool", True, None),
-        ),
-        "gated_mlp": (
-            ("d_ff", "int", None, (1, 1 << 20)),
-            ("activation", "choice", "silu", GATED_ACTIVATIONS),
-            ("bias", "bool", False, None),
-        ),
-    },
-}
-
-
 class ConfigError(ValueError):
     """A config.json field is missing, unknown, of the wrong type or out of range."""
 
@@ -175,12 +117,13 @@ def _component(value, role, path):
     """A layer component {"kind": ..., params} at `path`, checked and completed."""
     if not isinstance(value, dict):
         raise ConfigError(f"config field '{path}' must be an object naming its kind")
-    kinds = KINDS[role]
+    from linserve_ref import kinds  # its kinds' modules import this one
+    declared = kinds.by_role(role)
     kind = value.get("kind")
-    if kind not in kinds:
+    if kind not in declared:
         raise ConfigError(
-            f"config field '{path}.kind' = {kind!r}; must be one of {list(kinds)}")
-    params = kinds[kind]
+            f"config field '{path}.kind' = {kind!r}; must be one of {list(declared)}")
+    params = declared[kind].params
     unknown = sorted(set(value) - {"kind"} - {p[0] for p in params})
     if unknown:
         raise ConfigError(f"config has unknown field(s) {[f'{path}.{k}' for k in unknown]}")
@@ -206,16 +149,8 @@ def _component(value, role, path):
             raise ConfigError(f"config field '{key}' must be true or false, got {out[name]!r}")
         elif kind_of == "positive":
             out[name] = _positive({key: out[name]}, key)
-    if kind == "linear_attention" and out["feature_map"] != "favor_plus" and (
-            out["feature_dim"] != out["head_dim"]):
-        raise ConfigError(
-            f"config field '{path}.feature_dim' = {out['feature_dim']} must equal head_dim = "
-            f"{out['head_dim']} for feature_map '{out['feature_map']}'")
-    if kind == "sliding_window_attention" and (
-            out["rotary_dim"] > out["head_dim"] or out["rotary_dim"] % 2):
-        raise ConfigError(
-            f"config field '{path}.rotary_dim' = {out['rotary_dim']} must be even and at most "
-            f"head_dim = {out['head_dim']}")
+    if declared[kind].check is not None:
+        declared[kind].check(out, path)
     return out
 
 
@@ -283,15 +218,8 @@ def taylor_features(feature_dim):
 
 def mixer_state_floats(mixer):
     """Floats of one mixer's state slice (model/layers/: its kind's state_floats)."""
-    if mixer["kind"] == "linear_attention":
-        return mixer["n_heads"] * mixer["feature_dim"] * (mixer["head_dim"] + 1)
-    if mixer["kind"] == "short_conv":
-        return (mixer["kernel_size"] - 1) * mixer["d_inner"]
-    if mixer["kind"] == "taylor_linear_attention":
-        return mixer["n_heads"] * taylor_features(mixer["feature_dim"]) * (mixer["head_dim"] + 1)
-    if mixer["kind"] == "sliding_window_attention":
-        return (mixer["window"] - 1) * mixer["n_heads"] * 2 * mixer["head_dim"] + 2
-    raise ConfigError(f"mixer kind {mixer['kind']!r} has no state size")
+    from linserve_ref import kinds  # its kinds' modules import this one
+    return kinds.find("mixer", mixer["kind"]).state_floats(mixer)
 
 
 def normalize_config(config):

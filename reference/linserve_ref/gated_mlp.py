@@ -6,6 +6,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from linserve_ref.config import GATED_ACTIVATIONS
+from linserve_ref.kind import Kind
+
 _ACTIVATIONS = {"silu": F.silu, "gelu": F.gelu, "sigmoid": torch.sigmoid}
 
 
@@ -24,3 +27,15 @@ class GatedMlp(nn.Module):
     def forward(self, x):
         value, gate = self.fc1(x).chunk(2, dim=-1)
         return self.fc2(value * self.activation(gate))
+
+
+KIND = Kind(
+    role="mlp",
+    name="gated_mlp",
+    params=(
+        ("d_ff", "int", None, (1, 1 << 20)),
+        ("activation", "choice", "silu", GATED_ACTIVATIONS),
+        ("bias", "bool", False, None),
+    ),
+    make=GatedMlp,
+)

@@ -12,23 +12,17 @@ The recurrent state is kept in float32 whatever the weight dtype, as the C++ bac
 a model converted to float64 (the golden data) keeps it in float64 so that the reference itself
 adds no float32 rounding. Module and buffer names are the tensor names of model.safetensors
 (model/format/weights.h), so `state_dict()` is the file's contents. The layers are the config's
-layer list (config.layer_list), each built from its kinds (MIXERS, make_norm, MLPS).
+layer list (config.layer_list), each component made by its kind (kinds.py).
 """
 
 import dataclasses
 import math
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from linserve_ref import linear_recurrence
+from linserve_ref import kinds
 from linserve_ref.config import final_norm, layer_list, mixer_state_floats, normalize_config
-from linserve_ref.gated_mlp import GatedMlp
-from linserve_ref.rms_norm import RMSNorm
-from linserve_ref.short_conv import ShortConv
-from linserve_ref.sliding_window_attention import SlidingWindowAttention
-from linserve_ref.taylor_linear_attention import TaylorLinearAttention
 
 
 @dataclasses.dataclass
@@ -47,21 +41,6 @@ class State:
         return self.position.shape[0]
 
 
-def feature_map(kind, x, favor_projection=None):
-    """φ applied to the last dimension of x (head_dim) -> feature_dim."""
-    if kind == "elu_plus_one":
-        return F.elu(x) + 1.0
-    if kind == "relu":
-        return F.relu(x)
-    if kind == "exp":
-        return torch.exp(x - x.amax(dim=-1, keepdim=True))
-    if kind == "favor_plus":
-        m = favor_projection.shape[0]
-        wx = torch.matmul(x, favor_projection.to(x.dtype).t())
-        return torch.exp(wx - 0.5 * (x * x).sum(dim=-1, keepdim=True)) / math.sqrt(m)
-    raise ValueError(f"unknown feature_map {kind!r}")
-
-
 def sinusoidal_embedding(positions, d_model, dtype):
     """pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), in float64."""
     j = torch.arange(d_model, dtype=torch.float64, device=positions.device)
@@ -72,106 +51,14 @@ def sinusoidal_embedding(positions, d_model, dtype):
     return torch.where(even, torch.sin(angle), torch.cos(angle)).to(dtype)
 
 
-def _activation(kind, x):
-    if kind == "gelu":
-        return F.gelu(x)
-    if kind == "gelu_tanh":
-        return F.gelu(x, approximate="tanh")
-    return F.relu(x)
-
-
-class LinearAttention(nn.Module):
-    """The linear_attention mixer: causal multi-head linear attention; parameters q/k/v/o_proj
-    (+ favor_projection). `p`: its parameters (config.layer_list's "mixer")."""
-
-    prefix = "attn"
-
-    def __init__(self, d, p):
-        super().__init__()
-        h, dh, f = p["n_heads"], p["head_dim"], p["feature_dim"]
-        self.n_heads, self.head_dim, self.feature_dim = h, dh, f
-        self.kind = p["feature_map"]
-        self.eps = p["eps"]
-        self.q_proj = nn.Linear(d, h * dh, bias=p["bias"])
-        self.k_proj = nn.Linear(d, h * dh, bias=p["bias"])
-        self.v_proj = nn.Linear(d, h * dh, bias=p["bias"])
-        self.o_proj = nn.Linear(h * dh, d, bias=p["bias"])
-        if self.kind == "favor_plus":
-            # Random features, fixed at creation (not trained); stored in the model file.
-            self.register_buffer("favor_projection", torch.randn(f, dh))
-        else:
-            self.favor_projection = None
-
-    def init_state(self, batch_size, dtype, device):
-        """The zero slice: S [B, H, F, Dh] and z [B, H, F]."""
-        shape = (batch_size, self.n_heads, self.feature_dim)
-        return (torch.zeros(shape + (self.head_dim,), dtype=dtype, device=device),
-                torch.zeros(shape, dtype=dtype, device=device))
-
-    def _qkv(self, x, state_dtype):
-        """x [..., d] -> φ(q), φ(k) [..., H, F] and v [..., H, Dh], all in state_dtype."""
-        shape = x.shape[:-1] + (self.n_heads, self.head_dim)
-        q = self.q_proj(x).view(shape).to(state_dtype)
-        k = self.k_proj(x).view(shape).to(state_dtype)
-        v = self.v_proj(x).view(shape).to(state_dtype)
-        return (feature_map(self.kind, q, self.favor_projection),
-                feature_map(self.kind, k, self.favor_projection), v)
-
-    def forward(self, x, state, positions, chunk_size):
-        """x [B, T, d]; state (S, z) -> (out [B, T, d], (S', z'))."""
-        s, z = state
-        qf, kf, v = (a.transpose(1, 2) for a in self._qkv(x, s.dtype))  # [B, H, T, *]
-        o, s, z = linear_recurrence.chunked(qf, kf, v, s, z, self.eps, chunk_size)
-        o = o.transpose(1, 2).reshape(x.shape[0], x.shape[1], -1).to(x.dtype)
-        return self.o_proj(o), (s, z)
-
-    def step(self, x, state, positions):
-        """x [B, d] -> (out [B, d], (S', z')): one token per row."""
-        s, z = state
-        o, s, z = linear_recurrence.step(*self._qkv(x, s.dtype), s, z, self.eps)
-        return self.o_proj(o.reshape(x.shape[0], -1).to(x.dtype)), (s, z)
-
-    def flatten(self, state, b):
-        return linear_recurrence.flatten(*state, b)
-
-    def unflatten(self, flat):
-        return linear_recurrence.unflatten(flat, self.n_heads, self.feature_dim, self.head_dim)
-
-
-class FeedForward(nn.Module):
-    """The ffn MLP; `p`: its parameters (config.layer_list's "mlp")."""
-
-    prefix = "ffn"
-
-    def __init__(self, d, p):
-        super().__init__()
-        self.activation = p["activation"]
-        self.fc1 = nn.Linear(d, p["d_ff"], bias=p["bias"])
-        self.fc2 = nn.Linear(p["d_ff"], d, bias=p["bias"])
-
-    def forward(self, x):
-        return self.fc2(_activation(self.activation, self.fc1(x)))
-
-
-# The module of each kind (model/layers/), by role. A mixer module has a `prefix` (its tensors'
-# name under "layers.{i}."), init_state(batch, dtype, device) -> its state (a tuple of tensors,
-# batch first), forward(x, state, positions, chunk_size) (the parallel form, chunk by chunk from
-# the given state), step(x, state, positions) (the recurrence), and flatten(state, b) /
-# unflatten(flat): its slice of the C++ StateBlob layout.
-MIXERS = {
-    "linear_attention": LinearAttention,
-    "short_conv": ShortConv,
-    "taylor_linear_attention": TaylorLinearAttention,
-    "sliding_window_attention": SlidingWindowAttention,
-}
-MLPS = {"ffn": FeedForward, "gated_mlp": GatedMlp}
-
-
-def make_norm(d, p):
-    """A norm component (config.layer_list's "norm")."""
-    if p["kind"] == "rms_norm":
-        return RMSNorm(d, eps=p["eps"])
-    return nn.LayerNorm(d, eps=p["eps"])
+# A component of `role` with parameters p (config.layer_list's): its kind's module (kinds.py).
+# A mixer module has a `prefix` (its tensors' name under "layers.{i}."), init_state(batch,
+# dtype, device) -> its state (a tuple of tensors, batch first), forward(x, state, positions,
+# chunk_size) (the parallel form, chunk by chunk from the given state), step(x, state,
+# positions) (the recurrence), and flatten(state, b) / unflatten(flat): its slice of the C++
+# StateBlob layout. An MLP module has a `prefix` too.
+def _make(role, d, p):
+    return kinds.find(role, p["kind"]).make(d, p)
 
 
 class Block(nn.Module):
@@ -182,12 +69,12 @@ class Block(nn.Module):
         super().__init__()
         d = cfg["d_model"]
         self.pre_norm = cfg["norm"] == "pre"
-        self.ln1 = make_norm(d, layer["norm"])
-        mixer = MIXERS[layer["mixer"]["kind"]](d, layer["mixer"])
+        self.ln1 = _make("norm", d, layer["norm"])
+        mixer = _make("mixer", d, layer["mixer"])
         self.mixer_name = mixer.prefix
         self.add_module(mixer.prefix, mixer)
-        self.ln2 = make_norm(d, layer["norm"])
-        mlp = MLPS[layer["mlp"]["kind"]](d, layer["mlp"])
+        self.ln2 = _make("norm", d, layer["norm"])
+        mlp = _make("mlp", d, layer["mlp"])
         self.mlp_name = mlp.prefix
         self.add_module(mlp.prefix, mlp)
 
@@ -227,7 +114,7 @@ class LinearTransformer(nn.Module):
             self.pos_embed = nn.Embedding(cfg["max_position"], cfg["d_model"])
         self.layers = nn.ModuleList(Block(cfg, layer) for layer in layer_list(cfg))
         if cfg["norm"] == "pre":
-            self.final_norm = make_norm(cfg["d_model"], final_norm(cfg))
+            self.final_norm = _make("norm", cfg["d_model"], final_norm(cfg))
         if not cfg["tie_embeddings"]:
             self.lm_head = nn.Linear(cfg["d_model"], cfg["vocab_size"], bias=False)
         self.reset_parameters()

@@ -3,6 +3,8 @@
 import torch
 from torch import nn
 
+from linserve_ref.kind import Kind
+
 
 class RMSNorm(nn.Module):
     def __init__(self, d, eps):
@@ -12,3 +14,11 @@ class RMSNorm(nn.Module):
 
     def forward(self, x):
         return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + self.eps) * self.weight
+
+
+KIND = Kind(
+    role="norm",
+    name="rms_norm",
+    params=(("eps", "eps", 1e-5, (0.0, 1.0)),),
+    make=lambda d, p: RMSNorm(d, eps=p["eps"]),
+)

@@ -10,6 +10,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from linserve_ref.kind import Kind
+
 
 class ShortConv(nn.Module):
     """`p`: its parameters (config.layer_list's "mixer"). Tensors: conv.in_proj, conv.weight
@@ -62,3 +64,17 @@ class ShortConv(nn.Module):
 
     def unflatten(self, flat):
         return (flat.reshape(1, self.kernel_size - 1, self.d_inner).clone(),)
+
+
+KIND = Kind(
+    role="mixer",
+    name="short_conv",
+    params=(
+        ("d_inner", "int", None, (1, 1 << 20)),
+        ("kernel_size", "int", 3, (2, 64)),
+        ("bias", "bool", True, None),
+        ("conv_bias", "bool", False, None),
+    ),
+    make=ShortConv,
+    state_floats=lambda p: (p["kernel_size"] - 1) * p["d_inner"],
+)

@@ -21,6 +21,9 @@ import math
 import torch
 from torch import nn
 
+from linserve_ref.config import ConfigError
+from linserve_ref.kind import Kind
+
 
 def rope_angles(positions, rotary_dim, base):
     """cos, sin [..., rotary_dim / 2] of positions · inv_freq, inv_freq[i] = base^(−2i/rotary_dim),
@@ -170,3 +173,27 @@ class SlidingWindowAttention(nn.Module):
         ring = flat[:-2].reshape(1, self.ring, self.n_heads, 2, self.head_dim)
         return (ring[:, :, :, 0].clone(), ring[:, :, :, 1].clone(),
                 flat[-2:-1].to(torch.int64), flat[-1:].to(torch.int64))
+
+
+def _check(p, path):
+    if p["rotary_dim"] > p["head_dim"] or p["rotary_dim"] % 2:
+        raise ConfigError(
+            f"config field '{path}.rotary_dim' = {p['rotary_dim']} must be even and at most "
+            f"head_dim = {p['head_dim']}")
+
+
+KIND = Kind(
+    role="mixer",
+    name="sliding_window_attention",
+    params=(
+        ("n_heads", "int", None, (1, 1024)),
+        ("head_dim", "int", None, (1, 4096)),
+        ("window", "int", None, (1, 65536)),
+        ("rotary_dim", "int", "=head_dim", (0, 4096)),
+        ("rope_base", "positive", 10000.0, None),
+        ("bias", "bool", False, None),
+    ),
+    make=SlidingWindowAttention,
+    state_floats=lambda p: (p["window"] - 1) * p["n_heads"] * 2 * p["head_dim"] + 2,
+    check=_check,
+)

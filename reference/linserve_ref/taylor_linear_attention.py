@@ -15,6 +15,7 @@ from torch import nn
 
 from linserve_ref import linear_recurrence
 from linserve_ref.config import taylor_features
+from linserve_ref.kind import Kind
 
 
 def taylor_feature_map(x):
@@ -70,3 +71,17 @@ class TaylorLinearAttention(nn.Module):
 
     def unflatten(self, flat):
         return linear_recurrence.unflatten(flat, self.n_heads, self.features, self.head_dim)
+
+
+KIND = Kind(
+    role="mixer",
+    name="taylor_linear_attention",
+    params=(
+        ("n_heads", "int", None, (1, 1024)),
+        ("feature_dim", "int", None, (1, 64)),
+        ("head_dim", "int", None, (1, 4096)),
+        ("eps", "eps", 1e-12, (0.0, 1.0)),
+    ),
+    make=TaylorLinearAttention,
+    state_floats=lambda p: p["n_heads"] * taylor_features(p["feature_dim"]) * (p["head_dim"] + 1),
+)

@@ -165,14 +165,14 @@ class SemanticsTest(unittest.TestCase):
         torch.testing.assert_close(logits[0], expected)
 
     def test_exp_feature_map_subtracts_the_max(self):
-        from linserve_ref.model import feature_map
+        from linserve_ref.linear_attention import feature_map
         x = torch.tensor([[1000.0, 999.0]], dtype=torch.float64)
         phi = feature_map("exp", x)
         torch.testing.assert_close(phi, torch.tensor([[1.0, torch.exp(torch.tensor(-1.0))]],
                                                      dtype=torch.float64))
 
     def test_favor_plus_formula(self):
-        from linserve_ref.model import feature_map
+        from linserve_ref.linear_attention import feature_map
         w = torch.randn(5, 3, dtype=torch.float64)
         x = torch.randn(3, dtype=torch.float64)
         expected = torch.exp(w @ x - x.dot(x) / 2) / 5 ** 0.5
