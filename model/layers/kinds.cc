@@ -1,5 +1,7 @@
 #include "model/layers/kinds.h"
 
+#include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 namespace linserve {
@@ -14,6 +16,17 @@ const Kind* Find(absl::Span<const Kind* const> kinds, std::string_view name) {
   return nullptr;
 }
 
+// `kind`, whose name must be its line's `file` (the reference finds its module by that name).
+template <typename Kind>
+const Kind* Checked(const Kind* kind, std::string_view file) {
+  if (kind->name != file) {
+    std::fprintf(stderr, "model/layers/kind_list.inc: the kind of line \"%.*s\" is named \"%s\"\n",
+                 static_cast<int>(file.size()), file.data(), kind->name.c_str());
+    std::abort();
+  }
+  return kind;
+}
+
 struct Registry {
   std::vector<const MixerKind*> mixers;
   std::vector<const NormKind*> norms;
@@ -23,9 +36,9 @@ struct Registry {
 const Registry& Kinds() {
   static const Registry* const registry = [] {
     auto* r = new Registry;
-#define LINSERVE_MIXER(Name, file) r->mixers.push_back(&Name##Kind());
-#define LINSERVE_NORM(Name, file) r->norms.push_back(&Name##Kind());
-#define LINSERVE_MLP(Name, file) r->mlps.push_back(&Name##Kind());
+#define LINSERVE_MIXER(Name, file) r->mixers.push_back(Checked(&Name##Kind(), #file));
+#define LINSERVE_NORM(Name, file) r->norms.push_back(Checked(&Name##Kind(), #file));
+#define LINSERVE_MLP(Name, file) r->mlps.push_back(Checked(&Name##Kind(), #file));
 #include "model/layers/kind_list.inc"
 #undef LINSERVE_MIXER
 #undef LINSERVE_NORM
