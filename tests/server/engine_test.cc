@@ -735,7 +735,11 @@ TEST_P(EngineTest, PromptsOfAStepShareOneBatchedPrefillAndAnIdleEngineFeedsLarge
   auto decoding = std::make_shared<RecordingSink>();
   h.backend->CloseGate();
   ASSERT_TRUE(h.engine->Submit(Request({1, 2, 3}, 40, 0), decoding).ok());
-  decoding->WaitForTokens(1);  // held in its first decode while the prompts queue up
+  decoding->WaitForTokens(1);
+  // Held in its first decode while the prompts queue up: once the engine waits at the gate it has
+  // admitted what its step will admit, so the four prompts all wait for the next step (submitted
+  // before, some could join this step's prefill and split the four).
+  while (!h.backend->WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
   std::vector<std::shared_ptr<RecordingSink>> prompts;
   for (int i = 0; i < 4; ++i) {
     prompts.push_back(std::make_shared<RecordingSink>());
