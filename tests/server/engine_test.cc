@@ -274,7 +274,10 @@ TEST_P(EngineTest, FullQueueIsResourceExhaustedAtOnce) {
   h.backend->CloseGate();
   auto running = std::make_shared<RecordingSink>();
   ASSERT_TRUE(h.engine->Submit(Request({1}, 3, 0), running).ok());
-  running->WaitForTokens(1);  // the engine thread is now held in Decode
+  running->WaitForTokens(1);
+  // The engine thread is now held in Decode, having admitted what its step admits: what follows
+  // queues (queued in between, a request could be admitted and leave the queue's count).
+  while (!h.backend->WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
   std::vector<std::shared_ptr<RecordingSink>> queued;
   for (int i = 0; i < 4; ++i) {
     queued.push_back(std::make_shared<RecordingSink>());
@@ -961,7 +964,10 @@ TEST_P(EngineTest, ATenantExhaustingItsQuotasLeavesAnotherTenantUntouched) {
   h.backend->CloseGate();
   auto running = std::make_shared<RecordingSink>();
   ASSERT_TRUE(h.engine->Submit(as("bob", Request({1}, 3, 0)), running).ok());
-  running->WaitForTokens(1);  // the engine thread is now held in Decode
+  running->WaitForTokens(1);
+  // The engine thread is now held in Decode, having admitted what its step admits: what follows
+  // queues (queued in between, a request could be admitted and leave the queue's count).
+  while (!h.backend->WaitingAtGate()) absl::SleepFor(absl::Milliseconds(1));
   std::vector<std::shared_ptr<RecordingSink>> queued;
   for (const char* owner : {"bob", "bob", "alice", "alice"}) {
     queued.push_back(std::make_shared<RecordingSink>());
