@@ -231,7 +231,8 @@ absl::Status ValidateWeights(const ModelConfig& config, const ModelWeights& weig
   const std::vector<LayerSpec> layers = config.LayerList();
   for (size_t i = 0; i < layers.size(); ++i) {
     const std::vector<TensorDecl> declared = LayerTensors(layers[i], config.d_model);
-    for (const auto& [name, t] : weights.layers[i].tensors) {
+    for (const auto& entry : weights.layers[i].tensors) {
+      const std::string& name = entry.first;
       if (std::none_of(declared.begin(), declared.end(),
                        [&](const TensorDecl& decl) { return decl.name == name; })) {
         return absl::InvalidArgumentError(absl::StrCat("tensor \"layers.", i, ".", name,
