@@ -13,8 +13,8 @@ namespace {
 using ::testing::HasSubstr;
 
 TEST(ConstraintOptionTest, EachKind) {
-  const std::string schema = ::testing::TempDir() + "/schema.json";
-  const std::string grammar = ::testing::TempDir() + "/grammar.gbnf";
+  const std::string schema = ::testing::TempDir() + "/constraint_option_test_schema.json";
+  const std::string grammar = ::testing::TempDir() + "/constraint_option_test_grammar.gbnf";
   std::ofstream(schema) << R"({"type": "integer"})";
   std::ofstream(grammar) << "root ::= [a-z]+\n";
 

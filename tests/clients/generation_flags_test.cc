@@ -96,8 +96,8 @@ absl::StatusOr<std::optional<v1::Constraint>> ConstraintOf(const std::vector<std
 
 TEST(GenerationFlagsTest, EachConstraintFlagSetsItsKind) {
   const std::string dir = ::testing::TempDir();
-  const std::string schema = dir + "/schema.json";
-  const std::string grammar = dir + "/grammar.gbnf";
+  const std::string schema = dir + "/generation_flags_test_schema.json";
+  const std::string grammar = dir + "/generation_flags_test_grammar.gbnf";
   std::ofstream(schema) << R"({"type": "object"})";
   std::ofstream(grammar) << "root ::= \"yes\" | \"no\"\n";
 
