@@ -14,7 +14,7 @@ exactly), then rounded to float32. DIR/cases.json lists every case:
     {"cases": [{"name", "dtype", "chunk_size", "tokens", "config"}, ...]}
 
 The cases are the single-block models (CASES, every value of every single-block variant) and
-then the layer-list models of the Based kinds (BASED_CASES: each kind alone in a small model, and
+then the layer-list models of the other kinds (BASED_CASES: each kind alone in a small model, and
 mixed models with every kind; sliding windows shorter than the case so the ring wraps). Configs
 of the latter carry "layers".
 
@@ -103,6 +103,10 @@ def _linear(**p):
     return {"kind": "linear_attention", "n_heads": 2, "head_dim": 8, **p}
 
 
+def _gdn(**p):
+    return {"kind": "gated_delta_net", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
+
+
 def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
     if mlp == "ffn":
         mlp_spec = {"kind": "ffn", "d_ff": 32}
@@ -122,10 +126,16 @@ BASED_CASES = [
     ([_layer(_swa(1, bias=True), "gelu", True), _layer(_swa(33, rotary_dim=4, rope_base=500.0)),
       _layer(_swa(80, rotary_dim=0))], {}, "bfloat16", 32),
     ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
-      _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid")],
+      _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid"),
+      _layer(_gdn(head_v_dim=12))],
      {}, "float32", 11),
     ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
      dict(norm="post", tie_embeddings=False), "float16", 7),
+    ([_layer(_gdn()), _layer(_gdn(n_v_heads=4, head_v_dim=6, conv_bias=True, use_gate=False,
+                                  allow_neg_eigval=True, conv_size=3))],
+     dict(tie_embeddings=False), "float32", 16),
+    ([_layer(_gdn(n_heads=1, n_v_heads=3, head_k_dim=16, conv_size=2, norm_eps=1e-3)),
+      _layer(_gdn(conv_size=5, conv_bias=True), "gelu", True)], {}, "bfloat16", 7),
 ]
 
 
@@ -138,6 +148,10 @@ def _randomise(model, gen):
             elif ".ln" in name or name.startswith("final_norm"):
                 base = 1.0 if name.endswith(".weight") else 0.0
                 p.copy_(base + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith("norm.weight"):  # gated_delta_net's o_norm
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith((".A_log", ".dt_bias")):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
             elif name.endswith(".bias"):
                 p.copy_(0.1 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
             elif name in ("embed.weight", "pos_embed.weight"):
@@ -238,6 +252,11 @@ def check_based_coverage(entries):
             for e in entries for layer in e["config"]["layers"]
             if layer["mixer"]["kind"] == "sliding_window_attention"},
         "norm": {e["config"]["norm"] for e in entries},
+        **{f"gated_delta_net {flag}": {m[flag] for m in mixers if m["kind"] == "gated_delta_net"}
+           for flag in ("use_gate", "conv_bias", "allow_neg_eigval")},
+        "gated_delta_net value heads per q/k head": {
+            "1" if m["n_v_heads"] == m["n_heads"] else "several"
+            for m in mixers if m["kind"] == "gated_delta_net"},
     }
     wanted = {
         "mixer kind": set(kinds.by_role("mixer")),
@@ -249,6 +268,9 @@ def check_based_coverage(entries):
         "sliding_window_attention rotary": {"none", "full", "partial"},
         "sliding_window_attention window": {"1", "wraps"},
         "norm": set(config_lib.NORMS),
+        **{f"gated_delta_net {flag}": {True, False}
+           for flag in ("use_gate", "conv_bias", "allow_neg_eigval")},
+        "gated_delta_net value heads per q/k head": {"1", "several"},
     }
     for what, values in wanted.items():
         missing = sorted(map(str, values - seen[what]))

@@ -20,7 +20,9 @@ void ShortConvStep(const float* u, const float* gate, int64_t channels, int kern
     for (int64_t ch = 0; ch < channels; ++ch) y[ch] += bias[ch];
   }
   ApplyActivation(Activation::kSilu, y, channels);
-  for (int64_t ch = 0; ch < channels; ++ch) y[ch] *= gate[ch];
+  if (gate != nullptr) {
+    for (int64_t ch = 0; ch < channels; ++ch) y[ch] *= gate[ch];
+  }
   // kernel − 1 rows of history: drop the oldest, append u.
   std::copy(history + channels, history + (kernel - 1) * channels, history);
   std::copy(u, u + channels, history + (kernel - 2) * channels);

@@ -19,18 +19,27 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kMaxGridY = 65535;  // rows (decode) or tokens (prefill) are the grid's y
 
-// u (or, at channels + ch, g) of one token row of a, with in_proj's bias.
-__device__ __forceinline__ float LoadA(const float* a, const float* in_bias, int64_t row,
-                                       int64_t col, int channels) {
-  const float v = a[row * 2 * channels + col];
-  return in_bias != nullptr ? __fadd_rn(v, in_bias[col]) : v;
+// Floats from one row of a to the next.
+__device__ __forceinline__ int64_t Stride(const ShortConvShape& shape) {
+  return shape.a_stride != 0 ? shape.a_stride : 2 * static_cast<int64_t>(shape.channels);
 }
 
-// y = silu(c + conv_bias) · g, in the CPU kernel's order of operations: silu(x) = x · 1/(1+e^−x).
-__device__ __forceinline__ float GatedSilu(float c, const float* conv_bias, int ch, float g) {
-  if (conv_bias != nullptr) c = __fadd_rn(c, conv_bias[ch]);
+// u (or, at channels + ch, g) of one token row of a, with in_proj's bias.
+__device__ __forceinline__ float LoadA(const float* a, const ShortConvShape& shape, int64_t row,
+                                       int64_t col) {
+  const float v = a[row * Stride(shape) + col];
+  return shape.in_bias != nullptr ? __fadd_rn(v, shape.in_bias[col]) : v;
+}
+
+// y = silu(c + conv_bias) · g (ungated: silu(c + conv_bias)), in the CPU kernel's order of
+// operations: silu(x) = x · 1/(1+e^−x). g is read only when gated.
+__device__ __forceinline__ float GatedSilu(float c, const float* a, const ShortConvShape& shape,
+                                           int64_t row, int ch) {
+  if (shape.conv_bias != nullptr) c = __fadd_rn(c, shape.conv_bias[ch]);
   const float sigmoid = 1.0f / __fadd_rn(1.0f, expf(-c));
-  return __fmul_rn(__fmul_rn(c, sigmoid), g);
+  const float y = __fmul_rn(c, sigmoid);
+  if (!shape.gated) return y;
+  return __fmul_rn(y, LoadA(a, shape, row, static_cast<int64_t>(shape.channels) + ch));
 }
 
 template <typename T>
@@ -46,8 +55,7 @@ __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortCon
                                    args.layer_offset + ch
                              : nullptr;
   const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
-  const float u = LoadA(args.a, shape.in_bias, row, ch, channels);
-  const float g = LoadA(args.a, shape.in_bias, row, static_cast<int64_t>(channels) + ch, channels);
+  const float u = LoadA(args.a, shape, row, ch);
   // History row j holds u_{t−(kernel−1)+j}; after the step row j − 1 does, and u is row
   // kernel − 2. This thread alone reads and writes this channel of the slot's rows.
   float c = 0.0f;
@@ -59,7 +67,7 @@ __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortCon
   c = __fadd_rn(c, __fmul_rn(w[kernel - 1], u));
   if (history != nullptr) history[static_cast<int64_t>(kernel - 2) * channels] = u;
   static_cast<T*>(args.out)[row * channels + ch] =
-      FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
+      FromFloat<T>(GatedSilu(c, args.a, shape, row, ch));
 }
 
 // The layer's state of a piece's slot.
@@ -79,20 +87,17 @@ __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortC
   const int64_t row = blockIdx.y;
   if (ch >= channels) return;
   const PrefillPiece piece = args.tables.pieces[PieceOfRow(args.tables, static_cast<int>(row))];
-  const float* a = args.a + static_cast<int64_t>(piece.first_row) * 2 * channels;
+  const float* a = args.a + static_cast<int64_t>(piece.first_row) * Stride(shape);
   const float* state = PieceState(args, piece);
   const int64_t t = row - piece.first_row;
   const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
   float c = 0.0f;
   for (int j = 0; j < kernel; ++j) {
     const int64_t p = t - (kernel - 1) + j;
-    const float u = p >= 0 ? LoadA(a, shape.in_bias, p, ch, channels)
-                           : state[(kernel - 1 + p) * channels + ch];
+    const float u = p >= 0 ? LoadA(a, shape, p, ch) : state[(kernel - 1 + p) * channels + ch];
     c = __fadd_rn(c, __fmul_rn(w[j], u));
   }
-  const float g = LoadA(a, shape.in_bias, t, static_cast<int64_t>(channels) + ch, channels);
-  static_cast<T*>(args.out)[row * channels + ch] =
-      FromFloat<T>(GatedSilu(c, shape.conv_bias, ch, g));
+  static_cast<T*>(args.out)[row * channels + ch] = FromFloat<T>(GatedSilu(c, a, shape, t, ch));
 }
 
 // After a piece (grid y) of n rows: state row r holds u at position n − (kernel − 1) + r, from a
@@ -104,12 +109,12 @@ __global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillS
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
   if (ch >= channels) return;
   const PrefillPiece piece = args.tables.pieces[blockIdx.y];
-  const float* a = args.a + static_cast<int64_t>(piece.first_row) * 2 * channels;
+  const float* a = args.a + static_cast<int64_t>(piece.first_row) * Stride(shape);
   float* state = PieceState(args, piece);
   for (int r = 0; r + 1 < shape.kernel; ++r) {
     const int64_t p = static_cast<int64_t>(piece.rows) - (shape.kernel - 1) + r;
     state[static_cast<int64_t>(r) * channels + ch] =
-        p >= 0 ? LoadA(a, shape.in_bias, p, ch, channels)
+        p >= 0 ? LoadA(a, shape, p, ch)
                : state[(piece.rows + static_cast<int64_t>(r)) * channels + ch];
   }
 }
@@ -131,6 +136,14 @@ absl::Status CheckShortConvShape(const ShortConvShape& shape) {
   }
   if (shape.weight == nullptr) {
     return absl::InvalidArgumentError("short_conv: the convolution needs its weight (conv.weight)");
+  }
+  const int64_t read = (shape.gated ? 2 : 1) * static_cast<int64_t>(shape.channels);
+  if (shape.a_stride != 0 && shape.a_stride < read) {
+    return absl::InvalidArgumentError(absl::StrCat("short_conv: rows of ", shape.a_stride,
+                                                   " floats hold fewer than the ", read, " read"));
+  }
+  if (!shape.gated && shape.in_bias != nullptr) {
+    return absl::InvalidArgumentError("short_conv: an ungated convolution takes no in_proj bias");
   }
   return absl::OkStatus();
 }

@@ -3,8 +3,10 @@
 // in_proj's bias: added here), one fused kernel forms
 //   c[ch] = Σ_{j<kernel} w[ch][j] · u_{t−(kernel−1)+j}[ch] + conv_bias[ch]
 //   y[ch] = silu(c[ch]) · g[ch]
-// and writes y in T, out_proj's input. The sum runs over j in order and every operation rounds
-// as the CPU kernel's (cpu::ShortConvStep), so fp32 results differ only in expf's last ulp.
+// and writes y in T, out_proj's input. Ungated (ShortConvShape::gated false: gated_delta_net's
+// q/k/v convolutions over the leading columns of its projections' rows), y = silu(c[ch]). The sum
+// runs over j in order and every operation rounds as the CPU kernel's (cpu::ShortConvStep), so fp32
+// results differ only in expf's last ulp.
 //
 // State layout (the same as StateBlob and as the CPU backend): the last kernel − 1 values of u
 // (bias included), oldest first: (kernel − 1) rows of `channels` fp32, at
@@ -29,19 +31,25 @@ struct ShortConvShape {
   const float* in_bias = nullptr;    // optional [2·channels]: in_proj's bias (u's, then g's)
   const float* weight = nullptr;     // [channels, kernel]: conv.weight as the checkpoint has it
   const float* conv_bias = nullptr;  // optional [channels]
+  // Ungated (gated_delta_net's q/k/v convolutions): y = silu(c), a's rows hold u and then
+  // columns the convolution does not read, and there is no in_bias. Default: gated.
+  bool gated = true;
+  // Floats from one row of a to the next: at least 2·channels gated, channels ungated.
+  // Default (0): 2·channels.
+  int64_t a_stride = 0;
 };
 
 // The kernel sizes the kernels accept (short_conv's kernel_size parameter has the same range).
 constexpr int kMinShortConvKernel = 2;
 constexpr int kMaxShortConvKernel = 64;
 
-// INVALID_ARGUMENT unless channels >= 1, kMinShortConvKernel <= kernel <= kMaxShortConvKernel
-// and the weight is given.
+// INVALID_ARGUMENT unless channels >= 1, kMinShortConvKernel <= kernel <= kMaxShortConvKernel,
+// the weight is given, a_stride is 0 or wide enough and an ungated shape has no in_bias.
 absl::Status CheckShortConvShape(const ShortConvShape& shape);
 
 struct DecodeShortConvArgs {
   ShortConvShape shape;
-  const float* a = nullptr;        // [rows, 2·channels]: u | g
+  const float* a = nullptr;        // [rows, a_stride]: u | g
   const int32_t* slots = nullptr;  // [rows]; a negative slot is padding: zero state, no write
   float* state = nullptr;
   int64_t slot_stride = 0;   // floats per slot
@@ -57,7 +65,7 @@ absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArg
 
 struct PrefillShortConvArgs {
   ShortConvShape shape;
-  const float* a = nullptr;  // [tables.rows, 2·channels]: the pass's rows
+  const float* a = nullptr;  // [tables.rows, a_stride]: the pass's rows
   PrefillTables tables;      // the pass's sessions (device tables; prefill_pieces.h)
   // The state pool: piece p's layer state at tables.pieces[p].slot · slot_stride + layer_offset.
   float* state = nullptr;

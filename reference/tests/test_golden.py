@@ -18,6 +18,7 @@ sys.path.insert(0, HERE)
 import make_golden  # noqa: E402
 from linserve_ref import config as config_lib  # noqa: E402
 from linserve_ref import export, safetensors_io  # noqa: E402
+from linserve_ref import kinds as linserve_kinds  # noqa: E402
 
 
 class GoldenTest(unittest.TestCase):
@@ -47,10 +48,12 @@ class GoldenTest(unittest.TestCase):
         based = [c for c in self.cases if "layers" in c["config"]]
         self.assertGreaterEqual(len(based), 6)
         kinds = [{layer["mixer"]["kind"] for layer in c["config"]["layers"]} for c in based]
-        for kind in ("short_conv", "taylor_linear_attention", "sliding_window_attention"):
+        for kind in ("short_conv", "taylor_linear_attention", "sliding_window_attention",
+                     "gated_delta_net"):
             self.assertIn({kind}, kinds)  # the kind alone in a model
+        every = len(linserve_kinds.by_role("mixer"))
         with self.assertRaisesRegex(AssertionError, "mixes every mixer kind"):
-            make_golden.check_based_coverage([c for c, k in zip(based, kinds) if len(k) < 4])
+            make_golden.check_based_coverage([c for c, k in zip(based, kinds) if len(k) < every])
         whole = copy.deepcopy(based)
         for c in whole:
             for layer in c["config"]["layers"]:

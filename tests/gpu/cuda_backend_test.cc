@@ -985,15 +985,18 @@ TEST(CudaBackendTest, PrefillBatchEqualsEachSessionAloneAndTheCpu) {
 
 // Export from one backend, import into the other, continue: the CPU and GPU state layouts are
 // the same, so a session can move between devices, both ways. For the single-block model (also
-// at a far position: sinusoidal phase at 300 000), a Based model and the window-80 model, after
-// 200 tokens (every sliding-window ring has wrapped).
+// at a far position: sinusoidal phase at 300 000), a Based model, the window-80 model and a gated
+// DeltaNet, after 200 tokens (every sliding-window ring has wrapped).
 TEST(CudaBackendTest, StateMovesBetweenCpuAndGpu) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   std::vector<Variant> variants = {{"tiny", TinyConfig()}};
   for (const Variant& v : ModelVariants()) {
-    if (v.name == "based_mixed" || v.name == "window80_layer_norm_ffn") variants.push_back(v);
+    if (v.name == "based_mixed" || v.name == "window80_layer_norm_ffn" ||
+        v.name == "gated_delta_net_fla_block") {
+      variants.push_back(v);
+    }
   }
-  ASSERT_EQ(variants.size(), 3u);
+  ASSERT_EQ(variants.size(), 4u);
   for (const Variant& variant : variants) {
     SCOPED_TRACE(variant.name);
     const Model model = MakeRandomModel(variant.config, 19);
@@ -1178,7 +1181,10 @@ TEST(CudaBackendTest, Bf16StateConvertsAtTheSlotBoundary) {
 // naming the flag, the layer and its kind, before any device is touched.
 TEST(CudaBackendTest, Bf16StateIsRefusedForOtherMixers) {
   for (const Variant& variant : ModelVariants()) {
-    if (variant.name != "based_mixed" && variant.name != "window4_layer_norm_ffn") continue;
+    if (variant.name != "based_mixed" && variant.name != "window4_layer_norm_ffn" &&
+        variant.name != "gated_delta_net_wide_head") {
+      continue;
+    }
     SCOPED_TRACE(variant.name);
     const Model model = MakeRandomModel(variant.config, 28);
     BackendOptions options;
@@ -1188,7 +1194,8 @@ TEST(CudaBackendTest, Bf16StateIsRefusedForOtherMixers) {
     EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(b.status().message()), HasSubstr("state_precision bf16: layer "));
     EXPECT_THAT(std::string(b.status().message()),
-                testing::AnyOf(HasSubstr("short_conv"), HasSubstr("sliding_window_attention")));
+                testing::AnyOf(HasSubstr("short_conv"), HasSubstr("sliding_window_attention"),
+                               HasSubstr("gated_delta_net")));
   }
 }
 

@@ -3,8 +3,9 @@
 // a stateless chat that resends its history reads only its new tokens and gets the tokens of a
 // server without the cache; RewindSession and ForkSession(num_tokens) return a session exactly
 // to a turn boundary; their errors reach the client with their codes. Each test runs on
-// TinyConfig's linear-attention model and on TinyBasedConfig's short_conv /
-// taylor_linear_attention / sliding_window_attention layers (prompts longer than the window).
+// TinyConfig's linear-attention model, on TinyBasedConfig's short_conv /
+// taylor_linear_attention / sliding_window_attention layers (prompts longer than the window) and
+// on TinyGatedDeltaNetConfig's gated_delta_net layers.
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -25,7 +26,9 @@ using ::testing::HasSubstr;
 class PrefixTest : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override {
-    const ModelConfig config = GetParam() == "based" ? TinyBasedConfig() : TinyConfig();
+    const ModelConfig config = GetParam() == "based"             ? TinyBasedConfig()
+                               : GetParam() == "gated_delta_net" ? TinyGatedDeltaNetConfig()
+                                                                 : TinyConfig();
     ASSERT_TRUE(WriteModelDirectory(model_dir_, config, MakeRandomWeights(config, 4)).ok());
   }
 
@@ -56,7 +59,7 @@ class PrefixTest : public ::testing::TestWithParam<std::string> {
   const std::string model_dir_ = dir_.Join("model");
 };
 
-INSTANTIATE_TEST_SUITE_P(Models, PrefixTest, ::testing::Values("tiny", "based"),
+INSTANTIATE_TEST_SUITE_P(Models, PrefixTest, ::testing::Values("tiny", "based", "gated_delta_net"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

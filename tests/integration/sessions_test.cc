@@ -1,8 +1,9 @@
 // Sessions through the real stack: fork, export / restart / import, corrupt and foreign
 // snapshots, hibernation, listing. Every test runs on two random models: TinyConfig's
-// linear-attention blocks and TinyBasedConfig's mix of short_conv, taylor_linear_attention and
-// sliding_window_attention layers (whose ring every prompt here wraps), so that every session
-// feature is checked on each kind of state.
+// linear-attention blocks, TinyBasedConfig's mix of short_conv, taylor_linear_attention and
+// sliding_window_attention layers (whose ring every prompt here wraps) and
+// TinyGatedDeltaNetConfig's delta-rule layers, so that every session feature is checked on each
+// kind of state.
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -39,11 +40,16 @@ class SessionsTest : public ::testing::TestWithParam<std::string> {
     o.backend.prefill_chunk_size = 1;
     return o;
   }
-  static ModelConfig Config() { return GetParam() == "based" ? TinyBasedConfig() : TinyConfig(); }
+  static ModelConfig Config() {
+    if (GetParam() == "based") return TinyBasedConfig();
+    if (GetParam() == "gated_delta_net") return TinyGatedDeltaNetConfig();
+    return TinyConfig();
+  }
   Model model_ = MakeRandomModel(Config(), 7);
 };
 
-INSTANTIATE_TEST_SUITE_P(Models, SessionsTest, ::testing::Values("tiny", "based"),
+INSTANTIATE_TEST_SUITE_P(Models, SessionsTest,
+                         ::testing::Values("tiny", "based", "gated_delta_net"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
                            return info.param;
                          });

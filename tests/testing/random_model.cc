@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/format/file_io.h"
+#include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
@@ -94,6 +95,30 @@ ModelConfig TinyBasedConfig() {
   c.final_norm = norm;
   // Through config.json text, so that the fields derived from the layers are filled in.
   absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "TinyBasedConfig");
+  if (!parsed.ok()) Die(parsed.status().ToString());
+  return *std::move(parsed);
+}
+
+ModelConfig TinyGatedDeltaNetConfig() {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {
+      .kind = "gated_mlp",
+      .params = GatedMlpParams{.d_ff = 48, .activation = GateActivation::kSilu}.ToValues()};
+  const ComponentSpec gdn = {
+      .kind = "gated_delta_net",
+      .params = GatedDeltaNetParams{.n_heads = 2, .n_v_heads = 4, .head_k_dim = 8, .head_v_dim = 8}
+                    .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 32;
+  c.position = PositionEmbedding::kNone;
+  c.eos_token_id = 257;
+  c.tie_embeddings = false;
+  c.layers = {{.mixer = gdn, .norm = norm, .mlp = mlp}, {.mixer = gdn, .norm = norm, .mlp = mlp}};
+  c.n_layers = 2;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed =
+      ParseModelConfig(ModelConfigToJson(c), "TinyGatedDeltaNetConfig");
   if (!parsed.ok()) Die(parsed.status().ToString());
   return *std::move(parsed);
 }

@@ -25,6 +25,11 @@ ModelConfig TinyConfig();
 // entries, which every prompt longer than 3 tokens wraps) and short_conv again.
 ModelConfig TinyBasedConfig();
 
+// flash-linear-attention's block at a small size (the byte tokenizer of TinyConfig, d_model 32,
+// untied, no position embeddings, rms_norm pre-norm and final norm, a SwiGLU gated_mlp d_ff 48):
+// two gated_delta_net layers of 2 q/k heads of 8 and 4 value heads of 8, conv_size 4.
+ModelConfig TinyGatedDeltaNetConfig();
+
 // Random weights for `config` (which must pass ParseModelConfig), deterministic in `seed` on
 // every platform. Not the N(0, 0.02) of GPT training recipes, which would leave a tiny model's
 // attention and FFN contributions invisible next to the residual: projections are
