@@ -36,20 +36,18 @@ fixed_decay is accepted (with a note on stderr): the released mixers ignore the 
 """
 
 import argparse
-import json
 import math
 import os
 import re
-import shutil
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-from linserve_ref import export, safetensors_io  # noqa: E402
+from linserve_ref.checkpoint import (ConvertError, Tensors, gpt2_tokenizer_files,  # noqa: E402
+                                     read_checkpoint, write_model_dir)
 from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
-from linserve_ref.model import LinearTransformer  # noqa: E402
 
 CONV = "based.models.mixers.convolution.BaseConv"
 LINEAR_ATTENTION = "based.models.mixers.linear_attention.LinearAttention"
@@ -100,13 +98,6 @@ MIXER_KEYS = {
               "num_heads_kv", "cross_attn"},
 }
 GATED = {"swiglu": "silu", "glu": "sigmoid", "geglu": "gelu"}
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
-DTYPES = {torch.float32: "float32", torch.float16: "float16", torch.bfloat16: "bfloat16"}
-
-
-class ConvertError(ValueError):
-    """The checkpoint holds something this converter does not understand; names the key."""
-
 
 class _Reader:
     """The authors' config with GPT2Config's defaults and aliases."""
@@ -156,34 +147,6 @@ class _Reader:
     def require(self, key, expected, why):
         if self[key] != expected:
             raise ConvertError(f"config.json: '{key}' = {self[key]!r} is not supported ({why})")
-
-
-class _Tensors:
-    """The checkpoint's tensors; each one must be taken exactly once."""
-
-    def __init__(self, tensors):
-        self.tensors = tensors
-        self.taken = set()
-
-    def has(self, key):
-        return key in self.tensors
-
-    def take(self, key, shape):
-        if key not in self.tensors:
-            raise ConvertError(f"checkpoint: missing tensor '{key}'")
-        t = self.tensors[key]
-        if tuple(t.shape) != tuple(shape):
-            raise ConvertError(
-                f"checkpoint: tensor '{key}' has shape {list(t.shape)}, the config implies "
-                f"{list(shape)}")
-        self.taken.add(key)
-        return t
-
-    def check_all_taken(self):
-        left = sorted(set(self.tensors) - self.taken)
-        if left:
-            raise ConvertError(f"checkpoint: tensor '{left[0]}' is not understood "
-                               f"({len(left)} tensor(s) left unconverted)")
 
 
 def _mixer_dict(cfg, key, target):
@@ -375,7 +338,7 @@ def convert(config, tensors, tokenizer_eos=-1):
     multiple = cfg.int("pad_vocab_size_multiple")
     padded = math.ceil(vocab / multiple) * multiple
     tensors = {re.sub(r"^model\.", "", k): v for k, v in tensors.items() if "metrics" not in k}
-    t = _Tensors(tensors)
+    t = Tensors(tensors)
     out = {}
     tied = cfg["tie_word_embeddings"]
     embed_key = "transformer.embeddings.word_embeddings.weight"
@@ -427,60 +390,14 @@ def convert(config, tensors, tokenizer_eos=-1):
     return linserve, out
 
 
-def read_checkpoint(src):
-    """(config dict, tensors) of the authors' checkpoint directory."""
-    path = os.path.join(src, "config.json")
-    try:
-        with open(path, encoding="utf-8") as f:
-            config = json.load(f)
-    except (OSError, ValueError) as e:
-        raise ConvertError(f"{path}: {e}") from None
-    for name in WEIGHT_FILES:
-        weights = os.path.join(src, name)
-        if os.path.exists(weights):
-            break
-    else:
-        raise ConvertError(f"{src}: neither {' nor '.join(WEIGHT_FILES)} is there")
-    try:
-        if name == "model.safetensors":
-            tensors, _ = safetensors_io.load_file(weights)
-        else:
-            tensors = torch.load(weights, map_location="cpu", weights_only=True)
-    except Exception as e:  # noqa: BLE001 -- any failure to read is the file's fault
-        raise ConvertError(f"{weights}: cannot be read: {e}") from None
-    if not isinstance(tensors, dict) or not all(
-            isinstance(v, torch.Tensor) for v in tensors.values()):
-        raise ConvertError(f"{weights}: is not a state dict of tensors")
-    return config, tensors
-
-
 def tokenizer_files(directory):
-    """The GPT-2 tokenizer files in `directory` and the largest id they define and
-    <|endoftext|>'s id (-1 if absent)."""
-    vocab_json = os.path.join(directory, "vocab.json")
-    merges = os.path.join(directory, "merges.txt")
-    tokenizer_json = os.path.join(directory, "tokenizer.json")
-    try:
-        if os.path.exists(vocab_json) and os.path.exists(merges):
-            with open(vocab_json, encoding="utf-8") as f:
-                vocab = json.load(f)
-            files = [vocab_json, merges]
-            if os.path.exists(tokenizer_json):
-                files.append(tokenizer_json)
-        elif os.path.exists(tokenizer_json):
-            with open(tokenizer_json, encoding="utf-8") as f:
-                data = json.load(f)
-            vocab = dict(data["model"]["vocab"])
-            vocab.update({a["content"]: a["id"] for a in data.get("added_tokens", [])})
-            files = [tokenizer_json]
-        else:
-            raise ConvertError(f"--tokenizer {directory}: holds neither vocab.json + merges.txt "
-                               f"nor tokenizer.json")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ConvertError(f"--tokenizer {directory}: cannot be read: {e}") from None
-    if not isinstance(vocab, dict) or not vocab:
-        raise ConvertError(f"--tokenizer {directory}: the vocabulary is empty or not an object")
-    return files, max(vocab.values()), vocab.get("<|endoftext|>", -1)
+    """GPT-2's tokenizer files in `directory`, the largest id they define and <|endoftext|>'s
+    id (-1 if absent)."""
+    found = gpt2_tokenizer_files(directory)
+    if found is None:
+        raise ConvertError(f"--tokenizer {directory}: holds neither vocab.json + merges.txt "
+                           f"nor tokenizer.json")
+    return found
 
 
 def main(argv=None):
@@ -506,14 +423,7 @@ def main(argv=None):
             raise ConvertError(f"--tokenizer {args.tokenizer}: defines id {max_id}, beyond the "
                                f"model's vocab_size {vocab}")
         linserve, out = convert(config, tensors, tokenizer_eos=eos)
-        with torch.random.fork_rng(devices=[]):
-            model = LinearTransformer(linserve)
-        model.load_state_dict({k: v.to(torch.float32) for k, v in out.items()})
-        dtypes = {v.dtype for v in tensors.values() if v.is_floating_point()}
-        dtype = DTYPES.get(dtypes.pop(), "float32") if len(dtypes) == 1 else "float32"
-        export.save_model_dir(model, args.out, dtype=dtype)
-        for f in files:
-            shutil.copyfile(f, os.path.join(args.out, os.path.basename(f)))
+        dtype = write_model_dir(linserve, out, tensors, args.out, files)
     except ConvertError as e:
         print(f"convert_based.py: {e}", file=sys.stderr)
         return 1

@@ -22,7 +22,7 @@ sys.path.insert(0, HERE)
 
 import based_authors  # noqa: E402
 import convert_based  # noqa: E402
-from linserve_ref import export, safetensors_io  # noqa: E402
+from linserve_ref import checkpoint, export, safetensors_io  # noqa: E402
 
 TOLERANCE = 1e-12
 TOKENS = 40  # beyond the sliding window (window_size 12 -> a window of 7 tokens)
@@ -79,7 +79,7 @@ class ConvertTest(unittest.TestCase):
     def authors_logits(self, src, config, ids):
         """Their model in float64 from the weights as stored."""
         model = based_authors.AuthorsBased(config).double()
-        files = [f for f in os.listdir(src) if f in convert_based.WEIGHT_FILES]
+        files = [f for f in os.listdir(src) if f in checkpoint.WEIGHT_FILES]
         path = os.path.join(src, files[0])
         if files[0] == "model.safetensors":
             state, _ = safetensors_io.load_file(path)

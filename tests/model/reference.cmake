@@ -26,6 +26,15 @@ add_test(NAME reference_bundled_model
          WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
 set_tests_properties(reference_bundled_model PROPERTIES LABELS "python")
 
+# flash-linear-attention's Gated DeltaNet (issue 39): a random checkpoint in fla's layout converts
+# to logits within 1e-12 of a transcription of fla's model, and linserve-generate (the C++ CPU
+# backend) writes the text of fla's 64 greedy tokens.
+add_test(NAME reference_convert_fla
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_convert_fla.py
+                 --generate-bin $<TARGET_FILE:linserve-generate>
+         WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+set_tests_properties(reference_convert_fla PROPERTIES LABELS "python")
+
 # The bundled Based model (issue 26): its layers, size and recorded validation loss, and the same
 # text from linserve-generate (the C++ Based kinds) as from the reference.
 add_test(NAME reference_based_model

@@ -1,0 +1,273 @@
+#!/usr/bin/env python3
+"""Converts a flash-linear-attention checkpoint (fla-org/flash-linear-attention's models, as
+fla-hub publishes them) into a linserve model directory.
+
+    convert_fla.py --checkpoint SRC --out DST [--tokenizer DIR]
+
+SRC holds fla's config.json (a transformers PretrainedConfig; `model_type` names the family) and
+model.safetensors or pytorch_model.bin (their ForCausalLM's state_dict). DIR holds the model's
+tokenizer: tokenizer.model (the Llama/Mistral SentencePiece model fla-hub's checkpoints use;
+config tokenizer "sentencepiece") or a byte-level BPE in GPT-2's files (vocab.json + merges.txt or
+tokenizer.json, as GPT-NeoX's; "gpt2_bpe"). Without --tokenizer, SRC's own tokenizer files are
+used; a checkpoint with neither is refused, since a model directory without its tokenizer cannot
+serve text. DST gets config.json (the "layers" schema), model.safetensors (in the checkpoint's
+dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
+
+Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM) converts; fla's other families
+(`gla`, `retnet`, `delta_net`, `mamba2`) have no linserve layer kind yet and are refused by name,
+as is any other model_type. Mapping of gated_deltanet (per layer i; docs/model-format.md gives
+linserve's kinds):
+  attn (GatedDeltaNet) -> gated_delta_net: n_heads = num_heads, n_v_heads = num_v_heads (or
+      num_heads), head_k_dim = head_dim, head_v_dim = head_dim · expand_v (an integer),
+      conv_size, use_gate, allow_neg_eigval, norm_eps (fla passes the model's norm_eps to the
+      layer); conv_bias false (fla's model never sets it). The projections, A_log, dt_bias and
+      o_norm keep their names; q/k/v_conv1d.weight [channels, 1, conv_size] lose the middle axis.
+  attn_norm / mlp_norm / model.norm -> rms_norm (eps = norm_eps).
+  mlp (GatedMLP, swish) -> gated_mlp silu without biases: fc1 = [up_proj; gate_proj] (value
+      rows first), fc2 = down_proj; d_ff = intermediate_size, or fla's rule from hidden_ratio
+      (256 · ceil(int(hidden_size · hidden_ratio · 2/3) / 256)).
+  model.embeddings -> embed; lm_head -> lm_head (untied), or checked equal to the embedding (tied).
+Refused, naming the key: unknown config keys, use_short_conv false, hybrid softmax-attention
+layers (`attn`), attention residuals (`attnres_block_size`), an MLP activation other than
+swish/silu, shapes the config does not imply, and any tensor the mapping does not consume.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+from linserve_ref.checkpoint import (ConvertError, Tensors, gpt2_tokenizer_files,  # noqa: E402
+                                     read_checkpoint, write_model_dir)
+from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
+
+# fla's families without a linserve kind yet (issue 39), by model_type.
+NOT_YET = {"gla": "GLA (gated_linear_attention)", "retnet": "RetNet (retention)",
+           "delta_net": "DeltaNet (delta_net)", "mamba2": "Mamba-2 (mamba2)"}
+
+# GatedDeltaNetConfig's defaults for the keys read.
+GDN_DEFAULTS = {
+    "hidden_size": 2048, "expand_v": 2.0, "use_gate": True, "use_short_conv": True,
+    "allow_neg_eigval": False, "conv_size": 4, "head_dim": 256, "num_heads": 6,
+    "num_v_heads": None, "hidden_ratio": 4, "intermediate_size": None, "hidden_act": "swish",
+    "num_hidden_layers": 21, "norm_eps": 1e-6, "attn": None, "bos_token_id": 1,
+    "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
+    "attnres_block_size": None,
+}
+# Keys that do not change what the model computes: kernel choice (attn_mode: chunk and
+# fused_recurrent compute the same recurrence), fused training paths, the loss, the position
+# limit of training (the recurrence has none), HF bookkeeping.
+IGNORED_KEYS = {
+    "model_type", "architectures", "transformers_version", "torch_dtype", "_name_or_path",
+    "attn_mode", "max_position_embeddings", "use_cache", "pad_token_id", "initializer_range",
+    "fuse_norm", "fuse_swiglu", "fuse_cross_entropy", "fuse_linear_cross_entropy",
+    "use_l2warp", "return_dict", "output_hidden_states", "output_attentions", "torchscript",
+    "use_return_dict",
+}
+
+
+class _Reader:
+    """fla's config with its class's defaults."""
+
+    def __init__(self, config, defaults):
+        self.config, self.defaults = config, defaults
+        for key in config:
+            if key not in defaults and key not in IGNORED_KEYS:
+                raise ConvertError(f"config.json: unknown key '{key}'")
+
+    def __getitem__(self, key):
+        return self.config[key] if key in self.config else self.defaults[key]
+
+    def int(self, key, lo=1):
+        value = self[key]
+        if isinstance(value, bool) or not isinstance(value, int) or value < lo:
+            raise ConvertError(f"config.json: '{key}' = {value!r} must be an integer >= {lo}")
+        return value
+
+    def bool(self, key):
+        value = self[key]
+        if not isinstance(value, bool):
+            raise ConvertError(f"config.json: '{key}' = {value!r} must be true or false")
+        return value
+
+    def number(self, key):
+        value = self[key]
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ConvertError(f"config.json: '{key}' = {value!r} must be a number")
+        return float(value)
+
+    def require(self, key, expected, why):
+        if self[key] != expected:
+            raise ConvertError(f"config.json: '{key}' = {self[key]!r} is not supported ({why})")
+
+
+def _model_type(config):
+    if not isinstance(config, dict):
+        raise ConvertError("config.json must be a JSON object")
+    model_type = config.get("model_type")
+    if model_type == "gated_deltanet":
+        return model_type
+    if model_type in NOT_YET:
+        raise ConvertError(f"config.json: 'model_type' = {model_type!r}: {NOT_YET[model_type]} "
+                           f"has no linserve layer kind yet; this converter reads "
+                           f"'gated_deltanet'")
+    raise ConvertError(f"config.json: 'model_type' = {model_type!r} is not an fla family this "
+                       f"converter reads ('gated_deltanet')")
+
+
+def _gdn_mixer(cfg, t, i, d, out):
+    h, dk = cfg.int("num_heads"), cfg.int("head_dim")
+    hv = cfg["num_v_heads"]
+    hv = h if hv is None else cfg.int("num_v_heads")
+    if hv % h:
+        raise ConvertError(f"config.json: 'num_v_heads' = {hv} is not a multiple of num_heads "
+                           f"= {h}")
+    dv = dk * cfg.number("expand_v")
+    if dv != int(dv):
+        raise ConvertError(f"config.json: 'expand_v' = {cfg['expand_v']!r} times head_dim {dk} "
+                           f"is not a whole head_v_dim")
+    dv = int(dv)
+    taps = cfg.int("conv_size", lo=2)
+    kd, vd = h * dk, hv * dv
+    p, q = f"model.layers.{i}.attn.", f"layers.{i}.attn."
+    shapes = {"q_proj.weight": (kd, d), "k_proj.weight": (kd, d), "v_proj.weight": (vd, d),
+              "a_proj.weight": (hv, d), "b_proj.weight": (hv, d), "A_log": (hv,),
+              "dt_bias": (hv,), "o_norm.weight": (dv,), "o_proj.weight": (d, vd)}
+    if cfg.bool("use_gate"):
+        shapes["g_proj.weight"] = (vd, d)
+    for name, shape in shapes.items():
+        out[q + name] = t.take(p + name, shape)
+    for conv, channels in (("q", kd), ("k", kd), ("v", vd)):
+        name = f"{conv}_conv1d.weight"
+        out[q + name] = t.take(p + name, (channels, 1, taps))[:, 0, :]
+    return {"kind": "gated_delta_net", "n_heads": h, "n_v_heads": hv, "head_k_dim": dk,
+            "head_v_dim": dv, "conv_size": taps, "conv_bias": False,
+            "use_gate": cfg["use_gate"], "allow_neg_eigval": cfg.bool("allow_neg_eigval"),
+            "norm_eps": cfg.number("norm_eps")}
+
+
+def _mlp(cfg, t, i, d, out):
+    inner = cfg["intermediate_size"]
+    if inner is None:
+        ratio = cfg["hidden_ratio"] if cfg["hidden_ratio"] is not None else 4
+        inner = int(d * ratio * 2 / 3)
+        inner = 256 * ((inner + 256 - 1) // 256)
+    else:
+        inner = cfg.int("intermediate_size")
+    p, q = f"model.layers.{i}.mlp.", f"layers.{i}.mlp."
+    up = t.take(p + "up_proj.weight", (inner, d))
+    gate = t.take(p + "gate_proj.weight", (inner, d))
+    out[q + "fc1.weight"] = torch.cat([up, gate])
+    out[q + "fc2.weight"] = t.take(p + "down_proj.weight", (d, inner))
+    return {"kind": "gated_mlp", "d_ff": inner, "activation": "silu", "bias": False}
+
+
+def _norm(cfg, t, key, d, out, name):
+    out[name] = t.take(key, (d,))
+    return {"kind": "rms_norm", "eps": cfg.number("norm_eps")}
+
+
+def convert(config, tensors, tokenizer="sentencepiece"):
+    """fla's config dict and state dict -> (linserve config, linserve tensors)."""
+    _model_type(config)
+    cfg = _Reader(config, GDN_DEFAULTS)
+    cfg.require("use_short_conv", True, "gated_delta_net has no layer without its short "
+                "convolutions")
+    cfg.require("attn", None, "hybrid models with softmax-attention layers")
+    cfg.require("attnres_block_size", None, "attention residuals")
+    if cfg["hidden_act"] not in ("swish", "silu"):
+        raise ConvertError(f"config.json: 'hidden_act' = {cfg['hidden_act']!r} is not swish or "
+                           f"silu (the SwiGLU MLP gated_mlp computes)")
+    d, n_layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
+    vocab = cfg.int("vocab_size")
+    t = Tensors(tensors)
+    out = {}
+    tied = cfg.bool("tie_word_embeddings")
+    embed = t.take("model.embeddings.weight", (vocab, d))
+    if tied and t.has("lm_head.weight"):
+        if not torch.equal(t.take("lm_head.weight", (vocab, d)), embed):
+            raise ConvertError("checkpoint: tensor 'lm_head.weight' differs from the embedding "
+                               "although tie_word_embeddings is true")
+    elif not tied:
+        out["lm_head.weight"] = t.take("lm_head.weight", (vocab, d))
+    out["embed.weight"] = embed
+    layers = []
+    for i in range(n_layers):
+        mixer = _gdn_mixer(cfg, t, i, d, out)
+        p = f"model.layers.{i}."
+        norm = _norm(cfg, t, p + "attn_norm.weight", d, out, f"layers.{i}.ln1.weight")
+        _norm(cfg, t, p + "mlp_norm.weight", d, out, f"layers.{i}.ln2.weight")
+        layers.append({"mixer": mixer, "norm": norm, "mlp": _mlp(cfg, t, i, d, out)})
+    final = _norm(cfg, t, "model.norm.weight", d, out, "final_norm.weight")
+    t.check_all_taken()
+    special = {}
+    for key in ("bos_token_id", "eos_token_id"):
+        value = cfg[key]
+        special[key] = -1 if value is None else cfg.int(key, lo=0)
+    linserve = {"architecture": "linear_transformer", "vocab_size": vocab, "d_model": d,
+                "n_layers": n_layers, "norm": "pre", "position": "none", "tie_embeddings": tied,
+                "tokenizer": tokenizer, **special, "layers": layers, "final_norm": final}
+    try:
+        linserve = normalize_config(linserve)
+    except ConfigError as e:
+        raise ConvertError(f"the converted config is out of linserve's range: {e}") from None
+    return linserve, out
+
+
+def find_tokenizer(directory):
+    """(config tokenizer, files to copy, SentencePiece model or None, largest id) of the
+    tokenizer in `directory`, or None when there is none."""
+    model = os.path.join(directory, "tokenizer.model")
+    if os.path.exists(model):
+        try:
+            import sentencepiece  # noqa: PLC0415 -- only a SentencePiece tokenizer needs it
+
+            pieces = sentencepiece.SentencePieceProcessor(model_file=model).get_piece_size()
+        except Exception as e:  # noqa: BLE001 -- any failure to read is the file's fault
+            raise ConvertError(f"{model}: not a SentencePiece model: {e}") from None
+        return "sentencepiece", [], model, pieces - 1
+    found = gpt2_tokenizer_files(directory)
+    if found is None:
+        return None
+    files, max_id, _ = found
+    return "gpt2_bpe", files, None, max_id
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--checkpoint", required=True,
+                        help="fla's directory: config.json + model.safetensors or "
+                             "pytorch_model.bin")
+    parser.add_argument("--out", required=True, help="the linserve model directory to write")
+    parser.add_argument("--tokenizer",
+                        help="tokenizer.model (SentencePiece), or GPT-2-format vocab.json + "
+                             "merges.txt or tokenizer.json. Default: the checkpoint's own")
+    args = parser.parse_args(argv)
+    try:
+        where = args.tokenizer if args.tokenizer is not None else args.checkpoint
+        found = find_tokenizer(where)
+        if found is None:
+            raise ConvertError(
+                f"{'--tokenizer ' if args.tokenizer is not None else ''}{where}: holds no "
+                f"tokenizer (tokenizer.model, vocab.json + merges.txt or tokenizer.json); pass "
+                f"--tokenizer DIR")
+        kind, files, sp_model, max_id = found
+        config, tensors = read_checkpoint(args.checkpoint)
+        linserve, out = convert(config, tensors, tokenizer=kind)
+        if max_id >= linserve["vocab_size"]:
+            raise ConvertError(f"{where}: the tokenizer defines id {max_id}, beyond the model's "
+                               f"vocab_size {linserve['vocab_size']}")
+        dtype = write_model_dir(linserve, out, tensors, args.out, files, tokenizer_model=sp_model)
+    except ConvertError as e:
+        print(f"convert_fla.py: {e}", file=sys.stderr)
+        return 1
+    print(f"convert_fla.py: wrote {args.out} ({linserve['n_layers']} layers, d_model "
+          f"{linserve['d_model']}, vocab {linserve['vocab_size']}, weights {dtype})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

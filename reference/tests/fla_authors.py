@@ -1,0 +1,259 @@
+"""An independent transcription of flash-linear-attention's Gated DeltaNet language model
+(fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/gated_deltanet/
+{configuration,modeling}_gated_deltanet.py, fla/layers/gated_deltanet.py, fla/modules' RMSNorm,
+FusedRMSNormGated, ShortConvolution and GatedMLP, and the recurrence of
+fla/ops/gated_delta_rule/naive.py with the fused kernels' in-kernel steps: the L2 norm of q and k
+(x / sqrt(Σx² + 1e-6)), β = sigmoid(b) (· 2 with allow_neg_eigval), g = −exp(A_log) ·
+softplus(a + dt_bias), value head h reading q/k head h // (num_v_heads // num_heads)) in plain
+PyTorch and in THEIR layout: module names and shapes are those of their state_dict
+(model.layers.{i}.attn.q_conv1d.weight [key_dim, 1, conv_size], ...), built from their
+config.json with GatedDeltaNetConfig's defaults. The recurrent state is returned as the kernels
+keep it with state_v_first (their layer passes it): [B, num_v_heads, head_v_dim, head_k_dim].
+
+`make_checkpoint` writes a random checkpoint of this model (config.json + model.safetensors or
+pytorch_model.bin), the input of convert_fla.py's tests.
+"""
+
+import json
+import os
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# GatedDeltaNetConfig.__init__'s defaults (those the model reads).
+DEFAULTS = {
+    "attn_mode": "chunk", "hidden_size": 2048, "expand_v": 2.0, "use_gate": True,
+    "use_short_conv": True, "allow_neg_eigval": False, "conv_size": 4, "head_dim": 256,
+    "num_heads": 6, "num_v_heads": None, "max_position_embeddings": 2048, "hidden_ratio": 4,
+    "intermediate_size": None, "hidden_act": "swish", "num_hidden_layers": 21, "norm_eps": 1e-6,
+    "attn": None, "use_cache": True, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+    "tie_word_embeddings": False, "initializer_range": 0.02, "fuse_norm": True,
+    "fuse_swiglu": True, "fuse_cross_entropy": True, "fuse_linear_cross_entropy": False,
+    "use_l2warp": False, "vocab_size": 32000, "attnres_block_size": None,
+}
+
+
+def small_config(**overrides):
+    """fla-hub/gated_deltanet-1.3B's config.json scaled down: hidden 64, 3 layers, 2 q/k heads of
+    16 with expand_v 2 (value heads of 32), vocab 2048 (the bundled SentencePiece model's)."""
+    config = {
+        "architectures": ["GatedDeltaNetForCausalLM"], "model_type": "gated_deltanet",
+        "torch_dtype": "float32", "transformers_version": "4.53.3", "attn_mode": "chunk",
+        "hidden_size": 64, "expand_v": 2, "use_gate": True, "use_short_conv": True,
+        "conv_size": 4, "head_dim": 16, "num_heads": 2, "max_position_embeddings": 2048,
+        "hidden_ratio": 4, "intermediate_size": None, "hidden_act": "swish",
+        "num_hidden_layers": 3, "norm_eps": 1e-6, "attn": None, "use_cache": True,
+        "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+        "initializer_range": 0.006, "fuse_norm": True, "fuse_swiglu": True,
+        "fuse_cross_entropy": True, "vocab_size": 2048,
+    }
+    config.update(overrides)
+    return config
+
+
+def get(config, key):
+    return config[key] if key in config else DEFAULTS[key]
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+        self.eps = eps
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+class FusedRMSNormGated(RMSNorm):
+    """activation 'swish': rmsnorm(x) · g · sigmoid(g)."""
+
+    def forward(self, x, g):
+        return super().forward(x) * g * torch.sigmoid(g)
+
+
+class ShortConvolution(nn.Conv1d):
+    """A depthwise causal convolution with silu: nn.Conv1d(D, D, K, groups=D, padding=K − 1) over
+    [B, T, D], truncated to the sequence."""
+
+    def __init__(self, hidden_size, kernel_size, bias):
+        super().__init__(hidden_size, hidden_size, kernel_size, groups=hidden_size,
+                         padding=kernel_size - 1, bias=bias)
+
+    def forward(self, x):
+        y = super().forward(x.transpose(1, 2))[..., :x.shape[1]]
+        return F.silu(y).transpose(1, 2)
+
+
+def l2norm(x):
+    return x / torch.sqrt((x * x).sum(-1, keepdim=True) + 1e-6)
+
+
+def naive_recurrent_gated_delta_rule(q, k, v, beta, g, scale):
+    """naive.py's loop. q, k [B, T, H, K], v [B, T, H, V], beta, g [B, T, H] -> o [B, T, H, V]
+    and the final h [B, H, K, V]."""
+    q, k, v, beta, g = (x.transpose(1, 2) for x in (q, k, v, beta, g))
+    b, h_count, t_count, k_dim, v_dim = *k.shape, v.shape[-1]
+    o = torch.zeros(b, h_count, t_count, v_dim, dtype=v.dtype)
+    h = torch.zeros(b, h_count, k_dim, v_dim, dtype=v.dtype)
+    q = q * scale
+    for i in range(t_count):
+        b_q, b_k, b_v = q[:, :, i], k[:, :, i], v[:, :, i].clone()
+        h = h * g[:, :, i].exp()[..., None, None]
+        b_v = b_v - (h * b_k[..., None]).sum(-2)
+        b_v = b_v * beta[:, :, i][..., None]
+        h = h + b_k.unsqueeze(-1) * b_v.unsqueeze(-2)
+        o[:, :, i] = torch.einsum("bhd,bhdm->bhm", b_q, h)
+    return o.transpose(1, 2), h
+
+
+class GatedDeltaNet(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        self.num_heads = get(config, "num_heads")
+        self.num_v_heads = get(config, "num_v_heads") or self.num_heads
+        self.head_k_dim = get(config, "head_dim")
+        self.head_v_dim = int(self.head_k_dim * get(config, "expand_v"))
+        self.key_dim = self.num_heads * self.head_k_dim
+        self.value_dim = self.num_v_heads * self.head_v_dim
+        self.use_gate = get(config, "use_gate")
+        self.allow_neg_eigval = get(config, "allow_neg_eigval")
+        conv_size = get(config, "conv_size")
+        eps = get(config, "norm_eps")
+        self.q_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.value_dim, bias=False)
+        self.a_proj = nn.Linear(d, self.num_v_heads, bias=False)
+        self.b_proj = nn.Linear(d, self.num_v_heads, bias=False)
+        self.A_log = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.dt_bias = nn.Parameter(torch.zeros(self.num_v_heads))
+        self.q_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+        self.k_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+        self.v_conv1d = ShortConvolution(self.value_dim, conv_size, False)
+        if self.use_gate:
+            self.g_proj = nn.Linear(d, self.value_dim, bias=False)
+            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps)
+        else:
+            self.o_norm = RMSNorm(self.head_v_dim, eps)
+        self.o_proj = nn.Linear(self.value_dim, d, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q_conv1d(self.q_proj(x)).view(b, t, self.num_heads, self.head_k_dim)
+        k = self.k_conv1d(self.k_proj(x)).view(b, t, self.num_heads, self.head_k_dim)
+        v = self.v_conv1d(self.v_proj(x)).view(b, t, self.num_v_heads, self.head_v_dim)
+        group = self.num_v_heads // self.num_heads  # the kernels' i_h = i_hv // group
+        q = q.repeat_interleave(group, dim=2)
+        k = k.repeat_interleave(group, dim=2)
+        beta = self.b_proj(x).sigmoid()
+        if self.allow_neg_eigval:
+            beta = beta * 2
+        g = -self.A_log.exp() * F.softplus(self.a_proj(x) + self.dt_bias)
+        o, h = naive_recurrent_gated_delta_rule(l2norm(q), l2norm(k), v, beta, g,
+                                                self.head_k_dim ** -0.5)
+        if self.use_gate:
+            o = self.o_norm(o, self.g_proj(x).view(b, t, self.num_v_heads, self.head_v_dim))
+        else:
+            o = self.o_norm(o)
+        return self.o_proj(o.reshape(b, t, self.value_dim)), h.transpose(-1, -2)
+
+
+class GatedMLP(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        inner = get(config, "intermediate_size")
+        if inner is None:
+            inner = int(d * (get(config, "hidden_ratio") or 4) * 2 / 3)
+            inner = 256 * ((inner + 256 - 1) // 256)
+        self.gate_proj = nn.Linear(d, inner, bias=False)
+        self.up_proj = nn.Linear(d, inner, bias=False)
+        self.down_proj = nn.Linear(inner, d, bias=False)
+
+    def forward(self, x):
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class GatedDeltaNetBlock(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        eps = get(config, "norm_eps")
+        self.attn_norm = RMSNorm(get(config, "hidden_size"), eps)
+        self.attn = GatedDeltaNet(config)
+        self.mlp_norm = RMSNorm(get(config, "hidden_size"), eps)
+        self.mlp = GatedMLP(config)
+
+    def forward(self, x):
+        o, h = self.attn(self.attn_norm(x))
+        x = x + o
+        return x + self.mlp(self.mlp_norm(x)), h
+
+
+class GatedDeltaNetModel(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embeddings = nn.Embedding(get(config, "vocab_size"), get(config, "hidden_size"))
+        self.layers = nn.ModuleList(
+            GatedDeltaNetBlock(config) for _ in range(get(config, "num_hidden_layers")))
+        self.norm = RMSNorm(get(config, "hidden_size"), get(config, "norm_eps"))
+
+
+class GatedDeltaNetForCausalLM(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.model = GatedDeltaNetModel(config)
+        self.lm_head = nn.Linear(get(config, "hidden_size"), get(config, "vocab_size"),
+                                 bias=False)
+        if get(config, "tie_word_embeddings"):
+            self.lm_head.weight = self.model.embeddings.weight
+
+    def forward(self, input_ids):
+        """input_ids [B, T] -> logits [B, T, V] and each layer's final recurrent state
+        [B, num_v_heads, head_v_dim, head_k_dim]."""
+        x = self.model.embeddings(input_ids)
+        states = []
+        for layer in self.model.layers:
+            x, h = layer(x)
+            states.append(h)
+        return self.lm_head(self.model.norm(x)), states
+
+
+def randomise(model, gen):
+    """Weights far from their initial values, at a stable scale: norms 1 + N(0, 0.2²), A_log and
+    dt_bias N(0, 0.5²), the embedding N(0, 1), every other matrix N(0, 1/fan_in) (a convolution's
+    fan-in is its taps)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if "norm" in name:
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith(("A_log", "dt_bias")):
+                p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            elif name == "model.embeddings.weight":
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            else:
+                p.copy_(torch.randn(p.shape, generator=gen, dtype=torch.float64)
+                        / p.shape[-1] ** 0.5)
+
+
+def make_checkpoint(directory, config, seed, weights="model.safetensors", dtype=torch.float32):
+    """Writes config.json and the weights of a random model of `config` (fla's state_dict keys,
+    stored in `dtype`); returns the model in float64 with exactly the stored weights."""
+    from linserve_ref import safetensors_io
+
+    os.makedirs(directory, exist_ok=True)
+    with torch.random.fork_rng(devices=[]):
+        model = GatedDeltaNetForCausalLM(config).double()
+    randomise(model, torch.Generator().manual_seed(seed))
+    state = {k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}
+    if get(config, "tie_word_embeddings"):
+        del state["lm_head.weight"]
+    with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
+        json.dump(config, f, indent=2)
+    if weights == "model.safetensors":
+        safetensors_io.save_file(state, os.path.join(directory, weights))
+    else:
+        torch.save(state, os.path.join(directory, weights))
+    model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)
+    return model

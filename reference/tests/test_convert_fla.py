@@ -1,0 +1,254 @@
+"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet layout
+(fla_authors.py, an independent transcription of their model at bc3b101) converts into a model
+directory whose logits, from our reference in both its parallel and its recurrent form, equal
+fla's model's within 1e-12 of the largest logit for a 300-token prompt (both in float64 from the
+same stored weights), with the same recurrent state ([v, k] in fla's layout, [k, v] in ours);
+every option the mapping reads changes the result as theirs does; greedy decoding picks the same
+64 tokens, and the C++ CPU backend (linserve-generate, with --generate-bin) writes the same
+text; every refusal names its key.
+
+    test_convert_fla.py [--generate-bin PATH/linserve-generate] [unittest args]
+"""
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(HERE))
+sys.path.insert(0, HERE)
+
+import convert_fla  # noqa: E402
+import fla_authors  # noqa: E402
+import generate  # noqa: E402
+from linserve_ref import checkpoint, corpus, export  # noqa: E402
+from linserve_ref.sampling import SamplingParams  # noqa: E402
+from linserve_ref.text_tokenizer import load_tokenizer  # noqa: E402
+
+TOLERANCE = 1e-12
+TOKENS = 300
+TOKENIZER_DIR = os.path.join(corpus.REPO_ROOT, "models", "shakespeare-linear")
+GENERATE_BIN = None
+
+
+def run_main(args):
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        rc = convert_fla.main(args)
+    return rc, err.getvalue()
+
+
+def relative(a, b):
+    return ((a - b).abs().max() / b.abs().max()).item()
+
+
+class ConvertFlaTest(unittest.TestCase):
+    def setUp(self):
+        torch.set_num_threads(2)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def convert(self, config, seed=1, **kwargs):
+        """(fla's model, our model from the converted directory, its path)."""
+        src = os.path.join(self.tmp.name, f"src{seed}")
+        dst = os.path.join(self.tmp.name, f"dst{seed}")
+        theirs = fla_authors.make_checkpoint(src, config, seed, **kwargs)
+        rc, err = run_main(["--checkpoint", src, "--out", dst, "--tokenizer", TOKENIZER_DIR])
+        self.assertEqual(rc, 0, err)
+        ours = export.load_model_dir(dst, dtype=torch.float64)
+        return theirs.eval(), ours.eval(), dst
+
+    def check_parity(self, config, seed=1, chunk_size=64, **kwargs):
+        theirs, ours, _ = self.convert(config, seed, **kwargs)
+        tokens = torch.randint(0, config["vocab_size"], (1, TOKENS),
+                               generator=torch.Generator().manual_seed(seed))
+        with torch.no_grad():
+            expected, fla_states = theirs(tokens)
+            parallel, state = ours(tokens, chunk_size=chunk_size)
+            recurrent = []
+            step_state = ours.init_state(1)
+            for t in range(TOKENS):
+                logits, step_state = ours.step(tokens[:, t], step_state)
+                recurrent.append(logits)
+        self.assertLessEqual(relative(parallel, expected), TOLERANCE)
+        self.assertLessEqual(relative(torch.stack(recurrent, dim=1), expected), TOLERANCE)
+        for layer, fla_state in enumerate(fla_states):
+            s = state.layers[layer][0]  # [B, HV, K, V]
+            self.assertLessEqual(relative(s, fla_state.transpose(-1, -2)), TOLERANCE, layer)
+        return theirs, ours
+
+    def test_logits_and_state_equal_fla(self):
+        self.check_parity(fla_authors.small_config())
+
+    def test_every_option_the_mapping_reads(self):
+        variants = [
+            dict(num_v_heads=4),  # value heads sharing q/k heads
+            dict(use_gate=False, allow_neg_eigval=True),
+            dict(tie_word_embeddings=True, intermediate_size=96, hidden_act="silu"),
+            dict(conv_size=2, expand_v=1.5, norm_eps=1e-5, hidden_ratio=2),
+        ]
+        for i, overrides in enumerate(variants):
+            with self.subTest(**overrides):
+                self.check_parity(fla_authors.small_config(**overrides), seed=10 + i,
+                                  chunk_size=7)
+
+    def test_the_checks_see_every_option(self):
+        """The parity check can fail: a model converted from one config but run as another
+        differs from fla's, for each option the mapping reads."""
+        base = fla_authors.small_config(num_v_heads=4)
+        theirs, ours, dst = self.convert(base, seed=3)
+        tokens = torch.randint(0, base["vocab_size"], (1, 40),
+                               generator=torch.Generator().manual_seed(3))
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            converted = json.load(f)
+        for key, value in [("allow_neg_eigval", True), ("use_gate", False),
+                           ("norm_eps", 1e-2), ("n_heads", 4)]:
+            with self.subTest(key=key):
+                cfg = json.loads(json.dumps(converted))
+                mixer = cfg["layers"][0]["mixer"]
+                mixer[key] = value
+                if key == "n_heads":  # the same tensors, q and k cut into other heads
+                    mixer["head_k_dim"] = 8
+                wrong = ours.__class__(cfg).double()
+                state = {k: v for k, v in ours.state_dict().items()}
+                if key == "use_gate":
+                    state = {k: v for k, v in state.items() if "layers.0.attn.g_proj" not in k}
+                wrong.load_state_dict(state)
+                with torch.no_grad():
+                    expected, _ = theirs(tokens)
+                    got, _ = wrong(tokens, chunk_size=16)
+                self.assertGreater(relative(got, expected), 1e-3)
+
+    def test_file_layouts_and_dtypes(self):
+        for weights, dtype in [("pytorch_model.bin", torch.float32),
+                               ("model.safetensors", torch.bfloat16)]:
+            with self.subTest(weights=weights, dtype=dtype):
+                config = fla_authors.small_config(num_hidden_layers=1)
+                self.check_parity(config, seed=20, weights=weights, dtype=dtype)
+
+    def test_greedy_tokens_equal_for_64_steps_and_linserve_generate_writes_them(self):
+        config = fla_authors.small_config()
+        theirs, ours, dst = self.convert(config, seed=6)
+        tokenizer = load_tokenizer(ours.config, dst)
+        prompt = "ROMEO:\nBut soft, what light through yonder window breaks?\n"
+        ids = [ours.config["bos_token_id"]] + tokenizer.encode(prompt)
+        fla_tokens, gaps = [], []
+        with torch.no_grad():
+            sequence = torch.tensor([ids])
+            for _ in range(64):
+                logits, _ = theirs(sequence)
+                top = torch.topk(logits[0, -1], 2).values
+                gaps.append((top[0] - top[1]).item() / logits[0, -1].abs().max().item())
+                token = int(logits[0, -1].argmax())
+                fla_tokens.append(token)
+                sequence = torch.cat([sequence, torch.tensor([[token]])], dim=1)
+        # No pick is a near tie, so that an fp32 backend's rounding cannot flip it.
+        self.assertGreater(min(gaps), 1e-4)
+        params = SamplingParams(seed=0, temperature=0)
+        ours_float = export.load_model_dir(dst).eval()
+        got, text = generate.generate(ours_float, tokenizer, prompt, params, max_new_tokens=64,
+                                      stop_at_eos=False)
+        self.assertEqual(got, fla_tokens)
+        if GENERATE_BIN is None:
+            self.skipTest("no --generate-bin given: the C++ comparison is skipped")
+        cmd = [GENERATE_BIN, f"--model={dst}", f"--prompt={prompt}", "--temperature=0",
+               "--max_new_tokens=64", "--stop_at_eos=false", "--threads=1"]
+        out = subprocess.run(cmd, capture_output=True, check=True).stdout
+        self.assertEqual(out.decode("utf-8"), text)
+
+    def test_gpt2_format_tokenizer(self):
+        src = os.path.join(self.tmp.name, "src")
+        fla_authors.make_checkpoint(src, fla_authors.small_config(num_hidden_layers=1), 1)
+        vocab = {chr(0x100 + i): i for i in range(256)}
+        with open(os.path.join(src, "vocab.json"), "w", encoding="utf-8") as f:
+            json.dump(vocab, f)
+        with open(os.path.join(src, "merges.txt"), "w", encoding="utf-8") as f:
+            f.write("#version: 0.2\n")
+        dst = os.path.join(self.tmp.name, "dst")
+        rc, err = run_main(["--checkpoint", src, "--out", dst])  # the checkpoint's own files
+        self.assertEqual(rc, 0, err)
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            self.assertEqual(json.load(f)["tokenizer"], "gpt2_bpe")
+        self.assertTrue(os.path.exists(os.path.join(dst, "merges.txt")))
+
+    def refused(self, config, pattern, edit=None):
+        src = os.path.join(self.tmp.name, "bad")
+        fla_authors.make_checkpoint(src, fla_authors.small_config(num_hidden_layers=1), 1)
+        with open(os.path.join(src, "config.json"), "w", encoding="utf-8") as f:
+            json.dump(config, f)
+        if edit is not None:
+            path = os.path.join(src, "model.safetensors")
+            from linserve_ref import safetensors_io  # noqa: PLC0415
+            tensors, _ = safetensors_io.load_file(path)
+            edit(tensors)
+            safetensors_io.save_file(tensors, path)
+        rc, err = run_main(["--checkpoint", src, "--out", os.path.join(self.tmp.name, "o"),
+                            "--tokenizer", TOKENIZER_DIR])
+        self.assertEqual(rc, 1)
+        self.assertRegex(err, pattern)
+
+    def test_config_refusals(self):
+        base = fla_authors.small_config(num_hidden_layers=1)
+        for overrides, pattern in [
+            (dict(model_type="gla"), "'model_type' = 'gla': GLA .* has no linserve layer kind"),
+            (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2"),
+            (dict(model_type="llama"), "'model_type' = 'llama' is not an fla family"),
+            (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
+            (dict(attn={"layers": [0], "num_heads": 2}), "'attn' = .*\\(hybrid models"),
+            (dict(attnres_block_size=2), "'attnres_block_size' = 2"),
+            (dict(hidden_act="gelu"), "'hidden_act' = 'gelu' is not swish"),
+            (dict(num_v_heads=3), "'num_v_heads' = 3 is not a multiple of num_heads = 2"),
+            (dict(expand_v=1.1), "'expand_v' = 1.1 times head_dim 16 is not a whole"),
+            (dict(conv_bias=True), "unknown key 'conv_bias'"),
+            (dict(vocab_size=100), "'model.embeddings.weight' has shape \\[2048, 64\\], the "
+                                   "config implies \\[100, 64\\]"),
+            (dict(dt_limit=[0.0, float("inf")]), "unknown key 'dt_limit'"),
+        ]:
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.refused({**base, **overrides}, pattern)
+
+    def test_tensor_refusals(self):
+        base = fla_authors.small_config(num_hidden_layers=1)
+        for edit, pattern in [
+            (lambda t: t.pop("model.layers.0.attn.A_log"),
+             "missing tensor 'model.layers.0.attn.A_log'"),
+            (lambda t: t.pop("model.layers.0.attn.g_proj.weight"),
+             "missing tensor 'model.layers.0.attn.g_proj.weight'"),
+            (lambda t: t.update({"model.layers.0.attn.q_conv1d.bias": torch.zeros(32)}),
+             "tensor 'model.layers.0.attn.q_conv1d.bias' is not understood"),
+            (lambda t: t.update({"model.layers.0.attn.k_conv1d.weight": torch.zeros(32, 4)}),
+             "'model.layers.0.attn.k_conv1d.weight' has shape \\[32, 4\\], the config implies "
+             "\\[32, 1, 4\\]"),
+        ]:
+            with self.subTest(pattern=pattern):
+                self.refused(base, pattern, edit)
+        tied = {**base, "tie_word_embeddings": True}
+
+        def different_head(t):
+            t["lm_head.weight"] = t["model.embeddings.weight"] + 1
+
+        self.refused(tied, "'lm_head.weight' differs from the embedding", different_head)
+
+    def test_no_tokenizer_is_refused(self):
+        src = os.path.join(self.tmp.name, "src")
+        fla_authors.make_checkpoint(src, fla_authors.small_config(num_hidden_layers=1), 1)
+        rc, err = run_main(["--checkpoint", src, "--out", os.path.join(self.tmp.name, "o")])
+        self.assertEqual(rc, 1)
+        self.assertIn("holds no tokenizer", err)
+        self.assertIsInstance(checkpoint.ConvertError("x"), ValueError)
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(add_help=False)
+    parser.add_argument("--generate-bin", default=None)
+    known, rest = parser.parse_known_args()
+    GENERATE_BIN = known.generate_bin
+    unittest.main(argv=[sys.argv[0]] + rest)
