@@ -1,9 +1,9 @@
 // The gated_delta_net mixer (model/layers/gated_delta_net.h) on the CPU: q, k, v, a, b (and g)
 // projected (CpuProjectedMixer); then per token, in order within a session, the short
-// convolutions on q | k | v (cpu::ShortConvStep without a gate), the L2 norms, the gated delta
-// rule per value head and the gated RMSNorm (kernels/cpu/delta_rule.h); o_proj added to the
-// residual. Prefill runs the decode step token by token, so a chunk leaves bitwise the state its
-// tokens fed one at a time leave.
+// convolutions on q | k | v (cpu::ShortConvStep without a gate) and the L2 norms; the gated delta
+// rule per value head (kernels/cpu/delta_rule.h: a step per token in decode, the WY form per
+// chunk in prefill, whose one-token chunks are the step, so prefill with chunk 1 is bitwise the
+// decode steps); the gated RMSNorm; o_proj added to the residual.
 
 #include <algorithm>
 #include <cmath>
@@ -66,83 +66,142 @@ class CpuGatedDeltaNet final : public CpuProjectedMixer {
                    const LayerWeights& w, int64_t state_offset)
       : CpuProjectedMixer(context, w, state_offset, Inputs(p), "attn.o_proj"),
         p_(p),
+        chunk_(context.options.prefill_chunk_size),
         taps_(ConvTaps(p, w)),
         conv_bias_(ConvBias(p, w)),
         a_log_(w.At("attn.A_log").data),
         dt_bias_(w.At("attn.dt_bias").data),
         o_norm_(w.At("attn.o_norm.weight").data) {
+    const int64_t rows = context.max_rows;
+    workspace_.Reserve(kQkv(), rows * p.ConvChannels());
+    workspace_.Reserve(kBetaG(), rows * 2 * int64_t{p.n_v_heads});
     workspace_.Reserve(kScratch(), int64_t{context.threads} * ScratchFloats());
   }
 
  private:
-  // inputs: q, k, v, a, b (and g) rows; `out`: the normed rows (value_dim wide).
+  // inputs: q, k, v, a, b (and g) rows; `out`: the normed rows (value_dim wide). Each token is
+  // prepared in order within its session (the convolutions' history), then the rule runs per
+  // (session, value head) — by steps in decode, by chunks of chunk_ tokens in prefill — and the
+  // gated norm per row.
   void Core(const CpuPass& pass, absl::Span<float* const> inputs, float* out) override {
+    const int64_t hv = p_.n_v_heads;
     const int64_t work = p_.HistoryOffset() * 4;  // per token: S read and written twice
+    float* qkv = workspace_.buffer(kQkv());
+    float* beta_g = workspace_.buffer(kBetaG());
     float* scratch = workspace_.buffer(kScratch());
+    const auto threads_for = [&](int64_t tasks) {
+      return static_cast<int>(
+          std::min<int64_t>(cpu::ThreadsForWork(threads_, pass.rows * work), tasks));
+    };
     if (pass.prefill) {
-      // The pieces in parallel, each piece's tokens in order.
       const int64_t pieces = static_cast<int64_t>(pass.pieces.size());
-      const int threads = static_cast<int>(
-          std::min<int64_t>(cpu::ThreadsForWork(threads_, pass.rows * work), pieces));
-      cpu::ParallelFor(threads, pieces, [&](int64_t i, int participant) {
+      cpu::ParallelFor(threads_for(pieces), pieces, [&](int64_t i, int participant) {
         const PrefillPiece& piece = pass.pieces[static_cast<size_t>(i)];
         float* state = State(pass, piece.slot);
         for (int r = piece.first_row; r < piece.first_row + piece.rows; ++r) {
-          Step(inputs, r, state, out, scratch + participant * ScratchFloats());
+          Prepare(inputs, r, state, qkv, beta_g, scratch + participant * ScratchFloats());
+        }
+      });
+      cpu::ParallelFor(threads_for(pieces * hv), pieces * hv, [&](int64_t task, int participant) {
+        const PrefillPiece& piece = pass.pieces[static_cast<size_t>(task / hv)];
+        const int64_t vh = task % hv;
+        float* s = State(pass, piece.slot) + vh * p_.head_k_dim * p_.head_v_dim;
+        for (int r = 0; r < piece.rows; r += static_cast<int>(chunk_)) {
+          const int n = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk_));
+          Rule(qkv, beta_g, piece.first_row + r, n, vh, s, out,
+               scratch + participant * ScratchFloats());
         }
       });
     } else {
-      const int threads = static_cast<int>(
-          std::min<int64_t>(cpu::ThreadsForWork(threads_, pass.rows * work), pass.rows));
-      cpu::ParallelFor(threads, pass.rows, [&](int64_t r, int participant) {
-        Step(inputs, static_cast<int>(r), State(pass, pass.decode_slots[r]), out,
-             scratch + participant * ScratchFloats());
+      cpu::ParallelFor(threads_for(pass.rows), pass.rows, [&](int64_t r, int participant) {
+        float* state = State(pass, pass.decode_slots[r]);
+        float* thread_scratch = scratch + participant * ScratchFloats();
+        Prepare(inputs, static_cast<int>(r), state, qkv, beta_g, thread_scratch);
+        for (int64_t vh = 0; vh < hv; ++vh) {
+          Rule(qkv, beta_g, static_cast<int>(r), 1, vh, state + vh * p_.head_k_dim * p_.head_v_dim,
+               out, thread_scratch);
+        }
       });
     }
+    const float eps = static_cast<float>(p_.norm_eps);
+    cpu::ParallelFor(threads_for(pass.rows), pass.rows, [&](int64_t r, int) {
+      for (int64_t vh = 0; vh < hv; ++vh) {
+        const int64_t at = r * p_.ValueDim() + vh * p_.head_v_dim;
+        const float* gate = p_.use_gate ? inputs[5] + at : nullptr;
+        cpu::GatedRmsNorm(out + at, p_.head_v_dim, o_norm_.data(), gate, eps);
+      }
+    });
   }
 
-  // One token: row `row` of the inputs, the slot's layer state `state`.
-  void Step(absl::Span<float* const> inputs, int row, float* state, float* out,
-            float* scratch) const {
+  // Token `row`: the short convolutions on its q | k | v (moving the slot's history on), the L2
+  // norms of q and k, into qkv's row; its β and log decay g per value head into beta_g's row.
+  void Prepare(absl::Span<float* const> inputs, int row, float* state, float* qkv, float* beta_g,
+               float* scratch) const {
     const int64_t kd = p_.KeyDim();
     const int64_t vd = p_.ValueDim();
     const int64_t channels = p_.ConvChannels();
     const int64_t hk = p_.head_k_dim;
-    const int64_t hv = p_.head_v_dim;
-    float* x = scratch;               // q | k | v before the convolutions
-    float* qkv = scratch + channels;  // after them
-    float* u = qkv + channels;        // the step's v_dim floats
+    float* x = scratch;  // q | k | v before the convolutions
+    float* y = qkv + row * channels;
     std::copy_n(inputs[0] + row * kd, kd, x);
     std::copy_n(inputs[1] + row * kd, kd, x + kd);
     std::copy_n(inputs[2] + row * vd, vd, x + 2 * kd);
     cpu::ShortConvStep(x, /*gate=*/nullptr, channels, p_.conv_size, taps_.data(),
                        conv_bias_.empty() ? nullptr : conv_bias_.data(), state + p_.HistoryOffset(),
-                       qkv);
+                       y);
     const float scale = 1.0f / std::sqrt(static_cast<float>(hk));
     for (int64_t h = 0; h < p_.n_heads; ++h) {
-      cpu::L2Normalize(qkv + h * hk, hk, kGatedDeltaNetL2Eps, scale);
-      cpu::L2Normalize(qkv + kd + h * hk, hk, kGatedDeltaNetL2Eps, 1.0f);
+      cpu::L2Normalize(y + h * hk, hk, kGatedDeltaNetL2Eps, scale);
+      cpu::L2Normalize(y + kd + h * hk, hk, kGatedDeltaNetL2Eps, 1.0f);
     }
-    const int64_t group = p_.n_v_heads / p_.n_heads;
-    const float* a = inputs[3] + row * int64_t{p_.n_v_heads};
-    const float* b = inputs[4] + row * int64_t{p_.n_v_heads};
-    for (int64_t vh = 0; vh < p_.n_v_heads; ++vh) {
-      const int64_t h = vh / group;
-      const float g = -std::exp(a_log_[vh]) * Softplus(a[vh] + dt_bias_[vh]);
-      float beta = 1.0f / (1.0f + std::exp(-b[vh]));
-      if (p_.allow_neg_eigval) beta *= 2.0f;
-      float* o = out + row * vd + vh * hv;
-      cpu::GatedDeltaRuleStep(qkv + h * hk, qkv + kd + h * hk, qkv + 2 * kd + vh * hv, std::exp(g),
-                              beta, hk, hv, state + vh * hk * hv, o, u);
-      const float* gate = p_.use_gate ? inputs[5] + row * vd + vh * hv : nullptr;
-      cpu::GatedRmsNorm(o, hv, o_norm_.data(), gate, static_cast<float>(p_.norm_eps));
+    const int64_t hv = p_.n_v_heads;
+    const float* a = inputs[3] + row * hv;
+    const float* b = inputs[4] + row * hv;
+    float* beta = beta_g + row * 2 * hv;
+    float* g = beta + hv;
+    for (int64_t vh = 0; vh < hv; ++vh) {
+      g[vh] = -std::exp(a_log_[vh]) * Softplus(a[vh] + dt_bias_[vh]);
+      beta[vh] = 1.0f / (1.0f + std::exp(-b[vh]));
+      if (p_.allow_neg_eigval) beta[vh] *= 2.0f;
     }
   }
 
-  int64_t ScratchFloats() const { return 2 * p_.ConvChannels() + p_.head_v_dim; }
-  int kScratch() const { return FirstCoreBuffer(); }
+  // n tokens from `row` of value head vh on its S `s`: outputs (before the norm) into `out`.
+  void Rule(const float* qkv, const float* beta_g, int row, int n, int64_t vh, float* s, float* out,
+            float* scratch) const {
+    const int64_t kd = p_.KeyDim();
+    const int64_t channels = p_.ConvChannels();
+    const int64_t hk = p_.head_k_dim;
+    const int64_t hv = p_.n_v_heads;
+    const int64_t h = vh / (hv / p_.n_heads);
+    const float* first = qkv + row * channels;
+    // β and g of the n tokens, gathered from their rows.
+    float* beta = scratch + cpu::GatedDeltaRuleChunkScratchFloats(static_cast<int>(chunk_), hk,
+                                                                  p_.head_v_dim);
+    float* g = beta + chunk_;
+    for (int i = 0; i < n; ++i) {
+      beta[i] = beta_g[(row + i) * 2 * hv + vh];
+      g[i] = beta_g[(row + i) * 2 * hv + hv + vh];
+    }
+    cpu::GatedDeltaRuleChunk(n, hk, p_.head_v_dim, first + h * hk, first + kd + h * hk, channels,
+                             first + 2 * kd + vh * p_.head_v_dim, channels, beta, g, s,
+                             out + row * p_.ValueDim() + vh * p_.head_v_dim, p_.ValueDim(),
+                             scratch);
+  }
+
+  // Per thread: the larger of Prepare's q | k | v and Rule's chunk scratch with β and g.
+  int64_t ScratchFloats() const {
+    return std::max(p_.ConvChannels(), cpu::GatedDeltaRuleChunkScratchFloats(
+                                           static_cast<int>(chunk_), p_.head_k_dim, p_.head_v_dim) +
+                                           2 * chunk_);
+  }
+  // Workspace buffers after the projections'.
+  int kQkv() const { return FirstCoreBuffer(); }
+  int kBetaG() const { return FirstCoreBuffer() + 1; }
+  int kScratch() const { return FirstCoreBuffer() + 2; }
 
   const GatedDeltaNetParams p_;
+  const int64_t chunk_;
   const std::vector<float> taps_;
   const std::vector<float> conv_bias_;
   const std::vector<float>& a_log_;
