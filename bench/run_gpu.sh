@@ -11,10 +11,11 @@
 #                                           the directory or the .tar.xz (default: whichever of
 #                                           build/gpu-bundle, build/gpu-bundle.tar.xz exists).
 #                                           WHAT: all (default: tests, bench, kernels, peers),
-#                                           tests, bench (125M shape, then the Based shape at
-#                                           batches 1, 64, 256), kernels (issue 29: per-kernel
-#                                           times under nsys at batches 1, 64, 256 of both
-#                                           shapes beside their floors, bench/gpu/
+#                                           tests, bench (125M shape, then the Based and the
+#                                           Gated DeltaNet shapes at batches 1, 64, 256),
+#                                           kernels (issue 29: per-kernel times under nsys at
+#                                           batches 1, 64, 256 of the three shapes beside their
+#                                           floors, bench/gpu/
 #                                           kernel_report.py; writes gpu_kernels.md), peers,
 #                                           served (issue 9: gpu_bench's
 #                                           engine-alone decode next to linserve --device=cuda
@@ -225,7 +226,7 @@ kernels() {
     return 1
   fi
   local pairs=() shape b
-  for shape in 125m based; do
+  for shape in 125m based gated_delta_net; do
     for b in 1 64 256; do
       local name=kernels_${shape}_$b
       local bench=("$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b"
@@ -342,8 +343,12 @@ run() {
   fi
   if wants all || wants bench; then
     "$bundle/bin/gpu_bench" --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
-    "$bundle/bin/gpu_bench" --shape=based --batches=1,64,256 --prefill_lengths=2048 \
-      --positions=1024 --json_out="$out/gpu_bench_based.json" | tee "$out/gpu_bench_based.md" >&2
+    local shape
+    for shape in based gated_delta_net; do
+      "$bundle/bin/gpu_bench" --shape="$shape" --batches=1,64,256 --prefill_lengths=2048 \
+        --positions=1024 --json_out="$out/gpu_bench_$shape.json" |
+        tee "$out/gpu_bench_$shape.md" >&2
+    done
   fi
   if wants all || wants kernels; then
     kernels "$out" || failed=1

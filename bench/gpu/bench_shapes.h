@@ -18,6 +18,12 @@ absl::StatusOr<ModelConfig> Config125M();
 // d_ff 2 · d_model, feature_dim 16, window 129 (based-360m's), no positions, vocab 50257, tied.
 absl::StatusOr<ModelConfig> ConfigBased125M();
 
+// fla's Gated DeltaNet block at the 125M shape's width, depth and vocabulary: 12 layers of
+// gated_delta_net (6 q/k heads of 96 and 6 value heads of 192: fla's 0.75·d / 1.5·d allocation,
+// conv 4, output gate), rms_norm, a SwiGLU gated_mlp of 2048 (8·d/3), no positions, vocab
+// 50257, tied.
+absl::StatusOr<ModelConfig> ConfigGatedDeltaNet125M();
+
 }  // namespace linserve
 
 #endif  // LINSERVE_BENCH_GPU_BENCH_SHAPES_H_

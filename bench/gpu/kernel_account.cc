@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "model/layers/ffn.h"
+#include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear_attention.h"
 #include "model/layers/short_conv.h"
@@ -133,6 +134,25 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
             {.state = 2 * b * past * di * kF32, .activations = b * 2 * di * kF32 + b * di * w},
             b * 2 * static_cast<int64_t>(p.kernel_size) * di);
       a.Gemm("conv_out", d, di);
+    } else if (mixer == "gated_delta_net") {
+      const GatedDeltaNetParams p = GatedDeltaNetParams::From(layer.mixer.params);
+      const int64_t c = p.ConvChannels();
+      const int64_t hv = p.n_v_heads, vd = p.ValueDim();
+      const int64_t in = c + 2 * hv + (p.use_gate ? vd : 0);
+      const int64_t past = static_cast<int64_t>(p.conv_size) - 1;
+      a.Gemm("gdn_in", in, d);
+      // Reads q | k | v (fp32), reads the K−1 past rows and rewrites them shifted, writes the
+      // convolved q | k | v (fp32).
+      a.Add("gated_delta_net conv", "DecodeShortConvKernel",
+            {.state = 2 * b * past * c * kF32, .activations = 2 * b * c * kF32},
+            b * 2 * static_cast<int64_t>(p.conv_size) * c);
+      // Reads and rewrites S once; reads q, k, v, a, b (and the gate) fp32, writes o in the
+      // weights' type. Per S entry: the decay, (decayed S)ᵀk, the update and Sᵀq (7 FLOPs).
+      a.Add("gated_delta_net decode", "DecodeGatedDeltaRuleKernel",
+            {.state = 2 * b * p.HistoryOffset() * kF32,
+             .activations = b * (c + 2 * hv + (p.use_gate ? vd : 0)) * kF32 + b * vd * w},
+            b * 7 * p.HistoryOffset());
+      a.Gemm("o", d, vd);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
                                                      "].mixer.kind \"", mixer, "\" is unknown"));

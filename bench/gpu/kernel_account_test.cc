@@ -1,11 +1,11 @@
 #include "bench/gpu/kernel_account.h"
 
-#include "bench/gpu/bench_shapes.h"
-
 #include <string>
 #include <vector>
 
+#include "bench/gpu/bench_shapes.h"
 #include "gtest/gtest.h"
+#include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
@@ -173,6 +173,53 @@ TEST(KernelAccountTest, BenchShapes) {
   // 64 sessions, 3 layers.
   EXPECT_EQ(Find(*b, "taylor_linear_attention decode")->bytes.state,
             3 * 64 * 2 * 12 * 273 * 65 * 4);
+
+  absl::StatusOr<ModelConfig> gdn = ConfigGatedDeltaNet125M();
+  ASSERT_TRUE(gdn.ok()) << gdn.status();
+  absl::StatusOr<std::vector<KernelCost>> g = DecodeKernelAccount(*gdn, 1, 2);
+  ASSERT_TRUE(g.ok()) << g.status();
+  // Per layer: q, k 576 · 768 each, v, g, o 1152 · 768 each, a, b 6 · 768 each, SwiGLU
+  // 3 · 768 · 2048; the head; one embedding row. The state: S (6 × 96 × 192) and 3 rows of
+  // 2304 convolved channels, read and written.
+  const KernelCost gdn_total = AccountTotal(*g);
+  EXPECT_EQ(gdn_total.bytes.weights,
+            2 * (12 * (2 * 576 * 768 + 3 * 1152 * 768 + 2 * 6 * 768 + 3 * 768 * 2048) +
+                 50257 * 768 + 768));
+  EXPECT_EQ(gdn_total.bytes.state, 2 * gdn->StateFloatsPerSlot() * 4);
+  EXPECT_EQ(gdn->StateFloatsPerSlot(), 12 * (6 * 96 * 192 + 3 * 2304));
+}
+
+// gated_delta_net, d 4, batch 1, bf16, by hand: 1 q/k head of 2, 2 value heads of 3, conv 3,
+// with the gate (C = 2 + 2 + 6 = 10 convolved channels).
+TEST(KernelAccountTest, GatedDeltaNetByHand) {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp", .params = GatedMlpParams{.d_ff = 4}.ToValues()};
+  const ComponentSpec gdn = {
+      .kind = "gated_delta_net",
+      .params =
+          GatedDeltaNetParams{
+              .n_heads = 1, .n_v_heads = 2, .head_k_dim = 2, .head_v_dim = 3, .conv_size = 3}
+              .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 4;
+  c.position = PositionEmbedding::kNone;
+  c.layers = {{.mixer = gdn, .norm = norm, .mlp = mlp}};
+  c.n_layers = 1;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(*parsed, 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  // q | k | v 10, a and b 2 each, the gate 6: 20 × 4 bf16 = 160; x 8, y 20 fp32 = 80.
+  ExpectCost(a, "gemm gdn_in", 1, {.weights = 160, .activations = 88}, 160);
+  // 2 past rows of 10 fp32 read and rewritten (160); 10 fp32 in and out (80); 2 · 3 · 10.
+  ExpectCost(a, "gated_delta_net conv", 1, {.state = 160, .activations = 80}, 60);
+  // S: 2 heads × 2 × 3 fp32 = 48, read and written; in 10 + 2 + 2 + 6 = 20 fp32 (80), out 6
+  // bf16 (12); 7 · 12.
+  ExpectCost(a, "gated_delta_net decode", 1, {.state = 96, .activations = 92}, 84);
+  ExpectCost(a, "gemm o", 1, {.weights = 48, .activations = 12 + 16}, 48);
 }
 
 TEST(KernelAccountTest, RefusesBadArguments) {
