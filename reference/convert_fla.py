@@ -29,7 +29,8 @@ linserve's kinds):
   model.embeddings -> embed; lm_head -> lm_head (untied), or checked equal to the embedding (tied).
 Refused, naming the key: unknown config keys, use_short_conv false, hybrid softmax-attention
 layers (`attn`), attention residuals (`attnres_block_size`), an MLP activation other than
-swish/silu, shapes the config does not imply, and any tensor the mapping does not consume.
+swish/silu, a non-finite A_log or dt_bias (the decay), shapes the config does not imply, and any
+tensor the mapping does not consume.
 """
 
 import argparse
@@ -140,6 +141,12 @@ def _gdn_mixer(cfg, t, i, d, out):
         shapes["g_proj.weight"] = (vd, d)
     for name, shape in shapes.items():
         out[q + name] = t.take(p + name, shape)
+    for name in ("A_log", "dt_bias"):  # the decay: a NaN here would reach every later token
+        bad = (~torch.isfinite(out[q + name])).nonzero()
+        if len(bad):
+            raise ConvertError(f"checkpoint: tensor '{p}{name}' holds "
+                               f"{out[q + name][bad[0, 0]].item()} at [{bad[0, 0].item()}]; the "
+                               f"decay must be finite")
     for conv, channels in (("q", kd), ("k", kd), ("v", vd)):
         name = f"{conv}_conv1d.weight"
         out[q + name] = t.take(p + name, (channels, 1, taps))[:, 0, :]

@@ -224,6 +224,10 @@ class ConvertFlaTest(unittest.TestCase):
              "missing tensor 'model.layers.0.attn.g_proj.weight'"),
             (lambda t: t.update({"model.layers.0.attn.q_conv1d.bias": torch.zeros(32)}),
              "tensor 'model.layers.0.attn.q_conv1d.bias' is not understood"),
+            (lambda t: t["model.layers.0.attn.A_log"].__setitem__(1, float("nan")),
+             "tensor 'model.layers.0.attn.A_log' holds nan at \\[1\\]; the decay must be finite"),
+            (lambda t: t["model.layers.0.attn.dt_bias"].__setitem__(0, float("inf")),
+             "tensor 'model.layers.0.attn.dt_bias' holds inf at \\[0\\]"),
             (lambda t: t.update({"model.layers.0.attn.k_conv1d.weight": torch.zeros(32, 4)}),
              "'model.layers.0.attn.k_conv1d.weight' has shape \\[32, 4\\], the config implies "
              "\\[32, 1, 4\\]"),

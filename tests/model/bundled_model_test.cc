@@ -1,7 +1,8 @@
 // Issue 3: the CPU backend's validation loss on the fixed slice of the held-out text that
-// reference/bundled_model_slice.json (shakespeare-linear) and reference/based_model_slice.json
-// (shakespeare-based) record equals the PyTorch reference's within 0.1% and the figure the
-// model's MODEL_CARD.md gives for that slice within 0.02 nats/char, for every window length
+// reference/bundled_model_slice.json (shakespeare-linear), reference/based_model_slice.json
+// (shakespeare-based) and reference/gated_delta_net_model_slice.json
+// (shakespeare-gated-delta-net) record equals the PyTorch reference's within 0.1% and the figure
+// the model's MODEL_CARD.md gives for that slice within 0.02 nats/char, for every window length
 // recorded. The protocol is linserve_ref/training.py's nats_per_char: the slice (characters of
 // the corpus's validation split) is encoded once; its tokens are cut into consecutive windows
 // of W tokens; each window is read from a zeroed state at the recorded start position, after a
@@ -296,11 +297,15 @@ TEST_P(BundledModelTest, WeightFormatsLossMatchesTheModelCard) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(BothBundledModels, BundledModelTest,
-                         ::testing::Values("bundled_model_slice.json", "based_model_slice.json"),
+INSTANTIATE_TEST_SUITE_P(EveryBundledModel, BundledModelTest,
+                         ::testing::Values("bundled_model_slice.json", "based_model_slice.json",
+                                           "gated_delta_net_model_slice.json"),
                          [](const ::testing::TestParamInfo<std::string>& info) {
-                           return info.param == "based_model_slice.json" ? "ShakespeareBased"
-                                                                         : "ShakespeareLinear";
+                           if (info.param == "based_model_slice.json") return "ShakespeareBased";
+                           if (info.param == "gated_delta_net_model_slice.json") {
+                             return "ShakespeareGatedDeltaNet";
+                           }
+                           return "ShakespeareLinear";
                          });
 
 }  // namespace

@@ -494,8 +494,8 @@ TEST(GatedDeltaNetTest, ConfigRefusalsNameTheField) {
               HasSubstr("unknown field \"layers[1].mixer.use_short_conv\""));
 }
 
-// Weights missing a tensor the config asks for, or holding one of the wrong shape, are refused
-// naming the tensor.
+// Weights missing a tensor the config asks for, holding one of the wrong shape, a NaN decay or a
+// gate the config does not have are refused naming the tensor.
 TEST(GatedDeltaNetTest, BadWeightsAreRefusedNamingTheTensor) {
   const ModelConfig config = MixedConfig();
   ModelWeights weights = MakeRandomWeights(config, 3);
@@ -508,6 +508,10 @@ TEST(GatedDeltaNetTest, BadWeightsAreRefusedNamingTheTensor) {
   shape.layers[2].tensors["attn.v_conv1d.weight"].shape = {32, 2};
   EXPECT_THAT(std::string(ValidateWeights(config, shape).message()),
               HasSubstr("layers.2.attn.v_conv1d.weight"));
+  ModelWeights decay = weights;  // a NaN decay would reach every later token
+  decay.layers[0].tensors["attn.A_log"].data[1] = std::nanf("");
+  EXPECT_THAT(std::string(ValidateWeights(config, decay).message()),
+              testing::AllOf(HasSubstr("layers.0.attn.A_log"), HasSubstr("finite")));
   ModelWeights gate = weights;  // layer 2 has no output gate
   gate.layers[2].tensors["attn.g_proj.weight"] = weights.layers[0].tensors["attn.g_proj.weight"];
   EXPECT_THAT(std::string(ValidateWeights(config, gate).message()),

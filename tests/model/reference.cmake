@@ -26,6 +26,14 @@ add_test(NAME reference_bundled_model
          WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
 set_tests_properties(reference_bundled_model PROPERTIES LABELS "python")
 
+# The bundled Gated DeltaNet model (issue 39): its layers, size and recorded validation loss, and
+# the same text from linserve-generate (the C++ gated_delta_net) as from the reference.
+add_test(NAME reference_gated_delta_net_model
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_gated_delta_net_model.py
+                 --generate-bin $<TARGET_FILE:linserve-generate>
+         WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+set_tests_properties(reference_gated_delta_net_model PROPERTIES LABELS "python")
+
 # flash-linear-attention's Gated DeltaNet (issue 39): a random checkpoint in fla's layout converts
 # to logits within 1e-12 of a transcription of fla's model, and linserve-generate (the C++ CPU
 # backend) writes the text of fla's 64 greedy tokens.
