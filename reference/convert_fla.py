@@ -13,15 +13,20 @@ used; a checkpoint with neither is refused, since a model directory without its 
 serve text. DST gets config.json (the "layers" schema), model.safetensors (in the checkpoint's
 dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
 
-Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM) converts; fla's other families
-(`gla`, `retnet`, `delta_net`, `mamba2`) have no linserve layer kind yet and are refused by name,
-as is any other model_type. Mapping of gated_deltanet (per layer i; docs/model-format.md gives
-linserve's kinds):
+Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM) and `delta_net`
+(DeltaNetForCausalLM) convert; fla's other families (`gla`, `retnet`, `mamba2`) have no linserve
+layer kind yet and are refused by name, as is any other model_type. Mapping (per layer i;
+docs/model-format.md gives linserve's kinds):
   attn (GatedDeltaNet) -> gated_delta_net: n_heads = num_heads, n_v_heads = num_v_heads (or
       num_heads), head_k_dim = head_dim, head_v_dim = head_dim · expand_v (an integer),
       conv_size, use_gate, allow_neg_eigval, norm_eps (fla passes the model's norm_eps to the
       layer); conv_bias false (fla's model never sets it). The projections, A_log, dt_bias and
       o_norm keep their names; q/k/v_conv1d.weight [channels, 1, conv_size] lose the middle axis.
+  attn (DeltaNet) -> delta_net: n_heads = num_heads, head_k_dim = hidden_size · expand_k /
+      num_heads, head_v_dim = hidden_size · expand_v / num_heads (whole numbers), use_beta,
+      use_gate, allow_neg_eigval, conv_size, norm_eps; qk_activation must be silu and qk_norm l2
+      (fla's defaults, what delta_net computes); use_output_norm false is accepted with a note
+      (fla's layer ignores it and always applies the norm).
   attn_norm / mlp_norm / model.norm -> rms_norm (eps = norm_eps).
   mlp (GatedMLP, swish) -> gated_mlp silu without biases: fc1 = [up_proj; gate_proj] (value
       rows first), fc2 = down_proj; d_ff = intermediate_size, or fla's rule from hidden_ratio
@@ -47,7 +52,7 @@ from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
 
 # fla's families without a linserve kind yet (issue 39), by model_type.
 NOT_YET = {"gla": "GLA (gated_linear_attention)", "retnet": "RetNet (retention)",
-           "delta_net": "DeltaNet (delta_net)", "mamba2": "Mamba-2 (mamba2)"}
+           "mamba2": "Mamba-2 (mamba2)"}
 
 # GatedDeltaNetConfig's defaults for the keys read.
 GDN_DEFAULTS = {
@@ -55,6 +60,16 @@ GDN_DEFAULTS = {
     "allow_neg_eigval": False, "conv_size": 4, "head_dim": 256, "num_heads": 6,
     "num_v_heads": None, "hidden_ratio": 4, "intermediate_size": None, "hidden_act": "swish",
     "num_hidden_layers": 21, "norm_eps": 1e-6, "attn": None, "bos_token_id": 1,
+    "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
+    "attnres_block_size": None,
+}
+# DeltaNetConfig's defaults for the keys read.
+DN_DEFAULTS = {
+    "hidden_size": 2048, "expand_k": 1.0, "expand_v": 1.0, "use_gate": False,
+    "use_short_conv": True, "allow_neg_eigval": False, "conv_size": 4, "use_beta": True,
+    "use_output_norm": True, "num_heads": 16, "qk_norm": "l2", "qk_activation": "silu",
+    "hidden_ratio": 4, "intermediate_size": None, "hidden_act": "swish",
+    "num_hidden_layers": 24, "norm_eps": 1e-6, "attn": None, "bos_token_id": 1,
     "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
     "attnres_block_size": None,
 }
@@ -109,14 +124,33 @@ def _model_type(config):
     if not isinstance(config, dict):
         raise ConvertError("config.json must be a JSON object")
     model_type = config.get("model_type")
-    if model_type == "gated_deltanet":
+    if model_type in FAMILIES:
         return model_type
     if model_type in NOT_YET:
         raise ConvertError(f"config.json: 'model_type' = {model_type!r}: {NOT_YET[model_type]} "
                            f"has no linserve layer kind yet; this converter reads "
-                           f"'gated_deltanet'")
+                           f"{sorted(FAMILIES)}")
     raise ConvertError(f"config.json: 'model_type' = {model_type!r} is not an fla family this "
-                       f"converter reads ('gated_deltanet')")
+                       f"converter reads ({sorted(FAMILIES)})")
+
+
+def _dim(cfg, d, key):
+    """int(d · cfg[key]), refused unless whole."""
+    value = d * cfg.number(key)
+    if value != int(value):
+        raise ConvertError(f"config.json: '{key}' = {cfg[key]!r} times hidden_size {d} is not "
+                           f"a whole dimension")
+    return int(value)
+
+
+def _take_delta_rule(t, p, q, shapes, convs, taps, out):
+    """The projections and vectors of `shapes` and the three convolutions ([channels, 1, taps]
+    to [channels, taps]) of a delta-rule layer: fla's prefix p, ours q."""
+    for name, shape in shapes.items():
+        out[q + name] = t.take(p + name, shape)
+    for conv, channels in convs:
+        name = f"{conv}_conv1d.weight"
+        out[q + name] = t.take(p + name, (channels, 1, taps))[:, 0, :]
 
 
 def _gdn_mixer(cfg, t, i, d, out):
@@ -139,21 +173,49 @@ def _gdn_mixer(cfg, t, i, d, out):
               "dt_bias": (hv,), "o_norm.weight": (dv,), "o_proj.weight": (d, vd)}
     if cfg.bool("use_gate"):
         shapes["g_proj.weight"] = (vd, d)
-    for name, shape in shapes.items():
-        out[q + name] = t.take(p + name, shape)
+    _take_delta_rule(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
     for name in ("A_log", "dt_bias"):  # the decay: a NaN here would reach every later token
         bad = (~torch.isfinite(out[q + name])).nonzero()
         if len(bad):
             raise ConvertError(f"checkpoint: tensor '{p}{name}' holds "
                                f"{out[q + name][bad[0, 0]].item()} at [{bad[0, 0].item()}]; the "
                                f"decay must be finite")
-    for conv, channels in (("q", kd), ("k", kd), ("v", vd)):
-        name = f"{conv}_conv1d.weight"
-        out[q + name] = t.take(p + name, (channels, 1, taps))[:, 0, :]
     return {"kind": "gated_delta_net", "n_heads": h, "n_v_heads": hv, "head_k_dim": dk,
             "head_v_dim": dv, "conv_size": taps, "conv_bias": False,
             "use_gate": cfg["use_gate"], "allow_neg_eigval": cfg.bool("allow_neg_eigval"),
             "norm_eps": cfg.number("norm_eps")}
+
+
+def _dn_mixer(cfg, t, i, d, out):
+    cfg.require("qk_activation", "silu", "delta_net computes fla's default silu feature map")
+    cfg.require("qk_norm", "l2", "delta_net computes fla's default L2 norm of q and k")
+    h = cfg.int("num_heads")
+    kd, vd = _dim(cfg, d, "expand_k"), _dim(cfg, d, "expand_v")
+    for key, dim in (("expand_k", kd), ("expand_v", vd)):
+        if dim % h:
+            raise ConvertError(f"config.json: '{key}' gives {dim}, not a multiple of num_heads "
+                               f"= {h}")
+    if not cfg.bool("use_output_norm"):
+        print("convert_fla.py: config.json sets use_output_norm false; fla's DeltaNet layer takes "
+              "the flag but always applies its output norm, and so does the converted model",
+              file=sys.stderr)
+    taps = cfg.int("conv_size", lo=2)
+    p, q = f"model.layers.{i}.attn.", f"layers.{i}.attn."
+    shapes = {"q_proj.weight": (kd, d), "k_proj.weight": (kd, d), "v_proj.weight": (vd, d),
+              "o_norm.weight": (vd // h,), "o_proj.weight": (d, vd)}
+    if cfg.bool("use_beta"):
+        shapes["b_proj.weight"] = (h, d)
+    if cfg.bool("use_gate"):
+        shapes["g_proj.weight"] = (vd, d)
+    _take_delta_rule(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
+    return {"kind": "delta_net", "n_heads": h, "head_k_dim": kd // h, "head_v_dim": vd // h,
+            "conv_size": taps, "conv_bias": False, "use_beta": cfg["use_beta"],
+            "use_gate": cfg["use_gate"], "allow_neg_eigval": cfg.bool("allow_neg_eigval"),
+            "norm_eps": cfg.number("norm_eps")}
+
+
+# Per model_type: its config class's defaults and the mapping of one layer's attn.
+FAMILIES = {"gated_deltanet": (GDN_DEFAULTS, _gdn_mixer), "delta_net": (DN_DEFAULTS, _dn_mixer)}
 
 
 def _mlp(cfg, t, i, d, out):
@@ -179,9 +241,9 @@ def _norm(cfg, t, key, d, out, name):
 
 def convert(config, tensors, tokenizer="sentencepiece"):
     """fla's config dict and state dict -> (linserve config, linserve tensors)."""
-    _model_type(config)
-    cfg = _Reader(config, GDN_DEFAULTS)
-    cfg.require("use_short_conv", True, "gated_delta_net has no layer without its short "
+    defaults, mixer_of = FAMILIES[_model_type(config)]
+    cfg = _Reader(config, defaults)
+    cfg.require("use_short_conv", True, "the delta-rule kinds have no layer without their short "
                 "convolutions")
     cfg.require("attn", None, "hybrid models with softmax-attention layers")
     cfg.require("attnres_block_size", None, "attention residuals")
@@ -203,7 +265,7 @@ def convert(config, tensors, tokenizer="sentencepiece"):
     out["embed.weight"] = embed
     layers = []
     for i in range(n_layers):
-        mixer = _gdn_mixer(cfg, t, i, d, out)
+        mixer = mixer_of(cfg, t, i, d, out)
         p = f"model.layers.{i}."
         norm = _norm(cfg, t, p + "attn_norm.weight", d, out, f"layers.{i}.ln1.weight")
         _norm(cfg, t, p + "mlp_norm.weight", d, out, f"layers.{i}.ln2.weight")

@@ -107,6 +107,10 @@ def _gdn(**p):
     return {"kind": "gated_delta_net", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
 
 
+def _dn(**p):
+    return {"kind": "delta_net", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
+
+
 def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
     if mlp == "ffn":
         mlp_spec = {"kind": "ffn", "d_ff": 32}
@@ -127,7 +131,7 @@ BASED_CASES = [
       _layer(_swa(80, rotary_dim=0))], {}, "bfloat16", 32),
     ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
       _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid"),
-      _layer(_gdn(head_v_dim=12))],
+      _layer(_gdn(head_v_dim=12)), _layer(_dn())],
      {}, "float32", 11),
     ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
      dict(norm="post", tie_embeddings=False), "float16", 7),
@@ -136,6 +140,11 @@ BASED_CASES = [
      dict(tie_embeddings=False), "float32", 16),
     ([_layer(_gdn(n_heads=1, n_v_heads=3, head_k_dim=16, conv_size=2, norm_eps=1e-3)),
       _layer(_gdn(conv_size=5, conv_bias=True), "gelu", True)], {}, "bfloat16", 7),
+    ([_layer(_dn()), _layer(_dn(n_heads=1, head_k_dim=16, head_v_dim=12, use_beta=False,
+                                use_gate=True, conv_bias=True, conv_size=2))],
+     dict(tie_embeddings=False), "float32", 16),
+    ([_layer(_dn(allow_neg_eigval=True, norm_eps=1e-3)), _layer(_dn(head_k_dim=4), "gelu")],
+     {}, "float16", 9),
 ]
 
 
@@ -257,6 +266,8 @@ def check_based_coverage(entries):
         "gated_delta_net value heads per q/k head": {
             "1" if m["n_v_heads"] == m["n_heads"] else "several"
             for m in mixers if m["kind"] == "gated_delta_net"},
+        **{f"delta_net {flag}": {m[flag] for m in mixers if m["kind"] == "delta_net"}
+           for flag in ("use_beta", "use_gate", "conv_bias", "allow_neg_eigval")},
     }
     wanted = {
         "mixer kind": set(kinds.by_role("mixer")),
@@ -271,6 +282,8 @@ def check_based_coverage(entries):
         **{f"gated_delta_net {flag}": {True, False}
            for flag in ("use_gate", "conv_bias", "allow_neg_eigval")},
         "gated_delta_net value heads per q/k head": {"1", "several"},
+        **{f"delta_net {flag}": {True, False}
+           for flag in ("use_beta", "use_gate", "conv_bias", "allow_neg_eigval")},
     }
     for what, values in wanted.items():
         missing = sorted(map(str, values - seen[what]))

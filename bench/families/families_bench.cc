@@ -129,9 +129,25 @@ ModelConfig GatedDeltaNetConfig(int d, int n_layers) {
                                "gated_delta_net"));
 }
 
+// fla's DeltaNet block at width d with its defaults (expand_k = expand_v = 1, β from b_proj, no
+// gate): d/64 heads of 64, conv 4; rms_norm; a SwiGLU gated_mlp of 8·d/3.
+ModelConfig DeltaNetConfig(int d, int n_layers) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < n_layers; ++i) {
+    layers.push_back(
+        {{"mixer",
+          {{"kind", "delta_net"}, {"n_heads", d / 64}, {"head_k_dim", 64}, {"head_v_dim", 64}}},
+         {"norm", {{"kind", "rms_norm"}}},
+         {"mlp", {{"kind", "gated_mlp"}, {"d_ff", 8 * d / 3}}}});
+  }
+  return Must(
+      ParseModelConfig(ByteModel(d, n_layers, layers, {{"kind", "rms_norm"}}).dump(), "delta_net"));
+}
+
 const std::vector<Family>& Families() {
   static const std::vector<Family> families = {{"linear_attention", LinearConfig},
-                                               {"gated_delta_net", GatedDeltaNetConfig}};
+                                               {"gated_delta_net", GatedDeltaNetConfig},
+                                               {"delta_net", DeltaNetConfig}};
   return families;
 }
 

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "model/layers/delta_net.h"
 #include "model/layers/ffn.h"
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
@@ -134,23 +135,27 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
             {.state = 2 * b * past * di * kF32, .activations = b * 2 * di * kF32 + b * di * w},
             b * 2 * static_cast<int64_t>(p.kernel_size) * di);
       a.Gemm("conv_out", d, di);
-    } else if (mixer == "gated_delta_net") {
-      const GatedDeltaNetParams p = GatedDeltaNetParams::From(layer.mixer.params);
+    } else if (mixer == "gated_delta_net" || mixer == "delta_net") {
+      const DeltaRuleShape p = mixer == "delta_net"
+                                   ? DeltaNetParams::From(layer.mixer.params).Shape()
+                                   : GatedDeltaNetParams::From(layer.mixer.params).Shape();
       const int64_t c = p.ConvChannels();
-      const int64_t hv = p.n_v_heads, vd = p.ValueDim();
-      const int64_t in = c + 2 * hv + (p.use_gate ? vd : 0);
+      const int64_t hv = p.v_heads, vd = p.ValueDim();
+      // a (decay), b (β) and g (gate) beside q | k | v where the layer has them.
+      const int64_t extra = (p.decay ? hv : 0) + (p.beta ? hv : 0) + (p.gate ? vd : 0);
+      const int64_t in = c + extra;
       const int64_t past = static_cast<int64_t>(p.conv_size) - 1;
       a.Gemm("gdn_in", in, d);
       // Reads q | k | v (fp32), reads the K−1 past rows and rewrites them shifted, writes the
       // convolved q | k | v (fp32).
-      a.Add("gated_delta_net conv", "DecodeShortConvKernel",
+      a.Add(mixer + " conv", "DecodeShortConvKernel",
             {.state = 2 * b * past * c * kF32, .activations = 2 * b * c * kF32},
             b * 2 * static_cast<int64_t>(p.conv_size) * c);
       // Reads and rewrites S once; reads q, k, v, a, b (and the gate) fp32, writes o in the
       // weights' type. Per S entry: the decay, (decayed S)ᵀk, the update and Sᵀq (7 FLOPs).
-      a.Add("gated_delta_net decode", "DecodeGatedDeltaRuleKernel",
+      a.Add(mixer + " decode", "DecodeGatedDeltaRuleKernel",
             {.state = 2 * b * p.HistoryOffset() * kF32,
-             .activations = b * (c + 2 * hv + (p.use_gate ? vd : 0)) * kF32 + b * vd * w},
+             .activations = b * (c + extra) * kF32 + b * vd * w},
             b * 7 * p.HistoryOffset());
       a.Gemm("o", d, vd);
     } else {

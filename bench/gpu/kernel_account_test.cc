@@ -5,6 +5,7 @@
 
 #include "bench/gpu/bench_shapes.h"
 #include "gtest/gtest.h"
+#include "model/layers/delta_net.h"
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/rms_norm.h"
@@ -220,6 +221,39 @@ TEST(KernelAccountTest, GatedDeltaNetByHand) {
   // bf16 (12); 7 · 12.
   ExpectCost(a, "gated_delta_net decode", 1, {.state = 96, .activations = 92}, 84);
   ExpectCost(a, "gemm o", 1, {.weights = 48, .activations = 12 + 16}, 48);
+}
+
+// delta_net on the same kernels, d 4, batch 1, bf16: 1 head, k 2, v 3, conv 3, no β projection,
+// the gate: q | k | v 7 channels, then the gate 3 (no a, no b).
+TEST(KernelAccountTest, DeltaNetByHand) {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp", .params = GatedMlpParams{.d_ff = 4}.ToValues()};
+  const ComponentSpec dn = {.kind = "delta_net",
+                            .params = DeltaNetParams{.n_heads = 1,
+                                                     .head_k_dim = 2,
+                                                     .head_v_dim = 3,
+                                                     .conv_size = 3,
+                                                     .use_beta = false,
+                                                     .use_gate = true}
+                                          .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 4;
+  c.position = PositionEmbedding::kNone;
+  c.layers = {{.mixer = dn, .norm = norm, .mlp = mlp}};
+  c.n_layers = 1;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(*parsed, 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  // 10 × 4 bf16 = 80; x 8, y 10 fp32 = 40.
+  ExpectCost(a, "gemm gdn_in", 1, {.weights = 80, .activations = 48}, 80);
+  // 2 past rows of 7 fp32 read and rewritten (112); 7 fp32 in and out (56); 2 · 3 · 7.
+  ExpectCost(a, "delta_net conv", 1, {.state = 112, .activations = 56}, 42);
+  // S 2 × 3 fp32 = 24, read and written; in 7 + 3 = 10 fp32 (40), out 3 bf16 (6); 7 · 6.
+  ExpectCost(a, "delta_net decode", 1, {.state = 48, .activations = 46}, 42);
 }
 
 TEST(KernelAccountTest, RefusesBadArguments) {

@@ -1,4 +1,4 @@
-// The gated delta rule's step (kernels/cuda/delta_rule.h). A block of kThreads threads owns one
+// The delta rule's step (kernels/cuda/delta_rule.h). A block of kThreads threads owns one
 // value head of one session: q and k of its q/k head are normalised in shared memory, then each
 // thread takes columns j of S (j = thread, thread + kThreads, …): a first pass over the k_dim
 // rows forms (decay·S)ᵀk for its columns, a second writes S + k uᵀ and accumulates Sᵀq. Column
@@ -15,11 +15,19 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxGridY = 65535;  // value heads are the grid's y
 
-// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU).
-__device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
+// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU). log(1 + e) by
+// Goldberg's identity log(u) · e / (u − 1), u = 1 + e rounded (e where u is 1), accurate to a few
+// ulps as log1pf is; log1pf itself has a slow path whose call spills registers in these kernels.
+__device__ __forceinline__ float Softplus(float x) {
+  if (x > 20.0f) return x;
+  const float e = expf(x);
+  const float u = __fadd_rn(1.0f, e);
+  return u == 1.0f ? e : __fdiv_rn(__fmul_rn(logf(u), e), __fsub_rn(u, 1.0f));
+}
 
 // x[0 … n) ← x / sqrt(Σ x² + eps) · scale, in shared memory.
-__device__ void L2Normalize(float* x, int n, float eps, float scale, float* reduce) {
+__device__ __forceinline__ void L2Normalize(float* x, int n, float eps, float scale,
+                                            float* reduce) {
   float sum = 0.0f;
   for (int i = threadIdx.x; i < n; i += blockDim.x) sum = __fadd_rn(sum, __fmul_rn(x[i], x[i]));
   sum = BlockSum(sum, reduce);
@@ -32,8 +40,8 @@ __device__ void L2Normalize(float* x, int n, float eps, float scale, float* redu
 // One token (`row` of the pass) of value head `vh` on S (null: a padding row, zero state, no
 // write). Shared memory: q and k (k_dim each), o (v_dim).
 template <typename T>
-__device__ void Token(const GatedDeltaRuleRows& args, int64_t row, int vh, float* s, float* q,
-                      float* k, float* o, float* reduce) {
+__device__ __forceinline__ void Token(const GatedDeltaRuleRows& args, int64_t row, int vh, float* s,
+                                      float* q, float* k, float* o, float* reduce) {
   const GatedDeltaRuleShape& shape = args.shape;
   const int kd = shape.k_dim;
   const int vd = shape.v_dim;
@@ -49,10 +57,15 @@ __device__ void Token(const GatedDeltaRuleRows& args, int64_t row, int vh, float
   L2Normalize(q, kd, shape.l2_eps, __fdiv_rn(1.0f, sqrtf(static_cast<float>(kd))), reduce);
   L2Normalize(k, kd, shape.l2_eps, 1.0f, reduce);
   const float* proj = args.proj + row * args.proj_stride;
-  const float g = __fmul_rn(-expf(shape.a_log[vh]),
-                            Softplus(__fadd_rn(proj[args.a_col + vh], shape.dt_bias[vh])));
-  const float decay = expf(g);
-  float beta = __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-proj[args.b_col + vh])));
+  // Without a decay S is not scaled (the CPU's exp(0) = 1 exactly); without b, β = 1.
+  float decay = 1.0f;
+  if (shape.a_log != nullptr) {
+    const float g = __fmul_rn(-expf(shape.a_log[vh]),
+                              Softplus(__fadd_rn(proj[args.a_col + vh], shape.dt_bias[vh])));
+    decay = expf(g);
+  }
+  float beta =
+      args.b_col >= 0 ? __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-proj[args.b_col + vh]))) : 1.0f;
   if (shape.allow_neg_eigval) beta = __fmul_rn(beta, 2.0f);
   const float* v = qkv + 2 * key_dim + static_cast<int64_t>(vh) * vd;
   float sum_sq = 0.0f;
@@ -140,19 +153,19 @@ size_t SharedBytes(const GatedDeltaRuleShape& shape) {
 absl::Status CheckGatedDeltaRuleShape(const GatedDeltaRuleShape& shape) {
   if (shape.k_dim < 1 || shape.k_dim > kMaxDeltaRuleHeadDim || shape.v_dim < 1 ||
       shape.v_dim > kMaxDeltaRuleHeadDim) {
-    return absl::InvalidArgumentError(absl::StrCat("gated_delta_net: head_k_dim ", shape.k_dim,
+    return absl::InvalidArgumentError(absl::StrCat("delta rule: head_k_dim ", shape.k_dim,
                                                    " and head_v_dim ", shape.v_dim,
                                                    " must be in [1, ", kMaxDeltaRuleHeadDim, "]"));
   }
   if (shape.heads < 1 || shape.v_heads < 1 || shape.v_heads % shape.heads != 0 ||
       shape.v_heads > kMaxGridY) {
-    return absl::InvalidArgumentError(absl::StrCat("gated_delta_net: n_v_heads ", shape.v_heads,
+    return absl::InvalidArgumentError(absl::StrCat("delta rule: n_v_heads ", shape.v_heads,
                                                    " must be a multiple of n_heads ", shape.heads,
                                                    " and at most ", kMaxGridY));
   }
-  if (shape.a_log == nullptr || shape.dt_bias == nullptr || shape.o_norm == nullptr) {
+  if (shape.o_norm == nullptr || (shape.a_log == nullptr) != (shape.dt_bias == nullptr)) {
     return absl::InvalidArgumentError(
-        "gated_delta_net: the step needs A_log, dt_bias and o_norm.weight");
+        "delta rule: the step needs o_norm.weight, and A_log and dt_bias together or neither");
   }
   return absl::OkStatus();
 }

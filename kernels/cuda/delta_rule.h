@@ -1,9 +1,10 @@
-// Host-side launchers for the gated delta rule (gated_delta_net, model/layers/gated_delta_net.h)
-// after its short convolutions: per token and value head, the L2 norms of q and k, β and the
-// decay from the projections' rows, the state update and read-out, and the gated RMSNorm,
-// written in T as o_proj's input. Each block owns one value head of one session (a decode row,
-// or a prefill piece whose tokens it runs in order), one thread per column of S; every product
-// and sum rounds as the CPU kernel's (kernels/cpu/delta_rule.h), in the same order, except the
+// Host-side launchers for the delta rule (gated_delta_net and delta_net,
+// model/layers/delta_rule_shape.h) after its short convolutions: per token and value head, the L2
+// norms of q and k, β and the decay (where the layer has them) from the projections' rows, the
+// state update and read-out, and the gated RMSNorm, written in T as o_proj's input. Each block
+// owns one value head of one session (a decode row, or a prefill piece whose tokens it runs in
+// order), one thread per column of S; every product and sum rounds as the CPU kernel's
+// (kernels/cpu/delta_rule.h), in the same order, except the
 // norms' block-wide sums and expf.
 //
 // State layout (the same as StateBlob and the CPU backend): per value head S (k_dim × v_dim fp32,
@@ -29,16 +30,17 @@ struct GatedDeltaRuleShape {
   bool allow_neg_eigval = false;
   float norm_eps = 0;
   float l2_eps = 0;
-  const float* a_log = nullptr;    // [v_heads]
-  const float* dt_bias = nullptr;  // [v_heads]
-  const float* o_norm = nullptr;   // [v_dim]
+  // [v_heads] each, or both null: no decay (S is not scaled).
+  const float* a_log = nullptr;
+  const float* dt_bias = nullptr;
+  const float* o_norm = nullptr;  // [v_dim]
 };
 
-// The most k_dim and v_dim the kernels take (gated_delta_net's head_k_dim / head_v_dim limits).
+// The most k_dim and v_dim the kernels take (the delta-rule kinds' head_k_dim / head_v_dim limits).
 constexpr int kMaxDeltaRuleHeadDim = 1024;
 
 // INVALID_ARGUMENT unless the dims are in [1, kMaxDeltaRuleHeadDim], v_heads is a multiple of
-// heads and the vectors are given.
+// heads, o_norm is given and a_log and dt_bias are both given or both null.
 absl::Status CheckGatedDeltaRuleShape(const GatedDeltaRuleShape& shape);
 
 // What both launchers read and write.
@@ -46,11 +48,12 @@ struct GatedDeltaRuleRows {
   GatedDeltaRuleShape shape;
   // [rows, 2·heads·k_dim + v_heads·v_dim]: q | k | v after the convolutions.
   const float* qkv = nullptr;
-  // The projections' rows ([rows, proj_stride]): a at column a_col (v_heads), b at b_col, and the
-  // gate at g_col (v_heads·v_dim; g_col < 0: no gate).
+  // The projections' rows ([rows, proj_stride]): a at column a_col (v_heads; read with the
+  // decay), b at b_col (v_heads; b_col < 0: β = 1), and the gate at g_col (v_heads·v_dim;
+  // g_col < 0: no gate).
   const float* proj = nullptr;
   int64_t proj_stride = 0;
-  int64_t a_col = 0, b_col = 0, g_col = -1;
+  int64_t a_col = 0, b_col = -1, g_col = -1;
   float* state = nullptr;
   int64_t slot_stride = 0;   // floats per slot
   int64_t layer_offset = 0;  // floats from a slot's start to this layer's S

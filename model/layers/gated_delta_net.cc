@@ -19,29 +19,7 @@ absl::Status Check(const ParamValues& values, ParamErrorFn error) {
 }
 
 std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
-  const GatedDeltaNetParams p = GatedDeltaNetParams::From(values);
-  const int64_t kd = p.KeyDim();
-  const int64_t vd = p.ValueDim();
-  const int64_t hv = p.n_v_heads;
-  const int64_t taps = p.conv_size;
-  std::vector<TensorDecl> t = {
-      {"attn.q_proj.weight", {kd, d}, /*projection=*/true},
-      {"attn.k_proj.weight", {kd, d}, /*projection=*/true},
-      {"attn.v_proj.weight", {vd, d}, /*projection=*/true},
-      {"attn.a_proj.weight", {hv, d}, /*projection=*/true},
-      {"attn.b_proj.weight", {hv, d}, /*projection=*/true},
-  };
-  if (p.use_gate) t.push_back({"attn.g_proj.weight", {vd, d}, /*projection=*/true});
-  t.push_back({"attn.A_log", {hv}});
-  t.push_back({"attn.dt_bias", {hv}});
-  const std::pair<const char*, int64_t> convs[] = {{"q", kd}, {"k", kd}, {"v", vd}};
-  for (const auto& [conv, channels] : convs) {
-    t.push_back({absl::StrCat("attn.", conv, "_conv1d.weight"), {channels, taps}});
-    if (p.conv_bias) t.push_back({absl::StrCat("attn.", conv, "_conv1d.bias"), {channels}});
-  }
-  t.push_back({"attn.o_norm.weight", {int64_t{p.head_v_dim}}});
-  t.push_back({"attn.o_proj.weight", {d, vd}, /*projection=*/true});
-  return t;
+  return DeltaRuleTensors(GatedDeltaNetParams::From(values).Shape(), d);
 }
 
 int64_t StateFloats(const ParamValues& values) {
@@ -49,36 +27,12 @@ int64_t StateFloats(const ParamValues& values) {
 }
 
 std::string LocateState(const ParamValues& values, int64_t index) {
-  const GatedDeltaNetParams p = GatedDeltaNetParams::From(values);
-  if (index < p.HistoryOffset()) {
-    const int64_t per_head = int64_t{p.head_k_dim} * p.head_v_dim;
-    const int64_t in_head = index % per_head;
-    return absl::StrCat("value head ", index / per_head, ", S[", in_head / p.head_v_dim, "][",
-                        in_head % p.head_v_dim, "]");
-  }
-  const int64_t in_history = index - p.HistoryOffset();
-  const int64_t row = in_history / p.ConvChannels();
-  int64_t channel = in_history % p.ConvChannels();
-  const char* which = "q";
-  if (channel >= 2 * p.KeyDim()) {
-    which = "v";
-    channel -= 2 * p.KeyDim();
-  } else if (channel >= p.KeyDim()) {
-    which = "k";
-    channel -= p.KeyDim();
-  }
-  return absl::StrCat(which, " of token t-", p.conv_size - 2 - row, " (history row ", row,
-                      "), channel ", channel);
+  return LocateDeltaRuleState(GatedDeltaNetParams::From(values).Shape(), index);
 }
 
 std::optional<StateProblem> CheckState(const ParamValues&, absl::Span<const float> slice,
                                        float max_magnitude) {
-  for (size_t i = 0; i < slice.size(); ++i) {
-    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
-      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
-    }
-  }
-  return std::nullopt;
+  return CheckDeltaRuleState(slice, max_magnitude);
 }
 
 MixerKind MakeKind() {
@@ -108,10 +62,7 @@ MixerKind MakeKind() {
   k.check = Check;
   k.tensors = Tensors;
   k.state_floats = StateFloats;
-  k.state_layout =
-      "per value head S (head_k_dim × head_v_dim, row-major); then the last conv_size − 1 "
-      "inputs of q | k | v before their convolutions, oldest first: (conv_size − 1) × "
-      "(2 · n_heads · head_k_dim + n_v_heads · head_v_dim)";
+  k.state_layout = kDeltaRuleStateLayout;
   k.locate_state = LocateState;
   k.check_state = CheckState;
   return k;
@@ -145,8 +96,18 @@ ParamValues GatedDeltaNetParams::ToValues() const {
   return v;
 }
 
-int64_t GatedDeltaNetParams::StateFloats() const {
-  return HistoryOffset() + (int64_t{conv_size} - 1) * ConvChannels();
+DeltaRuleShape GatedDeltaNetParams::Shape() const {
+  return {.heads = n_heads,
+          .v_heads = n_v_heads,
+          .k_dim = head_k_dim,
+          .v_dim = head_v_dim,
+          .conv_size = conv_size,
+          .conv_bias = conv_bias,
+          .decay = true,
+          .beta = true,
+          .gate = use_gate,
+          .allow_neg_eigval = allow_neg_eigval,
+          .norm_eps = norm_eps};
 }
 
 const MixerKind& GatedDeltaNetKind() {

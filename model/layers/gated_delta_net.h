@@ -23,6 +23,7 @@
 #include <cstdint>
 
 #include "model/layers/component_kind.h"
+#include "model/layers/delta_rule_shape.h"
 #include "model/layers/param.h"
 
 namespace linserve {
@@ -40,18 +41,14 @@ struct GatedDeltaNetParams {
 
   static GatedDeltaNetParams From(const ParamValues& values);
   ParamValues ToValues() const;
-  int64_t KeyDim() const { return int64_t{n_heads} * head_k_dim; }
-  int64_t ValueDim() const { return int64_t{n_v_heads} * head_v_dim; }
-  // Channels of the short convolutions: 2 · KeyDim() + ValueDim().
-  int64_t ConvChannels() const { return 2 * KeyDim() + ValueDim(); }
-  // Floats of the S matrices: n_v_heads · head_k_dim · head_v_dim; the history follows.
-  int64_t HistoryOffset() const { return int64_t{n_v_heads} * head_k_dim * head_v_dim; }
-  // HistoryOffset() + (conv_size − 1) · ConvChannels().
-  int64_t StateFloats() const;
+  // The layer as the backends' delta-rule mixer reads it (decay and β on).
+  DeltaRuleShape Shape() const;
+  int64_t KeyDim() const { return Shape().KeyDim(); }
+  int64_t ValueDim() const { return Shape().ValueDim(); }
+  int64_t ConvChannels() const { return Shape().ConvChannels(); }
+  int64_t HistoryOffset() const { return Shape().HistoryOffset(); }
+  int64_t StateFloats() const { return Shape().StateFloats(); }
 };
-
-// The L2 norm's eps of q and k (inside the square root), fla's l2norm.
-inline constexpr float kGatedDeltaNetL2Eps = 1e-6f;
 
 const MixerKind& GatedDeltaNetKind();
 

@@ -1,14 +1,16 @@
-"""An independent transcription of flash-linear-attention's Gated DeltaNet language model
-(fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/gated_deltanet/
-{configuration,modeling}_gated_deltanet.py, fla/layers/gated_deltanet.py, fla/modules' RMSNorm,
-FusedRMSNormGated, ShortConvolution and GatedMLP, and the recurrence of
-fla/ops/gated_delta_rule/naive.py with the fused kernels' in-kernel steps: the L2 norm of q and k
-(x / sqrt(Σx² + 1e-6)), β = sigmoid(b) (· 2 with allow_neg_eigval), g = −exp(A_log) ·
-softplus(a + dt_bias), value head h reading q/k head h // (num_v_heads // num_heads)) in plain
-PyTorch and in THEIR layout: module names and shapes are those of their state_dict
-(model.layers.{i}.attn.q_conv1d.weight [key_dim, 1, conv_size], ...), built from their
-config.json with GatedDeltaNetConfig's defaults. The recurrent state is returned as the kernels
-keep it with state_v_first (their layer passes it): [B, num_v_heads, head_v_dim, head_k_dim].
+"""An independent transcription of flash-linear-attention's Gated DeltaNet and DeltaNet language
+models (fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/{gated_deltanet,
+delta_net}/{configuration,modeling}_*.py, fla/layers/{gated_deltanet,delta_net}.py, fla/modules'
+RMSNorm, FusedRMSNormGated, ShortConvolution and GatedMLP, and the recurrences of
+fla/ops/{gated_delta_rule,delta_rule}/naive.py with the fused kernels' in-kernel steps: the L2
+norm of q and k (x / sqrt(Σx² + 1e-6)), β = sigmoid(b) (· 2 with allow_neg_eigval), for Gated
+DeltaNet g = −exp(A_log) · softplus(a + dt_bias) and value head h reading q/k head
+h // (num_v_heads // num_heads)) in plain PyTorch and in THEIR layout: module names and shapes are
+those of their state_dict (model.layers.{i}.attn.q_conv1d.weight [key_dim, 1, conv_size], ...),
+built from their config.json with their config classes' defaults. The recurrent state is returned
+as their layers pass it to the kernels: Gated DeltaNet's with state_v_first
+[B, num_v_heads, head_v_dim, head_k_dim], DeltaNet's [B, num_heads, head_k_dim, head_v_dim].
+DeltaNet is transcribed for its defaults qk_activation "silu" and qk_norm "l2" only.
 
 `make_checkpoint` writes a random checkpoint of this model (config.json + model.safetensors or
 pytorch_model.bin), the input of convert_fla.py's tests.
@@ -52,8 +54,41 @@ def small_config(**overrides):
     return config
 
 
+# DeltaNetConfig.__init__'s defaults (those the model reads).
+DELTA_NET_DEFAULTS = {
+    "attn_mode": "chunk", "hidden_size": 2048, "expand_k": 1.0, "expand_v": 1.0,
+    "use_gate": False, "use_short_conv": True, "allow_neg_eigval": False, "conv_size": 4,
+    "use_beta": True, "use_output_norm": True, "num_heads": 16, "qk_norm": "l2",
+    "qk_activation": "silu", "max_position_embeddings": 2048, "hidden_ratio": 4,
+    "intermediate_size": None, "hidden_act": "swish", "num_hidden_layers": 24, "norm_eps": 1e-6,
+    "attn": None, "use_cache": True, "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2,
+    "tie_word_embeddings": False, "initializer_range": 0.02, "fuse_norm": True,
+    "fuse_swiglu": True, "fuse_cross_entropy": True, "fuse_linear_cross_entropy": False,
+    "use_l2warp": False, "vocab_size": 32000, "attnres_block_size": None,
+}
+
+
+def small_delta_net_config(**overrides):
+    """A DeltaNet config.json at the same scale: hidden 64, 3 layers, 4 heads (key and value
+    dims 64: heads of 16), vocab 2048."""
+    config = {
+        "architectures": ["DeltaNetForCausalLM"], "model_type": "delta_net",
+        "torch_dtype": "float32", "transformers_version": "4.53.3", "attn_mode": "chunk",
+        "hidden_size": 64, "expand_k": 1, "expand_v": 1, "use_gate": False,
+        "use_short_conv": True, "conv_size": 4, "use_beta": True, "use_output_norm": True,
+        "num_heads": 4, "qk_norm": "l2", "qk_activation": "silu", "hidden_ratio": 4,
+        "intermediate_size": None, "hidden_act": "swish", "num_hidden_layers": 3,
+        "norm_eps": 1e-6, "attn": None, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": False, "fuse_norm": True, "vocab_size": 2048,
+    }
+    config.update(overrides)
+    return config
+
+
 def get(config, key):
-    return config[key] if key in config else DEFAULTS[key]
+    if key in config:
+        return config[key]
+    return (DELTA_NET_DEFAULTS if config.get("model_type") == "delta_net" else DEFAULTS)[key]
 
 
 class RMSNorm(nn.Module):
@@ -160,6 +195,77 @@ class GatedDeltaNet(nn.Module):
         return self.o_proj(o.reshape(b, t, self.value_dim)), h.transpose(-1, -2)
 
 
+def naive_delta_rule(q, k, v, beta, scale):
+    """naive.py's delta_rule_recurrence. q, k [B, H, T, K], v [B, H, T, V], beta [B, H, T] ->
+    o [B, H, T, V] and the final S [B, H, K, V]."""
+    b, h_count, t_count, k_dim = q.shape
+    o = torch.zeros_like(v)
+    s = torch.zeros(b, h_count, k_dim, v.shape[-1], dtype=v.dtype)
+    q = q * scale
+    beta = beta[..., None]
+    for i in range(t_count):
+        _k, _q, _v = k[:, :, i], q[:, :, i], v[:, :, i].clone()
+        _v = _v - (s * _k[..., None]).sum(-2)
+        _v = _v * beta[:, :, i]
+        s = s + _k.unsqueeze(-1) * _v.unsqueeze(-2)
+        o[:, :, i] = torch.einsum("bhd,bhdm->bhm", _q, s)
+    return o, s
+
+
+class DeltaNet(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        self.num_heads = get(config, "num_heads")
+        self.key_dim = int(d * get(config, "expand_k"))
+        self.value_dim = int(d * get(config, "expand_v"))
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.use_beta = get(config, "use_beta")
+        self.use_gate = get(config, "use_gate")
+        self.allow_neg_eigval = get(config, "allow_neg_eigval")
+        conv_size = get(config, "conv_size")
+        eps = get(config, "norm_eps")
+        self.q_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.value_dim, bias=False)
+        if self.use_beta:
+            self.b_proj = nn.Linear(d, self.num_heads, bias=False)
+        self.q_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+        self.k_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+        self.v_conv1d = ShortConvolution(self.value_dim, conv_size, False)
+        if self.use_gate:
+            self.g_proj = nn.Linear(d, self.value_dim, bias=False)
+            self.o_norm = FusedRMSNormGated(self.head_v_dim, eps)
+        else:
+            self.o_norm = RMSNorm(self.head_v_dim, eps)
+        self.o_proj = nn.Linear(self.value_dim, d, bias=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q_conv1d(self.q_proj(x)).view(b, t, self.num_heads, self.head_k_dim)
+        k = self.k_conv1d(self.k_proj(x)).view(b, t, self.num_heads, self.head_k_dim)
+        v = self.v_conv1d(self.v_proj(x)).view(b, t, self.num_heads, self.head_v_dim)
+        if self.use_beta:
+            beta = self.b_proj(x).sigmoid()
+        else:
+            beta = torch.ones(b, t, self.num_heads, dtype=x.dtype)
+        if self.allow_neg_eigval:
+            beta = beta * 2.
+        o, s = naive_delta_rule(l2norm(q).transpose(1, 2), l2norm(k).transpose(1, 2),
+                                v.transpose(1, 2), beta.transpose(1, 2), self.head_k_dim ** -0.5)
+        o = o.transpose(1, 2)
+        if self.use_gate:
+            o = self.o_norm(o, self.g_proj(x).view(b, t, self.num_heads, self.head_v_dim))
+        else:
+            o = self.o_norm(o)
+        return self.o_proj(o.reshape(b, t, self.value_dim)), s
+
+
+# The layer class of each model_type.
+LAYERS = {"gated_deltanet": GatedDeltaNet, "delta_net": DeltaNet}
+
+
 class GatedMLP(nn.Module):
     def __init__(self, config):
         super().__init__()
@@ -176,12 +282,14 @@ class GatedMLP(nn.Module):
         return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
-class GatedDeltaNetBlock(nn.Module):
+class Block(nn.Module):
+    """fla's block of both families (GatedDeltaNetBlock, DeltaNetBlock): pre-norm attn and mlp."""
+
     def __init__(self, config):
         super().__init__()
         eps = get(config, "norm_eps")
         self.attn_norm = RMSNorm(get(config, "hidden_size"), eps)
-        self.attn = GatedDeltaNet(config)
+        self.attn = LAYERS[config.get("model_type", "gated_deltanet")](config)
         self.mlp_norm = RMSNorm(get(config, "hidden_size"), eps)
         self.mlp = GatedMLP(config)
 
@@ -191,27 +299,29 @@ class GatedDeltaNetBlock(nn.Module):
         return x + self.mlp(self.mlp_norm(x)), h
 
 
-class GatedDeltaNetModel(nn.Module):
+class Backbone(nn.Module):
     def __init__(self, config):
         super().__init__()
         self.embeddings = nn.Embedding(get(config, "vocab_size"), get(config, "hidden_size"))
         self.layers = nn.ModuleList(
-            GatedDeltaNetBlock(config) for _ in range(get(config, "num_hidden_layers")))
+            Block(config) for _ in range(get(config, "num_hidden_layers")))
         self.norm = RMSNorm(get(config, "hidden_size"), get(config, "norm_eps"))
 
 
-class GatedDeltaNetForCausalLM(nn.Module):
+class ForCausalLM(nn.Module):
+    """GatedDeltaNetForCausalLM or DeltaNetForCausalLM, as config["model_type"] says."""
+
     def __init__(self, config):
         super().__init__()
-        self.model = GatedDeltaNetModel(config)
+        self.model = Backbone(config)
         self.lm_head = nn.Linear(get(config, "hidden_size"), get(config, "vocab_size"),
                                  bias=False)
         if get(config, "tie_word_embeddings"):
             self.lm_head.weight = self.model.embeddings.weight
 
     def forward(self, input_ids):
-        """input_ids [B, T] -> logits [B, T, V] and each layer's final recurrent state
-        [B, num_v_heads, head_v_dim, head_k_dim]."""
+        """input_ids [B, T] -> logits [B, T, V] and each layer's final recurrent state as the
+        layer's kernel keeps it (module docstring)."""
         x = self.model.embeddings(input_ids)
         states = []
         for layer in self.model.layers:
@@ -244,7 +354,7 @@ def make_checkpoint(directory, config, seed, weights="model.safetensors", dtype=
 
     os.makedirs(directory, exist_ok=True)
     with torch.random.fork_rng(devices=[]):
-        model = GatedDeltaNetForCausalLM(config).double()
+        model = ForCausalLM(config).double()
     randomise(model, torch.Generator().manual_seed(seed))
     state = {k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}
     if get(config, "tie_word_embeddings"):

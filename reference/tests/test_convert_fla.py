@@ -1,5 +1,5 @@
-"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet layout
-(fla_authors.py, an independent transcription of their model at bc3b101) converts into a model
+"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet or DeltaNet
+layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
 directory whose logits, from our reference in both its parallel and its recurrent form, equal
 fla's model's within 1e-12 of the largest logit for a 300-token prompt (both in float64 from the
 same stored weights), with the same recurrent state ([v, k] in fla's layout, [k, v] in ours);
@@ -80,9 +80,11 @@ class ConvertFlaTest(unittest.TestCase):
                 recurrent.append(logits)
         self.assertLessEqual(relative(parallel, expected), TOLERANCE)
         self.assertLessEqual(relative(torch.stack(recurrent, dim=1), expected), TOLERANCE)
+        v_first = config["model_type"] == "gated_deltanet"  # fla's state_v_first
         for layer, fla_state in enumerate(fla_states):
             s = state.layers[layer][0]  # [B, HV, K, V]
-            self.assertLessEqual(relative(s, fla_state.transpose(-1, -2)), TOLERANCE, layer)
+            expected_s = fla_state.transpose(-1, -2) if v_first else fla_state
+            self.assertLessEqual(relative(s, expected_s), TOLERANCE, layer)
         return theirs, ours
 
     def test_logits_and_state_equal_fla(self):
@@ -99,6 +101,18 @@ class ConvertFlaTest(unittest.TestCase):
             with self.subTest(**overrides):
                 self.check_parity(fla_authors.small_config(**overrides), seed=10 + i,
                                   chunk_size=7)
+
+    def test_delta_net_logits_and_state_equal_fla(self):
+        variants = [
+            {},
+            dict(use_beta=False, use_gate=True, allow_neg_eigval=True),
+            dict(expand_k=0.5, expand_v=2, conv_size=2, tie_word_embeddings=True,
+                 use_output_norm=False),
+        ]
+        for i, overrides in enumerate(variants):
+            with self.subTest(**overrides):
+                self.check_parity(fla_authors.small_delta_net_config(**overrides), seed=30 + i,
+                                  chunk_size=16)
 
     def test_the_checks_see_every_option(self):
         """The parity check can fail: a model converted from one config but run as another
@@ -179,9 +193,12 @@ class ConvertFlaTest(unittest.TestCase):
             self.assertEqual(json.load(f)["tokenizer"], "gpt2_bpe")
         self.assertTrue(os.path.exists(os.path.join(dst, "merges.txt")))
 
-    def refused(self, config, pattern, edit=None):
+    def refused(self, config, pattern, edit=None, model=None):
+        """convert_fla.py refuses, matching `pattern`, a checkpoint of `model` (default: a
+        one-layer Gated DeltaNet) whose config.json is `config` and whose tensors `edit` changed."""
         src = os.path.join(self.tmp.name, "bad")
-        fla_authors.make_checkpoint(src, fla_authors.small_config(num_hidden_layers=1), 1)
+        fla_authors.make_checkpoint(
+            src, model if model is not None else fla_authors.small_config(num_hidden_layers=1), 1)
         with open(os.path.join(src, "config.json"), "w", encoding="utf-8") as f:
             json.dump(config, f)
         if edit is not None:
@@ -199,6 +216,7 @@ class ConvertFlaTest(unittest.TestCase):
         base = fla_authors.small_config(num_hidden_layers=1)
         for overrides, pattern in [
             (dict(model_type="gla"), "'model_type' = 'gla': GLA .* has no linserve layer kind"),
+            (dict(model_type="retnet"), "'model_type' = 'retnet': RetNet"),
             (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2"),
             (dict(model_type="llama"), "'model_type' = 'llama' is not an fla family"),
             (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
@@ -211,9 +229,23 @@ class ConvertFlaTest(unittest.TestCase):
             (dict(vocab_size=100), "'model.embeddings.weight' has shape \\[2048, 64\\], the "
                                    "config implies \\[100, 64\\]"),
             (dict(dt_limit=[0.0, float("inf")]), "unknown key 'dt_limit'"),
+            (dict(expand_k=1), "unknown key 'expand_k'"),  # DeltaNet's, not Gated DeltaNet's
         ]:
             with self.subTest(**{k: str(v) for k, v in overrides.items()}):
                 self.refused({**base, **overrides}, pattern)
+
+    def test_delta_net_config_refusals(self):
+        base = fla_authors.small_delta_net_config(num_hidden_layers=1)
+        for overrides, pattern in [
+            (dict(qk_activation="relu"), "'qk_activation' = 'relu' is not supported"),
+            (dict(qk_norm="sum"), "'qk_norm' = 'sum' is not supported"),
+            (dict(expand_k=0.3), "'expand_k' = 0.3 times hidden_size 64 is not a whole"),
+            (dict(num_heads=3), "'expand_k' gives 64, not a multiple of num_heads = 3"),
+            (dict(num_v_heads=4), "unknown key 'num_v_heads'"),
+            (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
+        ]:
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.refused({**base, **overrides}, pattern, model=base)
 
     def test_tensor_refusals(self):
         base = fla_authors.small_config(num_hidden_layers=1)

@@ -49,7 +49,7 @@ class GoldenTest(unittest.TestCase):
         self.assertGreaterEqual(len(based), 6)
         kinds = [{layer["mixer"]["kind"] for layer in c["config"]["layers"]} for c in based]
         for kind in ("short_conv", "taylor_linear_attention", "sliding_window_attention",
-                     "gated_delta_net"):
+                     "gated_delta_net", "delta_net"):
             self.assertIn({kind}, kinds)  # the kind alone in a model
         every = len(linserve_kinds.by_role("mixer"))
         with self.assertRaisesRegex(AssertionError, "mixes every mixer kind"):

@@ -1,133 +1,21 @@
-// The CUDA implementation of the "gated_delta_net" mixer (model/layers/gated_delta_net.h), a
-// CudaProjectedMixer: one GEMM for q, k, v, a, b (and g); the short convolutions on q | k | v
-// (kernels/cuda/short_conv.h, ungated, into fp32 scratch); the gated delta rule with its norms
-// (kernels/cuda/delta_rule.h) on the layer's state slice, writing o_proj's input; then o_proj.
-// Decode is one launch of each over the batch, a prefill pass one of each for all its sessions.
+// The CUDA implementation of the "gated_delta_net" mixer (model/layers/gated_delta_net.h): the
+// delta-rule mixer (cuda_delta_rule_mixer.h) with the decay and β.
 
-#include "kernels/cuda/cuda_status.h"
-#include "kernels/cuda/delta_rule.h"
-#include "kernels/cuda/short_conv.h"
-#include "model/backend/cuda/cuda_projected_mixer.h"
+#include "model/backend/cuda/cuda_delta_rule_mixer.h"
 #include "model/layers/gated_delta_net.h"
 
 namespace linserve {
-namespace {
-
-// Scratch buffer (ScratchRole::kMixer index): q | k | v after the convolutions.
-constexpr int kConvOut = CudaProjectedMixer::kFirstCoreBuffer;
-
-// Columns of the fused input projection: q, k, v, a, b, then g with use_gate.
-int64_t InColumns(const GatedDeltaNetParams& p) {
-  return p.ConvChannels() + 2 * int64_t{p.n_v_heads} + (p.use_gate ? p.ValueDim() : 0);
-}
-
-class CudaGatedDeltaNet final : public CudaProjectedMixer {
- public:
-  CudaGatedDeltaNet(const CudaLayerContext& context, const GatedDeltaNetParams& p,
-                    const CudaLayerWeights& w, int64_t state_offset)
-      : CudaProjectedMixer(context, state_offset, w.Matrix("in"), InColumns(p), w.Matrix("o"),
-                           p.ValueDim(), /*out_bias=*/nullptr),
-        p_(p) {
-    conv_.channels = static_cast<int>(p.ConvChannels());
-    conv_.kernel = p.conv_size;
-    conv_.weight = w.RequiredVector("conv");
-    conv_.conv_bias = w.Vector("conv_bias");
-    conv_.gated = false;
-    conv_.a_stride = InColumns(p);
-    rule_.shape.heads = p.n_heads;
-    rule_.shape.v_heads = p.n_v_heads;
-    rule_.shape.k_dim = p.head_k_dim;
-    rule_.shape.v_dim = p.head_v_dim;
-    rule_.shape.allow_neg_eigval = p.allow_neg_eigval;
-    rule_.shape.norm_eps = static_cast<float>(p.norm_eps);
-    rule_.shape.l2_eps = kGatedDeltaNetL2Eps;
-    rule_.shape.a_log = w.RequiredVector("A_log");
-    rule_.shape.dt_bias = w.RequiredVector("dt_bias");
-    rule_.shape.o_norm = w.RequiredVector("o_norm");
-    rule_.proj_stride = InColumns(p);
-    rule_.a_col = p.ConvChannels();
-    rule_.b_col = rule_.a_col + p.n_v_heads;
-    rule_.g_col = p.use_gate ? rule_.b_col + p.n_v_heads : -1;
-    rule_.layer_offset = state_offset;
-    rule_.out_dtype = dtype_;
-    context.scratch.Reserve(
-        ScratchRole::kMixer, kConvOut,
-        static_cast<size_t>(context.max_rows) * p.ConvChannels() * sizeof(float));
-  }
-
-  absl::Status Check() const override {
-    LINSERVE_RETURN_IF_ERROR(cuda::CheckShortConvShape(conv_));
-    return cuda::CheckGatedDeltaRuleShape(rule_.shape);
-  }
-
- private:
-  // `in`: the projections' rows (fp32); `out`: o_proj's input (T).
-  absl::Status Core(cudaStream_t s, const CudaPass& pass, const float* in, void* out) override {
-    const CudaWorkspace& ws = *pass.workspace;
-    float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kConvOut));
-    float* state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
-    const int64_t history = state_offset_ + p_.HistoryOffset();
-    cuda::GatedDeltaRuleRows rule = rule_;
-    rule.qkv = qkv;
-    rule.proj = in;
-    rule.state = state;
-    rule.slot_stride = pass.state_floats;
-    rule.out = out;
-    if (pass.prefill == nullptr) {
-      cuda::DecodeShortConvArgs conv;
-      conv.shape = conv_;
-      conv.a = in;
-      conv.slots = ws.device_rows.slots;
-      conv.state = state;
-      conv.slot_stride = pass.state_floats;
-      conv.layer_offset = history;
-      conv.rows = pass.rows;
-      conv.out_dtype = cuda::DType::kF32;
-      conv.out = qkv;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeShortConv(s, conv));
-      return cuda::LaunchDecodeGatedDeltaRule(s, rule, ws.device_rows.slots, pass.rows);
-    }
-    cuda::PrefillShortConvArgs conv;
-    conv.shape = conv_;
-    conv.a = in;
-    conv.tables = *pass.prefill;
-    conv.state = state;
-    conv.slot_stride = pass.state_floats;
-    conv.layer_offset = history;
-    conv.out_dtype = cuda::DType::kF32;
-    conv.out = qkv;
-    LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillShortConv(s, conv));
-    return cuda::LaunchPrefillGatedDeltaRule(s, rule, *pass.prefill);
-  }
-
-  const GatedDeltaNetParams p_;
-  cuda::ShortConvShape conv_;
-  cuda::GatedDeltaRuleRows rule_;  // all but the pass's pointers
-};
-
-}  // namespace
 
 std::vector<CudaTensorGroup> CudaTensorsOfGatedDeltaNet(const ComponentSpec& spec) {
-  const GatedDeltaNetParams p = GatedDeltaNetParams::From(spec.params);
-  std::vector<std::string> in = {"attn.q_proj.weight", "attn.k_proj.weight", "attn.v_proj.weight",
-                                 "attn.a_proj.weight", "attn.b_proj.weight"};
-  if (p.use_gate) in.push_back("attn.g_proj.weight");
-  return {{"in", std::move(in), /*matrix=*/true},
-          {"conv",  // fp32 [2·key_dim + value_dim, conv_size]: q | k | v's taps
-           {"attn.q_conv1d.weight", "attn.k_conv1d.weight", "attn.v_conv1d.weight"}},
-          {"conv_bias", {"attn.q_conv1d.bias", "attn.k_conv1d.bias", "attn.v_conv1d.bias"}},
-          {"A_log", {"attn.A_log"}},
-          {"dt_bias", {"attn.dt_bias"}},
-          {"o_norm", {"attn.o_norm.weight"}},
-          {"o", {"attn.o_proj.weight"}, /*matrix=*/true}};
+  return CudaTensorsOfDeltaRule(GatedDeltaNetParams::From(spec.params).Shape());
 }
 
 std::unique_ptr<CudaMixer> CreateCudaGatedDeltaNet(const CudaLayerContext& context,
                                                    const ComponentSpec& spec,
                                                    const CudaLayerWeights& weights,
                                                    int64_t state_offset) {
-  return std::make_unique<CudaGatedDeltaNet>(context, GatedDeltaNetParams::From(spec.params),
-                                             weights, state_offset);
+  return CreateCudaDeltaRuleMixer(context, GatedDeltaNetParams::From(spec.params).Shape(), weights,
+                                  state_offset);
 }
 
 }  // namespace linserve

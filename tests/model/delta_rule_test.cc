@@ -1,10 +1,8 @@
-// The gated_delta_net mixer on the CPU: its parameters, tensors and state checks; the component
-// against the delta rule written out here in double; prefill in pieces (the WY form by chunks)
-// against token-by-token steps, a batch against each slot alone, a state exported and imported, and
-// a model mixing it with linear_attention. Parity with the PyTorch reference is golden_test's
-// (make_golden.py has gated_delta_net cases).
-#include "model/layers/gated_delta_net.h"
-
+// The delta-rule mixers (gated_delta_net, delta_net) on the CPU: their parameters, tensors and
+// state checks; the component against the delta rule written out here in double; prefill in
+// pieces (the WY form by chunks) against token-by-token steps, a batch against each slot alone, a
+// state exported and imported, and a model mixing them with linear_attention. Parity with the
+// PyTorch reference is golden_test's (make_golden.py has cases of both kinds).
 #include <algorithm>
 #include <cmath>
 #include <memory>
@@ -22,6 +20,8 @@
 #include "model/format/config.h"
 #include "model/format/session_state.h"
 #include "model/format/weights.h"
+#include "model/layers/delta_net.h"
+#include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear_attention.h"
 #include "model/layers/rms_norm.h"
@@ -66,6 +66,17 @@ ComponentSpec GdnMixer(const GatedDeltaNetParams& p) {
   return {GatedDeltaNetKind().name, p.ToValues()};
 }
 
+DeltaNetParams Dn() {
+  return {.n_heads = 2, .head_k_dim = 8, .head_v_dim = 6, .conv_size = 3, .conv_bias = true};
+}
+
+ComponentSpec DnMixer(const DeltaNetParams& p) { return {DeltaNetKind().name, p.ToValues()}; }
+
+DeltaRuleShape ShapeOf(const ComponentSpec& mixer) {
+  return mixer.kind == DeltaNetKind().name ? DeltaNetParams::From(mixer.params).Shape()
+                                           : GatedDeltaNetParams::From(mixer.params).Shape();
+}
+
 ComponentSpec LinearMixer() {
   return {LinearAttentionKind().name,
           LinearAttentionParams{.n_heads = 2, .head_dim = 8, .feature_dim = 8}.ToValues()};
@@ -97,8 +108,8 @@ std::vector<float> RandomRows(int rows, uint64_t seed) {
 
 // The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
 struct Mixer {
-  Mixer(const GatedDeltaNetParams& p, int slots, uint64_t seed, int chunk = 64)
-      : model(MakeRandomModel(LayersConfig({Layer(GdnMixer(p))}), seed)) {
+  Mixer(const ComponentSpec& mixer, int slots, uint64_t seed, int chunk = 64)
+      : model(MakeRandomModel(LayersConfig({Layer(mixer)}), seed)) {
     options.max_batch_size = slots;
     options.prefill_chunk_size = chunk;
     layers = CreateCpuLayers({.model = model,
@@ -174,9 +185,9 @@ std::vector<double> Project(const Tensor& w, const double* x) {
 }
 
 // The mixer's output rows (d_model each, o_proj included) for rows `x` from the zero state.
-std::vector<double> DeltaRule(const GatedDeltaNetParams& p, const LayerWeights& w,
+std::vector<double> DeltaRule(const DeltaRuleShape& p, const LayerWeights& w,
                               absl::Span<const float> x) {
-  const int64_t kd = p.KeyDim(), vd = p.ValueDim(), hk = p.head_k_dim, hv = p.head_v_dim;
+  const int64_t kd = p.KeyDim(), vd = p.ValueDim(), hk = p.k_dim, hv = p.v_dim;
   const int rows = static_cast<int>(x.size() / kDModel);
   std::vector<std::vector<double>> raw;  // q | k | v before the convolutions, per row
   std::vector<double> s(static_cast<size_t>(p.HistoryOffset()), 0.0);
@@ -203,13 +214,13 @@ std::vector<double> DeltaRule(const GatedDeltaNetParams& p, const LayerWeights& 
       if (p.conv_bias) acc += w.At(absl::StrCat("attn.", which, "_conv1d.bias")).data[ch];
       qkv[c] = acc * Sigmoid(acc);
     }
-    const std::vector<double> a = Project(w.At("attn.a_proj.weight"), xt.data());
-    const std::vector<double> b = Project(w.At("attn.b_proj.weight"), xt.data());
-    std::vector<double> gate;
-    if (p.use_gate) gate = Project(w.At("attn.g_proj.weight"), xt.data());
+    std::vector<double> a, b, gate;
+    if (p.decay) a = Project(w.At("attn.a_proj.weight"), xt.data());
+    if (p.beta) b = Project(w.At("attn.b_proj.weight"), xt.data());
+    if (p.gate) gate = Project(w.At("attn.g_proj.weight"), xt.data());
     std::vector<double> o_all(static_cast<size_t>(vd));
-    for (int64_t vh = 0; vh < p.n_v_heads; ++vh) {
-      const int64_t h = vh / (p.n_v_heads / p.n_heads);
+    for (int64_t vh = 0; vh < p.v_heads; ++vh) {
+      const int64_t h = vh / (p.v_heads / p.heads);
       std::vector<double> q(qkv.begin() + h * hk, qkv.begin() + (h + 1) * hk);
       std::vector<double> k(qkv.begin() + kd + h * hk, qkv.begin() + kd + (h + 1) * hk);
       double qq = 0, kk = 0;
@@ -218,10 +229,12 @@ std::vector<double> DeltaRule(const GatedDeltaNetParams& p, const LayerWeights& 
         q[i] /= std::sqrt(qq + 1e-6) * std::sqrt(static_cast<double>(hk));
         k[i] /= std::sqrt(kk + 1e-6);
       }
-      const double dt = a[vh] + w.At("attn.dt_bias").data[vh];
-      const double g =
-          -std::exp(static_cast<double>(w.At("attn.A_log").data[vh])) * std::log1p(std::exp(dt));
-      const double beta = Sigmoid(b[vh]) * (p.allow_neg_eigval ? 2.0 : 1.0);
+      double g = 0;  // no decay: S is kept
+      if (p.decay) {
+        const double dt = a[vh] + w.At("attn.dt_bias").data[vh];
+        g = -std::exp(static_cast<double>(w.At("attn.A_log").data[vh])) * std::log1p(std::exp(dt));
+      }
+      const double beta = (p.beta ? Sigmoid(b[vh]) : 1.0) * (p.allow_neg_eigval ? 2.0 : 1.0);
       double* sh = s.data() + vh * hk * hv;
       for (int64_t i = 0; i < hk * hv; ++i) sh[i] *= std::exp(g);
       double sum_sq = 0;
@@ -240,7 +253,7 @@ std::vector<double> DeltaRule(const GatedDeltaNetParams& p, const LayerWeights& 
       const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(hv) + p.norm_eps);
       for (int64_t j = 0; j < hv; ++j) {
         double y = o_all[vh * hv + j] * inv * w.At("attn.o_norm.weight").data[j];
-        if (p.use_gate) y *= gate[vh * hv + j] * Sigmoid(gate[vh * hv + j]);
+        if (p.gate) y *= gate[vh * hv + j] * Sigmoid(gate[vh * hv + j]);
         o_all[vh * hv + j] = y;
       }
     }
@@ -251,69 +264,79 @@ std::vector<double> DeltaRule(const GatedDeltaNetParams& p, const LayerWeights& 
 }
 
 // The component gives the rule written out above, by steps and by one prefill, for every
-// switch: value heads sharing q/k heads, the gate on and off, β in (0, 2), convolution biases.
-TEST(GatedDeltaNetTest, StepsAndPrefillAreTheDeltaRule) {
-  std::vector<GatedDeltaNetParams> variants = {Gdn()};
+// switch of both kinds: value heads sharing q/k heads, the gate on and off, β from b_proj, 1 or
+// doubled, convolution biases, the decay (gated_delta_net) or none (delta_net).
+TEST(DeltaRuleTest, StepsAndPrefillAreTheDeltaRule) {
   GatedDeltaNetParams p = Gdn();
   p.use_gate = false;
   p.allow_neg_eigval = true;
   p.conv_bias = false;
   p.n_v_heads = 2;
   p.conv_size = 2;
-  variants.push_back(p);
-  for (const GatedDeltaNetParams& params : variants) {
-    SCOPED_TRACE(params.use_gate);
+  DeltaNetParams dn = Dn();
+  dn.use_beta = false;
+  dn.use_gate = true;
+  dn.allow_neg_eigval = true;
+  for (const ComponentSpec& mixer : {GdnMixer(Gdn()), GdnMixer(p), DnMixer(Dn()), DnMixer(dn)}) {
+    SCOPED_TRACE(ModelConfigToJson(LayersConfig({Layer(mixer)})));
     const std::vector<float> x = RandomRows(30, 3);
-    Mixer steps(params, 1, 5);
-    Mixer prefill(params, 1, 5);
-    const std::vector<double> want = DeltaRule(params, steps.model.weights.layers[0], x);
+    Mixer steps(mixer, 1, 5);
+    Mixer prefill(mixer, 1, 5);
+    const std::vector<double> want = DeltaRule(ShapeOf(mixer), steps.model.weights.layers[0], x);
     EXPECT_LE(RelativeError(steps.Steps(0, x), want), 1e-5);
     EXPECT_LE(RelativeError(prefill.Prefill(0, x), want), 1e-5);
   }
 }
 
-// The check above can fail: another β gives other outputs.
-TEST(GatedDeltaNetTest, TheDirectCheckSeesBeta) {
-  GatedDeltaNetParams p = Gdn();
+// The check above can fail: another β, or a decay where there is none, gives other outputs.
+TEST(DeltaRuleTest, TheDirectCheckSeesBetaAndTheDecay) {
   const std::vector<float> x = RandomRows(12, 3);
-  Mixer m(p, 1, 5);
-  p.allow_neg_eigval = true;
-  EXPECT_GT(RelativeError(m.Steps(0, x), DeltaRule(p, m.model.weights.layers[0], x)), 1e-2);
+  Mixer gdn(GdnMixer(Gdn()), 1, 5);
+  DeltaRuleShape shape = Gdn().Shape();
+  shape.allow_neg_eigval = true;
+  EXPECT_GT(RelativeError(gdn.Steps(0, x), DeltaRule(shape, gdn.model.weights.layers[0], x)), 1e-2);
+  Mixer dn(DnMixer(Dn()), 1, 5);
+  shape = Dn().Shape();
+  shape.beta = false;  // the layer has b_proj: β = sigmoid(b), not 1
+  EXPECT_GT(RelativeError(dn.Steps(0, x), DeltaRule(shape, dn.model.weights.layers[0], x)), 1e-2);
 }
 
 // Prefill in pieces of 1, 7, 64 and 150 tokens (chunks of 64: the WY form, a chunk boundary
 // anywhere against the convolutions' history) gives the steps' outputs and state up to rounding
 // (relative 1e-5), and bitwise where every chunk is one token (pieces of 1, or a chunk size of
 // 1: the step itself).
-TEST(GatedDeltaNetTest, PrefillInPiecesEqualsTheSteps) {
-  const std::vector<float> x = RandomRows(150, 7);
-  Mixer steps(Gdn(), 1, 9);
-  const std::vector<float> want = steps.Steps(0, x);
-  for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
-           {1, 64}, {7, 64}, {64, 64}, {150, 64}, {150, 1}, {150, 7}}) {
-    SCOPED_TRACE(absl::StrCat("pieces of ", piece, ", chunks of ", chunk));
-    Mixer chunked(Gdn(), 1, 9, chunk);
-    std::vector<float> got;
-    for (size_t row = 0; row < 150; row += static_cast<size_t>(piece)) {
-      const size_t n = std::min<size_t>(static_cast<size_t>(piece), 150 - row);
-      const std::vector<float> out =
-          chunked.Prefill(0, absl::MakeConstSpan(x).subspan(row * kDModel, n * kDModel));
-      got.insert(got.end(), out.begin(), out.end());
-    }
-    EXPECT_LE(RelativeError(got, ToDouble(want)), 1e-5);
-    EXPECT_LE(RelativeError(chunked.State(0), ToDouble(steps.State(0))), 1e-5);
-    if (piece == 1 || chunk == 1) {
-      EXPECT_EQ(got, want);
-      EXPECT_EQ(chunked.State(0), steps.State(0));
+TEST(DeltaRuleTest, PrefillInPiecesEqualsTheSteps) {
+  for (const ComponentSpec& mixer : {GdnMixer(Gdn()), DnMixer(Dn())}) {
+    SCOPED_TRACE(mixer.kind);
+    const std::vector<float> x = RandomRows(150, 7);
+    Mixer steps(mixer, 1, 9);
+    const std::vector<float> want = steps.Steps(0, x);
+    for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
+             {1, 64}, {7, 64}, {64, 64}, {150, 64}, {150, 1}, {150, 7}}) {
+      SCOPED_TRACE(absl::StrCat("pieces of ", piece, ", chunks of ", chunk));
+      Mixer chunked(mixer, 1, 9, chunk);
+      std::vector<float> got;
+      for (size_t row = 0; row < 150; row += static_cast<size_t>(piece)) {
+        const size_t n = std::min<size_t>(static_cast<size_t>(piece), 150 - row);
+        const std::vector<float> out =
+            chunked.Prefill(0, absl::MakeConstSpan(x).subspan(row * kDModel, n * kDModel));
+        got.insert(got.end(), out.begin(), out.end());
+      }
+      EXPECT_LE(RelativeError(got, ToDouble(want)), 1e-5);
+      EXPECT_LE(RelativeError(chunked.State(0), ToDouble(steps.State(0))), 1e-5);
+      if (piece == 1 || chunk == 1) {
+        EXPECT_EQ(got, want);
+        EXPECT_EQ(chunked.State(0), steps.State(0));
+      }
     }
   }
 }
 
 // One decode pass over several slots, each with its own history, gives bitwise what each slot's
 // step gives alone.
-TEST(GatedDeltaNetTest, ABatchOfSlotsStepsEachAsAlone) {
-  Mixer batched(Gdn(), 3, 4);
-  Mixer alone(Gdn(), 3, 4);
+TEST(DeltaRuleTest, ABatchOfSlotsStepsEachAsAlone) {
+  Mixer batched(GdnMixer(Gdn()), 3, 4);
+  Mixer alone(GdnMixer(Gdn()), 3, 4);
   const std::vector<int> history = {1, 5, 11};
   for (int32_t slot = 0; slot < 3; ++slot) {
     const std::vector<float> x = RandomRows(history[static_cast<size_t>(slot)], 20 + slot);
@@ -335,7 +358,8 @@ ModelConfig MixedConfig() {
   GatedDeltaNetParams wide = Gdn();
   wide.head_v_dim = 16;
   wide.use_gate = false;
-  return LayersConfig({Layer(GdnMixer(Gdn())), Layer(LinearMixer()), Layer(GdnMixer(wide))});
+  return LayersConfig(
+      {Layer(GdnMixer(Gdn())), Layer(LinearMixer()), Layer(GdnMixer(wide)), Layer(DnMixer(Dn()))});
 }
 
 std::vector<TokenId> Tokens(int n) {
@@ -352,10 +376,10 @@ std::unique_ptr<Backend> Cpu(const Model& model, int chunk) {
   return b.ok() ? *std::move(b) : nullptr;
 }
 
-// A model of gated_delta_net and linear_attention layers gives the same logits and state by
-// prefill in chunks of 1, 7, 64 and 150 as by steps (the chunked forms round otherwise; chunk 1
+// A model of gated_delta_net, linear_attention and delta_net layers gives the same logits and state
+// by prefill in chunks of 1, 7, 64 and 150 as by steps (the chunked forms round otherwise; chunk 1
 // is bitwise), and a valid state.
-TEST(GatedDeltaNetTest, AMixedModelGivesTheSameLogitsByPrefillAndBySteps) {
+TEST(DeltaRuleTest, AMixedModelGivesTheSameLogitsByPrefillAndBySteps) {
   const ModelConfig config = MixedConfig();
   const Model model = MakeRandomModel(config, 17);
   const std::vector<TokenId> tokens = Tokens(150);
@@ -390,7 +414,7 @@ TEST(GatedDeltaNetTest, AMixedModelGivesTheSameLogitsByPrefillAndBySteps) {
 
 // A state read out, written into another backend's slot (an export and import) and a copied
 // slot (a fork) continue exactly as the session they came from.
-TEST(GatedDeltaNetTest, ExportedImportedAndForkedStatesContinueExactly) {
+TEST(DeltaRuleTest, ExportedImportedAndForkedStatesContinueExactly) {
   const Model model = MakeRandomModel(MixedConfig(), 19);
   const int64_t vocab = model.config.vocab_size;
   const std::vector<TokenId> tokens = Tokens(40);
@@ -441,7 +465,7 @@ std::string ParseError(const nlohmann::json& j) {
   return c.ok() ? "" : std::string(c.status().message());
 }
 
-TEST(GatedDeltaNetTest, ConfigDefaultsStateSizeAndTensors) {
+TEST(DeltaRuleTest, ConfigDefaultsStateSizeAndTensors) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(ConfigJson(GdnJson()).dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   const GatedDeltaNetParams p = GatedDeltaNetParams::From(c->layers[1].mixer.params);
@@ -466,7 +490,46 @@ TEST(GatedDeltaNetTest, ConfigDefaultsStateSizeAndTensors) {
   EXPECT_EQ(back->layers, c->layers);
 }
 
-TEST(GatedDeltaNetTest, ConfigRefusalsNameTheField) {
+// delta_net: its defaults (β from b_proj, no gate), the state of heads × 4 × 6 and the history,
+// and the tensors without a decay (no a_proj, A_log, dt_bias) or, without use_beta, b_proj.
+TEST(DeltaRuleTest, DeltaNetConfigDefaultsStateSizeAndTensors) {
+  const nlohmann::json mixer = {
+      {"kind", "delta_net"}, {"n_heads", 2}, {"head_k_dim", 4}, {"head_v_dim", 6}};
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(ConfigJson(mixer).dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  DeltaNetParams p = DeltaNetParams::From(c->layers[1].mixer.params);
+  EXPECT_EQ(p.conv_size, 4);
+  EXPECT_TRUE(p.use_beta);
+  EXPECT_FALSE(p.use_gate);
+  EXPECT_FALSE(p.conv_bias);
+  EXPECT_FALSE(p.allow_neg_eigval);
+  EXPECT_EQ(p.norm_eps, 1e-5);
+  const int64_t linear = 4 * 4 * 5;
+  EXPECT_EQ(c->StateFloatsPerSlot(), linear + 2 * 4 * 6 + 3 * 28);
+  const auto names = [](const DeltaNetParams& params) {
+    std::vector<std::string> out;
+    for (const TensorDecl& t : DeltaNetKind().tensors(params.ToValues(), 16)) {
+      out.push_back(t.name);
+    }
+    return absl::StrJoin(out, " ");
+  };
+  EXPECT_EQ(names(p),
+            "attn.q_proj.weight attn.k_proj.weight attn.v_proj.weight attn.b_proj.weight "
+            "attn.q_conv1d.weight attn.k_conv1d.weight attn.v_conv1d.weight attn.o_norm.weight "
+            "attn.o_proj.weight");
+  p.use_beta = false;
+  p.use_gate = true;
+  EXPECT_EQ(names(p),
+            "attn.q_proj.weight attn.k_proj.weight attn.v_proj.weight attn.g_proj.weight "
+            "attn.q_conv1d.weight attn.k_conv1d.weight attn.v_conv1d.weight attn.o_norm.weight "
+            "attn.o_proj.weight");
+  nlohmann::json wrong = mixer;
+  wrong["n_v_heads"] = 4;  // gated_delta_net's, not delta_net's
+  EXPECT_THAT(ParseError(ConfigJson(wrong)),
+              HasSubstr("unknown field \"layers[1].mixer.n_v_heads\""));
+}
+
+TEST(DeltaRuleTest, ConfigRefusalsNameTheField) {
   nlohmann::json mixer = GdnJson();
   mixer["n_v_heads"] = 3;
   EXPECT_THAT(ParseError(ConfigJson(mixer)),
@@ -496,7 +559,7 @@ TEST(GatedDeltaNetTest, ConfigRefusalsNameTheField) {
 
 // Weights missing a tensor the config asks for, holding one of the wrong shape, a NaN decay or a
 // gate the config does not have are refused naming the tensor.
-TEST(GatedDeltaNetTest, BadWeightsAreRefusedNamingTheTensor) {
+TEST(DeltaRuleTest, BadWeightsAreRefusedNamingTheTensor) {
   const ModelConfig config = MixedConfig();
   ModelWeights weights = MakeRandomWeights(config, 3);
   ASSERT_TRUE(ValidateWeights(config, weights).ok());
@@ -520,7 +583,7 @@ TEST(GatedDeltaNetTest, BadWeightsAreRefusedNamingTheTensor) {
 
 // Imported states: every value finite and within the bound; a bad one is located by value head
 // and S entry, or by history row and q/k/v channel.
-TEST(GatedDeltaNetTest, ImportedStatesWithBadValuesAreRefusedNamingWhere) {
+TEST(DeltaRuleTest, ImportedStatesWithBadValuesAreRefusedNamingWhere) {
   absl::StatusOr<ModelConfig> c = ParseModelConfig(ConfigJson(GdnJson()).dump(), "config.json");
   ASSERT_TRUE(c.ok()) << c.status();
   const int64_t base = 4 * 4 * 5;  // layer 1's slice starts after layer 0's
