@@ -8,10 +8,8 @@ reference/gated_delta_net_model_slice.json.
 With --generate-bin, linserve-generate (the C++ CPU backend) must write exactly what generate.py
 writes for the same prompt, seed and sampling flags."""
 
-import argparse
 import json
 import os
-import subprocess
 import sys
 import unittest
 
@@ -20,10 +18,9 @@ import torch
 HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, HERE)
 
-import generate  # noqa: E402
-from linserve_ref import corpus, export, training  # noqa: E402
+import bundled_checks  # noqa: E402
+from linserve_ref import corpus, export  # noqa: E402
 from linserve_ref.config import state_floats_per_slot  # noqa: E402
-from linserve_ref.sampling import SamplingParams  # noqa: E402
 from linserve_ref.text_tokenizer import load_tokenizer  # noqa: E402
 
 MODELS = os.path.join(corpus.REPO_ROOT, "models")
@@ -60,38 +57,18 @@ class GatedDeltaNetModelTest(unittest.TestCase):
                 self.assertEqual(a.read(), b.read(), name)
 
     def test_fixed_slice_loss_is_the_recorded_one(self):
-        with open(SLICE_RESULTS) as f:
-            recorded = json.load(f)
-        self.assertEqual(recorded["model"], "models/shakespeare-gated-delta-net")
-        _, val = corpus.split(corpus.read_text(corpus.DEFAULT_CORPUS))
-        text = val[recorded["slice_start"]:recorded["slice_start"] + recorded["slice_chars"]]
-        for row in recorded["results"]:
-            with self.subTest(window=row["window"], start=row["start_position"]):
-                npc, _ = training.nats_per_char(self.model, self.tokenizer, text, row["window"],
-                                                self.model.config["bos_token_id"],
-                                                row["start_position"])
-                self.assertAlmostEqual(npc, row["nats_per_char"], delta=1e-4)
+        bundled_checks.check_fixed_slice(self, self.model, self.tokenizer, SLICE_RESULTS,
+                                         "models/shakespeare-gated-delta-net")
 
     def test_reference_and_linserve_generate_write_the_same_text(self):
-        if GENERATE_BIN is None:
-            self.skipTest("no --generate-bin given")
-        for prompt, seed, flags in [("ROMEO:\n", 1, dict(temperature=0.8, top_k=50)),
-                                    ("First Citizen:\n", 2, dict(temperature=0)),
-                                    ("KING HENRY", 3, dict(temperature=0))]:
-            with self.subTest(prompt=prompt, seed=seed):
-                params = SamplingParams(seed=seed, **flags)
-                _, expected = generate.generate(self.model, self.tokenizer, prompt, params,
-                                                max_new_tokens=48)
-                cmd = [GENERATE_BIN, f"--model={MODEL_DIR}", f"--prompt={prompt}",
-                       f"--seed={seed}", "--max_new_tokens=48", "--threads=1"]
-                cmd += [f"--{k}={v}" for k, v in flags.items()]
-                got = subprocess.run(cmd, capture_output=True, check=True).stdout
-                self.assertEqual(got.decode("utf-8"), expected)
+        bundled_checks.check_generate_writes_the_reference_text(
+            self, self.model, self.tokenizer, MODEL_DIR, GENERATE_BIN,
+            [("ROMEO:\n", 1, dict(temperature=0.8, top_k=50)),
+             ("First Citizen:\n", 2, dict(temperature=0)),
+             ("KING HENRY", 3, dict(temperature=0))])
 
+
+GENERATE_BIN = None
 
 if __name__ == "__main__":
-    parser = argparse.ArgumentParser(add_help=False)
-    parser.add_argument("--generate-bin", default=None)
-    known, rest = parser.parse_known_args()
-    GENERATE_BIN = known.generate_bin
-    unittest.main(argv=[sys.argv[0]] + rest)
+    bundled_checks.main(sys.modules[__name__])
