@@ -39,6 +39,7 @@ tensor the mapping does not consume.
 """
 
 import argparse
+import math
 import os
 import sys
 
@@ -111,8 +112,9 @@ class _Reader:
 
     def number(self, key):
         value = self[key]
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ConvertError(f"config.json: '{key}' = {value!r} must be a number")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or \
+                not math.isfinite(value) or value <= 0:
+            raise ConvertError(f"config.json: '{key}' = {value!r} must be a finite number > 0")
         return float(value)
 
     def require(self, key, expected, why):
@@ -193,8 +195,8 @@ def _dn_mixer(cfg, t, i, d, out):
     kd, vd = _dim(cfg, d, "expand_k"), _dim(cfg, d, "expand_v")
     for key, dim in (("expand_k", kd), ("expand_v", vd)):
         if dim % h:
-            raise ConvertError(f"config.json: '{key}' gives {dim}, not a multiple of num_heads "
-                               f"= {h}")
+            raise ConvertError(f"config.json: 'num_heads' = {h} does not divide the {dim} "
+                               f"channels that '{key}' gives")
     if not cfg.bool("use_output_norm"):
         print("convert_fla.py: config.json sets use_output_norm false; fla's DeltaNet layer takes "
               "the flag but always applies its output norm, and so does the converted model",
@@ -221,7 +223,7 @@ FAMILIES = {"gated_deltanet": (GDN_DEFAULTS, _gdn_mixer), "delta_net": (DN_DEFAU
 def _mlp(cfg, t, i, d, out):
     inner = cfg["intermediate_size"]
     if inner is None:
-        ratio = cfg["hidden_ratio"] if cfg["hidden_ratio"] is not None else 4
+        ratio = cfg.number("hidden_ratio") if cfg["hidden_ratio"] is not None else 4
         inner = int(d * ratio * 2 / 3)
         inner = 256 * ((inner + 256 - 1) // 256)
     else:

@@ -157,7 +157,7 @@ def _randomise(model, gen):
             elif ".ln" in name or name.startswith("final_norm"):
                 base = 1.0 if name.endswith(".weight") else 0.0
                 p.copy_(base + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
-            elif name.endswith("norm.weight"):  # gated_delta_net's o_norm
+            elif name.endswith("norm.weight"):  # the delta-rule kinds' o_norm
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
             elif name.endswith((".A_log", ".dt_bias")):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=torch.float64))

@@ -151,8 +151,10 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
       a.Add(mixer + " conv", "DecodeShortConvKernel",
             {.state = 2 * b * past * c * kF32, .activations = 2 * b * c * kF32},
             b * 2 * static_cast<int64_t>(p.conv_size) * c);
-      // Reads and rewrites S once; reads q, k, v, a, b (and the gate) fp32, writes o in the
-      // weights' type. Per S entry: the decay, (decayed S)ᵀk, the update and Sᵀq (7 FLOPs).
+      // The floor reads and writes S once (the kernel reads it twice, the second pass from
+      // whatever of it L1 kept); reads q, k, v and a, b, g where the layer has them (fp32),
+      // writes o in the weights' type. Per S entry: the decay, (decayed S)ᵀk, the update and
+      // Sᵀq (7 FLOPs).
       a.Add(mixer + " decode", "DecodeGatedDeltaRuleKernel",
             {.state = 2 * b * p.HistoryOffset() * kF32,
              .activations = b * (c + extra) * kF32 + b * vd * w},

@@ -1,6 +1,6 @@
-// The delta rule's recurrence on the CPU (gated_delta_net, model/layers/gated_delta_net.h): one
-// token of one value head (decode), a chunk of tokens in the WY form (prefill), and the norms
-// around them.
+// The delta rule's recurrence on the CPU (the kinds gated_delta_net and delta_net,
+// model/layers/delta_rule_shape.h; delta_net's is the decay-free case, g = 0): one token of one
+// value head (decode), a chunk of tokens in the WY form (prefill), and the norms around them.
 #ifndef LINSERVE_KERNELS_CPU_DELTA_RULE_H_
 #define LINSERVE_KERNELS_CPU_DELTA_RULE_H_
 
@@ -22,7 +22,7 @@ int64_t GatedDeltaRuleChunkScratchFloats(int chunk, int64_t k_dim, int64_t v_dim
 
 // n tokens of the gated delta rule on S [k_dim, v_dim], equal to n GatedDeltaRuleStep calls (with
 // decay exp(g[i])) up to rounding, and bitwise for n = 1, which runs the step. For n > 1 the WY
-// form (model/layers/gated_delta_net.h): with b = cumsum(g), Γ_ij = exp(b_i − b_j),
+// form (reference/linserve_ref/delta_rule.py): with b = cumsum(g), Γ_ij = exp(b_i − b_j),
 // T = (I + strict_lower(diag(β) K Kᵀ ⊙ Γ))⁻¹ by forward substitution, W = T (K ⊙ β exp(b)),
 // U = T (V ⊙ β); u = U − W S, o = (Q ⊙ exp(b)) S + (Q Kᵀ ⊙ Γ ⊙ lower) u,
 // S ← exp(b_last) S + (K ⊙ exp(b_last − b))ᵀ u — products on Gemm (blas.h).

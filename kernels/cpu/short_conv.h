@@ -1,5 +1,5 @@
 // One token of a depthwise causal convolution with silu, gated (the short_conv mixer, Based's
-// BaseConv) or not (gated_delta_net's q/k/v convolutions), over a per-session history of the
+// BaseConv) or not (the delta-rule kinds' q/k/v convolutions), over a per-session history of the
 // last kernel − 1 inputs.
 #ifndef LINSERVE_KERNELS_CPU_SHORT_CONV_H_
 #define LINSERVE_KERNELS_CPU_SHORT_CONV_H_

@@ -60,8 +60,9 @@ __device__ __forceinline__ void Token(const GatedDeltaRuleRows& args, int64_t ro
   // Without a decay S is not scaled (the CPU's exp(0) = 1 exactly); without b, β = 1.
   float decay = 1.0f;
   if (shape.a_log != nullptr) {
-    const float g = __fmul_rn(-expf(shape.a_log[vh]),
-                              Softplus(__fadd_rn(proj[args.a_col + vh], shape.dt_bias[vh])));
+    float g = __fmul_rn(-expf(shape.a_log[vh]),
+                        Softplus(__fadd_rn(proj[args.a_col + vh], shape.dt_bias[vh])));
+    if (!(g >= shape.min_log_decay)) g = shape.min_log_decay;  // NaN too, as the CPU
     decay = expf(g);
   }
   float beta =

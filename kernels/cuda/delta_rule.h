@@ -3,9 +3,10 @@
 // norms of q and k, β and the decay (where the layer has them) from the projections' rows, the
 // state update and read-out, and the gated RMSNorm, written in T as o_proj's input. Each block
 // owns one value head of one session (a decode row, or a prefill piece whose tokens it runs in
-// order), one thread per column of S; every product and sum rounds as the CPU kernel's
-// (kernels/cpu/delta_rule.h), in the same order, except the
-// norms' block-wide sums and expf.
+// order), one thread per column of S; every product and sum of the update rounds as the CPU's
+// decode step (kernels/cpu/delta_rule.h's GatedDeltaRuleStep), in the same order, except the
+// norms' block-wide sums, expf and the softplus (logf by Goldberg's identity where the CPU calls
+// log1p). Prefill runs that step token by token, not the CPU's WY form.
 //
 // State layout (the same as StateBlob and the CPU backend): per value head S (k_dim × v_dim fp32,
 // row-major) at state + slot · slot_stride + layer_offset.
@@ -30,6 +31,7 @@ struct GatedDeltaRuleShape {
   bool allow_neg_eigval = false;
   float norm_eps = 0;
   float l2_eps = 0;
+  float min_log_decay = 0;  // g below it (or NaN) is taken as it
   // [v_heads] each, or both null: no decay (S is not scaled).
   const float* a_log = nullptr;
   const float* dt_bias = nullptr;

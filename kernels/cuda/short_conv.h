@@ -3,7 +3,7 @@
 // in_proj's bias: added here), one fused kernel forms
 //   c[ch] = Σ_{j<kernel} w[ch][j] · u_{t−(kernel−1)+j}[ch] + conv_bias[ch]
 //   y[ch] = silu(c[ch]) · g[ch]
-// and writes y in T, out_proj's input. Ungated (ShortConvShape::gated false: gated_delta_net's
+// and writes y in T, out_proj's input. Ungated (ShortConvShape::gated false: the delta-rule kinds'
 // q/k/v convolutions over the leading columns of its projections' rows), y = silu(c[ch]). The sum
 // runs over j in order and every operation rounds as the CPU kernel's (cpu::ShortConvStep), so fp32
 // results differ only in expf's last ulp.
@@ -31,7 +31,7 @@ struct ShortConvShape {
   const float* in_bias = nullptr;    // optional [2·channels]: in_proj's bias (u's, then g's)
   const float* weight = nullptr;     // [channels, kernel]: conv.weight as the checkpoint has it
   const float* conv_bias = nullptr;  // optional [channels]
-  // Ungated (gated_delta_net's q/k/v convolutions): y = silu(c), a's rows hold u and then
+  // Ungated (the delta-rule kinds' q/k/v convolutions): y = silu(c), a's rows hold u and then
   // columns the convolution does not read, and there is no in_bias. Default: gated.
   bool gated = true;
   // Floats from one row of a to the next: at least 2·channels gated, channels ungated.

@@ -42,7 +42,8 @@ MixerKind MakeKind() {
       BoolParam("conv_bias", false, "biases on the short convolutions"),
       BoolParam("use_beta", true, "β = sigmoid(b_proj(x)); without it β = 1"),
       BoolParam("use_gate", false, "the output gate: o_norm(o) ⊙ silu(g_proj(x))"),
-      BoolParam("allow_neg_eigval", false, "β doubled: in (0, 2) instead of (0, 1)"),
+      BoolParam("allow_neg_eigval", false,
+                "β doubled: in (0, 2) instead of (0, 1), or 2 without use_beta"),
       EpsilonParam("norm_eps", 1e-5, "eps of the output's per-head RMSNorm"),
   };
   k.tensors = Tensors;

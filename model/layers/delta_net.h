@@ -7,9 +7,9 @@
 //   per head h:
 //     q̂ = q_h / sqrt(Σ q_h² + 1e-6) / sqrt(head_k_dim),  k̂ = k_h / sqrt(Σ k_h² + 1e-6)
 //     β = sigmoid(x Wb)_h with use_beta, else 1 (either · 2 with allow_neg_eigval)
-//     u = β (v_h − Sᵀk̂);  S ← S + k̂ uᵀ;  o_h = Sᵀq̂        (S: head_k_dim × head_v_dim)
-//     o_h ← o_h / sqrt(mean(o_h²) + norm_eps) ⊙ o_norm ⊙ silu((x Wg)_h)   (without use_gate: no
-//     silu factor)
+//     u = β (v_h − Sᵀk̂);  S ← S + k̂ uᵀ;  o_h = Sᵀq̂      (S: head_k_dim × head_v_dim)
+//     o_h ← o_h / sqrt(mean(o_h²) + norm_eps) ⊙ o_norm ⊙ silu((x Wg)_h)
+//         (without use_gate: no silu factor)
 //   out = concat_h(o_h) Wo
 // No biases on the projections (fla has none). The backends run it as the delta-rule mixer of
 // gated_delta_net with the decay off (model/layers/delta_rule_shape.h).

@@ -46,6 +46,11 @@ struct DeltaRuleShape {
 // The L2 norm's eps of q and k (inside the square root), fla's l2norm.
 inline constexpr float kDeltaRuleL2Eps = 1e-6f;
 
+// The least log decay g a token keeps, both backends: e^-1e4 is 0 in fp32 as e^−inf is, but a
+// finite floor keeps the WY form's differences of cumulative decays finite (−inf − −inf is NaN),
+// and it also stands for a NaN g (exp(A_log) overflowing while softplus underflows to 0).
+inline constexpr float kDeltaRuleMinLogDecay = -1e4f;
+
 // The tensors of a delta-rule layer under "attn.", in fla's names: q/k/v_proj, a_proj (decay),
 // b_proj (beta), g_proj (gate), A_log and dt_bias (decay), q/k/v_conv1d.weight [channels,
 // conv_size] (and .bias), o_norm.weight [v_dim], o_proj; no projection biases.

@@ -23,7 +23,7 @@ std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
 }
 
 int64_t StateFloats(const ParamValues& values) {
-  return GatedDeltaNetParams::From(values).StateFloats();
+  return GatedDeltaNetParams::From(values).Shape().StateFloats();
 }
 
 std::string LocateState(const ParamValues& values, int64_t index) {

@@ -6,12 +6,15 @@
 //   per value head h (n_v_heads of them; each n_v_heads / n_heads consecutive value heads share
 //   the q/k head h / (n_v_heads / n_heads)):
 //     q̂ = q_h / sqrt(Σ q_h² + 1e-6) / sqrt(head_k_dim),  k̂ = k_h / sqrt(Σ k_h² + 1e-6)
-//     β = sigmoid(x Wb)_h (· 2 with allow_neg_eigval),  g = −exp(A_log_h) · softplus((x Wa)_h +
-//     dt_bias_h) S ← exp(g) S;  u = β (v_h − Sᵀk̂);  S ← S + k̂ uᵀ;  o_h = Sᵀq̂        (S: head_k_dim
-//     × head_v_dim) o_h ← o_h / sqrt(mean(o_h²) + norm_eps) ⊙ o_norm ⊙ silu((x Wg)_h)   (without
-//     use_gate: no silu factor)
+//     β = sigmoid(x Wb)_h (· 2 with allow_neg_eigval)
+//     g = −exp(A_log_h) · softplus((x Wa)_h + dt_bias_h)
+//     S ← exp(g) S;  u = β (v_h − Sᵀk̂);  S ← S + k̂ uᵀ;  o_h = Sᵀq̂
+//         (S: head_k_dim × head_v_dim)
+//     o_h ← o_h / sqrt(mean(o_h²) + norm_eps) ⊙ o_norm ⊙ silu((x Wg)_h)
+//         (without use_gate: no silu factor)
 //   out = concat_h(o_h) Wo
-// No biases on the projections (fla has none).
+// No biases on the projections (fla has none). The backends run it as the delta-rule mixer
+// (model/layers/delta_rule_shape.h) with the decay and β on.
 //
 // Its state slice: per value head S (head_k_dim × head_v_dim, row-major), then the convolutions'
 // history: the last conv_size − 1 inputs of q | k | v (before the convolution), oldest first:
@@ -43,11 +46,6 @@ struct GatedDeltaNetParams {
   ParamValues ToValues() const;
   // The layer as the backends' delta-rule mixer reads it (decay and β on).
   DeltaRuleShape Shape() const;
-  int64_t KeyDim() const { return Shape().KeyDim(); }
-  int64_t ValueDim() const { return Shape().ValueDim(); }
-  int64_t ConvChannels() const { return Shape().ConvChannels(); }
-  int64_t HistoryOffset() const { return Shape().HistoryOffset(); }
-  int64_t StateFloats() const { return Shape().StateFloats(); }
 };
 
 const MixerKind& GatedDeltaNetKind();

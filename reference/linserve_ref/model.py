@@ -123,8 +123,8 @@ class LinearTransformer(nn.Module):
         """GPT-2 initialisation: N(0, 0.02), residual outputs scaled by 1/sqrt(2 n_layers).
         short_conv's depthwise kernel keeps nn.Conv1d's default, U(−1/√K, 1/√K), as the Based
         authors' BaseConv does (their GPT initialisation touches only linear and embedding
-        weights). A mixer module with `reset_kind_parameters()` then sets its own (gated_delta_net:
-        fla's initialisation of its decay, convolutions and output norm)."""
+        weights). A mixer module with `reset_kind_parameters()` then sets its own (the delta-rule
+        kinds: fla's initialisation of the decay, the convolutions and the output norm)."""
         residual_std = 0.02 / math.sqrt(2 * self.config["n_layers"])
         for name, p in self.named_parameters():
             if name.endswith("conv.weight"):

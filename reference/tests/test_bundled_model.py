@@ -64,7 +64,5 @@ class BundledModelTest(unittest.TestCase):
              ("KING HENRY", 3, dict(temperature=1.0, top_p=0.9))])
 
 
-GENERATE_BIN = None
-
 if __name__ == "__main__":
     bundled_checks.main(sys.modules[__name__])

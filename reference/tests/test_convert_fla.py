@@ -234,13 +234,48 @@ class ConvertFlaTest(unittest.TestCase):
             with self.subTest(**{k: str(v) for k, v in overrides.items()}):
                 self.refused({**base, **overrides}, pattern)
 
+    def test_the_delta_net_checks_see_every_option(self):
+        """As above for delta_net: each option the mapping reads, set otherwise on the same
+        tensors, moves the logits away from fla's."""
+        base = fla_authors.small_delta_net_config(expand_k=0.5)
+        theirs, ours, dst = self.convert(base, seed=4)
+        tokens = torch.randint(0, base["vocab_size"], (1, 40),
+                               generator=torch.Generator().manual_seed(4))
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            converted = json.load(f)
+        with torch.no_grad():
+            expected, _ = theirs(tokens)
+        for key, value in [("allow_neg_eigval", True), ("use_beta", False), ("norm_eps", 1e-2),
+                           ("n_heads", 2)]:
+            with self.subTest(key=key):
+                cfg = json.loads(json.dumps(converted))
+                mixer = cfg["layers"][0]["mixer"]
+                mixer[key] = value
+                state = dict(ours.state_dict())
+                if key == "use_beta":
+                    state = {k: v for k, v in state.items() if "layers.0.attn.b_proj" not in k}
+                if key == "n_heads":  # the same q/k/v widths cut into 2 heads instead of 4
+                    mixer["head_k_dim"], mixer["head_v_dim"] = 16, 32
+                    state = {k: v for k, v in state.items()
+                             if not k.startswith(("layers.0.attn.b_proj", "layers.0.attn.o_norm"))}
+                    state["layers.0.attn.b_proj.weight"] = torch.zeros(2, 64, dtype=torch.float64)
+                    state["layers.0.attn.o_norm.weight"] = torch.ones(32, dtype=torch.float64)
+                wrong = ours.__class__(cfg).double()
+                wrong.load_state_dict(state)
+                with torch.no_grad():
+                    got, _ = wrong(tokens, chunk_size=16)
+                self.assertGreater(relative(got, expected), 1e-3)
+
     def test_delta_net_config_refusals(self):
         base = fla_authors.small_delta_net_config(num_hidden_layers=1)
         for overrides, pattern in [
             (dict(qk_activation="relu"), "'qk_activation' = 'relu' is not supported"),
             (dict(qk_norm="sum"), "'qk_norm' = 'sum' is not supported"),
             (dict(expand_k=0.3), "'expand_k' = 0.3 times hidden_size 64 is not a whole"),
-            (dict(num_heads=3), "'expand_k' gives 64, not a multiple of num_heads = 3"),
+            (dict(num_heads=3), "'num_heads' = 3 does not divide the 64 channels that "
+                                "'expand_k' gives"),
+            (dict(expand_v=float("inf")), "'expand_v' = inf must be a finite number > 0"),
+            (dict(hidden_ratio="4"), "'hidden_ratio' = '4' must be a finite number > 0"),
             (dict(num_v_heads=4), "unknown key 'num_v_heads'"),
             (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
         ]:

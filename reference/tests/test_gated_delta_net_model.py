@@ -68,7 +68,5 @@ class GatedDeltaNetModelTest(unittest.TestCase):
              ("KING HENRY", 3, dict(temperature=0))])
 
 
-GENERATE_BIN = None
-
 if __name__ == "__main__":
     bundled_checks.main(sys.modules[__name__])

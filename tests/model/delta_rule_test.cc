@@ -5,6 +5,7 @@
 // PyTorch reference is golden_test's (make_golden.py has cases of both kinds).
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -108,8 +109,11 @@ std::vector<float> RandomRows(int rows, uint64_t seed) {
 
 // The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
 struct Mixer {
-  Mixer(const ComponentSpec& mixer, int slots, uint64_t seed, int chunk = 64)
+  // `edit` changes the random weights before the layer is built.
+  Mixer(const ComponentSpec& mixer, int slots, uint64_t seed, int chunk = 64,
+        const std::function<void(LayerWeights&)>& edit = nullptr)
       : model(MakeRandomModel(LayersConfig({Layer(mixer)}), seed)) {
+    if (edit) edit(model.weights.layers[0]);
     options.max_batch_size = slots;
     options.prefill_chunk_size = chunk;
     layers = CreateCpuLayers({.model = model,
@@ -295,6 +299,9 @@ TEST(DeltaRuleTest, TheDirectCheckSeesBetaAndTheDecay) {
   DeltaRuleShape shape = Gdn().Shape();
   shape.allow_neg_eigval = true;
   EXPECT_GT(RelativeError(gdn.Steps(0, x), DeltaRule(shape, gdn.model.weights.layers[0], x)), 1e-2);
+  shape = Gdn().Shape();
+  shape.decay = false;  // the layer decays S
+  EXPECT_GT(RelativeError(gdn.Steps(0, x), DeltaRule(shape, gdn.model.weights.layers[0], x)), 1e-2);
   Mixer dn(DnMixer(Dn()), 1, 5);
   shape = Dn().Shape();
   shape.beta = false;  // the layer has b_proj: β = sigmoid(b), not 1
@@ -312,7 +319,7 @@ TEST(DeltaRuleTest, PrefillInPiecesEqualsTheSteps) {
     Mixer steps(mixer, 1, 9);
     const std::vector<float> want = steps.Steps(0, x);
     for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
-             {1, 64}, {7, 64}, {64, 64}, {150, 64}, {150, 1}, {150, 7}}) {
+             {1, 64}, {7, 64}, {64, 64}, {150, 64}, {150, 1}, {150, 7}, {150, 150}}) {
       SCOPED_TRACE(absl::StrCat("pieces of ", piece, ", chunks of ", chunk));
       Mixer chunked(mixer, 1, 9, chunk);
       std::vector<float> got;
@@ -330,6 +337,21 @@ TEST(DeltaRuleTest, PrefillInPiecesEqualsTheSteps) {
       }
     }
   }
+}
+
+// A decay whose log overflows (exp(A_log) = inf: g = −inf) empties S at each token; the WY form,
+// whose differences of cumulative decays would be −inf − −inf, gives the steps' finite outputs.
+TEST(DeltaRuleTest, AnOverflowingDecayEmptiesTheStateInPrefillAsInSteps) {
+  const auto overflow = [](LayerWeights& w) { w.tensors.at("attn.A_log").data[0] = 100.0f; };
+  const std::vector<float> x = RandomRows(40, 11);
+  Mixer steps(GdnMixer(Gdn()), 1, 9, 64, overflow);
+  Mixer prefill(GdnMixer(Gdn()), 1, 9, 64, overflow);
+  const std::vector<float> want = steps.Steps(0, x);
+  const std::vector<float> got = prefill.Prefill(0, x);
+  for (float v : got) ASSERT_TRUE(std::isfinite(v));
+  for (float v : prefill.State(0)) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_LE(RelativeError(got, ToDouble(want)), 1e-5);
+  EXPECT_LE(RelativeError(prefill.State(0), ToDouble(steps.State(0))), 1e-5);
 }
 
 // One decode pass over several slots, each with its own history, gives bitwise what each slot's
@@ -377,8 +399,8 @@ std::unique_ptr<Backend> Cpu(const Model& model, int chunk) {
 }
 
 // A model of gated_delta_net, linear_attention and delta_net layers gives the same logits and state
-// by prefill in chunks of 1, 7, 64 and 150 as by steps (the chunked forms round otherwise; chunk 1
-// is bitwise), and a valid state.
+// by prefill in chunks of 1, 7, 64 and 150 as by steps (the chunked forms round otherwise; with
+// chunk 1 the state is bitwise the steps'), and a valid state.
 TEST(DeltaRuleTest, AMixedModelGivesTheSameLogitsByPrefillAndBySteps) {
   const ModelConfig config = MixedConfig();
   const Model model = MakeRandomModel(config, 17);

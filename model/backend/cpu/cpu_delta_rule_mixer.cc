@@ -80,6 +80,10 @@ std::vector<float> ConvBias(const DeltaRuleShape& p, const LayerWeights& w) {
 // softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold).
 float Softplus(float x) { return x > 20.0f ? x : std::log1p(std::exp(x)); }
 
+// Tokens of one WY block at most (fla's chunk): the block's scratch grows as its square and the
+// cumulative decay within it loses precision with its length.
+constexpr int64_t kMaxWyChunk = 64;
+
 class CpuDeltaRuleMixer final : public CpuProjectedMixer {
  public:
   CpuDeltaRuleMixer(const CpuLayerContext& context, const DeltaRuleShape& p, const LayerWeights& w,
@@ -88,6 +92,7 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
         p_(p),
         index_(p),
         chunk_(context.options.prefill_chunk_size),
+        wy_(std::min<int64_t>(chunk_, kMaxWyChunk)),
         taps_(ConvTaps(p, w)),
         conv_bias_(ConvBias(p, w)),
         a_log_(DataOrEmpty(w, "attn.A_log")),
@@ -100,9 +105,11 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
   }
 
  private:
-  // inputs: q, k, v, a, b (and g) rows; `out`: the normed rows (value_dim wide). Each token is
+  // inputs: q, k, v rows, then a, b and g where the layer has them (InputIndex); `out`: the
+  // normed rows (value_dim wide). Each token is
   // prepared in order within its session (the convolutions' history), then the rule runs per
-  // (session, value head) — by steps in decode, by chunks of chunk_ tokens in prefill — and the
+  // (session, value head) — by steps in decode, by chunks of chunk_ tokens in WY blocks of at most
+  // kMaxWyChunk in prefill — and the
   // gated norm per row.
   void Core(const CpuPass& pass, absl::Span<float* const> inputs, float* out) override {
     const int64_t hv = p_.v_heads;
@@ -127,10 +134,15 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
         const PrefillPiece& piece = pass.pieces[static_cast<size_t>(task / hv)];
         const int64_t vh = task % hv;
         float* s = State(pass, piece.slot) + vh * p_.k_dim * p_.v_dim;
-        for (int r = 0; r < piece.rows; r += static_cast<int>(chunk_)) {
-          const int n = static_cast<int>(std::min<int64_t>(piece.rows - r, chunk_));
-          Rule(qkv, beta_g, piece.first_row + r, n, vh, s, out,
-               scratch + participant * ScratchFloats());
+        // The piece's chunks (whatever passes its session is cut into, the same ones), each in
+        // WY blocks of at most kMaxWyChunk tokens.
+        for (int64_t c = 0; c < piece.rows; c += chunk_) {
+          const int64_t end = std::min<int64_t>(piece.rows, c + chunk_);
+          for (int64_t r = c; r < end; r += wy_) {
+            const int n = static_cast<int>(std::min<int64_t>(end - r, wy_));
+            Rule(qkv, beta_g, static_cast<int>(piece.first_row + r), n, vh, s, out,
+                 scratch + participant * ScratchFloats());
+          }
         }
       });
     } else {
@@ -180,9 +192,13 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
     float* g = beta + hv;
     for (int64_t vh = 0; vh < hv; ++vh) {
       // Without a decay g = 0 (exp(0) = 1 exactly); without b_proj β = 1.
-      g[vh] = p_.decay
-                  ? -std::exp(a_log_[vh]) * Softplus(inputs[index_.a][row * hv + vh] + dt_bias_[vh])
-                  : 0.0f;
+      if (p_.decay) {
+        const float log_decay =
+            -std::exp(a_log_[vh]) * Softplus(inputs[index_.a][row * hv + vh] + dt_bias_[vh]);
+        g[vh] = log_decay >= kDeltaRuleMinLogDecay ? log_decay : kDeltaRuleMinLogDecay;  // NaN too
+      } else {
+        g[vh] = 0.0f;
+      }
       beta[vh] = p_.beta ? 1.0f / (1.0f + std::exp(-inputs[index_.b][row * hv + vh])) : 1.0f;
       if (p_.allow_neg_eigval) beta[vh] *= 2.0f;
     }
@@ -199,8 +215,8 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
     const float* first = qkv + row * channels;
     // β and g of the n tokens, gathered from their rows.
     float* beta =
-        scratch + cpu::GatedDeltaRuleChunkScratchFloats(static_cast<int>(chunk_), hk, p_.v_dim);
-    float* g = beta + chunk_;
+        scratch + cpu::GatedDeltaRuleChunkScratchFloats(static_cast<int>(wy_), hk, p_.v_dim);
+    float* g = beta + wy_;
     for (int i = 0; i < n; ++i) {
       beta[i] = beta_g[(row + i) * 2 * hv + vh];
       g[i] = beta_g[(row + i) * 2 * hv + hv + vh];
@@ -212,9 +228,9 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
 
   // Per thread: the larger of Prepare's q | k | v and Rule's chunk scratch with β and g.
   int64_t ScratchFloats() const {
-    return std::max(p_.ConvChannels(), cpu::GatedDeltaRuleChunkScratchFloats(
-                                           static_cast<int>(chunk_), p_.k_dim, p_.v_dim) +
-                                           2 * chunk_);
+    return std::max(
+        p_.ConvChannels(),
+        cpu::GatedDeltaRuleChunkScratchFloats(static_cast<int>(wy_), p_.k_dim, p_.v_dim) + 2 * wy_);
   }
   // Workspace buffers after the projections'.
   int kQkv() const { return FirstCoreBuffer(); }
@@ -223,7 +239,8 @@ class CpuDeltaRuleMixer final : public CpuProjectedMixer {
 
   const DeltaRuleShape p_;
   const InputIndex index_;
-  const int64_t chunk_;
+  const int64_t chunk_;  // --prefill_chunk_size
+  const int64_t wy_;     // tokens of one WY block: the chunk, at most kMaxWyChunk
   const std::vector<float> taps_;
   const std::vector<float> conv_bias_;
   const std::vector<float>& a_log_;    // empty without the decay

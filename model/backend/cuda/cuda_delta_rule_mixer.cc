@@ -48,6 +48,7 @@ class CudaDeltaRuleMixer final : public CudaProjectedMixer {
     rule_.shape.allow_neg_eigval = p.allow_neg_eigval;
     rule_.shape.norm_eps = static_cast<float>(p.norm_eps);
     rule_.shape.l2_eps = kDeltaRuleL2Eps;
+    rule_.shape.min_log_decay = kDeltaRuleMinLogDecay;
     if (p.decay) {
       rule_.shape.a_log = w.RequiredVector("A_log");
       rule_.shape.dt_bias = w.RequiredVector("dt_bias");
