@@ -13,8 +13,8 @@ used; a checkpoint with neither is refused, since a model directory without its 
 serve text. DST gets config.json (the "layers" schema), model.safetensors (in the checkpoint's
 dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
 
-Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM) and `delta_net`
-(DeltaNetForCausalLM) convert; fla's other families (`gla`, `retnet`, `mamba2`) have no linserve
+Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM), `delta_net` (DeltaNetForCausalLM)
+and `gla` (GLAForCausalLM) convert; fla's other families (`retnet`, `mamba2`) have no linserve
 layer kind yet and are refused by name, as is any other model_type. Mapping (per layer i;
 docs/model-format.md gives linserve's kinds):
   attn (GatedDeltaNet) -> gated_delta_net: n_heads = num_heads, n_v_heads = num_v_heads (or
@@ -27,14 +27,23 @@ docs/model-format.md gives linserve's kinds):
       use_gate, allow_neg_eigval, conv_size, norm_eps; qk_activation must be silu and qk_norm l2
       (fla's defaults, what delta_net computes); use_output_norm false is accepted with a note
       (fla's layer ignores it and always applies the norm).
+  attn (GatedLinearAttention) -> gated_linear_attention: n_heads = num_heads, head_k_dim =
+      hidden_size · expand_k / num_heads, head_v_dim = hidden_size · expand_v / num_heads (whole
+      numbers), gate_low_rank_dim 16 and gate_logit_normalizer 16 (GLABlock leaves the layer's
+      defaults), clamp_min (null: −1e4, no clamp in effect; below −1e4: −1e4, the same function),
+      use_short_conv and conv_size, use_output_gate, norm_eps; conv_bias false. The output norm
+      g_norm_swish_gate (fused) or g_norm becomes g_norm (ones without elementwise_affine: fla's
+      norm then has no weight); feature_map must be null and num_kv_heads null or num_heads;
+      use_gk / use_gv are ignored as fla's model ignores them.
   attn_norm / mlp_norm / model.norm -> rms_norm (eps = norm_eps).
   mlp (GatedMLP, swish) -> gated_mlp silu without biases: fc1 = [up_proj; gate_proj] (value
       rows first), fc2 = down_proj; d_ff = intermediate_size, or fla's rule from hidden_ratio
       (256 · ceil(int(hidden_size · hidden_ratio · 2/3) / 256)).
   model.embeddings -> embed; lm_head -> lm_head (untied), or checked equal to the embedding (tied).
-Refused, naming the key: unknown config keys, use_short_conv false, hybrid softmax-attention
-layers (`attn`), attention residuals (`attnres_block_size`), an MLP activation other than
-swish/silu, a non-finite A_log or dt_bias (the decay), shapes the config does not imply, and any
+Refused, naming the key: unknown config keys, use_short_conv false (delta-rule families), hybrid
+softmax-attention layers (`attn`), attention residuals (`attnres_block_size`), an MLP (and GLA
+output gate) activation other than swish/silu, a non-finite A_log or dt_bias (the decay) or
+gk_proj.1.bias (GLA's key gate), a clamp_min above 0, shapes the config does not imply, and any
 tensor the mapping does not consume.
 """
 
@@ -50,10 +59,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from linserve_ref.checkpoint import (ConvertError, Tensors, gpt2_tokenizer_files,  # noqa: E402
                                      read_checkpoint, write_model_dir)
 from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
+from linserve_ref.gated_linear_attention import MIN_LOG_GATE  # noqa: E402
 
 # fla's families without a linserve kind yet (issue 39), by model_type.
-NOT_YET = {"gla": "GLA (gated_linear_attention)", "retnet": "RetNet (retention)",
-           "mamba2": "Mamba-2 (mamba2)"}
+NOT_YET = {"retnet": "RetNet (retention)", "mamba2": "Mamba-2 (mamba2)"}
 
 # GatedDeltaNetConfig's defaults for the keys read.
 GDN_DEFAULTS = {
@@ -74,6 +83,20 @@ DN_DEFAULTS = {
     "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
     "attnres_block_size": None,
 }
+# GLAConfig's defaults for the keys read. use_gk and use_gv are GLAConfig's but its model never
+# reads them (the layer always has the key gate and no value gate): they are accepted as any value.
+GLA_DEFAULTS = {
+    "hidden_size": 2048, "expand_k": 0.5, "expand_v": 1.0, "hidden_ratio": 4,
+    "intermediate_size": None, "num_hidden_layers": 24, "num_heads": 4, "num_kv_heads": None,
+    "feature_map": None, "use_short_conv": False, "conv_size": 4, "use_output_gate": True,
+    "clamp_min": None, "hidden_act": "swish", "elementwise_affine": True, "norm_eps": 1e-6,
+    "use_gk": True, "use_gv": False, "attn": None, "bos_token_id": 1, "eos_token_id": 2,
+    "tie_word_embeddings": False, "vocab_size": 32000, "attnres_block_size": None,
+    "fuse_norm": True,
+}
+# GLA's layer arguments that GLABlock leaves at their defaults (its config has no key for them).
+GLA_GATE_LOGIT_NORMALIZER = 16
+GLA_GATE_LOW_RANK_DIM = 16
 # Keys that do not change what the model computes: kernel choice (attn_mode: chunk and
 # fused_recurrent compute the same recurrence), fused training paths, the loss, the position
 # limit of training (the recurrence has none), HF bookkeeping.
@@ -145,9 +168,9 @@ def _dim(cfg, d, key):
     return int(value)
 
 
-def _take_delta_rule(t, p, q, shapes, convs, taps, out):
-    """The projections and vectors of `shapes` and the three convolutions ([channels, 1, taps]
-    to [channels, taps]) of a delta-rule layer: fla's prefix p, ours q."""
+def _take_attn(t, p, q, shapes, convs, taps, out):
+    """The projections and vectors of `shapes` and the convolutions `convs` ([channels, 1, taps]
+    to [channels, taps]) of a layer's attn: fla's prefix p, ours q."""
     for name, shape in shapes.items():
         out[q + name] = t.take(p + name, shape)
     for conv, channels in convs:
@@ -155,7 +178,23 @@ def _take_delta_rule(t, p, q, shapes, convs, taps, out):
         out[q + name] = t.take(p + name, (channels, 1, taps))[:, 0, :]
 
 
+def _check_finite(out, q, p, names, what):
+    """Refuses a tensor of `names` (ours under q, fla's under p) holding a non-finite value."""
+    for name in names:
+        bad = (~torch.isfinite(out[q + name])).nonzero()
+        if len(bad):
+            raise ConvertError(f"checkpoint: tensor '{p}{name}' holds "
+                               f"{out[q + name][bad[0, 0]].item()} at [{bad[0, 0].item()}]; "
+                               f"{what} must be finite")
+
+
+def _require_short_conv(cfg):
+    cfg.require("use_short_conv", True, "the delta-rule kinds have no layer without their short "
+                "convolutions")
+
+
 def _gdn_mixer(cfg, t, i, d, out):
+    _require_short_conv(cfg)
     h, dk = cfg.int("num_heads"), cfg.int("head_dim")
     hv = cfg["num_v_heads"]
     hv = h if hv is None else cfg.int("num_v_heads")
@@ -175,13 +214,9 @@ def _gdn_mixer(cfg, t, i, d, out):
               "dt_bias": (hv,), "o_norm.weight": (dv,), "o_proj.weight": (d, vd)}
     if cfg.bool("use_gate"):
         shapes["g_proj.weight"] = (vd, d)
-    _take_delta_rule(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
-    for name in ("A_log", "dt_bias"):  # the decay: a NaN here would reach every later token
-        bad = (~torch.isfinite(out[q + name])).nonzero()
-        if len(bad):
-            raise ConvertError(f"checkpoint: tensor '{p}{name}' holds "
-                               f"{out[q + name][bad[0, 0]].item()} at [{bad[0, 0].item()}]; the "
-                               f"decay must be finite")
+    _take_attn(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
+    # The decay: a NaN here would reach every later token.
+    _check_finite(out, q, p, ("A_log", "dt_bias"), "the decay")
     return {"kind": "gated_delta_net", "n_heads": h, "n_v_heads": hv, "head_k_dim": dk,
             "head_v_dim": dv, "conv_size": taps, "conv_bias": False,
             "use_gate": cfg["use_gate"], "allow_neg_eigval": cfg.bool("allow_neg_eigval"),
@@ -189,6 +224,7 @@ def _gdn_mixer(cfg, t, i, d, out):
 
 
 def _dn_mixer(cfg, t, i, d, out):
+    _require_short_conv(cfg)
     cfg.require("qk_activation", "silu", "delta_net computes fla's default silu feature map")
     cfg.require("qk_norm", "l2", "delta_net computes fla's default L2 norm of q and k")
     h = cfg.int("num_heads")
@@ -209,15 +245,65 @@ def _dn_mixer(cfg, t, i, d, out):
         shapes["b_proj.weight"] = (h, d)
     if cfg.bool("use_gate"):
         shapes["g_proj.weight"] = (vd, d)
-    _take_delta_rule(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
+    _take_attn(t, p, q, shapes, (("q", kd), ("k", kd), ("v", vd)), taps, out)
     return {"kind": "delta_net", "n_heads": h, "head_k_dim": kd // h, "head_v_dim": vd // h,
             "conv_size": taps, "conv_bias": False, "use_beta": cfg["use_beta"],
             "use_gate": cfg["use_gate"], "allow_neg_eigval": cfg.bool("allow_neg_eigval"),
             "norm_eps": cfg.number("norm_eps")}
 
 
+def _gla_mixer(cfg, t, i, d, out):
+    cfg.require("feature_map", None, "gated_linear_attention computes fla's default: no feature "
+                "map on q and k")
+    h = cfg.int("num_heads")
+    if cfg["num_kv_heads"] is not None and cfg.int("num_kv_heads") != h:
+        raise ConvertError(f"config.json: 'num_kv_heads' = {cfg['num_kv_heads']} is not "
+                           f"supported (gated_linear_attention has one k/v head per head, "
+                           f"num_heads = {h})")
+    kd, vd = _dim(cfg, d, "expand_k"), _dim(cfg, d, "expand_v")
+    for key, dim in (("expand_k", kd), ("expand_v", vd)):
+        if dim % h:
+            raise ConvertError(f"config.json: 'num_heads' = {h} does not divide the {dim} "
+                               f"channels that '{key}' gives")
+    clamp = cfg["clamp_min"]
+    if clamp is not None:
+        if isinstance(clamp, bool) or not isinstance(clamp, (int, float)) or \
+                not clamp <= 0 or math.isnan(clamp):
+            raise ConvertError(f"config.json: 'clamp_min' = {clamp!r} must be a number <= 0 or "
+                               f"null (a floor above 0 would let the state grow)")
+    # Below −1e4 a floor changes nothing: e^−1e4 is 0 as e^gk is for every gk below it.
+    clamp = MIN_LOG_GATE if clamp is None else max(float(clamp), MIN_LOG_GATE)
+    use_conv, use_gate = cfg.bool("use_short_conv"), cfg.bool("use_output_gate")
+    rank = GLA_GATE_LOW_RANK_DIM
+    p, q = f"model.layers.{i}.attn.", f"layers.{i}.attn."
+    shapes = {"q_proj.weight": (kd, d), "k_proj.weight": (kd, d), "v_proj.weight": (vd, d),
+              "gk_proj.0.weight": (rank, d), "gk_proj.1.weight": (kd, rank),
+              "gk_proj.1.bias": (kd,), "o_proj.weight": (d, vd)}
+    if use_gate:
+        shapes["g_proj.weight"] = (vd, d)
+    taps = cfg.int("conv_size", lo=2) if use_conv else 4
+    convs = (("q", kd), ("k", kd), ("v", vd)) if use_conv else ()
+    _take_attn(t, p, q, shapes, convs, taps, out)
+    # The key gate: a NaN here would reach every later token.
+    _check_finite(out, q, p, ("gk_proj.1.bias",), "the key gate")
+    # fla's output norm: FusedRMSNormGated (swish, fuse_norm, with the gate) or RMSNorm then the
+    # gate, the same function; its weight, or ones without elementwise_affine.
+    fused = cfg["hidden_act"] == "swish" and cfg.bool("fuse_norm") and use_gate
+    norm = "g_norm_swish_gate.weight" if fused else "g_norm.weight"
+    if cfg.bool("elementwise_affine"):
+        out[q + "g_norm.weight"] = t.take(p + norm, (vd // h,))
+    else:
+        out[q + "g_norm.weight"] = torch.ones(vd // h, dtype=out[q + "q_proj.weight"].dtype)
+    return {"kind": "gated_linear_attention", "n_heads": h, "head_k_dim": kd // h,
+            "head_v_dim": vd // h, "gate_low_rank_dim": rank,
+            "gate_logit_normalizer": float(GLA_GATE_LOGIT_NORMALIZER), "clamp_min": clamp,
+            "use_short_conv": use_conv, "conv_size": taps, "conv_bias": False,
+            "use_output_gate": use_gate, "norm_eps": cfg.number("norm_eps")}
+
+
 # Per model_type: its config class's defaults and the mapping of one layer's attn.
-FAMILIES = {"gated_deltanet": (GDN_DEFAULTS, _gdn_mixer), "delta_net": (DN_DEFAULTS, _dn_mixer)}
+FAMILIES = {"gated_deltanet": (GDN_DEFAULTS, _gdn_mixer), "delta_net": (DN_DEFAULTS, _dn_mixer),
+            "gla": (GLA_DEFAULTS, _gla_mixer)}
 
 
 def _mlp(cfg, t, i, d, out):
@@ -245,8 +331,6 @@ def convert(config, tensors, tokenizer="sentencepiece"):
     """fla's config dict and state dict -> (linserve config, linserve tensors)."""
     defaults, mixer_of = FAMILIES[_model_type(config)]
     cfg = _Reader(config, defaults)
-    cfg.require("use_short_conv", True, "the delta-rule kinds have no layer without their short "
-                "convolutions")
     cfg.require("attn", None, "hybrid models with softmax-attention layers")
     cfg.require("attnres_block_size", None, "attention residuals")
     if cfg["hidden_act"] not in ("swish", "silu"):

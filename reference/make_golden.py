@@ -111,6 +111,11 @@ def _dn(**p):
     return {"kind": "delta_net", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
 
 
+def _gla(**p):
+    return {"kind": "gated_linear_attention", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8,
+            "gate_low_rank_dim": 4, **p}
+
+
 def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
     if mlp == "ffn":
         mlp_spec = {"kind": "ffn", "d_ff": 32}
@@ -131,7 +136,7 @@ BASED_CASES = [
       _layer(_swa(80, rotary_dim=0))], {}, "bfloat16", 32),
     ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
       _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid"),
-      _layer(_gdn(head_v_dim=12)), _layer(_dn())],
+      _layer(_gdn(head_v_dim=12)), _layer(_dn()), _layer(_gla(use_short_conv=True))],
      {}, "float32", 11),
     ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
      dict(norm="post", tie_embeddings=False), "float16", 7),
@@ -145,6 +150,14 @@ BASED_CASES = [
      dict(tie_embeddings=False), "float32", 16),
     ([_layer(_dn(allow_neg_eigval=True, norm_eps=1e-3)), _layer(_dn(head_k_dim=4), "gelu")],
      {}, "float16", 9),
+    # A strong gate (normaliser 1) and one that the clamp binds; chunks of 40 hold blocks of 16
+    # and a partial one.
+    ([_layer(_gla(gate_logit_normalizer=1.0)),
+      _layer(_gla(n_heads=1, head_k_dim=16, head_v_dim=12, gate_logit_normalizer=1.0,
+                  clamp_min=-0.3, use_output_gate=False))],
+     dict(tie_embeddings=False), "float32", 40),
+    ([_layer(_gla(use_short_conv=True, conv_bias=True, conv_size=3, norm_eps=1e-3)),
+      _layer(_gla(gate_low_rank_dim=16, head_v_dim=4), "gelu")], {}, "bfloat16", 7),
 ]
 
 
@@ -268,6 +281,12 @@ def check_based_coverage(entries):
             for m in mixers if m["kind"] == "gated_delta_net"},
         **{f"delta_net {flag}": {m[flag] for m in mixers if m["kind"] == "delta_net"}
            for flag in ("use_beta", "use_gate", "conv_bias", "allow_neg_eigval")},
+        **{f"gated_linear_attention {flag}": {
+            m[flag] for m in mixers if m["kind"] == "gated_linear_attention"}
+           for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
+        "gated_linear_attention clamp": {
+            "none" if m["clamp_min"] == -1e4 else "binding"
+            for m in mixers if m["kind"] == "gated_linear_attention"},
     }
     wanted = {
         "mixer kind": set(kinds.by_role("mixer")),
@@ -284,6 +303,9 @@ def check_based_coverage(entries):
         "gated_delta_net value heads per q/k head": {"1", "several"},
         **{f"delta_net {flag}": {True, False}
            for flag in ("use_beta", "use_gate", "conv_bias", "allow_neg_eigval")},
+        **{f"gated_linear_attention {flag}": {True, False}
+           for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
+        "gated_linear_attention clamp": {"none", "binding"},
     }
     for what, values in wanted.items():
         missing = sorted(map(str, values - seen[what]))

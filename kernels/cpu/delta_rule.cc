@@ -113,15 +113,4 @@ void GatedDeltaRuleChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, co
        static_cast<int>(v_dim));
 }
 
-void GatedRmsNorm(float* o, int64_t n, const float* weight, const float* gate, float eps) {
-  float sum = 0.0f;
-  for (int64_t i = 0; i < n; ++i) sum += o[i] * o[i];
-  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) {
-    float y = o[i] * inv * weight[i];
-    if (gate != nullptr) y *= gate[i] / (1.0f + std::exp(-gate[i]));
-    o[i] = y;
-  }
-}
-
 }  // namespace linserve::cpu

@@ -1,6 +1,6 @@
 // The delta rule's recurrence on the CPU (the kinds gated_delta_net and delta_net,
 // model/layers/delta_rule_shape.h; delta_net's is the decay-free case, g = 0): one token of one
-// value head (decode), a chunk of tokens in the WY form (prefill), and the norms around them.
+// value head (decode), a chunk of tokens in the WY form (prefill), and q's and k's L2 norm.
 #ifndef LINSERVE_KERNELS_CPU_DELTA_RULE_H_
 #define LINSERVE_KERNELS_CPU_DELTA_RULE_H_
 
@@ -31,9 +31,6 @@ int64_t GatedDeltaRuleChunkScratchFloats(int chunk, int64_t k_dim, int64_t v_dim
 void GatedDeltaRuleChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, const float* k,
                          int64_t ld_qk, const float* v, int64_t ld_v, const float* beta,
                          const float* g, float* s, float* o, int64_t ld_o, float* scratch);
-
-// o ← o / sqrt(mean(o²) + eps) · weight (· silu(gate) when gate is not null), over n values.
-void GatedRmsNorm(float* o, int64_t n, const float* weight, const float* gate, float eps);
 
 }  // namespace linserve::cpu
 

@@ -71,6 +71,17 @@ void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, floa
   }
 }
 
+void GatedRmsNorm(float* o, int64_t n, const float* weight, const float* gate, float eps) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += o[i] * o[i];
+  const float inv = 1.0f / std::sqrt(sum / static_cast<float>(n) + eps);
+  for (int64_t i = 0; i < n; ++i) {
+    float y = o[i] * inv * weight[i];
+    if (gate != nullptr) y *= gate[i] / (1.0f + std::exp(-gate[i]));
+    o[i] = y;
+  }
+}
+
 void GatedProduct(Activation act, const float* a, int64_t rows, int64_t width, float* y) {
   for (int64_t r = 0; r < rows; ++r) {
     const float* value = a + r * 2 * width;

@@ -25,6 +25,10 @@ void LayerNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, co
 // in double. y may alias x.
 void RmsNorm(const float* x, int64_t rows, int64_t dim, const float* gamma, float eps, float* y);
 
+// The recurrent mixers' output norm (delta rule, GLA): o ← o / sqrt(mean(o²) + eps) · weight
+// (· silu(gate) when gate is not null), over n values, the sum in float as the CUDA kernels'.
+void GatedRmsNorm(float* o, int64_t n, const float* weight, const float* gate, float eps);
+
 // The gated MLP's hidden rows: a holds `rows` rows of 2·width floats (value, then gate);
 // y[r][i] = a[r][i] · act(a[r][width + i]). y must not overlap a.
 void GatedProduct(Activation act, const float* a, int64_t rows, int64_t width, float* y);

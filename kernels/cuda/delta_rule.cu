@@ -15,15 +15,8 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxGridY = 65535;  // value heads are the grid's y
 
-// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU). log(1 + e) by
-// Goldberg's identity log(u) · e / (u − 1), u = 1 + e rounded (e where u is 1), accurate to a few
-// ulps as log1pf is; log1pf itself has a slow path whose call spills registers in these kernels.
-__device__ __forceinline__ float Softplus(float x) {
-  if (x > 20.0f) return x;
-  const float e = expf(x);
-  const float u = __fadd_rn(1.0f, e);
-  return u == 1.0f ? e : __fdiv_rn(__fmul_rn(logf(u), e), __fsub_rn(u, 1.0f));
-}
+// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU).
+__device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : Log1pOf(expf(x)); }
 
 // x[0 … n) ← x / sqrt(Σ x² + eps) · scale, in shared memory.
 __device__ __forceinline__ void L2Normalize(float* x, int n, float eps, float scale,

@@ -93,6 +93,14 @@ __device__ __forceinline__ T BlockMax(T v, T* scratch, T lowest) {
   return WarpMax(v);
 }
 
+// log(1 + e) for e ≥ 0 by Goldberg's identity log(u) · e / (u − 1), u = 1 + e rounded (e where u
+// is 1), accurate to a few ulps as log1pf is; log1pf itself has a slow path whose call spills
+// registers in the recurrent mixers' kernels.
+__device__ __forceinline__ float Log1pOf(float e) {
+  const float u = __fadd_rn(1.0f, e);
+  return u == 1.0f ? e : __fdiv_rn(__fmul_rn(logf(u), e), __fsub_rn(u, 1.0f));
+}
+
 // Dispatches a templated launcher on the element type: LINSERVE_DISPATCH_DTYPE(dtype, T, body)
 // runs `body` with T = float, __half or __nv_bfloat16.
 #define LINSERVE_DISPATCH_DTYPE(dtype, T, ...) \

@@ -113,6 +113,15 @@ def _positive(config, key):
     return float(value)
 
 
+def _number(config, key, lo, hi):
+    value = config[key]
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise ConfigError(f"config field '{key}' must be a number, got {value!r}")
+    if not lo <= value <= hi:
+        raise ConfigError(f"config field '{key}' = {value} is outside [{lo}, {hi}]")
+    return float(value)
+
+
 def _component(value, role, path):
     """A layer component {"kind": ..., params} at `path`, checked and completed."""
     if not isinstance(value, dict):
@@ -149,6 +158,8 @@ def _component(value, role, path):
             raise ConfigError(f"config field '{key}' must be true or false, got {out[name]!r}")
         elif kind_of == "positive":
             out[name] = _positive({key: out[name]}, key)
+        elif kind_of == "number":
+            out[name] = _number({key: out[name]}, key, *limits)
     if declared[kind].check is not None:
         declared[kind].check(out, path)
     return out

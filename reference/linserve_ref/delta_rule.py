@@ -32,7 +32,7 @@ def state_floats(p):
                                       + p["n_v_heads"] * p["head_v_dim"]))
 
 
-class _Conv(nn.Module):
+class ConvParams(nn.Module):
     """A depthwise causal convolution's parameters: weight [channels, taps] (fla's Conv1d weight
     [channels, 1, taps] without its middle axis), bias [channels] or none."""
 
@@ -45,7 +45,7 @@ class _Conv(nn.Module):
             self.register_parameter("bias", None)
 
 
-class _Scale(nn.Module):
+class Scale(nn.Module):
     def __init__(self, n):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(n))
@@ -82,10 +82,10 @@ class DeltaRuleMixer(nn.Module):
         if decay:
             self.A_log = nn.Parameter(torch.zeros(self.hv))
             self.dt_bias = nn.Parameter(torch.zeros(self.hv))
-        self.q_conv1d = _Conv(kd, self.taps, p["conv_bias"])
-        self.k_conv1d = _Conv(kd, self.taps, p["conv_bias"])
-        self.v_conv1d = _Conv(vd, self.taps, p["conv_bias"])
-        self.o_norm = _Scale(self.dv)
+        self.q_conv1d = ConvParams(kd, self.taps, p["conv_bias"])
+        self.k_conv1d = ConvParams(kd, self.taps, p["conv_bias"])
+        self.v_conv1d = ConvParams(vd, self.taps, p["conv_bias"])
+        self.o_norm = Scale(self.dv)
         self.o_proj = nn.Linear(vd, d, bias=False)
 
     def reset_kind_parameters(self):

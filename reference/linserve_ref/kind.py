@@ -12,7 +12,8 @@ class Kind:
     name: str  # its "kind" in config.json
     # Its parameters in order as (name, type, default, range). Default None: required; "=name":
     # that parameter's value. Range: (lo, hi) for "int", (lo, hi) meaning (lo, hi] for "eps",
-    # the choices for "choice"; "positive": a finite number > 0; "bool": none.
+    # (lo, hi) meaning [lo, hi] for "number", the choices for "choice"; "positive": a finite
+    # number > 0; "bool": none.
     params: tuple
     # make(d_model, p) -> the nn.Module of a component with parameters p (every one present).
     make: Callable

@@ -1,16 +1,19 @@
-"""An independent transcription of flash-linear-attention's Gated DeltaNet and DeltaNet language
+"""An independent transcription of flash-linear-attention's Gated DeltaNet, DeltaNet and GLA language
 models (fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/{gated_deltanet,
-delta_net}/{configuration,modeling}_*.py, fla/layers/{gated_deltanet,delta_net}.py, fla/modules'
+delta_net,gla}/{configuration,modeling}_*.py, fla/layers/{gated_deltanet,delta_net,gla}.py, fla/modules'
 RMSNorm, FusedRMSNormGated, ShortConvolution and GatedMLP, and the recurrences of
-fla/ops/{gated_delta_rule,delta_rule}/naive.py with the fused kernels' in-kernel steps: the L2
+fla/ops/{gated_delta_rule,delta_rule,gla}/naive.py with the fused kernels' in-kernel steps: the L2
 norm of q and k (x / sqrt(Σx² + 1e-6)), β = sigmoid(b) (· 2 with allow_neg_eigval), for Gated
 DeltaNet g = −exp(A_log) · softplus(a + dt_bias) and value head h reading q/k head
 h // (num_v_heads // num_heads)) in plain PyTorch and in THEIR layout: module names and shapes are
 those of their state_dict (model.layers.{i}.attn.q_conv1d.weight [key_dim, 1, conv_size], ...),
 built from their config.json with their config classes' defaults. The recurrent state is returned
 as their layers pass it to the kernels: Gated DeltaNet's with state_v_first
-[B, num_v_heads, head_v_dim, head_k_dim], DeltaNet's [B, num_heads, head_k_dim, head_v_dim].
-DeltaNet is transcribed for its defaults qk_activation "silu" and qk_norm "l2" only.
+[B, num_v_heads, head_v_dim, head_k_dim], DeltaNet's [B, num_heads, head_k_dim, head_v_dim], GLA's
+(state_v_first) [B, num_heads, head_v_dim, head_k_dim]. DeltaNet is transcribed for its defaults
+qk_activation "silu" and qk_norm "l2" only; GLA for feature_map None and num_kv_heads None (its
+layer with gate_logit_normalizer 16 and gate_low_rank_dim 16, as GLABlock builds it: the config
+does not carry them).
 
 `make_checkpoint` writes a random checkpoint of this model (config.json + model.safetensors or
 pytorch_model.bin), the input of convert_fla.py's tests.
@@ -85,10 +88,45 @@ def small_delta_net_config(**overrides):
     return config
 
 
+# GLAConfig.__init__'s defaults (those the model reads).
+GLA_DEFAULTS = {
+    "hidden_size": 2048, "expand_k": 0.5, "expand_v": 1.0, "hidden_ratio": 4,
+    "intermediate_size": None, "num_hidden_layers": 24, "num_heads": 4, "num_kv_heads": None,
+    "feature_map": None, "attn_mode": "chunk", "use_short_conv": False, "conv_size": 4,
+    "use_output_gate": True, "clamp_min": None, "hidden_act": "swish",
+    "max_position_embeddings": 2048, "elementwise_affine": True, "norm_eps": 1e-6,
+    "use_gk": True, "use_gv": False, "attn": None, "use_cache": True, "pad_token_id": None,
+    "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "initializer_range": 0.02,
+    "fuse_norm": True, "fuse_swiglu": True, "fuse_cross_entropy": True,
+    "fuse_linear_cross_entropy": False, "use_l2warp": False, "vocab_size": 32000,
+    "attnres_block_size": None,
+}
+
+
+def small_gla_config(**overrides):
+    """A GLA config.json in fla-hub/gla-1.3B-100B's shape scaled down: hidden 64, 3 layers, 4
+    heads with expand_k 0.5 and expand_v 1 (q/k heads of 8, value heads of 16), vocab 2048."""
+    config = {
+        "architectures": ["GLAForCausalLM"], "model_type": "gla", "torch_dtype": "float32",
+        "transformers_version": "4.53.3", "attn_mode": "chunk", "hidden_size": 64,
+        "expand_k": 0.5, "expand_v": 1, "hidden_ratio": 4, "intermediate_size": None,
+        "num_hidden_layers": 3, "num_heads": 4, "num_kv_heads": None, "feature_map": None,
+        "use_short_conv": False, "conv_size": 4, "use_output_gate": True, "clamp_min": None,
+        "hidden_act": "swish", "elementwise_affine": True, "norm_eps": 1e-6, "use_gk": True,
+        "use_gv": False, "attn": None, "bos_token_id": 1, "eos_token_id": 2,
+        "tie_word_embeddings": False, "fuse_norm": True, "vocab_size": 2048,
+    }
+    config.update(overrides)
+    return config
+
+
+_DEFAULTS_OF = {"gated_deltanet": DEFAULTS, "delta_net": DELTA_NET_DEFAULTS, "gla": GLA_DEFAULTS}
+
+
 def get(config, key):
     if key in config:
         return config[key]
-    return (DELTA_NET_DEFAULTS if config.get("model_type") == "delta_net" else DEFAULTS)[key]
+    return _DEFAULTS_OF[config.get("model_type", "gated_deltanet")][key]
 
 
 class RMSNorm(nn.Module):
@@ -262,8 +300,94 @@ class DeltaNet(nn.Module):
         return self.o_proj(o.reshape(b, t, self.value_dim)), s
 
 
+def naive_recurrent_gla(q, k, v, gk, scale):
+    """naive.py's naive_recurrent_gla. q, k, gk [B, H, T, K], v [B, H, T, V] -> o [B, H, T, V]
+    and the final h [B, H, K, V]."""
+    b, h_count, t_count, k_dim = q.shape
+    o = torch.zeros_like(v)
+    h = torch.zeros(b, h_count, k_dim, v.shape[-1], dtype=v.dtype)
+    for i in range(t_count):
+        q_i = q[:, :, i] * scale
+        kv_i = k[:, :, i][..., None] * v[:, :, i][..., None, :]
+        h = h * gk[:, :, i].exp()[..., None] + kv_i
+        o[:, :, i] = (q_i[..., None] * h).sum(-2)
+    return o, h
+
+
+class GatedLinearAttention(nn.Module):
+    """fla/layers/gla.py's layer as GLABlock builds it (gate_logit_normalizer 16,
+    gate_low_rank_dim 16, conv_bias false, gate_fn = hidden_act)."""
+
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        self.num_heads = get(config, "num_heads")
+        self.key_dim = int(d * get(config, "expand_k"))
+        self.value_dim = int(d * get(config, "expand_v"))
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.use_short_conv = get(config, "use_short_conv")
+        self.use_output_gate = get(config, "use_output_gate")
+        self.clamp_min = get(config, "clamp_min")
+        self.gate_fn = {"swish": F.silu, "silu": F.silu}[get(config, "hidden_act")]
+        conv_size = get(config, "conv_size")
+        eps = get(config, "norm_eps")
+        self.q_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.value_dim, bias=False)
+        if self.use_output_gate:
+            self.g_proj = nn.Linear(d, self.value_dim, bias=False)
+        if self.use_short_conv:
+            self.q_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+            self.k_conv1d = ShortConvolution(self.key_dim, conv_size, False)
+            self.v_conv1d = ShortConvolution(self.value_dim, conv_size, False)
+        self.gk_proj = nn.Sequential(nn.Linear(d, 16, bias=False),
+                                     nn.Linear(16, self.key_dim, bias=True))
+        self.o_proj = nn.Linear(self.value_dim, d, bias=False)
+        self.fuse_norm_and_gate = (get(config, "hidden_act") == "swish" and get(config, "fuse_norm")
+                                   and self.use_output_gate)
+        norm = FusedRMSNormGated if self.fuse_norm_and_gate else RMSNorm
+        if self.fuse_norm_and_gate:
+            self.g_norm_swish_gate = norm(self.head_v_dim, eps)
+        else:
+            self.g_norm = norm(self.head_v_dim, eps)
+        if not get(config, "elementwise_affine"):  # fla's norms without a weight: ones
+            for module in self.modules():
+                if isinstance(module, RMSNorm):
+                    del module.weight
+                    module.register_buffer("weight", torch.ones(self.head_v_dim),
+                                           persistent=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q, k, v = self.q_proj(x), self.k_proj(x), self.v_proj(x)
+        if self.use_short_conv:
+            q, k, v = self.q_conv1d(q), self.k_conv1d(k), self.v_conv1d(v)
+        gk = self.gk_proj(x)
+
+        def heads(u, width):
+            return u.view(b, t, self.num_heads, width).transpose(1, 2)
+
+        gk = F.logsigmoid(heads(gk, self.head_k_dim)) / 16
+        if self.clamp_min is not None:
+            gk = torch.clamp_min(gk, self.clamp_min)
+        o, h = naive_recurrent_gla(heads(q, self.head_k_dim), heads(k, self.head_k_dim),
+                                   heads(v, self.head_v_dim), gk, self.head_k_dim ** -0.5)
+        o = o.transpose(1, 2)  # [B, T, H, V]
+        if self.use_output_gate:
+            g = self.g_proj(x)
+            if self.fuse_norm_and_gate:
+                o = self.g_norm_swish_gate(o, g.view(b, t, self.num_heads, self.head_v_dim))
+                o = o.reshape(b, t, self.value_dim)
+            else:
+                o = self.g_norm(o).reshape(b, t, self.value_dim) * self.gate_fn(g)
+        else:
+            o = self.g_norm(o).reshape(b, t, self.value_dim)
+        return self.o_proj(o), h.transpose(-1, -2)
+
+
 # The layer class of each model_type.
-LAYERS = {"gated_deltanet": GatedDeltaNet, "delta_net": DeltaNet}
+LAYERS = {"gated_deltanet": GatedDeltaNet, "delta_net": DeltaNet, "gla": GatedLinearAttention}
 
 
 class GatedMLP(nn.Module):
@@ -283,7 +407,8 @@ class GatedMLP(nn.Module):
 
 
 class Block(nn.Module):
-    """fla's block of both families (GatedDeltaNetBlock, DeltaNetBlock): pre-norm attn and mlp."""
+    """fla's block of these families (GatedDeltaNetBlock, DeltaNetBlock, GLABlock): pre-norm attn
+    and mlp."""
 
     def __init__(self, config):
         super().__init__()
@@ -309,7 +434,8 @@ class Backbone(nn.Module):
 
 
 class ForCausalLM(nn.Module):
-    """GatedDeltaNetForCausalLM or DeltaNetForCausalLM, as config["model_type"] says."""
+    """GatedDeltaNetForCausalLM, DeltaNetForCausalLM or GLAForCausalLM, as config["model_type"]
+    says."""
 
     def __init__(self, config):
         super().__init__()

@@ -1,4 +1,4 @@
-"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet or DeltaNet
+"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet, DeltaNet or GLA
 layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
 directory whose logits, from our reference in both its parallel and its recurrent form, equal
 fla's model's within 1e-12 of the largest logit for a 300-token prompt (both in float64 from the
@@ -80,7 +80,7 @@ class ConvertFlaTest(unittest.TestCase):
                 recurrent.append(logits)
         self.assertLessEqual(relative(parallel, expected), TOLERANCE)
         self.assertLessEqual(relative(torch.stack(recurrent, dim=1), expected), TOLERANCE)
-        v_first = config["model_type"] == "gated_deltanet"  # fla's state_v_first
+        v_first = config["model_type"] in ("gated_deltanet", "gla")  # fla's state_v_first
         for layer, fla_state in enumerate(fla_states):
             s = state.layers[layer][0]  # [B, HV, K, V]
             expected_s = fla_state.transpose(-1, -2) if v_first else fla_state
@@ -113,6 +113,78 @@ class ConvertFlaTest(unittest.TestCase):
             with self.subTest(**overrides):
                 self.check_parity(fla_authors.small_delta_net_config(**overrides), seed=30 + i,
                                   chunk_size=16)
+
+    def test_gla_logits_and_state_equal_fla(self):
+        variants = [
+            {},
+            dict(use_short_conv=True, conv_size=3, clamp_min=-0.02),
+            dict(use_output_gate=False, expand_k=1, expand_v=2, norm_eps=1e-5),
+            dict(fuse_norm=False, hidden_act="silu", elementwise_affine=False,
+                 tie_word_embeddings=True, clamp_min=-1e5, use_gk=False),
+        ]
+        for i, overrides in enumerate(variants):
+            with self.subTest(**overrides):
+                self.check_parity(fla_authors.small_gla_config(**overrides), seed=40 + i,
+                                  chunk_size=16)
+
+    def test_the_gla_checks_see_every_option(self):
+        """As below for gated_linear_attention: each option the mapping reads, set otherwise on
+        the same tensors, moves the logits away from fla's."""
+        base = fla_authors.small_gla_config(use_short_conv=True, clamp_min=-0.02)
+        theirs, ours, dst = self.convert(base, seed=5)
+        tokens = torch.randint(0, base["vocab_size"], (1, 40),
+                               generator=torch.Generator().manual_seed(5))
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            converted = json.load(f)
+        with torch.no_grad():
+            expected, _ = theirs(tokens)
+        for key, value in [("gate_logit_normalizer", 1.0), ("clamp_min", -1e4),
+                           ("use_output_gate", False), ("norm_eps", 1e-2), ("conv_size", 3)]:
+            with self.subTest(key=key):
+                cfg = json.loads(json.dumps(converted))
+                cfg["layers"][0]["mixer"][key] = value
+                state = dict(ours.state_dict())
+                if key == "use_output_gate":
+                    state = {k: v for k, v in state.items() if "layers.0.attn.g_proj" not in k}
+                if key == "conv_size":  # the same taps, a shorter window (the first three)
+                    for conv in "qkv":
+                        name = f"layers.0.attn.{conv}_conv1d.weight"
+                        state[name] = state[name][:, 1:]
+                wrong = ours.__class__(cfg).double()
+                wrong.load_state_dict(state)
+                with torch.no_grad():
+                    got, _ = wrong(tokens, chunk_size=16)
+                self.assertGreater(relative(got, expected), 1e-3)
+
+    def test_gla_refusals(self):
+        base = fla_authors.small_gla_config(num_hidden_layers=1)
+        for overrides, pattern in [
+            (dict(feature_map="relu"), "'feature_map' = 'relu' is not supported"),
+            (dict(num_kv_heads=2), "'num_kv_heads' = 2 is not supported"),
+            (dict(clamp_min=0.5), "'clamp_min' = 0.5 must be a number <= 0 or null"),
+            (dict(clamp_min="-1"), "'clamp_min' = '-1' must be a number"),
+            (dict(expand_k=0.3), "'expand_k' = 0.3 times hidden_size 64 is not a whole"),
+            (dict(num_heads=3), "'num_heads' = 3 does not divide the 32 channels"),
+            (dict(hidden_act="gelu"), "'hidden_act' = 'gelu' is not swish"),
+            (dict(gate_logit_normalizer=8), "unknown key 'gate_logit_normalizer'"),
+            (dict(head_dim=16), "unknown key 'head_dim'"),  # Gated DeltaNet's, not GLA's
+        ]:
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.refused({**base, **overrides}, pattern, model=base)
+        for edit, pattern in [
+            (lambda t: t["model.layers.0.attn.gk_proj.1.bias"].__setitem__(3, float("nan")),
+             "tensor 'model.layers.0.attn.gk_proj.1.bias' holds nan at \\[3\\]; the key gate "
+             "must be finite"),
+            (lambda t: t.pop("model.layers.0.attn.g_norm_swish_gate.weight"),
+             "missing tensor 'model.layers.0.attn.g_norm_swish_gate.weight'"),
+            (lambda t: t.update({"model.layers.0.attn.q_conv1d.weight": torch.zeros(32, 1, 4)}),
+             "tensor 'model.layers.0.attn.q_conv1d.weight' is not understood"),
+            (lambda t: t.update({"model.layers.0.attn.gk_proj.0.weight": torch.zeros(8, 64)}),
+             "'model.layers.0.attn.gk_proj.0.weight' has shape \\[8, 64\\], the config implies "
+             "\\[16, 64\\]"),
+        ]:
+            with self.subTest(pattern=pattern):
+                self.refused(base, pattern, edit, model=base)
 
     def test_the_checks_see_every_option(self):
         """The parity check can fail: a model converted from one config but run as another
@@ -149,7 +221,11 @@ class ConvertFlaTest(unittest.TestCase):
                 self.check_parity(config, seed=20, weights=weights, dtype=dtype)
 
     def test_greedy_tokens_equal_for_64_steps_and_linserve_generate_writes_them(self):
-        config = fla_authors.small_config()
+        for config in (fla_authors.small_config(), fla_authors.small_gla_config()):
+            with self.subTest(model_type=config["model_type"]):
+                self.check_greedy(config)
+
+    def check_greedy(self, config):
         theirs, ours, dst = self.convert(config, seed=6)
         tokenizer = load_tokenizer(ours.config, dst)
         prompt = "ROMEO:\nBut soft, what light through yonder window breaks?\n"
@@ -215,8 +291,8 @@ class ConvertFlaTest(unittest.TestCase):
     def test_config_refusals(self):
         base = fla_authors.small_config(num_hidden_layers=1)
         for overrides, pattern in [
-            (dict(model_type="gla"), "'model_type' = 'gla': GLA .* has no linserve layer kind"),
-            (dict(model_type="retnet"), "'model_type' = 'retnet': RetNet"),
+            (dict(model_type="retnet"), "'model_type' = 'retnet': RetNet .* has no linserve "
+                                        "layer kind"),
             (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2"),
             (dict(model_type="llama"), "'model_type' = 'llama' is not an fla family"),
             (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),

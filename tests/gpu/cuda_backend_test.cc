@@ -1182,7 +1182,7 @@ TEST(CudaBackendTest, Bf16StateConvertsAtTheSlotBoundary) {
 TEST(CudaBackendTest, Bf16StateIsRefusedForOtherMixers) {
   for (const Variant& variant : ModelVariants()) {
     if (variant.name != "based_mixed" && variant.name != "window4_layer_norm_ffn" &&
-        variant.name != "gated_delta_net_wide_head") {
+        variant.name != "gated_delta_net_wide_head" && variant.name != "gla_fla_block") {
       continue;
     }
     SCOPED_TRACE(variant.name);
@@ -1195,7 +1195,7 @@ TEST(CudaBackendTest, Bf16StateIsRefusedForOtherMixers) {
     EXPECT_THAT(std::string(b.status().message()), HasSubstr("state_precision bf16: layer "));
     EXPECT_THAT(std::string(b.status().message()),
                 testing::AnyOf(HasSubstr("short_conv"), HasSubstr("sliding_window_attention"),
-                               HasSubstr("gated_delta_net")));
+                               HasSubstr("gated_delta_net"), HasSubstr("gated_linear_attention")));
   }
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu/delta_rule.h"
+#include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/short_conv.h"
 #include "kernels/cpu/threads.h"

@@ -1,0 +1,36 @@
+// Gated linear attention's recurrence on the CPU (the kind gated_linear_attention,
+// model/layers/gated_linear_attention.h): one token of one head (decode) and a chunk of tokens in
+// the chunked form (prefill), on S [k_dim, v_dim] (row-major) with a log gate per key channel.
+#ifndef LINSERVE_KERNELS_CPU_GATED_LINEAR_ATTENTION_H_
+#define LINSERVE_KERNELS_CPU_GATED_LINEAR_ATTENTION_H_
+
+#include <cstdint>
+
+namespace linserve::cpu {
+
+// One token: S ← diag(exp(gk)) S + k vᵀ;  o = Sᵀq  (q already scaled). o must not overlap the
+// inputs.
+void GatedLinearAttentionStep(const float* q, const float* k, const float* v, const float* gk,
+                              int64_t k_dim, int64_t v_dim, float* s, float* o);
+
+// Floats of scratch GatedLinearAttentionChunk needs for chunks of up to `chunk` tokens.
+int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim);
+
+// n tokens, equal to n GatedLinearAttentionStep calls up to rounding, and bitwise for n = 1,
+// which runs the step. For n > 1 the chunked form
+// (reference/linserve_ref/gated_linear_attention.py) with b = cumsum(gk) per channel and every
+// exponent ≤ 0:
+//   o_i = (q_i ⊙ exp(b_i)) S + Σ_{j≤i} A_ij v_j,  A_ij = Σ_c q_ic k_jc exp(b_ic − b_jc),
+//   S ← diag(exp(b_last)) S + Σ_j (k_j ⊙ exp(b_last − b_j)) v_jᵀ.
+// A is formed in blocks of 16 tokens: a block's pairs with earlier blocks as one product on Gemm
+// relative to the block's first token r (q_i ⊙ exp(b_i − b_r) times k_j ⊙ exp(b_r − b_j)), its
+// pairs within the block one by one. Token i's q and k are at q + i·ld_qk and k + i·ld_qk, its v
+// at v + i·ld_v, its log gates at gk + i·ld_g; its output goes to o + i·ld_o. Each gk ≥ −1e4
+// (the kind's floor keeps the cumulative sums finite).
+void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, const float* k,
+                               int64_t ld_qk, const float* v, int64_t ld_v, const float* gk,
+                               int64_t ld_g, float* s, float* o, int64_t ld_o, float* scratch);
+
+}  // namespace linserve::cpu
+
+#endif  // LINSERVE_KERNELS_CPU_GATED_LINEAR_ATTENTION_H_
