@@ -13,9 +13,9 @@ used; a checkpoint with neither is refused, since a model directory without its 
 serve text. DST gets config.json (the "layers" schema), model.safetensors (in the checkpoint's
 dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
 
-Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM), `delta_net` (DeltaNetForCausalLM)
-and `gla` (GLAForCausalLM) convert; fla's other families (`retnet`, `mamba2`) have no linserve
-layer kind yet and are refused by name, as is any other model_type. Mapping (per layer i;
+Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM), `delta_net` (DeltaNetForCausalLM),
+`gla` (GLAForCausalLM) and `retnet` (RetNetForCausalLM) convert; `mamba2` has no linserve layer
+kind yet and is refused by name, as is any other model_type. Mapping (per layer i;
 docs/model-format.md gives linserve's kinds):
   attn (GatedDeltaNet) -> gated_delta_net: n_heads = num_heads, n_v_heads = num_v_heads (or
       num_heads), head_k_dim = head_dim, head_v_dim = head_dim · expand_v (an integer),
@@ -35,6 +35,11 @@ docs/model-format.md gives linserve's kinds):
       g_norm_swish_gate (fused) or g_norm becomes g_norm (ones without elementwise_affine: fla's
       norm then has no weight); feature_map must be null and num_kv_heads null or num_heads;
       use_gk / use_gv are ignored as fla's model ignores them.
+  attn (MultiScaleRetention) -> retention: n_heads = num_heads, head_k_dim = hidden_size ·
+      expand_k / num_heads (even), head_v_dim = hidden_size · expand_v / num_heads, rope_base
+      10000 (the layer's RotaryEmbedding default), use_output_gate, norm_eps; the output norm as
+      GLA's; feature_map null and num_kv_heads null or num_heads; use_short_conv and conv_size
+      are accepted with a note when set, as RetNetBlock never passes them to its layer.
   attn_norm / mlp_norm / model.norm -> rms_norm (eps = norm_eps).
   mlp (GatedMLP, swish) -> gated_mlp silu without biases: fc1 = [up_proj; gate_proj] (value
       rows first), fc2 = down_proj; d_ff = intermediate_size, or fla's rule from hidden_ratio
@@ -62,7 +67,7 @@ from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
 from linserve_ref.gated_linear_attention import MIN_LOG_GATE  # noqa: E402
 
 # fla's families without a linserve kind yet (issue 39), by model_type.
-NOT_YET = {"retnet": "RetNet (retention)", "mamba2": "Mamba-2 (mamba2)"}
+NOT_YET = {"mamba2": "Mamba-2 (mamba2)"}
 
 # GatedDeltaNetConfig's defaults for the keys read.
 GDN_DEFAULTS = {
@@ -94,6 +99,18 @@ GLA_DEFAULTS = {
     "tie_word_embeddings": False, "vocab_size": 32000, "attnres_block_size": None,
     "fuse_norm": True,
 }
+# RetNetConfig's defaults for the keys read. use_short_conv and conv_size are RetNetConfig's but
+# RetNetBlock never passes them to its layer: fla's RetNet has no short convolutions.
+RETNET_DEFAULTS = {
+    "hidden_size": 2048, "expand_k": 1.0, "expand_v": 2.0, "hidden_ratio": 2,
+    "intermediate_size": None, "num_hidden_layers": 24, "num_heads": 8, "num_kv_heads": None,
+    "feature_map": None, "hidden_act": "swish", "use_short_conv": False, "conv_size": 4,
+    "use_output_gate": True, "elementwise_affine": True, "norm_eps": 1e-6, "attn": None,
+    "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
+    "attnres_block_size": None, "fuse_norm": True,
+}
+# RotaryEmbedding's base in fla's retention layer (its default; the config has no key for it).
+RETNET_ROPE_BASE = 10000.0
 # GLA's layer arguments that GLABlock leaves at their defaults (its config has no key for them).
 GLA_GATE_LOGIT_NORMALIZER = 16
 GLA_GATE_LOW_RANK_DIM = 16
@@ -252,19 +269,58 @@ def _dn_mixer(cfg, t, i, d, out):
             "norm_eps": cfg.number("norm_eps")}
 
 
-def _gla_mixer(cfg, t, i, d, out):
-    cfg.require("feature_map", None, "gated_linear_attention computes fla's default: no feature "
-                "map on q and k")
+def _gla_heads(cfg, d, kind):
+    """(heads, key_dim, value_dim) of a GLA or RetNet layer, refusing what `kind` does not
+    compute: a feature map, shared k/v heads, widths that do not split into the heads."""
+    cfg.require("feature_map", None, f"{kind} computes fla's default: no feature map on q and k")
     h = cfg.int("num_heads")
     if cfg["num_kv_heads"] is not None and cfg.int("num_kv_heads") != h:
         raise ConvertError(f"config.json: 'num_kv_heads' = {cfg['num_kv_heads']} is not "
-                           f"supported (gated_linear_attention has one k/v head per head, "
-                           f"num_heads = {h})")
+                           f"supported ({kind} has one k/v head per head, num_heads = {h})")
     kd, vd = _dim(cfg, d, "expand_k"), _dim(cfg, d, "expand_v")
     for key, dim in (("expand_k", kd), ("expand_v", vd)):
         if dim % h:
             raise ConvertError(f"config.json: 'num_heads' = {h} does not divide the {dim} "
                                f"channels that '{key}' gives")
+    return h, kd, vd
+
+
+def _take_output_norm(cfg, t, p, q, dv, use_gate, out):
+    """fla's output norm of GLA and RetNet: FusedRMSNormGated (swish, fuse_norm, with the gate) or
+    RMSNorm then the gate, the same function; its weight as g_norm, or ones without
+    elementwise_affine (fla's norm then has no weight)."""
+    fused = cfg["hidden_act"] == "swish" and cfg.bool("fuse_norm") and use_gate
+    norm = "g_norm_swish_gate.weight" if fused else "g_norm.weight"
+    if cfg.bool("elementwise_affine"):
+        out[q + "g_norm.weight"] = t.take(p + norm, (dv,))
+    else:
+        out[q + "g_norm.weight"] = torch.ones(dv, dtype=out[q + "q_proj.weight"].dtype)
+
+
+def _retnet_mixer(cfg, t, i, d, out):
+    h, kd, vd = _gla_heads(cfg, d, "retention")
+    if (kd // h) % 2:
+        raise ConvertError(f"config.json: the head_k_dim {kd // h} that 'expand_k' and "
+                           f"'num_heads' give is odd (RoPE turns pairs of dims)")
+    if cfg.bool("use_short_conv"):
+        print("convert_fla.py: config.json sets use_short_conv true; fla's RetNet block does not "
+              "pass it to its layer, which has no short convolutions, nor has the converted model",
+              file=sys.stderr)
+    use_gate = cfg.bool("use_output_gate")
+    p, q = f"model.layers.{i}.attn.", f"layers.{i}.attn."
+    shapes = {"q_proj.weight": (kd, d), "k_proj.weight": (kd, d), "v_proj.weight": (vd, d),
+              "o_proj.weight": (d, vd)}
+    if use_gate:
+        shapes["g_proj.weight"] = (vd, d)
+    _take_attn(t, p, q, shapes, (), 4, out)
+    _take_output_norm(cfg, t, p, q, vd // h, use_gate, out)
+    return {"kind": "retention", "n_heads": h, "head_k_dim": kd // h, "head_v_dim": vd // h,
+            "rope_base": RETNET_ROPE_BASE, "use_short_conv": False, "conv_size": 4,
+            "conv_bias": False, "use_output_gate": use_gate, "norm_eps": cfg.number("norm_eps")}
+
+
+def _gla_mixer(cfg, t, i, d, out):
+    h, kd, vd = _gla_heads(cfg, d, "gated_linear_attention")
     clamp = cfg["clamp_min"]
     if clamp is not None:
         if isinstance(clamp, bool) or not isinstance(clamp, (int, float)) or \
@@ -286,14 +342,7 @@ def _gla_mixer(cfg, t, i, d, out):
     _take_attn(t, p, q, shapes, convs, taps, out)
     # The key gate: a NaN here would reach every later token.
     _check_finite(out, q, p, ("gk_proj.1.bias",), "the key gate")
-    # fla's output norm: FusedRMSNormGated (swish, fuse_norm, with the gate) or RMSNorm then the
-    # gate, the same function; its weight, or ones without elementwise_affine.
-    fused = cfg["hidden_act"] == "swish" and cfg.bool("fuse_norm") and use_gate
-    norm = "g_norm_swish_gate.weight" if fused else "g_norm.weight"
-    if cfg.bool("elementwise_affine"):
-        out[q + "g_norm.weight"] = t.take(p + norm, (vd // h,))
-    else:
-        out[q + "g_norm.weight"] = torch.ones(vd // h, dtype=out[q + "q_proj.weight"].dtype)
+    _take_output_norm(cfg, t, p, q, vd // h, use_gate, out)
     return {"kind": "gated_linear_attention", "n_heads": h, "head_k_dim": kd // h,
             "head_v_dim": vd // h, "gate_low_rank_dim": rank,
             "gate_logit_normalizer": float(GLA_GATE_LOGIT_NORMALIZER), "clamp_min": clamp,
@@ -303,7 +352,7 @@ def _gla_mixer(cfg, t, i, d, out):
 
 # Per model_type: its config class's defaults and the mapping of one layer's attn.
 FAMILIES = {"gated_deltanet": (GDN_DEFAULTS, _gdn_mixer), "delta_net": (DN_DEFAULTS, _dn_mixer),
-            "gla": (GLA_DEFAULTS, _gla_mixer)}
+            "gla": (GLA_DEFAULTS, _gla_mixer), "retnet": (RETNET_DEFAULTS, _retnet_mixer)}
 
 
 def _mlp(cfg, t, i, d, out):

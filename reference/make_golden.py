@@ -116,6 +116,10 @@ def _gla(**p):
             "gate_low_rank_dim": 4, **p}
 
 
+def _ret(**p):
+    return {"kind": "retention", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
+
+
 def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
     if mlp == "ffn":
         mlp_spec = {"kind": "ffn", "d_ff": 32}
@@ -136,7 +140,8 @@ BASED_CASES = [
       _layer(_swa(80, rotary_dim=0))], {}, "bfloat16", 32),
     ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
       _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid"),
-      _layer(_gdn(head_v_dim=12)), _layer(_dn()), _layer(_gla(use_short_conv=True))],
+      _layer(_gdn(head_v_dim=12)), _layer(_dn()), _layer(_gla(use_short_conv=True)),
+      _layer(_ret())],
      {}, "float32", 11),
     ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
      dict(norm="post", tie_embeddings=False), "float16", 7),
@@ -158,6 +163,13 @@ BASED_CASES = [
      dict(tie_embeddings=False), "float32", 40),
     ([_layer(_gla(use_short_conv=True, conv_bias=True, conv_size=3, norm_eps=1e-3)),
       _layer(_gla(gate_low_rank_dim=16, head_v_dim=4), "gelu")], {}, "bfloat16", 7),
+    # Four heads: decays from 1 − 2^−5 to 1 − 2^−8; a base that turns fast; chunks of 64 (the
+    # longest turn the backends' tables hold) and 5.
+    ([_layer(_ret(n_heads=4, head_k_dim=4, head_v_dim=6, rope_base=100.0)),
+      _layer(_ret(use_output_gate=False, use_short_conv=True, conv_bias=True, conv_size=3))],
+     dict(tie_embeddings=False), "float32", 64),
+    ([_layer(_ret(head_k_dim=16, norm_eps=1e-3)), _layer(_ret(use_short_conv=True), "gelu")],
+     {}, "float16", 5),
 ]
 
 
@@ -287,6 +299,8 @@ def check_based_coverage(entries):
         "gated_linear_attention clamp": {
             "none" if m["clamp_min"] == -1e4 else "binding"
             for m in mixers if m["kind"] == "gated_linear_attention"},
+        **{f"retention {flag}": {m[flag] for m in mixers if m["kind"] == "retention"}
+           for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
     }
     wanted = {
         "mixer kind": set(kinds.by_role("mixer")),
@@ -306,6 +320,8 @@ def check_based_coverage(entries):
         **{f"gated_linear_attention {flag}": {True, False}
            for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
         "gated_linear_attention clamp": {"none", "binding"},
+        **{f"retention {flag}": {True, False}
+           for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
     }
     for what, values in wanted.items():
         missing = sorted(map(str, values - seen[what]))

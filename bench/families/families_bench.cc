@@ -144,10 +144,30 @@ ModelConfig DeltaNetConfig(int d, int n_layers) {
       ParseModelConfig(ByteModel(d, n_layers, layers, {{"kind", "rms_norm"}}).dump(), "delta_net"));
 }
 
+// fla's GLA block at width d with its defaults (expand_k 0.5, expand_v 1, 4 heads: q/k heads of
+// d/8 and value heads of d/4, gate rank 16 and normaliser 16, no short convolutions, the output
+// gate); rms_norm; a SwiGLU gated_mlp of 8·d/3.
+ModelConfig GatedLinearAttentionConfig(int d, int n_layers) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < n_layers; ++i) {
+    layers.push_back({{"mixer",
+                       {{"kind", "gated_linear_attention"},
+                        {"n_heads", 4},
+                        {"head_k_dim", d / 8},
+                        {"head_v_dim", d / 4}}},
+                      {"norm", {{"kind", "rms_norm"}}},
+                      {"mlp", {{"kind", "gated_mlp"}, {"d_ff", 8 * d / 3}}}});
+  }
+  return Must(ParseModelConfig(ByteModel(d, n_layers, layers, {{"kind", "rms_norm"}}).dump(),
+                               "gated_linear_attention"));
+}
+
 const std::vector<Family>& Families() {
-  static const std::vector<Family> families = {{"linear_attention", LinearConfig},
-                                               {"gated_delta_net", GatedDeltaNetConfig},
-                                               {"delta_net", DeltaNetConfig}};
+  static const std::vector<Family> families = {
+      {"linear_attention", LinearConfig},
+      {"gated_delta_net", GatedDeltaNetConfig},
+      {"delta_net", DeltaNetConfig},
+      {"gated_linear_attention", GatedLinearAttentionConfig}};
   return families;
 }
 

@@ -24,6 +24,12 @@ absl::StatusOr<ModelConfig> ConfigBased125M();
 // 50257, tied.
 absl::StatusOr<ModelConfig> ConfigGatedDeltaNet125M();
 
+// fla's GLA block at the 125M shape's width, depth and vocabulary: 12 layers of
+// gated_linear_attention with fla's defaults (4 heads, q/k 0.5·d: heads of 96, v 1·d: heads of
+// 192, gate rank 16, no short convolutions, output gate), rms_norm, a SwiGLU gated_mlp of 2048,
+// no positions, vocab 50257, tied.
+absl::StatusOr<ModelConfig> ConfigGla125M();
+
 }  // namespace linserve
 
 #endif  // LINSERVE_BENCH_GPU_BENCH_SHAPES_H_

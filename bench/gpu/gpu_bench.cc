@@ -421,8 +421,9 @@ int Main() {
     return 2;
   }
   const std::string shape = absl::GetFlag(FLAGS_shape);
-  if (shape != "125m" && shape != "based" && shape != "gated_delta_net") {
-    std::fprintf(stderr, "gpu_bench: --shape = \"%s\" is not one of 125m, based, gated_delta_net\n",
+  if (shape != "125m" && shape != "based" && shape != "gated_delta_net" && shape != "gla") {
+    std::fprintf(stderr,
+                 "gpu_bench: --shape = \"%s\" is not one of 125m, based, gated_delta_net, gla\n",
                  shape.c_str());
     return 2;
   }
@@ -439,6 +440,7 @@ int Main() {
       profile_batch > 0 ? profile_batch : *std::max_element(batches.begin(), batches.end());
   absl::StatusOr<ModelConfig> parsed = shape == "based"             ? ConfigBased125M()
                                        : shape == "gated_delta_net" ? ConfigGatedDeltaNet125M()
+                                       : shape == "gla"             ? ConfigGla125M()
                                                                     : Config125M();
   Die(parsed.status(), "the model shape");
   const ModelConfig config = *std::move(parsed);
@@ -549,7 +551,7 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench [--batches=1,8,64,256,1024] [--prefill_lengths=2048,32768] "
       "[--positions=1024,16384,262144] [--precision=bf16] [--min_seconds=1] [--json_out=FILE] "
-      "[--shape=125m|based|gated_delta_net] [--profile_batch=B --profile_steps=50]\n"
+      "[--shape=125m|based|gated_delta_net|gla] [--profile_batch=B --profile_steps=50]\n"
       "The CUDA backend on the 125M (or Based, or Gated DeltaNet) shape against the HBM and GEMM "
       "floors measured "
       "in the same run; markdown on stdout.");

@@ -6,8 +6,10 @@
 #include "model/layers/delta_net.h"
 #include "model/layers/ffn.h"
 #include "model/layers/gated_delta_net.h"
+#include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/retention.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/sliding_window_attention.h"
 #include "model/layers/taylor_linear_attention.h"
@@ -160,6 +162,32 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
              .activations = b * (c + extra) * kF32 + b * vd * w},
             b * 7 * p.HistoryOffset());
       a.Gemm("o", d, vd);
+    } else if (mixer == "gated_linear_attention" || mixer == "retention") {
+      const GatedLinearAttentionShape p =
+          mixer == "retention" ? RetentionParams::From(layer.mixer.params).Shape()
+                               : GatedLinearAttentionParams::From(layer.mixer.params).Shape();
+      const bool low_rank = p.gate == GatedLinearAttentionShape::Gate::kLowRank;
+      const int64_t qkv = 2 * p.KeyDim() + p.ValueDim();
+      const int64_t rank = low_rank ? p.rank : 0;
+      const int64_t in = qkv + rank + (p.output_gate ? p.ValueDim() : 0);
+      a.Gemm("gla_in", in, d);
+      if (p.short_conv) {
+        const int64_t past = static_cast<int64_t>(p.conv_size) - 1;
+        a.Add(mixer + " conv", "DecodeShortConvKernel",
+              {.state = 2 * b * past * qkv * kF32, .activations = 2 * b * qkv * kF32},
+              b * 2 * static_cast<int64_t>(p.conv_size) * qkv);
+      }
+      // Reads and writes S once; reads gk_proj.1's weight and bias (fp32, once: every row's
+      // blocks share them) with the low-rank gate, the projections' row (fp32), writes o in the
+      // weights' type. Per S entry: the gate, k·v, the sum and o's product and sum (5 FLOPs; the
+      // rotation's turn 3 more); per key channel the gate's low-rank dot product.
+      const int64_t per_entry = p.rotary ? 8 : 5;
+      a.Add(mixer + " decode", "DecodeGatedLinearAttentionKernel",
+            {.weights = low_rank ? (p.KeyDim() * rank + p.KeyDim()) * kF32 : 0,
+             .state = 2 * b * p.HistoryOffset() * kF32,
+             .activations = b * in * kF32 + b * p.ValueDim() * w},
+            b * (per_entry * p.HistoryOffset() + 2 * p.KeyDim() * rank));
+      a.Gemm("o", d, p.ValueDim());
     } else {
       return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
                                                      "].mixer.kind \"", mixer, "\" is unknown"));

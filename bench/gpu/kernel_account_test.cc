@@ -7,6 +7,7 @@
 #include "gtest/gtest.h"
 #include "model/layers/delta_net.h"
 #include "model/layers/gated_delta_net.h"
+#include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
@@ -188,6 +189,21 @@ TEST(KernelAccountTest, BenchShapes) {
                  50257 * 768 + 768));
   EXPECT_EQ(gdn_total.bytes.state, 2 * gdn->StateFloatsPerSlot() * 4);
   EXPECT_EQ(gdn->StateFloatsPerSlot(), 12 * (6 * 96 * 192 + 3 * 2304));
+
+  absl::StatusOr<ModelConfig> gla = ConfigGla125M();
+  ASSERT_TRUE(gla.ok()) << gla.status();
+  absl::StatusOr<std::vector<KernelCost>> l = DecodeKernelAccount(*gla, 1, 2);
+  ASSERT_TRUE(l.ok()) << l.status();
+  // Per layer: q, k 384 · 768 each, v, g, o 768 · 768 each, gk_proj.0 16 · 768, SwiGLU
+  // 3 · 768 · 2048 (bf16); gk_proj.1 384 · 16 and its bias (fp32); the head; one embedding row.
+  // The state: S (4 × 96 × 192), read and written.
+  const KernelCost gla_total = AccountTotal(*l);
+  EXPECT_EQ(
+      gla_total.bytes.weights,
+      2 * (12 * (2 * 384 * 768 + 3 * 768 * 768 + 16 * 768 + 3 * 768 * 2048) + 50257 * 768 + 768) +
+          12 * 4 * (384 * 16 + 384));
+  EXPECT_EQ(gla_total.bytes.state, 2 * gla->StateFloatsPerSlot() * 4);
+  EXPECT_EQ(gla->StateFloatsPerSlot(), 12 * 4 * 96 * 192);
 }
 
 // gated_delta_net, d 4, batch 1, bf16, by hand: 1 q/k head of 2, 2 value heads of 3, conv 3,
@@ -221,6 +237,39 @@ TEST(KernelAccountTest, GatedDeltaNetByHand) {
   // bf16 (12); 7 · 12.
   ExpectCost(a, "gated_delta_net decode", 1, {.state = 96, .activations = 92}, 84);
   ExpectCost(a, "gemm o", 1, {.weights = 48, .activations = 12 + 16}, 48);
+}
+
+// gated_linear_attention, d 4, batch 1, bf16, by hand: 1 head, k 2, v 3, gate rank 2, the
+// output gate, no convolutions: q | k | v 7 channels, the low rank 2, the gate 3.
+TEST(KernelAccountTest, GatedLinearAttentionByHand) {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp", .params = GatedMlpParams{.d_ff = 4}.ToValues()};
+  const ComponentSpec gla = {
+      .kind = "gated_linear_attention",
+      .params =
+          GatedLinearAttentionParams{
+              .n_heads = 1, .head_k_dim = 2, .head_v_dim = 3, .gate_low_rank_dim = 2}
+              .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 4;
+  c.position = PositionEmbedding::kNone;
+  c.layers = {{.mixer = gla, .norm = norm, .mlp = mlp}};
+  c.n_layers = 1;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(*parsed, 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  // 7 + 2 + 3 = 12 rows × 4 bf16 = 96; x 8, y 12 fp32 = 56.
+  ExpectCost(a, "gemm gla_in", 1, {.weights = 96, .activations = 56}, 96);
+  for (const KernelCost& c : a) EXPECT_NE(c.name, "gated_linear_attention conv");
+  // gk_proj.1: 2 × 2 + 2 fp32 = 24; S 2 × 3 fp32 = 24, read and written; in 12 fp32 (48), out 3
+  // bf16 (6); 5 · 6 + 2 · 2 · 2.
+  ExpectCost(a, "gated_linear_attention decode", 1, {.weights = 24, .state = 48, .activations = 54},
+             38);
+  ExpectCost(a, "gemm o", 1, {.weights = 24, .activations = 6 + 16}, 24);
 }
 
 // delta_net on the same kernels, d 4, batch 1, bf16: 1 head, k 2, v 3, conv 3, no β projection,

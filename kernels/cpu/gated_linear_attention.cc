@@ -19,11 +19,74 @@ void ScaleByExpOfDifference(const float* x, const float* a, const float* b, int6
   for (int64_t c = 0; c < n; ++c) out[c] *= x[c];
 }
 
+// out ← R_m x over k_dim channels (out must not overlap x).
+void Turn(const Rotation& r, int m, const float* x, int64_t k_dim, float* out) {
+  const int64_t half = k_dim / 2;
+  const float* cos = r.cos.data() + (m + Rotation::kMaxTurns) * half;
+  const float* sin = r.sin.data() + (m + Rotation::kMaxTurns) * half;
+  for (int64_t c = 0; c < half; ++c) {
+    out[c] = x[c] * cos[c] - x[c + half] * sin[c];
+    out[c + half] = x[c + half] * cos[c] + x[c] * sin[c];
+  }
+}
+
+// S ← R_m S in place (its rows' pairs).
+void TurnRows(const Rotation& r, int m, int64_t k_dim, int64_t v_dim, float* s) {
+  const int64_t half = k_dim / 2;
+  const float* cos = r.cos.data() + (m + Rotation::kMaxTurns) * half;
+  const float* sin = r.sin.data() + (m + Rotation::kMaxTurns) * half;
+  for (int64_t c = 0; c < half; ++c) {
+    float* a = s + c * v_dim;
+    float* b = s + (c + half) * v_dim;
+    for (int64_t j = 0; j < v_dim; ++j) {
+      const float x1 = a[j], x2 = b[j];
+      a[j] = x1 * cos[c] - x2 * sin[c];
+      b[j] = x2 * cos[c] + x1 * sin[c];
+    }
+  }
+}
+
 }  // namespace
 
+Rotation RotationTable(int64_t k_dim, double base) {
+  const int64_t half = k_dim / 2;
+  Rotation r;
+  r.cos.resize(static_cast<size_t>((2 * Rotation::kMaxTurns + 1) * half));
+  r.sin.resize(r.cos.size());
+  for (int m = -Rotation::kMaxTurns; m <= Rotation::kMaxTurns; ++m) {
+    for (int64_t c = 0; c < half; ++c) {
+      const double angle = m * std::pow(base, -2.0 * static_cast<double>(c) / k_dim);
+      const size_t at = static_cast<size_t>((m + Rotation::kMaxTurns) * half + c);
+      r.cos[at] = static_cast<float>(std::cos(angle));
+      r.sin[at] = static_cast<float>(std::sin(angle));
+    }
+  }
+  return r;
+}
+
 void GatedLinearAttentionStep(const float* q, const float* k, const float* v, const float* gk,
-                              int64_t k_dim, int64_t v_dim, float* s, float* o) {
+                              const Rotation* rotation, int64_t k_dim, int64_t v_dim, float* s,
+                              float* o) {
   for (int64_t j = 0; j < v_dim; ++j) o[j] = 0.0f;
+  if (rotation != nullptr) {
+    // Pairs (c, c + half) turned by −θ_c, then decayed and updated, in the CUDA step's order.
+    const int64_t half = k_dim / 2;
+    const float* cos = rotation->cos.data() + (Rotation::kMaxTurns - 1) * half;
+    const float* sin = rotation->sin.data() + (Rotation::kMaxTurns - 1) * half;
+    for (int64_t c = 0; c < half; ++c) {
+      float* a = s + c * v_dim;
+      float* b = s + (c + half) * v_dim;
+      const float alpha1 = std::exp(gk[c]);
+      const float alpha2 = std::exp(gk[c + half]);
+      for (int64_t j = 0; j < v_dim; ++j) {
+        const float x1 = a[j], x2 = b[j];
+        a[j] = (x1 * cos[c] - x2 * sin[c]) * alpha1 + k[c] * v[j];
+        b[j] = (x2 * cos[c] + x1 * sin[c]) * alpha2 + k[c + half] * v[j];
+        o[j] += a[j] * q[c] + b[j] * q[c + half];
+      }
+    }
+    return;
+  }
   for (int64_t i = 0; i < k_dim; ++i) {
     float* row = s + i * v_dim;
     const float alpha = std::exp(gk[i]);
@@ -38,15 +101,17 @@ void GatedLinearAttentionStep(const float* q, const float* k, const float* v, co
 
 int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim) {
   const int64_t n = chunk;
-  // b; q scaled; k scaled; A; one row of the within-block products.
-  return 3 * n * k_dim + n * n + k_dim;
+  // b; q scaled; k scaled; A; q and k turned (with the rotation); one row of the within-block
+  // products and one turned vector.
+  return 5 * n * k_dim + n * n + 2 * k_dim;
 }
 
-void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, const float* k,
-                               int64_t ld_qk, const float* v, int64_t ld_v, const float* gk,
-                               int64_t ld_g, float* s, float* o, int64_t ld_o, float* scratch) {
+void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q_in,
+                               const float* k_in, int64_t ld_in, const float* v, int64_t ld_v,
+                               const float* gk, int64_t ld_g, const Rotation* rotation, float* s,
+                               float* o, int64_t ld_o, float* scratch) {
   if (n == 1) {
-    GatedLinearAttentionStep(q, k, v, gk, k_dim, v_dim, s, o);
+    GatedLinearAttentionStep(q_in, k_in, v, gk, rotation, k_dim, v_dim, s, o);
     return;
   }
   const int kd = static_cast<int>(k_dim);
@@ -55,16 +120,37 @@ void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float*
   float* qs = b + n * k_dim;                      // [n, k_dim]: q scaled
   float* ks = qs + n * k_dim;                     // [n, k_dim]: k scaled
   float* a = ks + n * k_dim;                      // [n, n]: A, zero above the diagonal
-  float* pair = a + static_cast<int64_t>(n) * n;  // [k_dim]
+  float* turned_q = a + static_cast<int64_t>(n) * n;  // [n, k_dim]: R_i q_i (with the rotation)
+  float* turned_k = turned_q + n * k_dim;             // [n, k_dim]: R_j k_j
+  float* pair = turned_k + n * k_dim;                 // [k_dim]
+  float* turned = pair + k_dim;                       // [k_dim]
+  // The scores' q and k: as given, or turned by their place in the chunk.
+  const float* q = q_in;
+  const float* k = k_in;
+  int64_t ld_qk = ld_in;
+  if (rotation != nullptr) {
+    for (int i = 0; i < n; ++i) {
+      Turn(*rotation, i, q_in + i * ld_in, k_dim, turned_q + i * k_dim);
+      Turn(*rotation, i, k_in + i * ld_in, k_dim, turned_k + i * k_dim);
+    }
+    q = turned_q;
+    k = turned_k;
+    ld_qk = k_dim;
+  }
   for (int i = 0; i < n; ++i) {
     const float* prev = i == 0 ? nullptr : b + (i - 1) * k_dim;
     const float* gi = gk + i * ld_g;
     float* bi = b + i * k_dim;
     for (int64_t c = 0; c < k_dim; ++c) bi[c] = (prev != nullptr ? prev[c] : 0.0f) + gi[c];
   }
-  // o = (Q ⊙ exp(b)) S.
+  // o = (Q ⊙ exp(b)) S, each q_i turned by i + 1 with the rotation.
   for (int i = 0; i < n; ++i) {
-    ScaleByExpOfDifference(q + i * ld_qk, b + i * k_dim, nullptr, k_dim, qs + i * k_dim);
+    const float* qi = q_in + i * ld_in;
+    if (rotation != nullptr) {
+      Turn(*rotation, i + 1, qi, k_dim, turned);
+      qi = turned;
+    }
+    ScaleByExpOfDifference(qi, b + i * k_dim, nullptr, k_dim, qs + i * k_dim);
   }
   Gemm(Transpose::kNo, Transpose::kNo, n, vd, kd, 1.0f, qs, kd, s, vd, 0.0f, o,
        static_cast<int>(ld_o));
@@ -96,7 +182,9 @@ void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float*
   // o += A V.
   Gemm(Transpose::kNo, Transpose::kNo, n, vd, n, 1.0f, a, n, v, static_cast<int>(ld_v), 1.0f, o,
        static_cast<int>(ld_o));
-  // S ← diag(exp(b_last)) S + (K ⊙ exp(b_last − b))ᵀ V.
+  // S ← diag(exp(b_last)) R_−n S + (R_−(n−1) K ⊙ exp(b_last − b))ᵀ V (no turns without the
+  // rotation).
+  if (rotation != nullptr) TurnRows(*rotation, -n, k_dim, v_dim, s);
   const float* last = b + (n - 1) * k_dim;
   for (int64_t c = 0; c < k_dim; ++c) pair[c] = last[c];
   simd::MapInPlace(pair, k_dim, [](__m256 e) { return simd::Exp(e); });
@@ -105,7 +193,12 @@ void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float*
     for (int64_t j = 0; j < v_dim; ++j) row[j] *= pair[c];
   }
   for (int j = 0; j < n; ++j) {
-    ScaleByExpOfDifference(k + j * ld_qk, last, b + j * k_dim, k_dim, ks + j * k_dim);
+    const float* kj = k + j * ld_qk;
+    if (rotation != nullptr) {
+      Turn(*rotation, -(n - 1), kj, k_dim, turned);
+      kj = turned;
+    }
+    ScaleByExpOfDifference(kj, last, b + j * k_dim, k_dim, ks + j * k_dim);
   }
   Gemm(Transpose::kYes, Transpose::kNo, kd, vd, n, 1.0f, ks, kd, v, static_cast<int>(ld_v), 1.0f, s,
        vd);

@@ -4,72 +4,24 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/str_cat.h"
-
 namespace linserve {
 namespace {
 
 std::vector<TensorDecl> Tensors(const ParamValues& values, int64_t d) {
-  const GatedLinearAttentionParams p = GatedLinearAttentionParams::From(values);
-  const int64_t kd = p.KeyDim();
-  const int64_t vd = p.ValueDim();
-  const int64_t rank = p.gate_low_rank_dim;
-  std::vector<TensorDecl> t = {
-      {"attn.q_proj.weight", {kd, d}, /*projection=*/true},
-      {"attn.k_proj.weight", {kd, d}, /*projection=*/true},
-      {"attn.v_proj.weight", {vd, d}, /*projection=*/true},
-      {"attn.gk_proj.0.weight", {rank, d}, /*projection=*/true},
-  };
-  if (p.use_output_gate) t.push_back({"attn.g_proj.weight", {vd, d}, /*projection=*/true});
-  t.push_back({"attn.gk_proj.1.weight", {kd, rank}});
-  t.push_back({"attn.gk_proj.1.bias", {kd}});
-  if (p.use_short_conv) {
-    const std::pair<const char*, int64_t> convs[] = {{"q", kd}, {"k", kd}, {"v", vd}};
-    for (const auto& [conv, channels] : convs) {
-      t.push_back({absl::StrCat("attn.", conv, "_conv1d.weight"), {channels, p.conv_size}});
-      if (p.conv_bias) t.push_back({absl::StrCat("attn.", conv, "_conv1d.bias"), {channels}});
-    }
-  }
-  t.push_back({"attn.g_norm.weight", {int64_t{p.head_v_dim}}});
-  t.push_back({"attn.o_proj.weight", {d, vd}, /*projection=*/true});
-  return t;
+  return GatedLinearAttentionTensors(GatedLinearAttentionParams::From(values).Shape(), d);
 }
 
 int64_t StateFloats(const ParamValues& values) {
-  return GatedLinearAttentionParams::From(values).StateFloats();
+  return GatedLinearAttentionParams::From(values).Shape().StateFloats();
 }
 
 std::string LocateState(const ParamValues& values, int64_t index) {
-  const GatedLinearAttentionParams p = GatedLinearAttentionParams::From(values);
-  if (index < p.HistoryOffset()) {
-    const int64_t per_head = int64_t{p.head_k_dim} * p.head_v_dim;
-    const int64_t in_head = index % per_head;
-    return absl::StrCat("head ", index / per_head, ", S[", in_head / p.head_v_dim, "][",
-                        in_head % p.head_v_dim, "]");
-  }
-  const int64_t in_history = index - p.HistoryOffset();
-  const int64_t row = in_history / p.ConvChannels();
-  int64_t channel = in_history % p.ConvChannels();
-  const char* which = "q";
-  if (channel >= 2 * p.KeyDim()) {
-    which = "v";
-    channel -= 2 * p.KeyDim();
-  } else if (channel >= p.KeyDim()) {
-    which = "k";
-    channel -= p.KeyDim();
-  }
-  return absl::StrCat(which, " of token t-", p.conv_size - 2 - row, " (history row ", row,
-                      "), channel ", channel);
+  return LocateGatedLinearAttentionState(GatedLinearAttentionParams::From(values).Shape(), index);
 }
 
 std::optional<StateProblem> CheckState(const ParamValues&, absl::Span<const float> slice,
                                        float max_magnitude) {
-  for (size_t i = 0; i < slice.size(); ++i) {
-    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
-      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
-    }
-  }
-  return std::nullopt;
+  return CheckGatedLinearAttentionState(slice, max_magnitude);
 }
 
 MixerKind MakeKind() {
@@ -103,10 +55,7 @@ MixerKind MakeKind() {
   };
   k.tensors = Tensors;
   k.state_floats = StateFloats;
-  k.state_layout =
-      "per head S (head_k_dim × head_v_dim, row-major); then, with use_short_conv, the last "
-      "conv_size − 1 inputs of q | k | v before their convolutions, oldest first: (conv_size − "
-      "1) × (2 · key_dim + value_dim)";
+  k.state_layout = kGatedLinearAttentionStateLayout;
   k.locate_state = LocateState;
   k.check_state = CheckState;
   return k;
@@ -142,6 +91,21 @@ ParamValues GatedLinearAttentionParams::ToValues() const {
   v.Set("use_output_gate", use_output_gate);
   v.Set("norm_eps", norm_eps);
   return v;
+}
+
+GatedLinearAttentionShape GatedLinearAttentionParams::Shape() const {
+  return {.heads = n_heads,
+          .k_dim = head_k_dim,
+          .v_dim = head_v_dim,
+          .gate = GatedLinearAttentionShape::Gate::kLowRank,
+          .rank = gate_low_rank_dim,
+          .normalizer = gate_logit_normalizer,
+          .clamp_min = clamp_min,
+          .short_conv = use_short_conv,
+          .conv_size = conv_size,
+          .conv_bias = conv_bias,
+          .output_gate = use_output_gate,
+          .norm_eps = norm_eps};
 }
 
 const MixerKind& GatedLinearAttentionKind() {

@@ -12,7 +12,8 @@
 //   out = concat_h(o_h) Wo
 // Wg1 is gk_proj.0 [gate_low_rank_dim, d_model], Wg2 gk_proj.1 [key_dim, gate_low_rank_dim] with
 // its bias; no other biases (fla has none). key_dim = n_heads · head_k_dim, value_dim = n_heads ·
-// head_v_dim.
+// head_v_dim. The backends run it as the gated linear-attention mixer
+// (model/layers/gated_linear_attention_shape.h) with the low-rank gate.
 //
 // Its state slice: per head S (head_k_dim × head_v_dim, row-major); then, with use_short_conv, the
 // convolutions' history: the last conv_size − 1 inputs of q | k | v (before the convolution),
@@ -23,6 +24,7 @@
 #include <cstdint>
 
 #include "model/layers/component_kind.h"
+#include "model/layers/gated_linear_attention_shape.h"
 #include "model/layers/param.h"
 
 namespace linserve {
@@ -42,21 +44,9 @@ struct GatedLinearAttentionParams {
 
   static GatedLinearAttentionParams From(const ParamValues& values);
   ParamValues ToValues() const;
-
-  int64_t KeyDim() const { return int64_t{n_heads} * head_k_dim; }
-  int64_t ValueDim() const { return int64_t{n_heads} * head_v_dim; }
-  // Channels of the short convolutions (0 without them): 2 · KeyDim() + ValueDim().
-  int64_t ConvChannels() const { return use_short_conv ? 2 * KeyDim() + ValueDim() : 0; }
-  // Floats of the S matrices; the convolutions' history follows.
-  int64_t HistoryOffset() const { return int64_t{n_heads} * head_k_dim * head_v_dim; }
-  int64_t StateFloats() const {
-    return HistoryOffset() + (use_short_conv ? (int64_t{conv_size} - 1) * ConvChannels() : 0);
-  }
+  // The layer as the backends' gated linear-attention mixer reads it (the low-rank gate).
+  GatedLinearAttentionShape Shape() const;
 };
-
-// The least log gate gk a channel keeps (the clamp_min default): e^-1e4 is 0 in fp32 and fp64 as
-// e^-inf is, while the chunked prefill's differences of cumulative gates stay finite.
-inline constexpr double kGlaMinLogGate = -1e4;
 
 const MixerKind& GatedLinearAttentionKind();
 

@@ -1,8 +1,10 @@
-"""An independent transcription of flash-linear-attention's Gated DeltaNet, DeltaNet and GLA language
-models (fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/{gated_deltanet,
-delta_net,gla}/{configuration,modeling}_*.py, fla/layers/{gated_deltanet,delta_net,gla}.py, fla/modules'
-RMSNorm, FusedRMSNormGated, ShortConvolution and GatedMLP, and the recurrences of
-fla/ops/{gated_delta_rule,delta_rule,gla}/naive.py with the fused kernels' in-kernel steps: the L2
+"""An independent transcription of flash-linear-attention's Gated DeltaNet, DeltaNet, GLA and RetNet
+language models (fla-org/flash-linear-attention at bc3b101 of 2026-08-22: fla/models/{gated_deltanet,
+delta_net,gla,retnet}/{configuration,modeling}_*.py, fla/layers/{gated_deltanet,delta_net,gla,
+multiscale_retention}.py, fla/modules' RMSNorm, FusedRMSNormGated, ShortConvolution, GatedMLP and
+RotaryEmbedding's reference (rotary_embedding_ref), and the recurrences of
+fla/ops/{gated_delta_rule,delta_rule,gla,retention}/naive.py (retention's is the parallel form)
+with the fused kernels' in-kernel steps: the L2
 norm of q and k (x / sqrt(Σx² + 1e-6)), β = sigmoid(b) (· 2 with allow_neg_eigval), for Gated
 DeltaNet g = −exp(A_log) · softplus(a + dt_bias) and value head h reading q/k head
 h // (num_v_heads // num_heads)) in plain PyTorch and in THEIR layout: module names and shapes are
@@ -10,10 +12,12 @@ those of their state_dict (model.layers.{i}.attn.q_conv1d.weight [key_dim, 1, co
 built from their config.json with their config classes' defaults. The recurrent state is returned
 as their layers pass it to the kernels: Gated DeltaNet's with state_v_first
 [B, num_v_heads, head_v_dim, head_k_dim], DeltaNet's [B, num_heads, head_k_dim, head_v_dim], GLA's
-(state_v_first) [B, num_heads, head_v_dim, head_k_dim]. DeltaNet is transcribed for its defaults
+(state_v_first) [B, num_heads, head_v_dim, head_k_dim], RetNet's [B, num_heads, head_k_dim,
+head_v_dim] with k turned by RoPE at its absolute position. DeltaNet is transcribed for its defaults
 qk_activation "silu" and qk_norm "l2" only; GLA for feature_map None and num_kv_heads None (its
 layer with gate_logit_normalizer 16 and gate_low_rank_dim 16, as GLABlock builds it: the config
-does not carry them).
+does not carry them); RetNet for feature_map None and num_kv_heads None (its block passes neither
+use_short_conv nor conv_size to the layer: fla's RetNet has no short convolutions).
 
 `make_checkpoint` writes a random checkpoint of this model (config.json + model.safetensors or
 pytorch_model.bin), the input of convert_fla.py's tests.
@@ -120,7 +124,38 @@ def small_gla_config(**overrides):
     return config
 
 
-_DEFAULTS_OF = {"gated_deltanet": DEFAULTS, "delta_net": DELTA_NET_DEFAULTS, "gla": GLA_DEFAULTS}
+# RetNetConfig.__init__'s defaults (those the model reads).
+RETNET_DEFAULTS = {
+    "attn_mode": "chunk", "hidden_size": 2048, "expand_k": 1.0, "expand_v": 2.0,
+    "hidden_ratio": 2, "intermediate_size": None, "num_hidden_layers": 24, "num_heads": 8,
+    "num_kv_heads": None, "feature_map": None, "hidden_act": "swish", "use_short_conv": False,
+    "conv_size": 4, "use_output_gate": True, "max_position_embeddings": 2048,
+    "elementwise_affine": True, "norm_eps": 1e-6, "attn": None, "use_cache": True,
+    "pad_token_id": None, "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False,
+    "initializer_range": 0.02, "fuse_norm": True, "fuse_swiglu": True,
+    "fuse_cross_entropy": True, "fuse_linear_cross_entropy": False, "use_l2warp": False,
+    "vocab_size": 32000, "attnres_block_size": None,
+}
+
+
+def small_retnet_config(**overrides):
+    """A RetNet config.json in fla-hub/retnet-1.3B-100B's shape scaled down: hidden 64, 3 layers,
+    4 heads with expand_k 1 and expand_v 2 (q/k heads of 16, value heads of 32), vocab 2048."""
+    config = {
+        "architectures": ["RetNetForCausalLM"], "model_type": "retnet", "torch_dtype": "float32",
+        "transformers_version": "4.53.3", "attn_mode": "chunk", "hidden_size": 64,
+        "expand_k": 1, "expand_v": 2, "hidden_ratio": 2, "intermediate_size": None,
+        "num_hidden_layers": 3, "num_heads": 4, "num_kv_heads": None, "feature_map": None,
+        "hidden_act": "swish", "use_short_conv": False, "conv_size": 4, "use_output_gate": True,
+        "elementwise_affine": True, "norm_eps": 1e-6, "attn": None, "bos_token_id": 1,
+        "eos_token_id": 2, "tie_word_embeddings": False, "fuse_norm": True, "vocab_size": 2048,
+    }
+    config.update(overrides)
+    return config
+
+
+_DEFAULTS_OF = {"gated_deltanet": DEFAULTS, "delta_net": DELTA_NET_DEFAULTS, "gla": GLA_DEFAULTS,
+                "retnet": RETNET_DEFAULTS}
 
 
 def get(config, key):
@@ -386,8 +421,91 @@ class GatedLinearAttention(nn.Module):
         return self.o_proj(o), h.transpose(-1, -2)
 
 
+def rotary(x, base):
+    """fla's RotaryEmbedding on x [B, T, H, D] from position 0 (rotary_embedding_ref, not
+    interleaved): x · [cos, cos] + rotate_half(x) · [sin, sin] with angles t · inv_freq,
+    inv_freq = 1 / base^(arange(0, D, 2) / D)."""
+    d = x.shape[-1]
+    inv_freq = 1.0 / (base ** (torch.arange(0, d, 2, dtype=x.dtype) / d))
+    freqs = torch.outer(torch.arange(x.shape[1], dtype=x.dtype), inv_freq)  # [T, D/2]
+    cos = torch.cat([freqs.cos(), freqs.cos()], -1)[None, :, None, :]
+    sin = torch.cat([freqs.sin(), freqs.sin()], -1)[None, :, None, :]
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], -1) * sin
+
+
+def naive_retention(q, k, v):
+    """naive.py's naive_retention (the parallel form). q, k [B, H, T, K], v [B, H, T, V] ->
+    o [B, H, T, V]."""
+    _, n_heads, seq_len, d_head = q.shape
+    s = (1 - q.new_tensor(2.).pow(-5. - q.new_tensor(range(n_heads)))).log2()
+    n = q.new_tensor(range(seq_len))
+    n = torch.exp2((n.unsqueeze(-1) - n) * s.view(-1, 1, 1)) * n.unsqueeze(-1).ge(n)
+    s = torch.einsum('bhqd,bhkd,hqk->bhqk', q * d_head ** -0.5, k, n.to(q.dtype))
+    return torch.einsum('bhqk,bhkd->bhqd', s, v)
+
+
+class MultiScaleRetention(nn.Module):
+    """fla/layers/multiscale_retention.py's layer as RetNetBlock builds it (gate_fn = hidden_act,
+    no short convolutions, RotaryEmbedding(dim=head_k_dim) with its base 10000)."""
+
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        self.num_heads = get(config, "num_heads")
+        self.key_dim = int(d * get(config, "expand_k"))
+        self.value_dim = int(d * get(config, "expand_v"))
+        self.head_k_dim = self.key_dim // self.num_heads
+        self.head_v_dim = self.value_dim // self.num_heads
+        self.use_output_gate = get(config, "use_output_gate")
+        self.gate_fn = {"swish": F.silu, "silu": F.silu}[get(config, "hidden_act")]
+        eps = get(config, "norm_eps")
+        self.q_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.k_proj = nn.Linear(d, self.key_dim, bias=False)
+        self.v_proj = nn.Linear(d, self.value_dim, bias=False)
+        if self.use_output_gate:
+            self.g_proj = nn.Linear(d, self.value_dim, bias=False)
+        self.o_proj = nn.Linear(self.value_dim, d, bias=False)
+        self.fuse_norm_and_gate = (get(config, "hidden_act") == "swish" and get(config, "fuse_norm")
+                                   and self.use_output_gate)
+        if self.fuse_norm_and_gate:
+            self.g_norm_swish_gate = FusedRMSNormGated(self.head_v_dim, eps)
+        else:
+            self.g_norm = RMSNorm(self.head_v_dim, eps)
+        if not get(config, "elementwise_affine"):  # fla's norms without a weight: ones
+            for module in self.modules():
+                if isinstance(module, RMSNorm):
+                    del module.weight
+                    module.register_buffer("weight", torch.ones(self.head_v_dim),
+                                           persistent=False)
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        q = self.q_proj(x).view(b, t, self.num_heads, self.head_k_dim)
+        k = self.k_proj(x).view(b, t, self.num_heads, self.head_k_dim)
+        q, k = rotary(q, 10000.0), rotary(k, 10000.0)
+        v = self.v_proj(x).view(b, t, self.num_heads, self.head_v_dim)
+        q, k, v = (u.transpose(1, 2) for u in (q, k, v))
+        o = naive_retention(q, k, v).transpose(1, 2)  # [B, T, H, V]
+        # The final recurrent state chunk_retention returns: Σ_s γ^(T−1−s) k_s v_sᵀ (k turned).
+        gamma = 1 - 2.0 ** (-5.0 - torch.arange(self.num_heads, dtype=x.dtype))
+        weight = gamma[:, None] ** torch.arange(t - 1, -1, -1, dtype=x.dtype)  # [H, T]
+        h = torch.einsum("bhtk,bhtv,ht->bhkv", k, v, weight)
+        if self.use_output_gate:
+            g = self.g_proj(x)
+            if self.fuse_norm_and_gate:
+                o = self.g_norm_swish_gate(o, g.view(b, t, self.num_heads, self.head_v_dim))
+                o = o.reshape(b, t, self.value_dim)
+            else:
+                o = self.g_norm(o).reshape(b, t, self.value_dim) * self.gate_fn(g)
+        else:
+            o = self.g_norm(o).reshape(b, t, self.value_dim)
+        return self.o_proj(o), h
+
+
 # The layer class of each model_type.
-LAYERS = {"gated_deltanet": GatedDeltaNet, "delta_net": DeltaNet, "gla": GatedLinearAttention}
+LAYERS = {"gated_deltanet": GatedDeltaNet, "delta_net": DeltaNet, "gla": GatedLinearAttention,
+          "retnet": MultiScaleRetention}
 
 
 class GatedMLP(nn.Module):
@@ -407,8 +525,8 @@ class GatedMLP(nn.Module):
 
 
 class Block(nn.Module):
-    """fla's block of these families (GatedDeltaNetBlock, DeltaNetBlock, GLABlock): pre-norm attn
-    and mlp."""
+    """fla's block of these families (GatedDeltaNetBlock, DeltaNetBlock, GLABlock, RetNetBlock):
+    pre-norm attn and mlp."""
 
     def __init__(self, config):
         super().__init__()
@@ -434,8 +552,8 @@ class Backbone(nn.Module):
 
 
 class ForCausalLM(nn.Module):
-    """GatedDeltaNetForCausalLM, DeltaNetForCausalLM or GLAForCausalLM, as config["model_type"]
-    says."""
+    """GatedDeltaNetForCausalLM, DeltaNetForCausalLM, GLAForCausalLM or RetNetForCausalLM, as
+    config["model_type"] says."""
 
     def __init__(self, config):
         super().__init__()

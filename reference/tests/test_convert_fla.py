@@ -1,8 +1,9 @@
-"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet, DeltaNet or GLA
-layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
+"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet, DeltaNet, GLA or
+RetNet layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
 directory whose logits, from our reference in both its parallel and its recurrent form, equal
 fla's model's within 1e-12 of the largest logit for a 300-token prompt (both in float64 from the
-same stored weights), with the same recurrent state ([v, k] in fla's layout, [k, v] in ours);
+same stored weights), with the same recurrent state ([v, k] in fla's layout for Gated DeltaNet and
+GLA, [k, v] in ours; RetNet's in the last token's frame in ours, R_−t times fla's);
 every option the mapping reads changes the result as theirs does; greedy decoding picks the same
 64 tokens, and the C++ CPU backend (linserve-generate, with --generate-bin) writes the same
 text; every refusal names its key.
@@ -50,6 +51,16 @@ def relative(a, b):
     return ((a - b).abs().max() / b.abs().max()).item()
 
 
+def turn_rows(s, m, base=10000.0):
+    """RetNet's state s [..., K, V] turned by RoPE's R_m on its rows: pairs (c, c + K/2) by
+    m · base^(−2c/K)."""
+    k = s.shape[-2]
+    angle = m * base ** (-2.0 * torch.arange(k // 2, dtype=torch.float64) / k)
+    cos, sin = angle.cos()[:, None], angle.sin()[:, None]
+    a, b = s[..., :k // 2, :], s[..., k // 2:, :]
+    return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-2)
+
+
 class ConvertFlaTest(unittest.TestCase):
     def setUp(self):
         torch.set_num_threads(2)
@@ -84,6 +95,8 @@ class ConvertFlaTest(unittest.TestCase):
         for layer, fla_state in enumerate(fla_states):
             s = state.layers[layer][0]  # [B, HV, K, V]
             expected_s = fla_state.transpose(-1, -2) if v_first else fla_state
+            if config["model_type"] == "retnet":  # ours is turned back to the last token's frame
+                expected_s = turn_rows(expected_s, -(TOKENS - 1))
             self.assertLessEqual(relative(s, expected_s), TOLERANCE, layer)
         return theirs, ours
 
@@ -126,6 +139,57 @@ class ConvertFlaTest(unittest.TestCase):
             with self.subTest(**overrides):
                 self.check_parity(fla_authors.small_gla_config(**overrides), seed=40 + i,
                                   chunk_size=16)
+
+    def test_retnet_logits_and_state_equal_fla(self):
+        variants = [
+            {},
+            dict(use_output_gate=False, expand_k=0.5, norm_eps=1e-5, hidden_ratio=4),
+            dict(fuse_norm=False, hidden_act="silu", elementwise_affine=False,
+                 tie_word_embeddings=True, use_short_conv=True),
+        ]
+        for i, overrides in enumerate(variants):
+            with self.subTest(**overrides):
+                self.check_parity(fla_authors.small_retnet_config(**overrides), seed=50 + i,
+                                  chunk_size=64 if i == 0 else 9)
+
+    def test_the_retnet_checks_see_every_option(self):
+        """As below for retention: its RoPE base, output gate and norm eps, set otherwise on the
+        same tensors, move the logits away from fla's."""
+        base = fla_authors.small_retnet_config()
+        theirs, ours, dst = self.convert(base, seed=7)
+        tokens = torch.randint(0, base["vocab_size"], (1, 40),
+                               generator=torch.Generator().manual_seed(7))
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            converted = json.load(f)
+        with torch.no_grad():
+            expected, _ = theirs(tokens)
+        for key, value in [("rope_base", 500.0), ("use_output_gate", False), ("norm_eps", 1e-2)]:
+            with self.subTest(key=key):
+                cfg = json.loads(json.dumps(converted))
+                cfg["layers"][0]["mixer"][key] = value
+                state = dict(ours.state_dict())
+                if key == "use_output_gate":
+                    state = {k: v for k, v in state.items() if "layers.0.attn.g_proj" not in k}
+                wrong = ours.__class__(cfg).double()
+                wrong.load_state_dict(state)
+                with torch.no_grad():
+                    got, _ = wrong(tokens, chunk_size=16)
+                self.assertGreater(relative(got, expected), 1e-3)
+
+    def test_retnet_refusals(self):
+        base = fla_authors.small_retnet_config(num_hidden_layers=1)
+        for overrides, pattern in [
+            (dict(feature_map="relu"), "'feature_map' = 'relu' is not supported"),
+            (dict(num_kv_heads=2), "'num_kv_heads' = 2 is not supported"),
+            (dict(expand_k=0.3), "'expand_k' = 0.3 times hidden_size 64 is not a whole"),
+            (dict(num_heads=64, expand_v=1), "head_k_dim 1 that 'expand_k' and 'num_heads' give "
+                                             "is odd"),
+            (dict(clamp_min=-1.0), "unknown key 'clamp_min'"),  # GLA's, not RetNet's
+        ]:
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.refused({**base, **overrides}, pattern, model=base)
+        self.refused(base, "missing tensor 'model.layers.0.attn.g_proj.weight'",
+                     lambda t: t.pop("model.layers.0.attn.g_proj.weight"), model=base)
 
     def test_the_gla_checks_see_every_option(self):
         """As below for gated_linear_attention: each option the mapping reads, set otherwise on
@@ -221,7 +285,8 @@ class ConvertFlaTest(unittest.TestCase):
                 self.check_parity(config, seed=20, weights=weights, dtype=dtype)
 
     def test_greedy_tokens_equal_for_64_steps_and_linserve_generate_writes_them(self):
-        for config in (fla_authors.small_config(), fla_authors.small_gla_config()):
+        for config in (fla_authors.small_config(), fla_authors.small_gla_config(),
+                       fla_authors.small_retnet_config()):
             with self.subTest(model_type=config["model_type"]):
                 self.check_greedy(config)
 
@@ -291,9 +356,8 @@ class ConvertFlaTest(unittest.TestCase):
     def test_config_refusals(self):
         base = fla_authors.small_config(num_hidden_layers=1)
         for overrides, pattern in [
-            (dict(model_type="retnet"), "'model_type' = 'retnet': RetNet .* has no linserve "
+            (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2 .* has no linserve "
                                         "layer kind"),
-            (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2"),
             (dict(model_type="llama"), "'model_type' = 'llama' is not an fla family"),
             (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
             (dict(attn={"layers": [0], "num_heads": 2}), "'attn' = .*\\(hybrid models"),

@@ -1,8 +1,9 @@
-// The gated_linear_attention mixer on the CPU: its parameters, tensors and state checks; the
-// component against GLA written out here in double; prefill in pieces (the chunked form) against
-// token-by-token steps, gates strong enough to empty the state, a batch against each slot alone, a
-// state exported and imported, and a model mixing it with linear_attention. Parity with the
-// PyTorch reference is golden_test's, with fla's code test_convert_fla's.
+// The gated linear-attention mixers (gated_linear_attention, retention) on the CPU: their
+// parameters, tensors and state checks; the component against GLA, and RetNet's retention with
+// RoPE at absolute positions, written out here in double; prefill in pieces (the chunked form)
+// against token-by-token steps, gates strong enough to empty the state, a batch against each slot
+// alone, a state exported and imported, and a model mixing them with linear_attention. Parity with
+// the PyTorch reference is golden_test's, with fla's code test_convert_fla's.
 #include "model/layers/gated_linear_attention.h"
 
 #include <algorithm>
@@ -25,6 +26,7 @@
 #include "model/format/weights.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/retention.h"
 #include "model/layers/rms_norm.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random_model.h"
@@ -68,6 +70,25 @@ LayerSpec Layer(ComponentSpec mixer) {
 
 ComponentSpec GlaMixer(const GatedLinearAttentionParams& p) {
   return {GatedLinearAttentionKind().name, p.ToValues()};
+}
+
+RetentionParams Ret() { return {.n_heads = 2, .head_k_dim = 8, .head_v_dim = 6}; }
+
+RetentionParams RetWithConv() {
+  RetentionParams p = Ret();
+  p.use_short_conv = true;
+  p.conv_size = 3;
+  p.conv_bias = true;
+  p.rope_base = 500;
+  return p;
+}
+
+ComponentSpec RetMixer(const RetentionParams& p) { return {RetentionKind().name, p.ToValues()}; }
+
+GatedLinearAttentionShape ShapeOf(const ComponentSpec& mixer) {
+  return mixer.kind == RetentionKind().name
+             ? RetentionParams::From(mixer.params).Shape()
+             : GatedLinearAttentionParams::From(mixer.params).Shape();
 }
 
 ComponentSpec LinearMixer() {
@@ -180,12 +201,29 @@ std::vector<double> Project(const Tensor& w, const double* x) {
   return y;
 }
 
-// The mixer's output rows (d_model each, o_proj included) for rows `x` from the zero state.
-std::vector<double> Gla(const GatedLinearAttentionParams& p, const LayerWeights& w,
-                        absl::Span<const float> x) {
-  const int64_t kd = p.KeyDim(), vd = p.ValueDim(), hk = p.head_k_dim, hv = p.head_v_dim;
+// Token t's vector x (k_dim) turned by RoPE at position t: pairs (c, c + k_dim/2) by
+// t · base^(−2c/k_dim).
+std::vector<double> Rope(const std::vector<double>& x, int t, double base) {
+  const size_t half = x.size() / 2;
+  std::vector<double> y(x.size());
+  for (size_t c = 0; c < half; ++c) {
+    const double angle = t * std::pow(base, -2.0 * static_cast<double>(c) / x.size());
+    y[c] = x[c] * std::cos(angle) - x[c + half] * std::sin(angle);
+    y[c + half] = x[c + half] * std::cos(angle) + x[c] * std::sin(angle);
+  }
+  return y;
+}
+
+// The mixer's output rows (d_model each, o_proj included) for rows `x` from the zero state: GLA
+// by its recurrence, retention as fla's sum over positions with RoPE at absolute positions (not
+// the state's turned frame the backends keep).
+std::vector<double> Reference(const GatedLinearAttentionShape& p, const LayerWeights& w,
+                              absl::Span<const float> x) {
+  const int64_t kd = p.KeyDim(), vd = p.ValueDim(), hk = p.k_dim, hv = p.v_dim;
+  const bool low_rank = p.gate == GatedLinearAttentionShape::Gate::kLowRank;
   const int rows = static_cast<int>(x.size() / kDModel);
-  std::vector<std::vector<double>> raw;  // q | k | v before the convolutions, per row
+  std::vector<std::vector<double>> raw;      // q | k | v before the convolutions, per row
+  std::vector<std::vector<double>> history;  // retention: q | k | v per row
   std::vector<double> s(static_cast<size_t>(p.HistoryOffset()), 0.0);
   std::vector<double> out;
   for (int t = 0; t < rows; ++t) {
@@ -197,7 +235,7 @@ std::vector<double> Gla(const GatedLinearAttentionParams& p, const LayerWeights&
     }
     raw.push_back(r);
     std::vector<double> qkv = r;
-    if (p.use_short_conv) {
+    if (p.short_conv) {
       for (int64_t c = 0; c < static_cast<int64_t>(r.size()); ++c) {
         const char* which = c < kd ? "q" : c < 2 * kd ? "k" : "v";
         const int64_t ch = c < kd ? c : c < 2 * kd ? c - kd : c - 2 * kd;
@@ -211,34 +249,53 @@ std::vector<double> Gla(const GatedLinearAttentionParams& p, const LayerWeights&
         qkv[c] = acc * Sigmoid(acc);
       }
     }
-    const std::vector<double> low = Project(w.At("attn.gk_proj.0.weight"), xt.data());
-    std::vector<double> logit = Project(w.At("attn.gk_proj.1.weight"), low.data());
+    history.push_back(qkv);
+    std::vector<double> logit;
+    if (low_rank) {
+      const std::vector<double> low = Project(w.At("attn.gk_proj.0.weight"), xt.data());
+      logit = Project(w.At("attn.gk_proj.1.weight"), low.data());
+    }
     std::vector<double> gate;
-    if (p.use_output_gate) gate = Project(w.At("attn.g_proj.weight"), xt.data());
+    if (p.output_gate) gate = Project(w.At("attn.g_proj.weight"), xt.data());
     std::vector<double> o_all(static_cast<size_t>(vd));
-    for (int64_t h = 0; h < p.n_heads; ++h) {
-      double* sh = s.data() + h * hk * hv;
-      for (int64_t i = 0; i < hk; ++i) {
-        const int64_t c = h * hk + i;
-        const double z = logit[c] + w.At("attn.gk_proj.1.bias").data[c];
-        const double gk = std::max(std::log(Sigmoid(z)) / p.gate_logit_normalizer, p.clamp_min);
+    for (int64_t h = 0; h < p.heads; ++h) {
+      if (low_rank) {
+        double* sh = s.data() + h * hk * hv;
+        for (int64_t i = 0; i < hk; ++i) {
+          const int64_t c = h * hk + i;
+          const double z = logit[c] + w.At("attn.gk_proj.1.bias").data[c];
+          const double gk = std::max(std::log(Sigmoid(z)) / p.normalizer, p.clamp_min);
+          for (int64_t j = 0; j < hv; ++j) {
+            sh[i * hv + j] = sh[i * hv + j] * std::exp(gk) + qkv[kd + c] * qkv[2 * kd + h * hv + j];
+          }
+        }
         for (int64_t j = 0; j < hv; ++j) {
-          sh[i * hv + j] = sh[i * hv + j] * std::exp(gk) + qkv[kd + c] * qkv[2 * kd + h * hv + j];
+          double o = 0;
+          for (int64_t i = 0; i < hk; ++i) {
+            o += sh[i * hv + j] * qkv[h * hk + i] / std::sqrt(static_cast<double>(hk));
+          }
+          o_all[h * hv + j] = o;
+        }
+      } else {
+        const double gamma = 1.0 - std::exp2(-5.0 - static_cast<double>(h));
+        const std::vector<double> q =
+            Rope({qkv.begin() + h * hk, qkv.begin() + (h + 1) * hk}, t, p.rope_base);
+        for (int src = 0; src <= t; ++src) {
+          const std::vector<double>& past = history[static_cast<size_t>(src)];
+          const std::vector<double> k = Rope(
+              {past.begin() + kd + h * hk, past.begin() + kd + (h + 1) * hk}, src, p.rope_base);
+          double score = 0;
+          for (int64_t i = 0; i < hk; ++i) score += q[i] * k[i];
+          score *= std::pow(gamma, t - src) / std::sqrt(static_cast<double>(hk));
+          for (int64_t j = 0; j < hv; ++j) o_all[h * hv + j] += score * past[2 * kd + h * hv + j];
         }
       }
       double sum_sq = 0;
-      for (int64_t j = 0; j < hv; ++j) {
-        double o = 0;
-        for (int64_t i = 0; i < hk; ++i) {
-          o += sh[i * hv + j] * qkv[h * hk + i] / std::sqrt(static_cast<double>(hk));
-        }
-        o_all[h * hv + j] = o;
-        sum_sq += o * o;
-      }
+      for (int64_t j = 0; j < hv; ++j) sum_sq += o_all[h * hv + j] * o_all[h * hv + j];
       const double inv = 1.0 / std::sqrt(sum_sq / static_cast<double>(hv) + p.norm_eps);
       for (int64_t j = 0; j < hv; ++j) {
         double y = o_all[h * hv + j] * inv * w.At("attn.g_norm.weight").data[j];
-        if (p.use_output_gate) y *= gate[h * hv + j] * Sigmoid(gate[h * hv + j]);
+        if (p.output_gate) y *= gate[h * hv + j] * Sigmoid(gate[h * hv + j]);
         o_all[h * hv + j] = y;
       }
     }
@@ -248,23 +305,27 @@ std::vector<double> Gla(const GatedLinearAttentionParams& p, const LayerWeights&
   return out;
 }
 
-// The component gives GLA written out above, by steps and by one prefill, for every switch: the
-// short convolutions with and without biases, the output gate on and off, another normaliser and
-// a clamp that binds.
-TEST(GatedLinearAttentionTest, StepsAndPrefillAreGla) {
+// The component gives the layer written out above, by steps and by one prefill, for every switch:
+// the short convolutions with and without biases, the output gate on and off, another normaliser
+// and a clamp that binds (GLA); RetNet's decay and RoPE with and without the convolutions and
+// another base (retention).
+TEST(GatedLinearAttentionTest, StepsAndPrefillAreTheLayer) {
   GatedLinearAttentionParams ungated = GlaWithConv();
   ungated.use_output_gate = false;
   ungated.conv_bias = false;
   GatedLinearAttentionParams clamped = Gla();
   clamped.gate_logit_normalizer = 1;
   clamped.clamp_min = -0.5;
-  for (const GatedLinearAttentionParams& p : {Gla(), GlaWithConv(), ungated, clamped}) {
-    const ComponentSpec mixer = GlaMixer(p);
+  RetentionParams ret_ungated = Ret();
+  ret_ungated.use_output_gate = false;
+  for (const ComponentSpec& mixer :
+       {GlaMixer(Gla()), GlaMixer(GlaWithConv()), GlaMixer(ungated), GlaMixer(clamped),
+        RetMixer(Ret()), RetMixer(RetWithConv()), RetMixer(ret_ungated)}) {
     SCOPED_TRACE(ModelConfigToJson(LayersConfig({Layer(mixer)})));
     const std::vector<float> x = RandomRows(90, 3);
     Mixer steps(mixer, 1, 5);
     Mixer prefill(mixer, 1, 5);
-    const std::vector<double> want = Gla(p, steps.model.weights.layers[0], x);
+    const std::vector<double> want = Reference(ShapeOf(mixer), steps.model.weights.layers[0], x);
     EXPECT_LE(RelativeError(steps.Steps(0, x), want), 1e-5);
     EXPECT_LE(RelativeError(prefill.Prefill(0, x), want), 1e-5);
   }
@@ -280,32 +341,46 @@ TEST(GatedLinearAttentionTest, TheDirectCheckSeesTheGateAndTheConvolutions) {
   Mixer layer(GlaMixer(clamped), 1, 5);
   const LayerWeights& w = layer.model.weights.layers[0];
   const std::vector<float> got = layer.Steps(0, x);
-  EXPECT_LE(RelativeError(got, Gla(clamped, w, x)), 1e-5);
+  EXPECT_LE(RelativeError(got, Reference(clamped.Shape(), w, x)), 1e-5);
   GatedLinearAttentionParams wrong = clamped;
   wrong.gate_logit_normalizer = 16;
-  EXPECT_GT(RelativeError(got, Gla(wrong, w, x)), 1e-2);
+  EXPECT_GT(RelativeError(got, Reference(wrong.Shape(), w, x)), 1e-2);
   wrong = clamped;
   wrong.clamp_min = kGlaMinLogGate;
-  EXPECT_GT(RelativeError(got, Gla(wrong, w, x)), 1e-2);
+  EXPECT_GT(RelativeError(got, Reference(wrong.Shape(), w, x)), 1e-2);
   Mixer conv(GlaMixer(GlaWithConv()), 1, 5);
   wrong = GlaWithConv();
   wrong.use_short_conv = false;
-  EXPECT_GT(RelativeError(conv.Steps(0, x), Gla(wrong, conv.model.weights.layers[0], x)), 1e-2);
+  EXPECT_GT(
+      RelativeError(conv.Steps(0, x), Reference(wrong.Shape(), conv.model.weights.layers[0], x)),
+      1e-2);
+  // Retention: another RoPE base gives other outputs, and so does its decay without the turn.
+  Mixer ret(RetMixer(Ret()), 1, 5);
+  const std::vector<float> ret_got = ret.Steps(0, x);
+  EXPECT_LE(RelativeError(ret_got, Reference(Ret().Shape(), ret.model.weights.layers[0], x)), 1e-5);
+  GatedLinearAttentionShape ret_wrong = Ret().Shape();
+  ret_wrong.rope_base = 100;
+  EXPECT_GT(RelativeError(ret_got, Reference(ret_wrong, ret.model.weights.layers[0], x)), 1e-2);
+  ret_wrong = Ret().Shape();
+  ret_wrong.rope_base = 1e300;  // θ_c = 0 beyond c = 0: nearly no turn
+  EXPECT_GT(RelativeError(ret_got, Reference(ret_wrong, ret.model.weights.layers[0], x)), 1e-2);
 }
 
 // Prefill in pieces of 1, 7, 64 and 150 tokens (chunks of 64: the chunked form, blocks of 16
 // inside; a chunk boundary anywhere against the convolutions' history) gives the steps' outputs
 // and state up to rounding (relative 1e-5), and bitwise where every chunk is one token.
 TEST(GatedLinearAttentionTest, PrefillInPiecesEqualsTheSteps) {
-  for (const GatedLinearAttentionParams& p : {Gla(), GlaWithConv()}) {
-    SCOPED_TRACE(p.use_short_conv ? "with short convolutions" : "without");
+  for (const ComponentSpec& mixer :
+       {GlaMixer(Gla()), GlaMixer(GlaWithConv()), RetMixer(Ret()), RetMixer(RetWithConv())}) {
+    SCOPED_TRACE(mixer.params.Bool("use_short_conv") ? mixer.kind + " with short convolutions"
+                                                     : mixer.kind);
     const std::vector<float> x = RandomRows(150, 7);
-    Mixer steps(GlaMixer(p), 1, 9);
+    Mixer steps(mixer, 1, 9);
     const std::vector<float> want = steps.Steps(0, x);
     for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
              {1, 64}, {7, 64}, {64, 64}, {150, 64}, {150, 1}, {150, 7}, {150, 150}}) {
       SCOPED_TRACE(absl::StrCat("pieces of ", piece, ", chunks of ", chunk));
-      Mixer chunked(GlaMixer(p), 1, 9, chunk);
+      Mixer chunked(mixer, 1, 9, chunk);
       std::vector<float> got;
       for (size_t row = 0; row < 150; row += static_cast<size_t>(piece)) {
         const size_t n = std::min<size_t>(static_cast<size_t>(piece), 150 - row);
@@ -378,7 +453,7 @@ ModelConfig MixedConfig() {
   wide.head_v_dim = 16;
   wide.use_output_gate = false;
   return LayersConfig({Layer(GlaMixer(Gla())), Layer(LinearMixer()), Layer(GlaMixer(GlaWithConv())),
-                       Layer(GlaMixer(wide))});
+                       Layer(GlaMixer(wide)), Layer(RetMixer(RetWithConv()))});
 }
 
 std::vector<TokenId> Tokens(int n) {
@@ -395,9 +470,9 @@ std::unique_ptr<Backend> Cpu(const Model& model, int chunk) {
   return b.ok() ? *std::move(b) : nullptr;
 }
 
-// A model of gated_linear_attention and linear_attention layers gives the same logits and state by
-// prefill in chunks of 1, 7, 64 and 150 as by steps (bitwise state with chunk 1), and a valid
-// state.
+// A model of gated_linear_attention, linear_attention and retention layers gives the same logits
+// and state by prefill in chunks of 1, 7, 64 and 150 as by steps (bitwise state with chunk 1), and
+// a valid state.
 TEST(GatedLinearAttentionTest, AMixedModelGivesTheSameLogitsByPrefillAndBySteps) {
   const ModelConfig config = MixedConfig();
   const Model model = MakeRandomModel(config, 17);
@@ -530,6 +605,34 @@ TEST(GatedLinearAttentionTest, ConfigDefaultsStateSizeAndTensors) {
   absl::StatusOr<ModelConfig> back = ParseModelConfig(ModelConfigToJson(*c), "config.json");
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->layers, c->layers);
+}
+
+// retention: its defaults, the state of heads × k × v, and its tensors (no gk_proj); an odd
+// head_k_dim (RoPE turns pairs) and GLA's gate parameters are refused.
+TEST(GatedLinearAttentionTest, RetentionConfigDefaultsStateSizeAndTensors) {
+  const nlohmann::json mixer = {
+      {"kind", "retention"}, {"n_heads", 2}, {"head_k_dim", 4}, {"head_v_dim", 6}};
+  absl::StatusOr<ModelConfig> c = ParseModelConfig(ConfigJson(mixer).dump(), "config.json");
+  ASSERT_TRUE(c.ok()) << c.status();
+  RetentionParams p = RetentionParams::From(c->layers[1].mixer.params);
+  EXPECT_EQ(p.rope_base, 10000);
+  EXPECT_FALSE(p.use_short_conv);
+  EXPECT_TRUE(p.use_output_gate);
+  EXPECT_EQ(p.norm_eps, 1e-5);
+  EXPECT_EQ(c->StateFloatsPerSlot(), 4 * 4 * 5 + 2 * 4 * 6);
+  std::vector<std::string> names;
+  for (const TensorDecl& t : RetentionKind().tensors(p.ToValues(), 16)) names.push_back(t.name);
+  EXPECT_EQ(absl::StrJoin(names, " "),
+            "attn.q_proj.weight attn.k_proj.weight attn.v_proj.weight attn.g_proj.weight "
+            "attn.g_norm.weight attn.o_proj.weight");
+  nlohmann::json odd = mixer;
+  odd["head_k_dim"] = 5;
+  EXPECT_THAT(ParseError(ConfigJson(odd)),
+              HasSubstr("field \"layers[1].mixer.head_k_dim\": must be even"));
+  nlohmann::json gla = mixer;
+  gla["gate_low_rank_dim"] = 16;
+  EXPECT_THAT(ParseError(ConfigJson(gla)),
+              HasSubstr("unknown field \"layers[1].mixer.gate_low_rank_dim\""));
 }
 
 TEST(GatedLinearAttentionTest, ConfigRefusalsNameTheField) {

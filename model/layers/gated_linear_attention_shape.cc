@@ -1,0 +1,74 @@
+#include "model/layers/gated_linear_attention_shape.h"
+
+#include <cmath>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+
+namespace linserve {
+
+double RetentionLogDecay(int64_t head) {
+  return std::log1p(-std::exp2(-5.0 - static_cast<double>(head)));
+}
+
+std::vector<TensorDecl> GatedLinearAttentionTensors(const GatedLinearAttentionShape& p, int64_t d) {
+  const int64_t kd = p.KeyDim();
+  const int64_t vd = p.ValueDim();
+  const int64_t rank = p.rank;
+  const bool low_rank = p.gate == GatedLinearAttentionShape::Gate::kLowRank;
+  std::vector<TensorDecl> t = {
+      {"attn.q_proj.weight", {kd, d}, /*projection=*/true},
+      {"attn.k_proj.weight", {kd, d}, /*projection=*/true},
+      {"attn.v_proj.weight", {vd, d}, /*projection=*/true},
+  };
+  if (low_rank) t.push_back({"attn.gk_proj.0.weight", {rank, d}, /*projection=*/true});
+  if (p.output_gate) t.push_back({"attn.g_proj.weight", {vd, d}, /*projection=*/true});
+  if (low_rank) {
+    t.push_back({"attn.gk_proj.1.weight", {kd, rank}});
+    t.push_back({"attn.gk_proj.1.bias", {kd}});
+  }
+  if (p.short_conv) {
+    const std::pair<const char*, int64_t> convs[] = {{"q", kd}, {"k", kd}, {"v", vd}};
+    for (const auto& [conv, channels] : convs) {
+      t.push_back({absl::StrCat("attn.", conv, "_conv1d.weight"), {channels, p.conv_size}});
+      if (p.conv_bias) t.push_back({absl::StrCat("attn.", conv, "_conv1d.bias"), {channels}});
+    }
+  }
+  t.push_back({"attn.g_norm.weight", {int64_t{p.v_dim}}});
+  t.push_back({"attn.o_proj.weight", {d, vd}, /*projection=*/true});
+  return t;
+}
+
+std::string LocateGatedLinearAttentionState(const GatedLinearAttentionShape& p, int64_t index) {
+  if (index < p.HistoryOffset()) {
+    const int64_t per_head = int64_t{p.k_dim} * p.v_dim;
+    const int64_t in_head = index % per_head;
+    return absl::StrCat("head ", index / per_head, ", S[", in_head / p.v_dim, "][",
+                        in_head % p.v_dim, "]");
+  }
+  const int64_t in_history = index - p.HistoryOffset();
+  const int64_t row = in_history / p.ConvChannels();
+  int64_t channel = in_history % p.ConvChannels();
+  const char* which = "q";
+  if (channel >= 2 * p.KeyDim()) {
+    which = "v";
+    channel -= 2 * p.KeyDim();
+  } else if (channel >= p.KeyDim()) {
+    which = "k";
+    channel -= p.KeyDim();
+  }
+  return absl::StrCat(which, " of token t-", p.conv_size - 2 - row, " (history row ", row,
+                      "), channel ", channel);
+}
+
+std::optional<StateProblem> CheckGatedLinearAttentionState(absl::Span<const float> slice,
+                                                           float max_magnitude) {
+  for (size_t i = 0; i < slice.size(); ++i) {
+    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
+      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
+    }
+  }
+  return std::nullopt;
+}
+
+}  // namespace linserve
