@@ -162,12 +162,29 @@ ModelConfig GatedLinearAttentionConfig(int d, int n_layers) {
                                "gated_linear_attention"));
 }
 
+// fla's RetNet block at width d with its defaults (expand_k 1, expand_v 2: d/64 heads of 64 for
+// q/k and 128 for v, the output gate); rms_norm; a SwiGLU gated_mlp of 8·d/3 (fla's hidden_ratio 2
+// would give 4·d/3: the same MLP as the other families keeps the comparison to the mixer).
+ModelConfig RetentionConfig(int d, int n_layers) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < n_layers; ++i) {
+    layers.push_back(
+        {{"mixer",
+          {{"kind", "retention"}, {"n_heads", d / 64}, {"head_k_dim", 64}, {"head_v_dim", 128}}},
+         {"norm", {{"kind", "rms_norm"}}},
+         {"mlp", {{"kind", "gated_mlp"}, {"d_ff", 8 * d / 3}}}});
+  }
+  return Must(
+      ParseModelConfig(ByteModel(d, n_layers, layers, {{"kind", "rms_norm"}}).dump(), "retention"));
+}
+
 const std::vector<Family>& Families() {
   static const std::vector<Family> families = {
       {"linear_attention", LinearConfig},
       {"gated_delta_net", GatedDeltaNetConfig},
       {"delta_net", DeltaNetConfig},
-      {"gated_linear_attention", GatedLinearAttentionConfig}};
+      {"gated_linear_attention", GatedLinearAttentionConfig},
+      {"retention", RetentionConfig}};
   return families;
 }
 

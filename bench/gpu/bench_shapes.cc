@@ -3,6 +3,7 @@
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
+#include "model/layers/retention.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/sliding_window_attention.h"
@@ -80,6 +81,26 @@ absl::StatusOr<ModelConfig> ConfigGatedDeltaNet125M() {
       .params =
           GatedDeltaNetParams{.n_heads = 6, .n_v_heads = 6, .head_k_dim = 96, .head_v_dim = 192}
               .ToValues()};
+  ModelConfig c;
+  c.vocab_size = 50257;
+  c.d_model = d;
+  c.position = PositionEmbedding::kNone;
+  c.tie_embeddings = true;
+  c.tokenizer = TokenizerKind::kByte;
+  for (int i = 0; i < 12; ++i) c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
+  c.n_layers = 12;
+  c.final_norm = norm;
+  return Parsed(c);
+}
+
+absl::StatusOr<ModelConfig> ConfigRetNet125M() {
+  const int d = 768;
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec mlp = {.kind = "gated_mlp",
+                             .params = GatedMlpParams{.d_ff = 8 * d / 3}.ToValues()};
+  const ComponentSpec mixer = {
+      .kind = "retention",
+      .params = RetentionParams{.n_heads = d / 64, .head_k_dim = 64, .head_v_dim = 128}.ToValues()};
   ModelConfig c;
   c.vocab_size = 50257;
   c.d_model = d;

@@ -30,6 +30,12 @@ absl::StatusOr<ModelConfig> ConfigGatedDeltaNet125M();
 // no positions, vocab 50257, tied.
 absl::StatusOr<ModelConfig> ConfigGla125M();
 
+// fla's RetNet block at the 125M shape's width, depth and vocabulary: 12 layers of retention with
+// fla's defaults (12 heads: q/k 1·d, heads of 64, v 2·d, heads of 128, output gate), rms_norm, a
+// SwiGLU gated_mlp of 2048 (as the other families' shapes, not RetNet's hidden_ratio 2), no
+// positions, vocab 50257, tied.
+absl::StatusOr<ModelConfig> ConfigRetNet125M();
+
 }  // namespace linserve
 
 #endif  // LINSERVE_BENCH_GPU_BENCH_SHAPES_H_

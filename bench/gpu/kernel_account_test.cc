@@ -204,6 +204,19 @@ TEST(KernelAccountTest, BenchShapes) {
           12 * 4 * (384 * 16 + 384));
   EXPECT_EQ(gla_total.bytes.state, 2 * gla->StateFloatsPerSlot() * 4);
   EXPECT_EQ(gla->StateFloatsPerSlot(), 12 * 4 * 96 * 192);
+
+  absl::StatusOr<ModelConfig> ret = ConfigRetNet125M();
+  ASSERT_TRUE(ret.ok()) << ret.status();
+  absl::StatusOr<std::vector<KernelCost>> r = DecodeKernelAccount(*ret, 1, 2);
+  ASSERT_TRUE(r.ok()) << r.status();
+  // Per layer: q, k 768 · 768 each, v, g 1536 · 768 each, o 768 · 1536, SwiGLU 3 · 768 · 2048; no
+  // gate projection. The state: S (12 × 64 × 128), read and written; the turn's 3 FLOPs more per
+  // S entry than GLA's 5.
+  const KernelCost ret_total = AccountTotal(*r);
+  EXPECT_EQ(ret_total.bytes.weights,
+            2 * (12 * (2 * 768 * 768 + 3 * 1536 * 768 + 3 * 768 * 2048) + 50257 * 768 + 768));
+  EXPECT_EQ(ret->StateFloatsPerSlot(), 12 * 12 * 64 * 128);
+  EXPECT_EQ(Find(*r, "retention decode")->flops, 12 * 8 * 12 * 64 * 128);
 }
 
 // gated_delta_net, d 4, batch 1, bf16, by hand: 1 q/k head of 2, 2 value heads of 3, conv 3,
