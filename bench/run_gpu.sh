@@ -226,7 +226,7 @@ kernels() {
     return 1
   fi
   local pairs=() shape b
-  for shape in 125m based gated_delta_net gla retnet; do
+  for shape in 125m based gated_delta_net gla retnet mamba2; do
     for b in 1 64 256; do
       local name=kernels_${shape}_$b
       local bench=("$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b"
@@ -344,7 +344,7 @@ run() {
   if wants all || wants bench; then
     "$bundle/bin/gpu_bench" --json_out="$out/gpu_bench.json" | tee "$out/gpu_bench.md" >&2
     local shape
-    for shape in based gated_delta_net gla retnet; do
+    for shape in based gated_delta_net gla retnet mamba2; do
       "$bundle/bin/gpu_bench" --shape="$shape" --batches=1,64,256 --prefill_lengths=2048 \
         --positions=1024 --json_out="$out/gpu_bench_$shape.json" |
         tee "$out/gpu_bench_$shape.md" >&2

@@ -14,8 +14,8 @@ serve text. DST gets config.json (the "layers" schema), model.safetensors (in th
 dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
 
 Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM), `delta_net` (DeltaNetForCausalLM),
-`gla` (GLAForCausalLM) and `retnet` (RetNetForCausalLM) convert; `mamba2` has no linserve layer
-kind yet and is refused by name, as is any other model_type. Mapping (per layer i;
+`gla` (GLAForCausalLM), `retnet` (RetNetForCausalLM) and `mamba2` (Mamba2ForCausalLM) convert;
+any other model_type is refused by name. Mapping (per layer i;
 docs/model-format.md gives linserve's kinds):
   attn (GatedDeltaNet) -> gated_delta_net: n_heads = num_heads, n_v_heads = num_v_heads (or
       num_heads), head_k_dim = head_dim, head_v_dim = head_dim · expand_v (an integer),
@@ -41,6 +41,14 @@ docs/model-format.md gives linserve's kinds):
       GLA's; feature_map null and num_kv_heads null or num_heads; use_short_conv and conv_size
       are accepted with a note when set, as RetNetBlock never passes them to its layer.
   attn_norm / mlp_norm / model.norm -> rms_norm (eps = norm_eps).
+  Mamba-2 (backbone.*): backbone.layers.{i}.mixer -> mamba2 (n_heads = expand · hidden_size /
+      head_dim, head_dim, state_size, n_groups, conv_size = conv_kernel, conv_bias =
+      use_conv_bias, bias = use_bias, d_has_hdim = D_has_hdim, rmsnorm, norm_before_gate,
+      dt_limit [min, max] with a max of Infinity (fla writes it bare in config.json) as 1e30,
+      norm_eps; tensors under mamba., conv1d.weight without its middle axis), .norm -> ln1
+      (rms_norm), no MLP (the MLP kind none), backbone.embeddings / norm_f -> embed / final_norm;
+      keys that only initialise or choose kernels (A_init_range, dt_min/max/init_floor, conv_init,
+      chunk_size, residual_in_fp32, rescale_prenorm_residual) are accepted and unused.
   mlp (GatedMLP, swish) -> gated_mlp silu without biases: fc1 = [up_proj; gate_proj] (value
       rows first), fc2 = down_proj; d_ff = intermediate_size, or fla's rule from hidden_ratio
       (256 · ceil(int(hidden_size · hidden_ratio · 2/3) / 256)).
@@ -48,8 +56,10 @@ docs/model-format.md gives linserve's kinds):
 Refused, naming the key: unknown config keys, use_short_conv false (delta-rule families), hybrid
 softmax-attention layers (`attn`), attention residuals (`attnres_block_size`), an MLP (and GLA
 output gate) activation other than swish/silu, a non-finite A_log or dt_bias (the decay) or
-gk_proj.1.bias (GLA's key gate), a clamp_min above 0, shapes the config does not imply, and any
-tensor the mapping does not consume.
+gk_proj.1.bias (GLA's key gate) or A_log, dt_bias or D (Mamba-2), a clamp_min above 0, a
+dt_limit that is not [min, max] with 0 <= min <= max, a hidden_act other than silu for Mamba-2, a
+num_heads that disagrees with expand · hidden_size / head_dim, shapes the config does not imply,
+and any tensor the mapping does not consume.
 """
 
 import argparse
@@ -66,8 +76,6 @@ from linserve_ref.checkpoint import (ConvertError, Tensors, gpt2_tokenizer_files
 from linserve_ref.config import ConfigError, normalize_config  # noqa: E402
 from linserve_ref.gated_linear_attention import MIN_LOG_GATE  # noqa: E402
 
-# fla's families without a linserve kind yet (issue 39), by model_type.
-NOT_YET = {"mamba2": "Mamba-2 (mamba2)"}
 
 # GatedDeltaNetConfig's defaults for the keys read.
 GDN_DEFAULTS = {
@@ -109,6 +117,22 @@ RETNET_DEFAULTS = {
     "bos_token_id": 1, "eos_token_id": 2, "tie_word_embeddings": False, "vocab_size": 32000,
     "attnres_block_size": None, "fuse_norm": True,
 }
+# Mamba2Config's defaults for the keys read.
+MAMBA2_DEFAULTS = {
+    "head_dim": 64, "vocab_size": 32000, "hidden_size": 2048, "state_size": 128,
+    "num_hidden_layers": 48, "norm_eps": 1e-5, "bos_token_id": 1, "eos_token_id": 2,
+    "expand": 2, "conv_kernel": 4, "n_groups": 1, "use_bias": False, "use_conv_bias": True,
+    "D_has_hdim": False, "hidden_act": "silu", "dt_limit": [0.0, math.inf], "rmsnorm": True,
+    "norm_before_gate": False, "tie_word_embeddings": False, "num_heads": None,
+}
+# Mamba2Config's keys that only initialise or schedule training, or choose kernels: the weights
+# and the recurrence do not depend on them (residual_in_fp32: linserve's residual is fp32).
+MAMBA2_IGNORED = {
+    "conv_init", "A_init_range", "dt_min", "dt_max", "dt_init_floor", "rescale_prenorm_residual",
+    "residual_in_fp32", "chunk_size",
+}
+# What linserve's mamba2 takes for fla's dt_limit ceiling of inf (model/layers/mamba2.h).
+MAMBA2_NO_DT_CEILING = 1e30
 # RotaryEmbedding's base in fla's retention layer (its default; the config has no key for it).
 RETNET_ROPE_BASE = 10000.0
 # GLA's layer arguments that GLABlock leaves at their defaults (its config has no key for them).
@@ -129,10 +153,10 @@ IGNORED_KEYS = {
 class _Reader:
     """fla's config with its class's defaults."""
 
-    def __init__(self, config, defaults):
+    def __init__(self, config, defaults, ignored=()):
         self.config, self.defaults = config, defaults
         for key in config:
-            if key not in defaults and key not in IGNORED_KEYS:
+            if key not in defaults and key not in IGNORED_KEYS and key not in ignored:
                 raise ConvertError(f"config.json: unknown key '{key}'")
 
     def __getitem__(self, key):
@@ -166,14 +190,10 @@ def _model_type(config):
     if not isinstance(config, dict):
         raise ConvertError("config.json must be a JSON object")
     model_type = config.get("model_type")
-    if model_type in FAMILIES:
+    if model_type in FAMILIES or model_type == "mamba2":
         return model_type
-    if model_type in NOT_YET:
-        raise ConvertError(f"config.json: 'model_type' = {model_type!r}: {NOT_YET[model_type]} "
-                           f"has no linserve layer kind yet; this converter reads "
-                           f"{sorted(FAMILIES)}")
     raise ConvertError(f"config.json: 'model_type' = {model_type!r} is not an fla family this "
-                       f"converter reads ({sorted(FAMILIES)})")
+                       f"converter reads ({sorted(list(FAMILIES) + ['mamba2'])})")
 
 
 def _dim(cfg, d, key):
@@ -376,8 +396,105 @@ def _norm(cfg, t, key, d, out, name):
     return {"kind": "rms_norm", "eps": cfg.number("norm_eps")}
 
 
+def _mamba2_mixer(cfg, t, i, d, out):
+    cfg.require("hidden_act", "silu", "mamba2's convolution and gate are silu")
+    di = _dim(cfg, d, "expand")
+    p_dim, n = cfg.int("head_dim"), cfg.int("state_size")
+    if di % p_dim:
+        raise ConvertError(f"config.json: 'head_dim' = {p_dim} does not divide the {di} channels "
+                           f"that 'expand' gives")
+    h = di // p_dim
+    if cfg["num_heads"] is not None and cfg.int("num_heads") != h:
+        raise ConvertError(f"config.json: 'num_heads' = {cfg['num_heads']} is not expand · "
+                           f"hidden_size / head_dim = {h}")
+    g = cfg.int("n_groups")
+    if h % g:
+        raise ConvertError(f"config.json: 'n_groups' = {g} does not divide the {h} heads")
+    limit = cfg["dt_limit"]
+    if not isinstance(limit, (list, tuple)) or len(limit) != 2 or any(
+            isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v)
+            for v in limit) or not 0 <= limit[0] <= limit[1] or math.isinf(limit[0]):
+        raise ConvertError(f"config.json: 'dt_limit' = {limit!r} must be [min, max] with "
+                           f"0 <= min <= max, min finite (max may be Infinity)")
+    taps = cfg.int("conv_kernel", lo=2)
+    conv_dim = di + 2 * g * n
+    bias, conv_bias = cfg.bool("use_bias"), cfg.bool("use_conv_bias")
+    p, q = f"backbone.layers.{i}.mixer.", f"layers.{i}.mamba."
+    shapes = {"in_proj.weight": (di + conv_dim + h, d), "dt_bias": (h,), "A_log": (h,),
+              "D": (di if cfg.bool("D_has_hdim") else h,), "out_proj.weight": (d, di)}
+    if bias:
+        shapes["in_proj.bias"] = (di + conv_dim + h,)
+        shapes["out_proj.bias"] = (d,)
+    if conv_bias:
+        shapes["conv1d.bias"] = (conv_dim,)
+    if cfg.bool("rmsnorm"):
+        shapes["norm.weight"] = (di,)
+    for name, shape in shapes.items():
+        out[q + name] = t.take(p + name, shape)
+    out[q + "conv1d.weight"] = t.take(p + "conv1d.weight", (conv_dim, 1, taps))[:, 0, :]
+    # The decay and the skip: a NaN here would reach every later token.
+    _check_finite(out, q, p, ("A_log", "dt_bias", "D"), "the decay and the skip")
+    return {"kind": "mamba2", "n_heads": h, "head_dim": p_dim, "state_size": n, "n_groups": g,
+            "conv_size": taps, "conv_bias": conv_bias, "bias": bias,
+            "d_has_hdim": cfg["D_has_hdim"], "rmsnorm": cfg["rmsnorm"],
+            "norm_before_gate": cfg.bool("norm_before_gate"),
+            "dt_limit_min": float(limit[0]),
+            "dt_limit_max": min(float(limit[1]), MAMBA2_NO_DT_CEILING),
+            "norm_eps": cfg.number("norm_eps")}
+
+
+def _convert_mamba2(config, tensors, tokenizer):
+    """fla's Mamba2ForCausalLM: backbone.embeddings, per layer backbone.layers.{i}.norm (→ ln1,
+    rms_norm) and .mixer (→ mamba2) with the MLP kind none, backbone.norm_f, lm_head."""
+    cfg = _Reader(config, MAMBA2_DEFAULTS, MAMBA2_IGNORED)
+    d, n_layers = cfg.int("hidden_size"), cfg.int("num_hidden_layers")
+    vocab = cfg.int("vocab_size")
+    t = Tensors(tensors)
+    out = {}
+    _embed_and_head(cfg, t, "backbone.embeddings.weight", vocab, d, out)
+    layers = []
+    for i in range(n_layers):
+        mixer = _mamba2_mixer(cfg, t, i, d, out)
+        norm = _norm(cfg, t, f"backbone.layers.{i}.norm.weight", d, out, f"layers.{i}.ln1.weight")
+        layers.append({"mixer": mixer, "norm": norm, "mlp": {"kind": "none"}})
+    final = _norm(cfg, t, "backbone.norm_f.weight", d, out, "final_norm.weight")
+    return _finish(cfg, t, vocab, d, n_layers, layers, final, tokenizer), out
+
+
+def _embed_and_head(cfg, t, embed_key, vocab, d, out):
+    """The embedding, and the LM head: untied, or checked equal to the embedding."""
+    tied = cfg.bool("tie_word_embeddings")
+    embed = t.take(embed_key, (vocab, d))
+    if tied and t.has("lm_head.weight"):
+        if not torch.equal(t.take("lm_head.weight", (vocab, d)), embed):
+            raise ConvertError("checkpoint: tensor 'lm_head.weight' differs from the embedding "
+                               "although tie_word_embeddings is true")
+    elif not tied:
+        out["lm_head.weight"] = t.take("lm_head.weight", (vocab, d))
+    out["embed.weight"] = embed
+
+
+def _finish(cfg, t, vocab, d, n_layers, layers, final, tokenizer):
+    """linserve's config of these layers, once every tensor is taken."""
+    t.check_all_taken()
+    special = {}
+    for key in ("bos_token_id", "eos_token_id"):
+        value = cfg[key]
+        special[key] = -1 if value is None else cfg.int(key, lo=0)
+    linserve = {"architecture": "linear_transformer", "vocab_size": vocab, "d_model": d,
+                "n_layers": n_layers, "norm": "pre", "position": "none",
+                "tie_embeddings": cfg.bool("tie_word_embeddings"), "tokenizer": tokenizer,
+                **special, "layers": layers, "final_norm": final}
+    try:
+        return normalize_config(linserve)
+    except ConfigError as e:
+        raise ConvertError(f"the converted config is out of linserve's range: {e}") from None
+
+
 def convert(config, tensors, tokenizer="sentencepiece"):
     """fla's config dict and state dict -> (linserve config, linserve tensors)."""
+    if _model_type(config) == "mamba2":
+        return _convert_mamba2(config, tensors, tokenizer)
     defaults, mixer_of = FAMILIES[_model_type(config)]
     cfg = _Reader(config, defaults)
     cfg.require("attn", None, "hybrid models with softmax-attention layers")
@@ -389,15 +506,7 @@ def convert(config, tensors, tokenizer="sentencepiece"):
     vocab = cfg.int("vocab_size")
     t = Tensors(tensors)
     out = {}
-    tied = cfg.bool("tie_word_embeddings")
-    embed = t.take("model.embeddings.weight", (vocab, d))
-    if tied and t.has("lm_head.weight"):
-        if not torch.equal(t.take("lm_head.weight", (vocab, d)), embed):
-            raise ConvertError("checkpoint: tensor 'lm_head.weight' differs from the embedding "
-                               "although tie_word_embeddings is true")
-    elif not tied:
-        out["lm_head.weight"] = t.take("lm_head.weight", (vocab, d))
-    out["embed.weight"] = embed
+    _embed_and_head(cfg, t, "model.embeddings.weight", vocab, d, out)
     layers = []
     for i in range(n_layers):
         mixer = mixer_of(cfg, t, i, d, out)
@@ -406,19 +515,7 @@ def convert(config, tensors, tokenizer="sentencepiece"):
         _norm(cfg, t, p + "mlp_norm.weight", d, out, f"layers.{i}.ln2.weight")
         layers.append({"mixer": mixer, "norm": norm, "mlp": _mlp(cfg, t, i, d, out)})
     final = _norm(cfg, t, "model.norm.weight", d, out, "final_norm.weight")
-    t.check_all_taken()
-    special = {}
-    for key in ("bos_token_id", "eos_token_id"):
-        value = cfg[key]
-        special[key] = -1 if value is None else cfg.int(key, lo=0)
-    linserve = {"architecture": "linear_transformer", "vocab_size": vocab, "d_model": d,
-                "n_layers": n_layers, "norm": "pre", "position": "none", "tie_embeddings": tied,
-                "tokenizer": tokenizer, **special, "layers": layers, "final_norm": final}
-    try:
-        linserve = normalize_config(linserve)
-    except ConfigError as e:
-        raise ConvertError(f"the converted config is out of linserve's range: {e}") from None
-    return linserve, out
+    return _finish(cfg, t, vocab, d, n_layers, layers, final, tokenizer), out
 
 
 def find_tokenizer(directory):

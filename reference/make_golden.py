@@ -120,9 +120,15 @@ def _ret(**p):
     return {"kind": "retention", "n_heads": 2, "head_k_dim": 8, "head_v_dim": 8, **p}
 
 
+def _mamba(**p):
+    return {"kind": "mamba2", "n_heads": 4, "head_dim": 4, "state_size": 8, **p}
+
+
 def _layer(mixer, activation="silu", bias=False, norm="rms_norm", mlp="gated_mlp"):
     if mlp == "ffn":
         mlp_spec = {"kind": "ffn", "d_ff": 32}
+    elif mlp == "none":
+        mlp_spec = {"kind": "none"}
     else:
         mlp_spec = {"kind": "gated_mlp", "d_ff": 24, "activation": activation, "bias": bias}
     return {"mixer": mixer, "norm": {"kind": norm}, "mlp": mlp_spec}
@@ -141,7 +147,7 @@ BASED_CASES = [
     ([_layer(_conv()), _layer(_taylor()), _layer(_swa(9)), _layer(_conv(kernel_size=5)),
       _layer(_linear(), norm="layer_norm", mlp="ffn"), _layer(_swa(16, rotary_dim=6), "sigmoid"),
       _layer(_gdn(head_v_dim=12)), _layer(_dn()), _layer(_gla(use_short_conv=True)),
-      _layer(_ret())],
+      _layer(_ret()), _layer(_mamba(), mlp="none")],
      {}, "float32", 11),
     ([_layer(_swa(5, rotary_dim=2)), _layer(_conv(conv_bias=True)), _layer(_taylor(eps=1e-3))],
      dict(norm="post", tie_embeddings=False), "float16", 7),
@@ -170,6 +176,14 @@ BASED_CASES = [
      dict(tie_embeddings=False), "float32", 64),
     ([_layer(_ret(head_k_dim=16, norm_eps=1e-3)), _layer(_ret(use_short_conv=True), "gelu")],
      {}, "float16", 5),
+    # Mamba's block (no MLP): two groups, D per channel, the norm before the gate, a dt ceiling
+    # that binds; then no norm at all, biases, one group; post-norm with an MLP after.
+    ([_layer(_mamba(n_groups=2, d_has_hdim=True, norm_before_gate=True, dt_limit_max=0.5,
+                    conv_size=3), mlp="none"),
+      _layer(_mamba(rmsnorm=False, bias=True, conv_bias=False, dt_limit_min=0.01), mlp="none")],
+     dict(tie_embeddings=False), "float32", 16),
+    ([_layer(_mamba(head_dim=6, state_size=4, norm_eps=1e-3)),
+      _layer(_mamba(n_groups=4), mlp="none")], dict(norm="post"), "bfloat16", 7),
 ]
 
 
@@ -183,6 +197,8 @@ def _randomise(model, gen):
                 base = 1.0 if name.endswith(".weight") else 0.0
                 p.copy_(base + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
             elif name.endswith("norm.weight"):  # the delta-rule kinds' o_norm
+                p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
+            elif name.endswith(".D"):  # mamba2's skip
                 p.copy_(1.0 + 0.2 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
             elif name.endswith((".A_log", ".dt_bias")):
                 p.copy_(0.5 * torch.randn(p.shape, generator=gen, dtype=torch.float64))
@@ -301,6 +317,11 @@ def check_based_coverage(entries):
             for m in mixers if m["kind"] == "gated_linear_attention"},
         **{f"retention {flag}": {m[flag] for m in mixers if m["kind"] == "retention"}
            for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
+        **{f"mamba2 {flag}": {m[flag] for m in mixers if m["kind"] == "mamba2"}
+           for flag in ("conv_bias", "bias", "d_has_hdim", "rmsnorm", "norm_before_gate")},
+        "mamba2 groups": {"1" if m["n_groups"] == 1 else "several"
+                          for m in mixers if m["kind"] == "mamba2"},
+        "mlp kind": {m["kind"] for m in mlps},
     }
     wanted = {
         "mixer kind": set(kinds.by_role("mixer")),
@@ -322,6 +343,10 @@ def check_based_coverage(entries):
         "gated_linear_attention clamp": {"none", "binding"},
         **{f"retention {flag}": {True, False}
            for flag in ("use_short_conv", "conv_bias", "use_output_gate")},
+        **{f"mamba2 {flag}": {True, False}
+           for flag in ("conv_bias", "bias", "d_has_hdim", "rmsnorm", "norm_before_gate")},
+        "mamba2 groups": {"1", "several"},
+        "mlp kind": set(kinds.by_role("mlp")),
     }
     for what, values in wanted.items():
         missing = sorted(map(str, values - seen[what]))

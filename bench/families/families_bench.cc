@@ -178,13 +178,27 @@ ModelConfig RetentionConfig(int d, int n_layers) {
       ParseModelConfig(ByteModel(d, n_layers, layers, {{"kind", "rms_norm"}}).dump(), "retention"));
 }
 
+// fla's Mamba-2 block at width d with its defaults (expand 2, heads of 64, state 128, one group,
+// conv 4, D per head, the grouped gated norm) and no MLP: twice the layers for about the other
+// families' parameters (as Mamba's own configurations double the depth).
+ModelConfig Mamba2Config(int d, int n_layers) {
+  nlohmann::json layers = nlohmann::json::array();
+  for (int i = 0; i < 2 * n_layers; ++i) {
+    layers.push_back(
+        {{"mixer",
+          {{"kind", "mamba2"}, {"n_heads", 2 * d / 64}, {"head_dim", 64}, {"state_size", 128}}},
+         {"norm", {{"kind", "rms_norm"}}},
+         {"mlp", {{"kind", "none"}}}});
+  }
+  return Must(ParseModelConfig(ByteModel(d, 2 * n_layers, layers, {{"kind", "rms_norm"}}).dump(),
+                               "mamba2"));
+}
+
 const std::vector<Family>& Families() {
   static const std::vector<Family> families = {
-      {"linear_attention", LinearConfig},
-      {"gated_delta_net", GatedDeltaNetConfig},
-      {"delta_net", DeltaNetConfig},
-      {"gated_linear_attention", GatedLinearAttentionConfig},
-      {"retention", RetentionConfig}};
+      {"linear_attention", LinearConfig}, {"gated_delta_net", GatedDeltaNetConfig},
+      {"delta_net", DeltaNetConfig},      {"gated_linear_attention", GatedLinearAttentionConfig},
+      {"retention", RetentionConfig},     {"mamba2", Mamba2Config}};
   return families;
 }
 

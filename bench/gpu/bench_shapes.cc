@@ -3,6 +3,7 @@
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
+#include "model/layers/mamba2.h"
 #include "model/layers/retention.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
@@ -109,6 +110,25 @@ absl::StatusOr<ModelConfig> ConfigRetNet125M() {
   c.tokenizer = TokenizerKind::kByte;
   for (int i = 0; i < 12; ++i) c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = mlp});
   c.n_layers = 12;
+  c.final_norm = norm;
+  return Parsed(c);
+}
+
+absl::StatusOr<ModelConfig> ConfigMamba2_125M() {
+  const int d = 768;
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec none = {.kind = "none", .params = {}};
+  const ComponentSpec mixer = {
+      .kind = "mamba2",
+      .params = Mamba2Params{.n_heads = 2 * d / 64, .head_dim = 64, .state_size = 128}.ToValues()};
+  ModelConfig c;
+  c.vocab_size = 50257;
+  c.d_model = d;
+  c.position = PositionEmbedding::kNone;
+  c.tie_embeddings = true;
+  c.tokenizer = TokenizerKind::kByte;
+  for (int i = 0; i < 24; ++i) c.layers.push_back({.mixer = mixer, .norm = norm, .mlp = none});
+  c.n_layers = 24;
   c.final_norm = norm;
   return Parsed(c);
 }

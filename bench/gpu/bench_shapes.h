@@ -36,6 +36,11 @@ absl::StatusOr<ModelConfig> ConfigGla125M();
 // positions, vocab 50257, tied.
 absl::StatusOr<ModelConfig> ConfigRetNet125M();
 
+// fla's Mamba-2 block at the 125M shape's width and vocabulary: 24 layers (Mamba's block has no
+// MLP: twice the depth for about the same parameters) of mamba2 with fla's defaults (24 heads of
+// 64, state 128, one group, conv 4), rms_norm, the MLP kind none, no positions, vocab 50257, tied.
+absl::StatusOr<ModelConfig> ConfigMamba2_125M();
+
 }  // namespace linserve
 
 #endif  // LINSERVE_BENCH_GPU_BENCH_SHAPES_H_

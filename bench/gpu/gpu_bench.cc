@@ -2,7 +2,8 @@
 // 3072, vocab 50257, tied head, random weights in bf16, fp32 state) or, with --shape=based, the
 // Based layer kinds at the same width (ConfigBased125M), or with --shape=gated_delta_net, gla or
 // retnet fla's Gated DeltaNet, GLA or RetNet block there (ConfigGatedDeltaNet125M, ConfigGla125M,
-// ConfigRetNet125M), each figure against its floor
+// ConfigRetNet125M), or with --shape=mamba2 fla's Mamba-2 block (ConfigMamba2_125M), each figure
+// against its floor
 // (docs/architecture.md §7), measured in this same run:
 //   HBM floor  = bytes that must move (every weight once per step + every decoding session's
 //                state read and written) / the device-to-device copy bandwidth;
@@ -58,8 +59,9 @@ ABSL_FLAG(double, min_seconds, 1.0, "Each decode figure runs at least this long,
 ABSL_FLAG(std::string, json_out, "", "Also write every figure as JSON to this file.");
 ABSL_FLAG(std::string, shape, "125m",
           "Model shape: 125m (linear attention), based (short_conv, taylor_linear_attention, "
-          "sliding_window_attention, rms_norm, gated_mlp at d_model 768), gated_delta_net, gla "
-          "or retnet (fla's Gated DeltaNet, GLA or RetNet block at d_model 768).");
+          "sliding_window_attention, rms_norm, gated_mlp at d_model 768), gated_delta_net, gla, "
+          "retnet or mamba2 (fla's Gated DeltaNet, GLA, RetNet or Mamba-2 block at d_model "
+          "768).");
 ABSL_FLAG(int, profile_batch, 0,
           "If > 0: only run --profile_steps decode steps at this batch inside "
           "cudaProfilerStart/Stop and write the batch's kernel account to --json_out.");
@@ -423,10 +425,10 @@ int Main() {
   }
   const std::string shape = absl::GetFlag(FLAGS_shape);
   if (shape != "125m" && shape != "based" && shape != "gated_delta_net" && shape != "gla" &&
-      shape != "retnet") {
+      shape != "retnet" && shape != "mamba2") {
     std::fprintf(stderr,
                  "gpu_bench: --shape = \"%s\" is not one of 125m, based, gated_delta_net, gla, "
-                 "retnet\n",
+                 "retnet, mamba2\n",
                  shape.c_str());
     return 2;
   }
@@ -445,6 +447,7 @@ int Main() {
                                        : shape == "gated_delta_net" ? ConfigGatedDeltaNet125M()
                                        : shape == "gla"             ? ConfigGla125M()
                                        : shape == "retnet"          ? ConfigRetNet125M()
+                                       : shape == "mamba2"          ? ConfigMamba2_125M()
                                                                     : Config125M();
   Die(parsed.status(), "the model shape");
   const ModelConfig config = *std::move(parsed);
@@ -555,7 +558,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench [--batches=1,8,64,256,1024] [--prefill_lengths=2048,32768] "
       "[--positions=1024,16384,262144] [--precision=bf16] [--min_seconds=1] [--json_out=FILE] "
-      "[--shape=125m|based|gated_delta_net|gla|retnet] [--profile_batch=B --profile_steps=50]\n"
+      "[--shape=125m|based|gated_delta_net|gla|retnet|mamba2] [--profile_batch=B "
+      "--profile_steps=50]\n"
       "The CUDA backend on the 125M (or Based, or Gated DeltaNet) shape against the HBM and GEMM "
       "floors measured "
       "in the same run; markdown on stdout.");

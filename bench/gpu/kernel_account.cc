@@ -9,6 +9,7 @@
 #include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
 #include "model/layers/linear_attention.h"
+#include "model/layers/mamba2.h"
 #include "model/layers/retention.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/sliding_window_attention.h"
@@ -188,12 +189,40 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
              .activations = b * in * kF32 + b * p.ValueDim() * w},
             b * (per_entry * p.HistoryOffset() + 2 * p.KeyDim() * rank));
       a.Gemm("o", d, p.ValueDim());
+    } else if (mixer == "mamba2") {
+      const Mamba2Params p = Mamba2Params::From(layer.mixer.params);
+      const int64_t c = p.ConvChannels();
+      const int64_t di = p.InnerDim();
+      const int64_t past = static_cast<int64_t>(p.conv_size) - 1;
+      a.Gemm("mamba_in", p.InColumns(), d);
+      a.Add(mixer + " conv", "DecodeShortConvKernel",
+            {.state = 2 * b * past * c * kF32, .activations = 2 * b * c * kF32},
+            b * 2 * static_cast<int64_t>(p.conv_size) * c);
+      // Reads and writes S once; reads x | B | C and dt (fp32), writes y (fp32). Per S entry the
+      // decay, B·v, the sum and y's product and sum (5 FLOPs); per channel dt·x and the D skip.
+      a.Add(mixer + " scan", "DecodeMamba2Kernel",
+            {.state = 2 * b * p.HistoryOffset() * kF32,
+             .activations = b * (c + p.n_heads) * kF32 + b * di * kF32},
+            b * (5 * p.HistoryOffset() + 3 * di));
+      // Reads y and z (fp32), writes the normed rows in the weights' type.
+      a.Add(mixer + " norm", "Mamba2NormKernel", {.activations = 2 * b * di * kF32 + b * di * w},
+            b * 6 * di);
+      a.Gemm("o", d, di);
     } else {
       return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
                                                      "].mixer.kind \"", mixer, "\" is unknown"));
     }
-    a.Norm(layer.norm.kind, d, /*with_delta=*/true);
     const std::string& mlp = layer.mlp.kind;
+    const bool last = l + 1 == layers.size();
+    if (mlp == "none") {  // no MLP: the mixer's add goes into the next norm (post-norm: norm1)
+      a.Norm(!pre   ? layer.norm.kind
+             : last ? config.FinalNorm().kind
+                    : layers[l + 1].norm.kind,
+             d,
+             /*with_delta=*/true);
+      continue;
+    }
+    a.Norm(layer.norm.kind, d, /*with_delta=*/true);
     if (mlp == "ffn") {
       const int64_t ff = FfnParams::From(layer.mlp.params).d_ff;
       a.Gemm("fc1", ff, d);
@@ -208,7 +237,6 @@ absl::StatusOr<std::vector<KernelCost>> DecodeKernelAccount(const ModelConfig& c
       return absl::InvalidArgumentError(absl::StrCat("DecodeKernelAccount: layers[", l,
                                                      "].mlp.kind \"", mlp, "\" is unknown"));
     }
-    const bool last = l + 1 == layers.size();
     const std::string& next_norm = !pre   ? layer.norm.kind
                                    : last ? config.FinalNorm().kind
                                           : layers[l + 1].norm.kind;

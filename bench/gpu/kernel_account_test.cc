@@ -9,6 +9,7 @@
 #include "model/layers/gated_delta_net.h"
 #include "model/layers/gated_linear_attention.h"
 #include "model/layers/gated_mlp.h"
+#include "model/layers/mamba2.h"
 #include "model/layers/rms_norm.h"
 #include "model/layers/short_conv.h"
 #include "model/layers/sliding_window_attention.h"
@@ -217,6 +218,16 @@ TEST(KernelAccountTest, BenchShapes) {
             2 * (12 * (2 * 768 * 768 + 3 * 1536 * 768 + 3 * 768 * 2048) + 50257 * 768 + 768));
   EXPECT_EQ(ret->StateFloatsPerSlot(), 12 * 12 * 64 * 128);
   EXPECT_EQ(Find(*r, "retention decode")->flops, 12 * 8 * 12 * 64 * 128);
+
+  absl::StatusOr<ModelConfig> mamba = ConfigMamba2_125M();
+  ASSERT_TRUE(mamba.ok()) << mamba.status();
+  absl::StatusOr<std::vector<KernelCost>> m = DecodeKernelAccount(*mamba, 1, 2);
+  ASSERT_TRUE(m.ok()) << m.status();
+  // Per layer: in_proj (2 · 1536 + 2 · 128 + 24) · 768 and out_proj 768 · 1536; no MLP. The state:
+  // S (24 × 128 × 64) and 3 rows of 1792 convolved channels, read and written.
+  EXPECT_EQ(AccountTotal(*m).bytes.weights,
+            2 * (24 * (3352 * 768 + 768 * 1536) + 50257 * 768 + 768));
+  EXPECT_EQ(mamba->StateFloatsPerSlot(), 24 * (24 * 128 * 64 + 3 * 1792));
 }
 
 // gated_delta_net, d 4, batch 1, bf16, by hand: 1 q/k head of 2, 2 value heads of 3, conv 3,
@@ -283,6 +294,41 @@ TEST(KernelAccountTest, GatedLinearAttentionByHand) {
   ExpectCost(a, "gated_linear_attention decode", 1, {.weights = 24, .state = 48, .activations = 54},
              38);
   ExpectCost(a, "gemm o", 1, {.weights = 24, .activations = 6 + 16}, 24);
+}
+
+// mamba2 in Mamba's block (the MLP kind "none": no MLP and no second norm), d 4, batch 1, bf16,
+// two layers: 2 heads of 2, state 3, 1 group, conv 3: x | B | C 10 channels, in_proj 4 + 10 + 2.
+TEST(KernelAccountTest, Mamba2WithoutAnMlpByHand) {
+  const ComponentSpec norm = {.kind = "rms_norm", .params = RmsNormParams{}.ToValues()};
+  const ComponentSpec none = {.kind = "none", .params = {}};
+  const ComponentSpec mamba = {
+      .kind = "mamba2",
+      .params =
+          Mamba2Params{.n_heads = 2, .head_dim = 2, .state_size = 3, .conv_size = 3}.ToValues()};
+  ModelConfig c;
+  c.vocab_size = 260;
+  c.d_model = 4;
+  c.position = PositionEmbedding::kNone;
+  c.layers = {{.mixer = mamba, .norm = norm, .mlp = none},
+              {.mixer = mamba, .norm = norm, .mlp = none}};
+  c.n_layers = 2;
+  c.final_norm = norm;
+  absl::StatusOr<ModelConfig> parsed = ParseModelConfig(ModelConfigToJson(c), "test");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(*parsed, 1, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  // 16 rows × 4 bf16 = 128 per layer; x 8, y 16 fp32 = 72.
+  ExpectCost(a, "gemm mamba_in", 2, {.weights = 256, .activations = 144}, 256);
+  // 2 past rows of 10 fp32 read and rewritten (160); 10 in, 10 out (80); 2 · 3 · 10.
+  ExpectCost(a, "mamba2 conv", 2, {.state = 320, .activations = 160}, 120);
+  // S: 2 × 3 × 2 fp32 = 48, read and written; x | B | C and dt 12 fp32 in, y 4 fp32 out;
+  // 5 · 12 + 3 · 4.
+  ExpectCost(a, "mamba2 scan", 2, {.state = 192, .activations = 128}, 144);
+  ExpectCost(a, "mamba2 norm", 2, {.activations = 2 * (32 + 8)}, 48);
+  // One norm per layer after its mixer (the next layer's, then the final norm) and the first.
+  // Each: x, the delta and the sum (fp32) and the normed row (bf16).
+  ExpectCost(a, "rms_norm (+ residual add)", 2, {.activations = 2 * (48 + 8)}, 0);
 }
 
 // delta_net on the same kernels, d 4, batch 1, bf16: 1 head, k 2, v 3, conv 3, no β projection,

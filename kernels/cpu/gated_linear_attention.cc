@@ -65,8 +65,8 @@ Rotation RotationTable(int64_t k_dim, double base) {
 }
 
 void GatedLinearAttentionStep(const float* q, const float* k, const float* v, const float* gk,
-                              const Rotation* rotation, int64_t k_dim, int64_t v_dim, float* s,
-                              float* o) {
+                              int64_t g_step, const Rotation* rotation, int64_t k_dim,
+                              int64_t v_dim, float* s, float* o) {
   for (int64_t j = 0; j < v_dim; ++j) o[j] = 0.0f;
   if (rotation != nullptr) {
     // Pairs (c, c + half) turned by −θ_c, then decayed and updated, in the CUDA step's order.
@@ -76,8 +76,8 @@ void GatedLinearAttentionStep(const float* q, const float* k, const float* v, co
     for (int64_t c = 0; c < half; ++c) {
       float* a = s + c * v_dim;
       float* b = s + (c + half) * v_dim;
-      const float alpha1 = std::exp(gk[c]);
-      const float alpha2 = std::exp(gk[c + half]);
+      const float alpha1 = std::exp(gk[c * g_step]);
+      const float alpha2 = std::exp(gk[(c + half) * g_step]);
       for (int64_t j = 0; j < v_dim; ++j) {
         const float x1 = a[j], x2 = b[j];
         a[j] = (x1 * cos[c] - x2 * sin[c]) * alpha1 + k[c] * v[j];
@@ -89,7 +89,7 @@ void GatedLinearAttentionStep(const float* q, const float* k, const float* v, co
   }
   for (int64_t i = 0; i < k_dim; ++i) {
     float* row = s + i * v_dim;
-    const float alpha = std::exp(gk[i]);
+    const float alpha = std::exp(gk[i * g_step]);
     const float ki = k[i];
     const float qi = q[i];
     for (int64_t j = 0; j < v_dim; ++j) {
@@ -108,10 +108,11 @@ int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim) {
 
 void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q_in,
                                const float* k_in, int64_t ld_in, const float* v, int64_t ld_v,
-                               const float* gk, int64_t ld_g, const Rotation* rotation, float* s,
-                               float* o, int64_t ld_o, float* scratch) {
+                               const float* gk, int64_t ld_g, int64_t g_step,
+                               const Rotation* rotation, float* s, float* o, int64_t ld_o,
+                               float* scratch) {
   if (n == 1) {
-    GatedLinearAttentionStep(q_in, k_in, v, gk, rotation, k_dim, v_dim, s, o);
+    GatedLinearAttentionStep(q_in, k_in, v, gk, g_step, rotation, k_dim, v_dim, s, o);
     return;
   }
   const int kd = static_cast<int>(k_dim);
@@ -141,7 +142,7 @@ void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float*
     const float* prev = i == 0 ? nullptr : b + (i - 1) * k_dim;
     const float* gi = gk + i * ld_g;
     float* bi = b + i * k_dim;
-    for (int64_t c = 0; c < k_dim; ++c) bi[c] = (prev != nullptr ? prev[c] : 0.0f) + gi[c];
+    for (int64_t c = 0; c < k_dim; ++c) bi[c] = (prev != nullptr ? prev[c] : 0.0f) + gi[c * g_step];
   }
   // o = (Q ⊙ exp(b)) S, each q_i turned by i + 1 with the rotation.
   for (int i = 0; i < n; ++i) {

@@ -22,11 +22,12 @@ struct Rotation {
 Rotation RotationTable(int64_t k_dim, double base);
 
 // One token: S ← diag(exp(gk)) R S + k vᵀ;  o = Sᵀq  (q already scaled), R the identity
-// without `rotation`, R_−1 with it (gk then equal on each pair of channels). o must not overlap
-// the inputs.
+// without `rotation`, R_−1 with it (gk then equal on each pair of channels). Channel c's log gate
+// is gk[c · g_step]: g_step 1 reads one per channel, 0 one for all (Mamba-2's scalar decay). o
+// must not overlap the inputs.
 void GatedLinearAttentionStep(const float* q, const float* k, const float* v, const float* gk,
-                              const Rotation* rotation, int64_t k_dim, int64_t v_dim, float* s,
-                              float* o);
+                              int64_t g_step, const Rotation* rotation, int64_t k_dim,
+                              int64_t v_dim, float* s, float* o);
 
 // Floats of scratch GatedLinearAttentionChunk needs for chunks of up to `chunk` tokens.
 int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim);
@@ -40,14 +41,15 @@ int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim);
 // A is formed in blocks of 16 tokens: a block's pairs with earlier blocks as one product on Gemm
 // relative to the block's first token r (q_i ⊙ exp(b_i − b_r) times k_j ⊙ exp(b_r − b_j)), its
 // pairs within the block one by one. Token i's q and k are at q + i·ld_qk and k + i·ld_qk, its v
-// at v + i·ld_v, its log gates at gk + i·ld_g; its output goes to o + i·ld_o. Each gk ≥ −1e4
+// at v + i·ld_v, its log gates at gk + i·ld_g (channel c's at c · g_step); its output goes to
+// o + i·ld_o. Each gk ≥ −1e4
 // (the kind's floor keeps the cumulative sums finite). With `rotation` (n ≤ kMaxTurns), token i
 // of the chunk is i steps after the state's frame: its scores use R_i q_i and R_j k_j, the carried
 // S is read by R_(i+1) q_i, and the state leaves as R_−n S plus R_(j−n+1) k_j vᵀ's.
 void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, const float* k,
                                int64_t ld_qk, const float* v, int64_t ld_v, const float* gk,
-                               int64_t ld_g, const Rotation* rotation, float* s, float* o,
-                               int64_t ld_o, float* scratch);
+                               int64_t ld_g, int64_t g_step, const Rotation* rotation, float* s,
+                               float* o, int64_t ld_o, float* scratch);
 
 }  // namespace linserve::cpu
 

@@ -15,9 +15,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kMaxGridY = 65535;  // value heads are the grid's y
 
-// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU).
-__device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : Log1pOf(expf(x)); }
-
 // x[0 … n) ← x / sqrt(Σ x² + eps) · scale, in shared memory.
 __device__ __forceinline__ void L2Normalize(float* x, int n, float eps, float scale,
                                             float* reduce) {

@@ -101,6 +101,9 @@ __device__ __forceinline__ float Log1pOf(float e) {
   return u == 1.0f ? e : __fdiv_rn(__fmul_rn(logf(u), e), __fsub_rn(u, 1.0f));
 }
 
+// softplus(x) = log(1 + e^x), x itself above 20 (PyTorch's threshold, as the CPU kernels).
+__device__ __forceinline__ float Softplus(float x) { return x > 20.0f ? x : Log1pOf(expf(x)); }
+
 // Dispatches a templated launcher on the element type: LINSERVE_DISPATCH_DTYPE(dtype, T, body)
 // runs `body` with T = float, __half or __nv_bfloat16.
 #define LINSERVE_DISPATCH_DTYPE(dtype, T, ...) \

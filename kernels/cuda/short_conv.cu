@@ -142,9 +142,6 @@ absl::Status CheckShortConvShape(const ShortConvShape& shape) {
     return absl::InvalidArgumentError(absl::StrCat("short_conv: rows of ", shape.a_stride,
                                                    " floats hold fewer than the ", read, " read"));
   }
-  if (!shape.gated && shape.in_bias != nullptr) {
-    return absl::InvalidArgumentError("short_conv: an ungated convolution takes no in_proj bias");
-  }
   return absl::OkStatus();
 }
 

@@ -3,8 +3,9 @@
 // in_proj's bias: added here), one fused kernel forms
 //   c[ch] = Σ_{j<kernel} w[ch][j] · u_{t−(kernel−1)+j}[ch] + conv_bias[ch]
 //   y[ch] = silu(c[ch]) · g[ch]
-// and writes y in T, out_proj's input. Ungated (ShortConvShape::gated false: the delta-rule kinds'
-// q/k/v convolutions over the leading columns of its projections' rows), y = silu(c[ch]). The sum
+// and writes y in T, out_proj's input. Ungated (ShortConvShape::gated false: the recurrent kinds'
+// convolutions over columns of their projections' rows: q/k/v, or Mamba-2's x/B/C), y =
+// silu(c[ch]). The sum
 // runs over j in order and every operation rounds as the CPU kernel's (cpu::ShortConvStep), so fp32
 // results differ only in expf's last ulp.
 //
@@ -28,11 +29,12 @@ namespace linserve::cuda {
 struct ShortConvShape {
   int channels = 0;                  // d_inner
   int kernel = 0;                    // taps, the current token's included
-  const float* in_bias = nullptr;    // optional [2·channels]: in_proj's bias (u's, then g's)
+  // optional: in_proj's bias, [2·channels] (u's, then g's), or [channels] (u's) ungated
+  const float* in_bias = nullptr;
   const float* weight = nullptr;     // [channels, kernel]: conv.weight as the checkpoint has it
   const float* conv_bias = nullptr;  // optional [channels]
-  // Ungated (the delta-rule kinds' q/k/v convolutions): y = silu(c), a's rows hold u and then
-  // columns the convolution does not read, and there is no in_bias. Default: gated.
+  // Ungated (the recurrent kinds' convolutions): y = silu(c), a's rows hold u and then columns
+  // the convolution does not read. Default: gated.
   bool gated = true;
   // Floats from one row of a to the next: at least 2·channels gated, channels ungated.
   // Default (0): 2·channels.
@@ -44,7 +46,7 @@ constexpr int kMinShortConvKernel = 2;
 constexpr int kMaxShortConvKernel = 64;
 
 // INVALID_ARGUMENT unless channels >= 1, kMinShortConvKernel <= kernel <= kMaxShortConvKernel,
-// the weight is given, a_stride is 0 or wide enough and an ungated shape has no in_bias.
+// the weight is given and a_stride is 0 or wide enough.
 absl::Status CheckShortConvShape(const ShortConvShape& shape);
 
 struct DecodeShortConvArgs {

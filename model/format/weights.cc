@@ -37,8 +37,9 @@ std::vector<TensorDecl> LayerTensors(const LayerSpec& spec, int64_t d) {
   for (TensorDecl& t : FindMixerKind(spec.mixer.kind)->tensors(spec.mixer.params, d)) {
     out.push_back(std::move(t));
   }
-  add_norm("ln2.");
-  for (TensorDecl& t : FindMlpKind(spec.mlp.kind)->tensors(spec.mlp.params, d)) {
+  const MlpKind& mlp = *FindMlpKind(spec.mlp.kind);
+  if (mlp.present) add_norm("ln2.");  // "none": no MLP, no second norm
+  for (TensorDecl& t : mlp.tensors(spec.mlp.params, d)) {
     out.push_back(std::move(t));
   }
   return out;

@@ -89,6 +89,9 @@ struct NormKind : ComponentKind {
 
 struct MlpKind : ComponentKind {
   std::vector<TensorDecl> (*tensors)(const ParamValues& params, int64_t d_model) = nullptr;
+  // False for "none" alone: the layer has no MLP and no second norm (no ln2.* tensors), and the
+  // backends make neither. Default: true.
+  bool present = true;
 };
 
 // What every kind's check_state asks of each value: finite and at most `max_magnitude` in

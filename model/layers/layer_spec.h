@@ -18,7 +18,8 @@ struct ComponentSpec {
 // Per layer, with x the residual stream (docs/architecture.md §4):
 //   pre-norm:  h = x + mixer(norm1(x));  y = h + mlp(norm2(h))
 //   post-norm: h = norm1(x + mixer(x));  y = norm2(h + mlp(h))
-// norm1 and norm2 are two instances of `norm` (tensors ln1.* and ln2.*).
+// norm1 and norm2 are two instances of `norm` (tensors ln1.* and ln2.*). With the MLP kind "none"
+// the layer has neither the MLP nor norm2: y = h (model/layers/none.h).
 struct LayerSpec {
   ComponentSpec mixer;
   ComponentSpec norm;

@@ -63,7 +63,8 @@ def _make(role, d, p):
 
 class Block(nn.Module):
     """One layer: norm1 → mixer → residual, norm2 → mlp → residual (pre- or post-norm). The mixer
-    and the MLP are registered under their kind's prefix ("attn", "conv"; "ffn", "mlp")."""
+    and the MLP are registered under their kind's prefix ("attn", "conv"; "ffn", "mlp"). With the
+    MLP kind "none" the layer has neither norm2 nor an MLP: y = h."""
 
     def __init__(self, cfg, layer):
         super().__init__()
@@ -73,10 +74,11 @@ class Block(nn.Module):
         mixer = _make("mixer", d, layer["mixer"])
         self.mixer_name = mixer.prefix
         self.add_module(mixer.prefix, mixer)
-        self.ln2 = _make("norm", d, layer["norm"])
         mlp = _make("mlp", d, layer["mlp"])
-        self.mlp_name = mlp.prefix
-        self.add_module(mlp.prefix, mlp)
+        self.mlp_name = None if mlp is None else mlp.prefix
+        if mlp is not None:
+            self.ln2 = _make("norm", d, layer["norm"])
+            self.add_module(mlp.prefix, mlp)
 
     @property
     def mixer(self):
@@ -90,9 +92,13 @@ class Block(nn.Module):
         if self.pre_norm:
             a, state = attend(self.ln1(x))
             h = x + a
+            if self.mlp_name is None:
+                return h, state
             return h + self.feed_forward(self.ln2(h)), state
         a, state = attend(x)
         h = self.ln1(x + a)
+        if self.mlp_name is None:
+            return h, state
         return self.ln2(h + self.feed_forward(h)), state
 
     def forward(self, x, state, positions, chunk_size):

@@ -154,8 +154,44 @@ def small_retnet_config(**overrides):
     return config
 
 
+# Mamba2Config.__init__'s defaults (those the model reads, and num_heads, which it computes).
+MAMBA2_DEFAULTS = {
+    "head_dim": 64, "vocab_size": 32000, "hidden_size": 2048, "state_size": 128,
+    "num_hidden_layers": 48, "norm_eps": 1e-5, "pad_token_id": 0, "bos_token_id": 1,
+    "eos_token_id": 2, "expand": 2, "conv_kernel": 4, "n_groups": 1, "use_bias": False,
+    "use_conv_bias": True, "conv_init": None, "A_init_range": (1, 16), "D_has_hdim": False,
+    "hidden_act": "silu", "initializer_range": 0.02, "residual_in_fp32": True, "dt_min": 0.001,
+    "dt_max": 0.1, "dt_init_floor": 1e-4, "dt_limit": (0.0, float("inf")),
+    "rescale_prenorm_residual": True, "use_cache": True, "rmsnorm": True,
+    "norm_before_gate": False, "chunk_size": 256, "fuse_norm": True, "fuse_cross_entropy": True,
+    "fuse_linear_cross_entropy": False, "use_l2warp": False, "tie_word_embeddings": False,
+}
+
+
+def small_mamba2_config(**overrides):
+    """A Mamba-2 config.json in fla-hub/mamba2-1.3B-100B's shape scaled down: hidden 64, expand 2
+    (d_inner 128), heads of 16 (8 heads), state 16, 2 groups, 3 layers, vocab 2048, chunks of 64,
+    and fla's dt_limit [0, Infinity] (a bare Infinity in the JSON, as fla writes it)."""
+    config = {
+        "architectures": ["Mamba2ForCausalLM"], "model_type": "mamba2", "torch_dtype": "float32",
+        "transformers_version": "4.53.3", "head_dim": 16, "vocab_size": 2048, "hidden_size": 64,
+        "state_size": 16, "num_hidden_layers": 3, "norm_eps": 1e-5, "pad_token_id": 0,
+        "bos_token_id": 1, "eos_token_id": 2, "expand": 2, "conv_kernel": 4, "n_groups": 2,
+        "use_bias": False, "use_conv_bias": True, "conv_init": None, "A_init_range": [1, 16],
+        "D_has_hdim": False, "hidden_act": "silu", "initializer_range": 0.02,
+        "residual_in_fp32": True, "dt_min": 0.001, "dt_max": 0.1, "dt_init_floor": 1e-4,
+        "dt_limit": [0.0, float("inf")], "rescale_prenorm_residual": True, "use_cache": True,
+        "rmsnorm": True, "norm_before_gate": False, "chunk_size": 64, "fuse_norm": True,
+        "tie_word_embeddings": False, "num_heads": 8,
+    }
+    config.update(overrides)
+    if "num_heads" not in overrides:
+        config["num_heads"] = int(config["expand"] * config["hidden_size"] / config["head_dim"])
+    return config
+
+
 _DEFAULTS_OF = {"gated_deltanet": DEFAULTS, "delta_net": DELTA_NET_DEFAULTS, "gla": GLA_DEFAULTS,
-                "retnet": RETNET_DEFAULTS}
+                "retnet": RETNET_DEFAULTS, "mamba2": MAMBA2_DEFAULTS}
 
 
 def get(config, key):
@@ -574,6 +610,161 @@ class ForCausalLM(nn.Module):
         return self.lm_head(self.model.norm(x)), states
 
 
+def segment_sum(x):
+    """fla/layers/mamba2.py's segment_sum: x [..., T] -> [..., T, T], Σ_{j<k≤i} x_k below the
+    diagonal, −inf above it."""
+    t = x.size(-1)
+    x = x[..., None].expand(*x.size(), t)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=-1)
+    x = x.masked_fill(~mask, 0)
+    out = torch.cumsum(x, dim=-2)
+    mask = torch.tril(torch.ones(t, t, dtype=torch.bool), diagonal=0)
+    return out.masked_fill(~mask, -torch.inf)
+
+
+def rms_norm_gated(x, weight, z, eps, group_size, norm_before_gate):
+    """fla/modules/layernorm_gated.py's rms_norm_ref (no bias)."""
+    if not norm_before_gate:
+        x = x * F.silu(z)
+    g = x.reshape(*x.shape[:-1], -1, group_size)
+    rstd = 1 / torch.sqrt(g.square().mean(dim=-1, keepdim=True) + eps)
+    out = (g * rstd).reshape(x.shape) * weight
+    if norm_before_gate:
+        out = out * F.silu(z)
+    return out
+
+
+class Mamba2(nn.Module):
+    """fla/layers/mamba2.py's Mamba2 as Mamba2Block builds it, computing its torch_forward
+    prefill path (the naive SSD by chunks of chunk_size, what fla runs without its CUDA kernels)
+    in the model's dtype where that path upcasts to float32, and with B and C of head h from group
+    h // (num_heads / n_groups), as its decode path and mamba_ssm's kernels read them: its naive
+    prefill tiles them with repeat (group h % n_groups), which disagrees with both when there are
+    several groups of several heads."""
+
+    def __init__(self, config):
+        super().__init__()
+        d = get(config, "hidden_size")
+        self.head_dim = get(config, "head_dim")
+        self.intermediate_size = int(get(config, "expand") * d)
+        self.num_heads = self.intermediate_size // self.head_dim
+        self.n_groups = get(config, "n_groups")
+        self.ssm_state_size = get(config, "state_size")
+        self.chunk_size = get(config, "chunk_size")
+        self.dt_limit = tuple(get(config, "dt_limit"))
+        self.D_has_hdim = get(config, "D_has_hdim")
+        self.rmsnorm = get(config, "rmsnorm")
+        self.norm_before_gate = get(config, "norm_before_gate")
+        self.norm_eps = get(config, "norm_eps")
+        self.conv_dim = self.intermediate_size + 2 * self.n_groups * self.ssm_state_size
+        k = get(config, "conv_kernel")
+        self.conv1d = nn.Conv1d(self.conv_dim, self.conv_dim, k, groups=self.conv_dim,
+                                padding=k - 1, bias=get(config, "use_conv_bias"))
+        self.in_proj = nn.Linear(d, self.intermediate_size + self.conv_dim + self.num_heads,
+                                 bias=get(config, "use_bias"))
+        self.dt_bias = nn.Parameter(torch.zeros(self.num_heads))
+        self.A_log = nn.Parameter(torch.zeros(self.num_heads))
+        if self.rmsnorm:
+            self.norm = RMSNorm(self.intermediate_size, self.norm_eps)
+        self.D = nn.Parameter(torch.ones(self.intermediate_size if self.D_has_hdim
+                                         else self.num_heads))
+        self.out_proj = nn.Linear(self.intermediate_size, d, bias=get(config, "use_bias"))
+
+    def forward(self, x):
+        b, t, _ = x.shape
+        h, p, n, cs = self.num_heads, self.head_dim, self.ssm_state_size, self.chunk_size
+        gate, xbc, dt = self.in_proj(x).split(
+            [self.intermediate_size, self.conv_dim, self.num_heads], dim=-1)
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :t].transpose(1, 2))
+        hs, B, C = torch.split(xbc, [self.intermediate_size, self.n_groups * n,
+                                     self.n_groups * n], dim=-1)
+        A = -torch.exp(self.A_log)
+        dt = torch.clamp(F.softplus(dt + self.dt_bias), self.dt_limit[0], self.dt_limit[1])
+        hs = hs.reshape(b, t, -1, p)
+        B = B.reshape(b, t, -1, n).repeat_interleave(h // self.n_groups, dim=2)
+        C = C.reshape(b, t, -1, n).repeat_interleave(h // self.n_groups, dim=2)
+        pad = (cs - t % cs) % cs
+        D = self.D.view(h, p) if self.D_has_hdim else self.D[:, None].expand(-1, p)
+
+        def padded(u):  # [b, t, ...] -> [b, t + pad, ...]
+            return torch.cat([u, u.new_zeros(b, pad, *u.shape[2:])], dim=1)
+
+        def chunks(u):
+            u = padded(u)
+            return u.reshape(b, -1, cs, *u.shape[2:])
+
+        D_residual = D * padded(hs)
+        hs = hs * dt[..., None]
+        A = A.to(hs.dtype) * dt
+        hs, A, B, C = (chunks(u) for u in (hs, A, B, C))
+        A = A.permute(0, 3, 1, 2)
+        A_cumsum = torch.cumsum(A, dim=-1)
+        L = torch.exp(segment_sum(A))
+        G = (C[:, :, :, None, :, :] * B[:, :, None, :, :, :]).sum(dim=-1)
+        M = (G[..., None] * L.permute(0, 2, 3, 4, 1)[..., None]).sum(dim=-1)
+        Y_diag = (M[..., None] * hs[:, :, None]).sum(dim=3)
+        decay_states = torch.exp(A_cumsum[:, :, :, -1:] - A_cumsum)
+        B_decay = B * decay_states.permute(0, -2, -1, 1)[..., None]
+        states = (B_decay[..., None, :] * hs[..., None]).sum(dim=2)
+        states = torch.cat([torch.zeros_like(states[:, :1]), states], dim=1)
+        decay_chunk = torch.exp(segment_sum(F.pad(A_cumsum[:, :, :, -1], (1, 0))))
+        decay_chunk = decay_chunk.transpose(1, 3)
+        new_states = (decay_chunk[..., None, None] * states[:, :, None, ...]).sum(dim=1)
+        states, ssm_state = new_states[:, :-1], new_states[:, -1]
+        state_decay_out = torch.exp(A_cumsum)
+        C_times_states = C[..., None, :] * states[:, :, None, ...]
+        Y_off = C_times_states.sum(-1) * state_decay_out.permute(0, 2, 3, 1)[..., None]
+        y = (Y_diag + Y_off).reshape(b, -1, h, p) + D_residual
+        y = y[:, :t].reshape(b, t, -1)
+        if self.rmsnorm:
+            y = rms_norm_gated(y, self.norm.weight, gate, self.norm_eps,
+                               self.intermediate_size // self.n_groups, self.norm_before_gate)
+        else:
+            y = y * F.silu(gate)
+        return self.out_proj(y), ssm_state  # the state [B, H, head_dim, state_size]
+
+
+class Mamba2Block(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.norm = RMSNorm(get(config, "hidden_size"), get(config, "norm_eps"))
+        self.mixer = Mamba2(config)
+
+    def forward(self, x):
+        o, h = self.mixer(self.norm(x))
+        return x + o, h
+
+
+class Mamba2Backbone(nn.Module):
+    def __init__(self, config):
+        super().__init__()
+        self.embeddings = nn.Embedding(get(config, "vocab_size"), get(config, "hidden_size"))
+        self.layers = nn.ModuleList(
+            Mamba2Block(config) for _ in range(get(config, "num_hidden_layers")))
+        self.norm_f = RMSNorm(get(config, "hidden_size"), get(config, "norm_eps"))
+
+
+class Mamba2ForCausalLM(nn.Module):
+    """fla's Mamba2ForCausalLM: backbone.embeddings, backbone.layers.{i}.norm and .mixer,
+    backbone.norm_f, lm_head."""
+
+    def __init__(self, config):
+        super().__init__()
+        self.backbone = Mamba2Backbone(config)
+        self.lm_head = nn.Linear(get(config, "hidden_size"), get(config, "vocab_size"),
+                                 bias=False)
+        if get(config, "tie_word_embeddings"):
+            self.lm_head.weight = self.backbone.embeddings.weight
+
+    def forward(self, input_ids):
+        x = self.backbone.embeddings(input_ids)
+        states = []
+        for layer in self.backbone.layers:
+            x, h = layer(x)
+            states.append(h)
+        return self.lm_head(self.backbone.norm_f(x)), states
+
+
 def randomise(model, gen):
     """Weights far from their initial values, at a stable scale: norms 1 + N(0, 0.2²), A_log and
     dt_bias N(0, 0.5²), the embedding N(0, 1), every other matrix N(0, 1/fan_in) (a convolution's
@@ -598,11 +789,14 @@ def make_checkpoint(directory, config, seed, weights="model.safetensors", dtype=
 
     os.makedirs(directory, exist_ok=True)
     with torch.random.fork_rng(devices=[]):
-        model = ForCausalLM(config).double()
+        model = (Mamba2ForCausalLM if config.get("model_type") == "mamba2"
+                 else ForCausalLM)(config).double()
     randomise(model, torch.Generator().manual_seed(seed))
     state = {k: v.to(dtype).contiguous() for k, v in model.state_dict().items()}
     if get(config, "tie_word_embeddings"):
         del state["lm_head.weight"]
+    if config.get("model_type") == "mamba2":  # fla writes its dt_limit's inf as a bare Infinity
+        config = {k: list(v) if isinstance(v, tuple) else v for k, v in config.items()}
     with open(os.path.join(directory, "config.json"), "w", encoding="utf-8") as f:
         json.dump(config, f, indent=2)
     if weights == "model.safetensors":

@@ -1,5 +1,5 @@
-"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet, DeltaNet, GLA or
-RetNet layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
+"""convert_fla.py: a random checkpoint in flash-linear-attention's Gated DeltaNet, DeltaNet, GLA,
+RetNet or Mamba-2 layout (fla_authors.py, an independent transcription of their models at bc3b101) converts into a model
 directory whose logits, from our reference in both its parallel and its recurrent form, equal
 fla's model's within 1e-12 of the largest logit for a 300-token prompt (both in float64 from the
 same stored weights), with the same recurrent state ([v, k] in fla's layout for Gated DeltaNet and
@@ -97,6 +97,8 @@ class ConvertFlaTest(unittest.TestCase):
             expected_s = fla_state.transpose(-1, -2) if v_first else fla_state
             if config["model_type"] == "retnet":  # ours is turned back to the last token's frame
                 expected_s = turn_rows(expected_s, -(TOKENS - 1))
+            if config["model_type"] == "mamba2":  # fla's [head_dim, state_size], ours [N, P]
+                expected_s = fla_state.transpose(-1, -2)
             self.assertLessEqual(relative(s, expected_s), TOLERANCE, layer)
         return theirs, ours
 
@@ -190,6 +192,70 @@ class ConvertFlaTest(unittest.TestCase):
                 self.refused({**base, **overrides}, pattern, model=base)
         self.refused(base, "missing tensor 'model.layers.0.attn.g_proj.weight'",
                      lambda t: t.pop("model.layers.0.attn.g_proj.weight"), model=base)
+
+    def test_mamba2_logits_and_state_equal_fla(self):
+        variants = [
+            {},
+            dict(n_groups=1, D_has_hdim=True, norm_before_gate=True, dt_limit=[0.01, 0.5],
+                 chunk_size=32, conv_kernel=3),
+            dict(rmsnorm=False, use_bias=True, use_conv_bias=False, tie_word_embeddings=True,
+                 n_groups=4, norm_eps=1e-3),
+        ]
+        for i, overrides in enumerate(variants):
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.check_parity(fla_authors.small_mamba2_config(**overrides), seed=60 + i,
+                                  chunk_size=64 if i == 0 else 11)
+
+    def test_the_mamba2_checks_see_every_option(self):
+        """As below for mamba2: the norm on the other side of the gate, the dt ceiling, one group
+        instead of two and the norm's eps, set otherwise on the same tensors, move the logits away
+        from fla's."""
+        base = fla_authors.small_mamba2_config(dt_limit=[0.0, 0.5])
+        theirs, ours, dst = self.convert(base, seed=8)
+        tokens = torch.randint(0, base["vocab_size"], (1, 40),
+                               generator=torch.Generator().manual_seed(8))
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            converted = json.load(f)
+        with torch.no_grad():
+            expected, _ = theirs(tokens)
+        for key, value in [("norm_before_gate", True), ("dt_limit_max", 1e30), ("norm_eps", 1e-2),
+                           ("n_groups", 1)]:
+            with self.subTest(key=key):
+                cfg = json.loads(json.dumps(converted))
+                cfg["layers"][0]["mixer"][key] = value
+                state = dict(ours.state_dict())
+                if key == "n_groups":  # B and C of both groups read as one group's: 2 × wider
+                    cfg["layers"][0]["mixer"]["state_size"] = 32
+                wrong = ours.__class__(cfg).double()
+                wrong.load_state_dict(state)
+                with torch.no_grad():
+                    got, _ = wrong(tokens, chunk_size=16)
+                self.assertGreater(relative(got, expected), 1e-3)
+
+    def test_mamba2_refusals(self):
+        base = fla_authors.small_mamba2_config(num_hidden_layers=1)
+        for overrides, pattern in [
+            (dict(hidden_act="gelu"), "'hidden_act' = 'gelu' is not supported"),
+            (dict(dt_limit=[0.5, 0.1]), "'dt_limit' = \\[0.5, 0.1\\] must be \\[min, max\\]"),
+            (dict(dt_limit=[float("-inf"), 1.0]), "'dt_limit' = \\[-inf, 1.0\\] must be"),
+            (dict(num_heads=4), "'num_heads' = 4 is not expand · hidden_size / head_dim = 8"),
+            (dict(n_groups=3), "'n_groups' = 3 does not divide the 8 heads"),
+            (dict(head_dim=24), "'head_dim' = 24 does not divide the 128 channels"),
+            (dict(use_gate=True), "unknown key 'use_gate'"),
+        ]:
+            with self.subTest(**{k: str(v) for k, v in overrides.items()}):
+                self.refused({**base, **overrides}, pattern, model=base)
+        for edit, pattern in [
+            (lambda t: t["backbone.layers.0.mixer.A_log"].__setitem__(2, float("nan")),
+             "tensor 'backbone.layers.0.mixer.A_log' holds nan at \\[2\\]; the decay and the "
+             "skip must be finite"),
+            (lambda t: t.pop("backbone.layers.0.mixer.norm.weight"),
+             "missing tensor 'backbone.layers.0.mixer.norm.weight'"),
+            (lambda t: t.update({"backbone.layers.0.mlp.up_proj.weight": torch.zeros(8, 64)}),
+             "tensor 'backbone.layers.0.mlp.up_proj.weight' is not understood"),
+        ]:
+            with self.subTest(pattern=pattern):
+                self.refused(base, pattern, edit, model=base)
 
     def test_the_gla_checks_see_every_option(self):
         """As below for gated_linear_attention: each option the mapping reads, set otherwise on
@@ -286,7 +352,7 @@ class ConvertFlaTest(unittest.TestCase):
 
     def test_greedy_tokens_equal_for_64_steps_and_linserve_generate_writes_them(self):
         for config in (fla_authors.small_config(), fla_authors.small_gla_config(),
-                       fla_authors.small_retnet_config()):
+                       fla_authors.small_retnet_config(), fla_authors.small_mamba2_config()):
             with self.subTest(model_type=config["model_type"]):
                 self.check_greedy(config)
 
@@ -356,8 +422,6 @@ class ConvertFlaTest(unittest.TestCase):
     def test_config_refusals(self):
         base = fla_authors.small_config(num_hidden_layers=1)
         for overrides, pattern in [
-            (dict(model_type="mamba2"), "'model_type' = 'mamba2': Mamba-2 .* has no linserve "
-                                        "layer kind"),
             (dict(model_type="llama"), "'model_type' = 'llama' is not an fla family"),
             (dict(use_short_conv=False), "'use_short_conv' = False is not supported"),
             (dict(attn={"layers": [0], "num_heads": 2}), "'attn' = .*\\(hybrid models"),

@@ -262,7 +262,8 @@ void CpuBackend::RunLayers(int rows, bool prefill) {
       layer.mixer->Forward(x, pass, x);
       layer.norm1->Apply(x, rows, x);
     }
-    // MLP block.
+    // MLP block (none with the MLP kind "none").
+    if (layer.mlp == nullptr) continue;
     if (pre) {
       layer.norm2->Apply(x, rows, h);
       layer.mlp->Forward(h, rows, x);

@@ -225,8 +225,8 @@ class CpuGatedLinearAttentionMixer final : public CpuProjectedMixer {
     const float* first = qkvg + row * ld;
     cpu::GatedLinearAttentionChunk(
         n, hk, hv, first + h * hk, first + kd + h * hk, ld, first + 2 * kd + h * hv, ld,
-        first + 2 * kd + p_.ValueDim() + h * hk, ld, p_.rotary ? &rotation_ : nullptr, s,
-        out + row * p_.ValueDim() + h * hv, p_.ValueDim(), scratch);
+        first + 2 * kd + p_.ValueDim() + h * hk, ld, /*g_step=*/1, p_.rotary ? &rotation_ : nullptr,
+        s, out + row * p_.ValueDim() + h * hv, p_.ValueDim(), scratch);
   }
 
   // Per thread: the larger of Prepare's q | k | v and Recur's chunk scratch.

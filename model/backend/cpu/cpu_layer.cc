@@ -108,9 +108,12 @@ CpuLayers CreateCpuLayers(const CpuLayerContext& context) {
   for (size_t l = 0; l < specs.size(); ++l) {
     const LayerSpec& spec = specs[l];
     const LayerWeights& lw = w.layers[l];
+    const bool has_mlp = FindMlpKind(spec.mlp.kind)->present;  // "none": neither MLP nor norm2
     out.layers.push_back(CpuLayer{
         .norm1 = CreateNorm(context, spec.norm, lw.At("ln1.weight"), lw.FindOrEmpty("ln1.bias")),
-        .norm2 = CreateNorm(context, spec.norm, lw.At("ln2.weight"), lw.FindOrEmpty("ln2.bias")),
+        .norm2 = has_mlp ? CreateNorm(context, spec.norm, lw.At("ln2.weight"),
+                                      lw.FindOrEmpty("ln2.bias"))
+                         : nullptr,
         .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
         .mlp = CreateMlp(context, spec.mlp, lw)});
   }

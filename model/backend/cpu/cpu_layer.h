@@ -103,9 +103,9 @@ class CpuMlp {
 };
 
 struct CpuLayer {
-  std::unique_ptr<CpuNorm> norm1, norm2;
+  std::unique_ptr<CpuNorm> norm1, norm2;  // norm2 null with the MLP kind "none"
   std::unique_ptr<CpuMixer> mixer;
-  std::unique_ptr<CpuMlp> mlp;
+  std::unique_ptr<CpuMlp> mlp;  // null with the MLP kind "none"
 };
 
 struct CpuLayers {

@@ -79,6 +79,7 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   //   pre-norm:  x += mixer(norm1(x)); x += mlp(norm2(x)), the next norm1 (or the final norm)
   //              normalising x for the next input;
   //   post-norm: x = norm1(x + mixer(x)); x = norm2(x + mlp(x)).
+  // A layer without an MLP (kind "none") adds its mixer's output into the norm that follows it.
   const std::vector<CudaLayer>& layers = layers_.layers;
   const CudaPass pass{
       .rows = rows, .prefill = prefill, .workspace = &ws_, .state_floats = state_floats_};
@@ -88,14 +89,22 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   for (size_t l = 0; l < layers.size(); ++l) {
     const CudaLayer& layer = layers[l];
     LINSERVE_RETURN_IF_ERROR(layer.mixer->Forward(s, pass));
+    const bool last = l + 1 == layers.size();
+    // The norm after the layer in a pre-norm model: the next layer's first, or the final norm.
+    const CudaNorm* next = !pre   ? nullptr
+                           : last ? layers_.final_norm.get()
+                                  : layers[l + 1].norm1.get();
+    if (layer.mlp == nullptr) {
+      const CudaNorm& after = pre ? *next : *layer.norm1;
+      LINSERVE_RETURN_IF_ERROR(
+          after.Apply(s, act, rows, pre, act.proj, layer.mixer->output_bias()));
+      continue;
+    }
     const CudaNorm& after_mixer = pre ? *layer.norm2 : *layer.norm1;
     LINSERVE_RETURN_IF_ERROR(
         after_mixer.Apply(s, act, rows, pre, act.proj, layer.mixer->output_bias()));
     LINSERVE_RETURN_IF_ERROR(layer.mlp->Forward(s, ws_, rows));
-    const bool last = l + 1 == layers.size();
-    const CudaNorm& after_mlp = !pre   ? *layer.norm2
-                                : last ? *layers_.final_norm
-                                       : *layers[l + 1].norm1;
+    const CudaNorm& after_mlp = pre ? *next : *layer.norm2;
     LINSERVE_RETURN_IF_ERROR(
         after_mlp.Apply(s, act, rows, pre, act.proj, layer.mlp->output_bias()));
   }

@@ -56,7 +56,9 @@ std::unique_ptr<CudaMlp> CreateMlp(const CudaLayerContext& context, const Compon
 std::vector<CudaTensorGroup> CudaTensorGroups(const LayerSpec& spec) {
   std::vector<CudaTensorGroup> groups;
   const int64_t any_width = 1;  // the names do not depend on the width
+  const bool has_mlp = FindMlpKind(spec.mlp.kind)->present;  // "none": no ln2.*
   for (const char* prefix : {"ln1.", "ln2."}) {
+    if (!has_mlp && std::string_view(prefix) == "ln2.") continue;
     for (const NormTensorDecl& t :
          FindNormKind(spec.norm.kind)->tensors(spec.norm.params, any_width)) {
       groups.push_back({prefix + t.name, {prefix + t.name}, /*matrix=*/false});
@@ -104,11 +106,13 @@ CudaLayers CreateCudaLayers(const CudaLayerContext& context, const CudaWeights& 
   for (size_t l = 0; l < specs.size(); ++l) {
     const LayerSpec& spec = specs[l];
     const CudaLayerWeights& lw = weights.layers[l];
+    const bool has_mlp = FindMlpKind(spec.mlp.kind)->present;  // "none": neither MLP nor norm2
     out.layers.push_back(CudaLayer{
         .norm1 =
             CreateNorm(context, spec.norm, lw.RequiredVector("ln1.weight"), lw.Vector("ln1.bias")),
-        .norm2 =
-            CreateNorm(context, spec.norm, lw.RequiredVector("ln2.weight"), lw.Vector("ln2.bias")),
+        .norm2 = has_mlp ? CreateNorm(context, spec.norm, lw.RequiredVector("ln2.weight"),
+                                      lw.Vector("ln2.bias"))
+                         : nullptr,
         .mixer = CreateMixer(context, spec.mixer, lw, offsets[l]),
         .mlp = CreateMlp(context, spec.mlp, lw)});
   }

@@ -84,9 +84,9 @@ class CudaMlp {
 };
 
 struct CudaLayer {
-  std::unique_ptr<CudaNorm> norm1, norm2;
+  std::unique_ptr<CudaNorm> norm1, norm2;  // norm2 null with the MLP kind "none"
   std::unique_ptr<CudaMixer> mixer;
-  std::unique_ptr<CudaMlp> mlp;
+  std::unique_ptr<CudaMlp> mlp;  // null with the MLP kind "none"
 };
 
 struct CudaLayers {
