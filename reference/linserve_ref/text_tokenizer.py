@@ -35,8 +35,10 @@ class SentencePieceTokenizer:
 
     def token_bytes(self, token_id):
         p = self.processor
-        if p.is_control(token_id) or p.is_unknown(token_id):
+        if p.is_control(token_id):
             return b""
+        if p.is_unknown(token_id):  # its unk_surface (" ⁇ "), as linserve's decoder renders it
+            return p.decode([token_id]).encode("utf-8")
         piece = p.id_to_piece(token_id)
         if p.is_byte(token_id):
             return bytes([int(piece[3:5], 16)])  # "<0xAB>"

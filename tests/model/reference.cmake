@@ -43,6 +43,15 @@ add_test(NAME reference_convert_fla
          WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
 set_tests_properties(reference_convert_fla PROPERTIES LABELS "python")
 
+# Every flash-linear-attention family (issue 39) served end to end: a random checkpoint of each
+# converts, a linserve process serves it, and greedy completions over the OpenAI HTTP API and over
+# gRPC (linserve-cli) are the text of fla's own greedy tokens.
+add_test(NAME reference_fla_serving
+         COMMAND ${LINSERVE_PYTHON} ${LINSERVE_REFERENCE_DIR}/tests/test_fla_serving.py
+                 --server-bin $<TARGET_FILE:linserve> --cli-bin $<TARGET_FILE:linserve-cli>
+         WORKING_DIRECTORY ${LINSERVE_REFERENCE_DIR})
+set_tests_properties(reference_fla_serving PROPERTIES LABELS "python")
+
 # The bundled Based model (issue 26): its layers, size and recorded validation loss, and the same
 # text from linserve-generate (the C++ Based kinds) as from the reference.
 add_test(NAME reference_based_model
