@@ -1,9 +1,12 @@
 // What every benchmark program here needs: wall-clock timing, the median of repeated
-// measurements, and stopping with the error when a call it depends on fails.
+// measurements, stopping with the error when a call it depends on fails, and checking its flags'
+// values.
 #ifndef LINSERVE_BENCH_BENCH_SUPPORT_H_
 #define LINSERVE_BENCH_BENCH_SUPPORT_H_
 
 #include <chrono>
+#include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -28,6 +31,14 @@ T Must(absl::StatusOr<T> value) {
   Must(value.status());
   return *std::move(value);
 }
+
+// The value of flag --`flag` when it lies in [lo, hi]; else prints "<program>: --flag = value is
+// not in [lo, hi]" and exits 2.
+int32_t FlagInRange(const char* flag, int32_t value, int32_t lo, int32_t hi);
+
+// Flag --`flag`'s comma-separated list of integers, each in [lo, hi]; anything else prints the
+// part and the range and exits 2.
+std::vector<int64_t> ParseList(const char* flag, const std::string& text, int64_t lo, int64_t hi);
 
 }  // namespace linserve::bench
 

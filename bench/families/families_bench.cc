@@ -49,32 +49,11 @@ namespace linserve {
 namespace {
 
 using bench::Clock;
+using bench::FlagInRange;
 using bench::Median;
 using bench::Must;
+using bench::ParseList;
 using bench::Seconds;
-
-int32_t FlagInRange(const char* flag, int32_t value, int32_t lo, int32_t hi) {
-  if (value < lo || value > hi) {
-    std::fprintf(stderr, "families_bench: --%s = %d is not in [%d, %d]\n", flag, value, lo, hi);
-    std::exit(2);
-  }
-  return value;
-}
-
-std::vector<int64_t> ParseList(const char* flag, const std::string& text, int64_t lo, int64_t hi) {
-  std::vector<int64_t> out;
-  for (absl::string_view part : absl::StrSplit(text, ',')) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v < lo || v > hi) {
-      std::fprintf(stderr, "families_bench: --%s: '%s' is not an integer in [%lld, %lld]\n", flag,
-                   std::string(part).c_str(), static_cast<long long>(lo),
-                   static_cast<long long>(hi));
-      std::exit(2);
-    }
-    out.push_back(v);
-  }
-  return out;
-}
 
 // A family's shape at width d: the layer list of one model.
 struct Family {

@@ -98,6 +98,10 @@ struct MlpKind : ComponentKind {
 // magnitude. Returns the problem ("inf is not finite") or none.
 std::optional<std::string> CheckStateValue(float value, float max_magnitude);
 
+// The first value of `slice` CheckStateValue refuses, or none: the whole check of a kind whose
+// slice holds no value with a narrower rule.
+std::optional<StateProblem> CheckStateValues(absl::Span<const float> slice, float max_magnitude);
+
 }  // namespace linserve
 
 #endif  // LINSERVE_MODEL_LAYERS_COMPONENT_KIND_H_

@@ -54,14 +54,4 @@ std::string LocateDeltaRuleState(const DeltaRuleShape& p, int64_t index) {
                       "), channel ", channel);
 }
 
-std::optional<StateProblem> CheckDeltaRuleState(absl::Span<const float> slice,
-                                                float max_magnitude) {
-  for (size_t i = 0; i < slice.size(); ++i) {
-    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
-      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace linserve

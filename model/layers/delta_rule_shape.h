@@ -60,9 +60,6 @@ std::vector<TensorDecl> DeltaRuleTensors(const DeltaRuleShape& shape, int64_t d_
 // channel 5".
 std::string LocateDeltaRuleState(const DeltaRuleShape& shape, int64_t index);
 
-// The first value that is not finite or beyond max_magnitude.
-std::optional<StateProblem> CheckDeltaRuleState(absl::Span<const float> slice, float max_magnitude);
-
 // The slice's layout, for the docs.
 inline constexpr const char* kDeltaRuleStateLayout =
     "per value head S (head_k_dim × head_v_dim, row-major); then the last conv_size − 1 inputs "

@@ -61,14 +61,4 @@ std::string LocateGatedLinearAttentionState(const GatedLinearAttentionShape& p, 
                       "), channel ", channel);
 }
 
-std::optional<StateProblem> CheckGatedLinearAttentionState(absl::Span<const float> slice,
-                                                           float max_magnitude) {
-  for (size_t i = 0; i < slice.size(); ++i) {
-    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
-      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
-    }
-  }
-  return std::nullopt;
-}
-
 }  // namespace linserve

@@ -71,10 +71,6 @@ std::vector<TensorDecl> GatedLinearAttentionTensors(const GatedLinearAttentionSh
 // channel 5".
 std::string LocateGatedLinearAttentionState(const GatedLinearAttentionShape& shape, int64_t index);
 
-// The first value that is not finite or beyond max_magnitude.
-std::optional<StateProblem> CheckGatedLinearAttentionState(absl::Span<const float> slice,
-                                                           float max_magnitude);
-
 // The slice's layout, for the docs.
 inline constexpr const char* kGatedLinearAttentionStateLayout =
     "per head S (head_k_dim × head_v_dim, row-major); then, with use_short_conv, the last "

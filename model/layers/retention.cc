@@ -32,7 +32,7 @@ std::string LocateState(const ParamValues& values, int64_t index) {
 
 std::optional<StateProblem> CheckState(const ParamValues&, absl::Span<const float> slice,
                                        float max_magnitude) {
-  return CheckGatedLinearAttentionState(slice, max_magnitude);
+  return CheckStateValues(slice, max_magnitude);
 }
 
 MixerKind MakeKind() {

@@ -34,12 +34,7 @@ std::string LocateState(const ParamValues& values, int64_t index) {
 
 std::optional<StateProblem> CheckState(const ParamValues&, absl::Span<const float> slice,
                                        float max_magnitude) {
-  for (size_t i = 0; i < slice.size(); ++i) {
-    if (std::optional<std::string> bad = CheckStateValue(slice[i], max_magnitude)) {
-      return StateProblem{static_cast<int64_t>(i), *std::move(bad)};
-    }
-  }
-  return std::nullopt;
+  return CheckStateValues(slice, max_magnitude);
 }
 
 MixerKind MakeKind() {

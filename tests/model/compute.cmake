@@ -18,13 +18,13 @@ linserve_test(backend_sampling_test SOURCES backend_sampling_test.cc
 linserve_test(layer_list_test SOURCES layer_list_test.cc
               LIBS linserve_model_compute linserve_testing)
 linserve_test(sliding_window_attention_test SOURCES sliding_window_attention_test.cc
-              LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)
+              LIBS linserve_testing_cpu_mixer nlohmann_json::nlohmann_json)
 linserve_test(delta_rule_test SOURCES delta_rule_test.cc
-              LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)
+              LIBS linserve_testing_cpu_mixer nlohmann_json::nlohmann_json)
 linserve_test(gated_linear_attention_test SOURCES gated_linear_attention_test.cc
-              LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)
+              LIBS linserve_testing_cpu_mixer nlohmann_json::nlohmann_json)
 linserve_test(mamba2_test SOURCES mamba2_test.cc
-              LIBS linserve_model_compute linserve_testing nlohmann_json::nlohmann_json)
+              LIBS linserve_testing_cpu_mixer nlohmann_json::nlohmann_json)
 linserve_test(golden_test SOURCES golden_test.cc LIBS linserve_model_compute FIXTURES golden)
 linserve_test(generate_test SOURCES generate_test.cc LIBS linserve_model_compute linserve_testing)
 target_compile_definitions(generate_test PRIVATE

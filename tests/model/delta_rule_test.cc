@@ -7,7 +7,6 @@
 #include <cmath>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "model/layers/linear_attention.h"
 #include "model/layers/rms_norm.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/cpu_mixer_harness.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -35,18 +35,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int32_t kDModel = 16;
-
-// max|a − b| / max|b|.
-double RelativeError(absl::Span<const float> a, absl::Span<const double> b) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return err / scale;
-}
-
-std::vector<double> ToDouble(absl::Span<const float> x) { return {x.begin(), x.end()}; }
 
 GatedDeltaNetParams Gdn() {
   return {.n_heads = 2,
@@ -99,80 +87,12 @@ ModelConfig LayersConfig(const std::vector<LayerSpec>& layers) {
   return parsed.ok() ? *std::move(parsed) : c;
 }
 
-std::vector<float> RandomRows(int rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(rows) * kDModel);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
 // The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
-struct Mixer {
+struct Mixer : CpuMixerHarness {
   // `edit` changes the random weights before the layer is built.
   Mixer(const ComponentSpec& mixer, int slots, uint64_t seed, int chunk = 64,
         const std::function<void(LayerWeights&)>& edit = nullptr)
-      : model(MakeRandomModel(LayersConfig({Layer(mixer)}), seed)) {
-    if (edit) edit(model.weights.layers[0]);
-    options.max_batch_size = slots;
-    options.prefill_chunk_size = chunk;
-    layers = CreateCpuLayers({.model = model,
-                              .options = options,
-                              .threads = 2,
-                              .max_rows = 160,
-                              .workspace = workspace});
-    workspace.Allocate();
-    state_floats = model.config.StateFloatsPerSlot();
-    states.assign(static_cast<size_t>(slots * state_floats), 0.0f);
-  }
-
-  std::vector<float> Decode(absl::Span<const int32_t> slots, absl::Span<const float> x) {
-    const int rows = static_cast<int>(slots.size());
-    std::vector<float> out(static_cast<size_t>(rows) * kDModel, 0.0f);
-    const CpuPass pass{.rows = rows,
-                       .prefill = false,
-                       .pieces = {},
-                       .decode_slots = slots,
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Prefill(int32_t slot, absl::Span<const float> x) {
-    const int rows = static_cast<int>(x.size() / kDModel);
-    std::vector<float> out(x.size(), 0.0f);
-    const PrefillPiece piece{.slot = slot, .first_row = 0, .rows = rows};
-    const CpuPass pass{.rows = rows,
-                       .prefill = true,
-                       .pieces = {&piece, 1},
-                       .decode_slots = {},
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Steps(int32_t slot, absl::Span<const float> x) {
-    std::vector<float> out;
-    for (size_t r = 0; r < x.size() / kDModel; ++r) {
-      const std::vector<float> row = Decode({&slot, 1}, x.subspan(r * kDModel, kDModel));
-      out.insert(out.end(), row.begin(), row.end());
-    }
-    return out;
-  }
-
-  std::vector<float> State(int32_t slot) const {
-    const auto begin = states.begin() + slot * state_floats;
-    return {begin, begin + state_floats};
-  }
-
-  Model model;
-  BackendOptions options;
-  CpuWorkspace workspace;
-  CpuLayers layers;
-  int64_t state_floats = 0;
-  std::vector<float> states;
+      : CpuMixerHarness(LayersConfig({Layer(mixer)}), slots, seed, chunk, /*max_rows=*/160, edit) {}
 };
 
 // ---- The delta rule in double, from the layer's tensors ----
@@ -283,7 +203,7 @@ TEST(DeltaRuleTest, StepsAndPrefillAreTheDeltaRule) {
   dn.allow_neg_eigval = true;
   for (const ComponentSpec& mixer : {GdnMixer(Gdn()), GdnMixer(p), DnMixer(Dn()), DnMixer(dn)}) {
     SCOPED_TRACE(ModelConfigToJson(LayersConfig({Layer(mixer)})));
-    const std::vector<float> x = RandomRows(30, 3);
+    const std::vector<float> x = RandomRows(kDModel, 30, 3);
     Mixer steps(mixer, 1, 5);
     Mixer prefill(mixer, 1, 5);
     const std::vector<double> want = DeltaRule(ShapeOf(mixer), steps.model.weights.layers[0], x);
@@ -294,7 +214,7 @@ TEST(DeltaRuleTest, StepsAndPrefillAreTheDeltaRule) {
 
 // The check above can fail: another β, or a decay where there is none, gives other outputs.
 TEST(DeltaRuleTest, TheDirectCheckSeesBetaAndTheDecay) {
-  const std::vector<float> x = RandomRows(12, 3);
+  const std::vector<float> x = RandomRows(kDModel, 12, 3);
   Mixer gdn(GdnMixer(Gdn()), 1, 5);
   DeltaRuleShape shape = Gdn().Shape();
   shape.allow_neg_eigval = true;
@@ -315,7 +235,7 @@ TEST(DeltaRuleTest, TheDirectCheckSeesBetaAndTheDecay) {
 TEST(DeltaRuleTest, PrefillInPiecesEqualsTheSteps) {
   for (const ComponentSpec& mixer : {GdnMixer(Gdn()), DnMixer(Dn())}) {
     SCOPED_TRACE(mixer.kind);
-    const std::vector<float> x = RandomRows(150, 7);
+    const std::vector<float> x = RandomRows(kDModel, 150, 7);
     Mixer steps(mixer, 1, 9);
     const std::vector<float> want = steps.Steps(0, x);
     for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
@@ -343,7 +263,7 @@ TEST(DeltaRuleTest, PrefillInPiecesEqualsTheSteps) {
 // whose differences of cumulative decays would be −inf − −inf, gives the steps' finite outputs.
 TEST(DeltaRuleTest, AnOverflowingDecayEmptiesTheStateInPrefillAsInSteps) {
   const auto overflow = [](LayerWeights& w) { w.tensors.at("attn.A_log").data[0] = 100.0f; };
-  const std::vector<float> x = RandomRows(40, 11);
+  const std::vector<float> x = RandomRows(kDModel, 40, 11);
   Mixer steps(GdnMixer(Gdn()), 1, 9, 64, overflow);
   Mixer prefill(GdnMixer(Gdn()), 1, 9, 64, overflow);
   const std::vector<float> want = steps.Steps(0, x);
@@ -361,11 +281,11 @@ TEST(DeltaRuleTest, ABatchOfSlotsStepsEachAsAlone) {
   Mixer alone(GdnMixer(Gdn()), 3, 4);
   const std::vector<int> history = {1, 5, 11};
   for (int32_t slot = 0; slot < 3; ++slot) {
-    const std::vector<float> x = RandomRows(history[static_cast<size_t>(slot)], 20 + slot);
+    const std::vector<float> x = RandomRows(kDModel, history[static_cast<size_t>(slot)], 20 + slot);
     batched.Prefill(slot, x);
     alone.Prefill(slot, x);
   }
-  const std::vector<float> next = RandomRows(3, 30);
+  const std::vector<float> next = RandomRows(kDModel, 3, 30);
   const std::vector<int32_t> slots = {2, 0, 1};
   const std::vector<float> got = batched.Decode(slots, next);
   for (size_t i = 0; i < slots.size(); ++i) {

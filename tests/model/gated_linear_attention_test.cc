@@ -10,7 +10,6 @@
 #include <cmath>
 #include <functional>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -29,6 +28,7 @@
 #include "model/layers/retention.h"
 #include "model/layers/rms_norm.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/cpu_mixer_harness.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -37,18 +37,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int32_t kDModel = 16;
-
-// max|a − b| / max|b|.
-double RelativeError(absl::Span<const float> a, absl::Span<const double> b) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return err / scale;
-}
-
-std::vector<double> ToDouble(absl::Span<const float> x) { return {x.begin(), x.end()}; }
 
 GatedLinearAttentionParams Gla() {
   return {.n_heads = 2, .head_k_dim = 8, .head_v_dim = 6, .gate_low_rank_dim = 4};
@@ -112,80 +100,12 @@ ModelConfig LayersConfig(const std::vector<LayerSpec>& layers) {
   return parsed.ok() ? *std::move(parsed) : c;
 }
 
-std::vector<float> RandomRows(int rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(rows) * kDModel);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
 // The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
-struct Mixer {
+struct Mixer : CpuMixerHarness {
   // `edit` changes the random weights before the layer is built.
   Mixer(const ComponentSpec& mixer, int slots, uint64_t seed, int chunk = 64,
         const std::function<void(LayerWeights&)>& edit = nullptr)
-      : model(MakeRandomModel(LayersConfig({Layer(mixer)}), seed)) {
-    if (edit) edit(model.weights.layers[0]);
-    options.max_batch_size = slots;
-    options.prefill_chunk_size = chunk;
-    layers = CreateCpuLayers({.model = model,
-                              .options = options,
-                              .threads = 2,
-                              .max_rows = 160,
-                              .workspace = workspace});
-    workspace.Allocate();
-    state_floats = model.config.StateFloatsPerSlot();
-    states.assign(static_cast<size_t>(slots * state_floats), 0.0f);
-  }
-
-  std::vector<float> Decode(absl::Span<const int32_t> slots, absl::Span<const float> x) {
-    const int rows = static_cast<int>(slots.size());
-    std::vector<float> out(static_cast<size_t>(rows) * kDModel, 0.0f);
-    const CpuPass pass{.rows = rows,
-                       .prefill = false,
-                       .pieces = {},
-                       .decode_slots = slots,
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Prefill(int32_t slot, absl::Span<const float> x) {
-    const int rows = static_cast<int>(x.size() / kDModel);
-    std::vector<float> out(x.size(), 0.0f);
-    const PrefillPiece piece{.slot = slot, .first_row = 0, .rows = rows};
-    const CpuPass pass{.rows = rows,
-                       .prefill = true,
-                       .pieces = {&piece, 1},
-                       .decode_slots = {},
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Steps(int32_t slot, absl::Span<const float> x) {
-    std::vector<float> out;
-    for (size_t r = 0; r < x.size() / kDModel; ++r) {
-      const std::vector<float> row = Decode({&slot, 1}, x.subspan(r * kDModel, kDModel));
-      out.insert(out.end(), row.begin(), row.end());
-    }
-    return out;
-  }
-
-  std::vector<float> State(int32_t slot) const {
-    const auto begin = states.begin() + slot * state_floats;
-    return {begin, begin + state_floats};
-  }
-
-  Model model;
-  BackendOptions options;
-  CpuWorkspace workspace;
-  CpuLayers layers;
-  int64_t state_floats = 0;
-  std::vector<float> states;
+      : CpuMixerHarness(LayersConfig({Layer(mixer)}), slots, seed, chunk, /*max_rows=*/160, edit) {}
 };
 
 // ---- GLA in double, from the layer's tensors ----
@@ -322,7 +242,7 @@ TEST(GatedLinearAttentionTest, StepsAndPrefillAreTheLayer) {
        {GlaMixer(Gla()), GlaMixer(GlaWithConv()), GlaMixer(ungated), GlaMixer(clamped),
         RetMixer(Ret()), RetMixer(RetWithConv()), RetMixer(ret_ungated)}) {
     SCOPED_TRACE(ModelConfigToJson(LayersConfig({Layer(mixer)})));
-    const std::vector<float> x = RandomRows(90, 3);
+    const std::vector<float> x = RandomRows(kDModel, 90, 3);
     Mixer steps(mixer, 1, 5);
     Mixer prefill(mixer, 1, 5);
     const std::vector<double> want = Reference(ShapeOf(mixer), steps.model.weights.layers[0], x);
@@ -334,7 +254,7 @@ TEST(GatedLinearAttentionTest, StepsAndPrefillAreTheLayer) {
 // The check above can fail: another normaliser, no clamp where one binds, or no convolution
 // where the layer has one gives other outputs.
 TEST(GatedLinearAttentionTest, TheDirectCheckSeesTheGateAndTheConvolutions) {
-  const std::vector<float> x = RandomRows(30, 3);
+  const std::vector<float> x = RandomRows(kDModel, 30, 3);
   GatedLinearAttentionParams clamped = Gla();
   clamped.gate_logit_normalizer = 1;
   clamped.clamp_min = -0.5;
@@ -374,7 +294,7 @@ TEST(GatedLinearAttentionTest, PrefillInPiecesEqualsTheSteps) {
        {GlaMixer(Gla()), GlaMixer(GlaWithConv()), RetMixer(Ret()), RetMixer(RetWithConv())}) {
     SCOPED_TRACE(mixer.params.Bool("use_short_conv") ? mixer.kind + " with short convolutions"
                                                      : mixer.kind);
-    const std::vector<float> x = RandomRows(150, 7);
+    const std::vector<float> x = RandomRows(kDModel, 150, 7);
     Mixer steps(mixer, 1, 9);
     const std::vector<float> want = steps.Steps(0, x);
     for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
@@ -408,7 +328,7 @@ TEST(GatedLinearAttentionTest, GatesThatEmptyTheStateGiveTheStepsInPrefill) {
     bias[3] = -1e3f;
     bias[9] = -1e9f;
   };
-  const std::vector<float> x = RandomRows(100, 11);
+  const std::vector<float> x = RandomRows(kDModel, 100, 11);
   Mixer steps(GlaMixer(Gla()), 1, 9, 64, strong);
   Mixer prefill(GlaMixer(Gla()), 1, 9, 64, strong);
   const std::vector<float> want = steps.Steps(0, x);
@@ -433,11 +353,11 @@ TEST(GatedLinearAttentionTest, ABatchOfSlotsStepsEachAsAlone) {
   Mixer alone(GlaMixer(GlaWithConv()), 3, 4);
   const std::vector<int> history = {1, 5, 11};
   for (int32_t slot = 0; slot < 3; ++slot) {
-    const std::vector<float> x = RandomRows(history[static_cast<size_t>(slot)], 20 + slot);
+    const std::vector<float> x = RandomRows(kDModel, history[static_cast<size_t>(slot)], 20 + slot);
     batched.Prefill(slot, x);
     alone.Prefill(slot, x);
   }
-  const std::vector<float> next = RandomRows(3, 30);
+  const std::vector<float> next = RandomRows(kDModel, 3, 30);
   const std::vector<int32_t> slots = {2, 0, 1};
   const std::vector<float> got = batched.Decode(slots, next);
   for (size_t i = 0; i < slots.size(); ++i) {

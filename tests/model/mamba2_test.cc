@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +26,7 @@
 #include "model/layers/none.h"
 #include "model/layers/rms_norm.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/cpu_mixer_harness.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -35,18 +35,6 @@ namespace {
 using ::testing::HasSubstr;
 
 constexpr int32_t kDModel = 16;
-
-// max|a − b| / max|b|.
-double RelativeError(absl::Span<const float> a, absl::Span<const double> b) {
-  double err = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    err = std::max(err, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return err / scale;
-}
-
-std::vector<double> ToDouble(absl::Span<const float> x) { return {x.begin(), x.end()}; }
 
 Mamba2Params Mamba() { return {.n_heads = 4, .head_dim = 4, .state_size = 6, .n_groups = 2}; }
 
@@ -101,77 +89,11 @@ ModelConfig LayersConfig(const std::vector<LayerSpec>& layers,
   return parsed.ok() ? *std::move(parsed) : c;
 }
 
-std::vector<float> RandomRows(int rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(rows) * kDModel);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
-// The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
-struct Mixer {
+// The mixer of a one-layer model (Mamba's block) alone on the CPU, over `slots` sessions' state
+// slices.
+struct Mixer : CpuMixerHarness {
   Mixer(const Mamba2Params& p, int slots, uint64_t seed, int chunk = 64)
-      : model(MakeRandomModel(LayersConfig({MambaLayer(p)}), seed)) {
-    options.max_batch_size = slots;
-    options.prefill_chunk_size = chunk;
-    layers = CreateCpuLayers({.model = model,
-                              .options = options,
-                              .threads = 2,
-                              .max_rows = 160,
-                              .workspace = workspace});
-    workspace.Allocate();
-    state_floats = model.config.StateFloatsPerSlot();
-    states.assign(static_cast<size_t>(slots * state_floats), 0.0f);
-  }
-
-  std::vector<float> Decode(absl::Span<const int32_t> slots, absl::Span<const float> x) {
-    const int rows = static_cast<int>(slots.size());
-    std::vector<float> out(static_cast<size_t>(rows) * kDModel, 0.0f);
-    const CpuPass pass{.rows = rows,
-                       .prefill = false,
-                       .pieces = {},
-                       .decode_slots = slots,
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Prefill(int32_t slot, absl::Span<const float> x) {
-    const int rows = static_cast<int>(x.size() / kDModel);
-    std::vector<float> out(x.size(), 0.0f);
-    const PrefillPiece piece{.slot = slot, .first_row = 0, .rows = rows};
-    const CpuPass pass{.rows = rows,
-                       .prefill = true,
-                       .pieces = {&piece, 1},
-                       .decode_slots = {},
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  std::vector<float> Steps(int32_t slot, absl::Span<const float> x) {
-    std::vector<float> out;
-    for (size_t r = 0; r < x.size() / kDModel; ++r) {
-      const std::vector<float> row = Decode({&slot, 1}, x.subspan(r * kDModel, kDModel));
-      out.insert(out.end(), row.begin(), row.end());
-    }
-    return out;
-  }
-
-  std::vector<float> State(int32_t slot) const {
-    const auto begin = states.begin() + slot * state_floats;
-    return {begin, begin + state_floats};
-  }
-
-  Model model;
-  BackendOptions options;
-  CpuWorkspace workspace;
-  CpuLayers layers;
-  int64_t state_floats = 0;
-  std::vector<float> states;
+      : CpuMixerHarness(LayersConfig({MambaLayer(p)}), slots, seed, chunk) {}
 };
 
 // ---- Mamba-2 in double, from the layer's tensors ----
@@ -257,7 +179,7 @@ TEST(Mamba2Test, StepsAndPrefillAreMamba2) {
   no_norm.rmsnorm = false;
   for (const Mamba2Params& p : {Mamba(), MambaVariant(), no_norm}) {
     SCOPED_TRACE(ModelConfigToJson(LayersConfig({MambaLayer(p)})));
-    const std::vector<float> x = RandomRows(90, 3);
+    const std::vector<float> x = RandomRows(kDModel, 90, 3);
     Mixer steps(p, 1, 5);
     Mixer prefill(p, 1, 5);
     const std::vector<double> want = Reference(p, steps.model.weights.layers[0], x);
@@ -269,7 +191,7 @@ TEST(Mamba2Test, StepsAndPrefillAreMamba2) {
 // The check above can fail: the gate on the other side of the norm, or no dt ceiling where one
 // binds, gives other outputs.
 TEST(Mamba2Test, TheDirectCheckSeesTheNormAndTheDtLimit) {
-  const std::vector<float> x = RandomRows(30, 3);
+  const std::vector<float> x = RandomRows(kDModel, 30, 3);
   Mixer layer(MambaVariant(), 1, 5);
   const std::vector<float> got = layer.Steps(0, x);
   Mamba2Params wrong = MambaVariant();
@@ -285,7 +207,7 @@ TEST(Mamba2Test, TheDirectCheckSeesTheNormAndTheDtLimit) {
 // (relative 1e-5), and bitwise where every chunk is one token.
 TEST(Mamba2Test, PrefillInPiecesEqualsTheSteps) {
   for (const Mamba2Params& p : {Mamba(), MambaVariant()}) {
-    const std::vector<float> x = RandomRows(150, 7);
+    const std::vector<float> x = RandomRows(kDModel, 150, 7);
     Mixer steps(p, 1, 9);
     const std::vector<float> want = steps.Steps(0, x);
     for (const auto& [piece, chunk] : std::vector<std::pair<int, int>>{
@@ -315,11 +237,11 @@ TEST(Mamba2Test, ABatchOfSlotsStepsEachAsAlone) {
   Mixer alone(Mamba(), 3, 4);
   const std::vector<int> history = {1, 5, 11};
   for (int32_t slot = 0; slot < 3; ++slot) {
-    const std::vector<float> x = RandomRows(history[static_cast<size_t>(slot)], 20 + slot);
+    const std::vector<float> x = RandomRows(kDModel, history[static_cast<size_t>(slot)], 20 + slot);
     batched.Prefill(slot, x);
     alone.Prefill(slot, x);
   }
-  const std::vector<float> next = RandomRows(3, 30);
+  const std::vector<float> next = RandomRows(kDModel, 3, 30);
   const std::vector<int32_t> slots = {2, 0, 1};
   const std::vector<float> got = batched.Decode(slots, next);
   for (size_t i = 0; i < slots.size(); ++i) {

@@ -1,10 +1,11 @@
 // The sliding_window_attention mixer: its parameters and state checks, the CPU component against
 // a dense windowed attention written out here (absolute-position RoPE, mask t − window < s ≤ t),
 // chunked prefill against steps, and a model mixing it with linear_attention.
+#include "model/layers/sliding_window_attention.h"
+
 #include <algorithm>
 #include <cmath>
 #include <memory>
-#include <random>
 #include <string>
 #include <vector>
 
@@ -19,8 +20,8 @@
 #include "model/layers/ffn.h"
 #include "model/layers/layer_norm.h"
 #include "model/layers/linear_attention.h"
-#include "model/layers/sliding_window_attention.h"
 #include "nlohmann/json.hpp"
+#include "tests/testing/cpu_mixer_harness.h"
 #include "tests/testing/random_model.h"
 
 namespace linserve {
@@ -31,19 +32,6 @@ using ::testing::HasSubstr;
 constexpr int32_t kHeads = 2;
 constexpr int32_t kHeadDim = 8;
 constexpr int32_t kDModel = 16;
-
-// max|a − b| / max|b|: the error relative to the reference's largest magnitude.
-double RelativeError(absl::Span<const float> a, absl::Span<const double> b) {
-  EXPECT_EQ(a.size(), b.size());
-  double diff = 0.0, scale = 0.0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    diff = std::max(diff, std::abs(a[i] - b[i]));
-    scale = std::max(scale, std::abs(b[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
-
-std::vector<double> ToDouble(absl::Span<const float> a) { return {a.begin(), a.end()}; }
 
 SlidingWindowAttentionParams Swa(int32_t window, int32_t rotary_dim, double rope_base = 10000) {
   return {.n_heads = kHeads,
@@ -83,80 +71,11 @@ ModelConfig LayersConfig(const std::vector<LayerSpec>& layers) {
   return *parsed;
 }
 
-std::vector<float> RandomRows(int rows, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::normal_distribution<float> normal;
-  std::vector<float> x(static_cast<size_t>(rows) * kDModel);
-  for (float& v : x) v = normal(rng);
-  return x;
-}
-
 // The mixer of a one-layer model alone on the CPU, over `slots` sessions' state slices.
-struct Mixer {
+struct Mixer : CpuMixerHarness {
   Mixer(const SlidingWindowAttentionParams& p, int slots, uint64_t seed)
-      : params(p), model(MakeRandomModel(LayersConfig({Layer(SwaMixer(p))}), seed)) {
-    options.max_batch_size = slots;
-    layers = CreateCpuLayers({.model = model,
-                              .options = options,
-                              .threads = 2,
-                              .max_rows = 64,
-                              .workspace = workspace});
-    workspace.Allocate();
-    state_floats = model.config.StateFloatsPerSlot();
-    states.assign(static_cast<size_t>(slots * state_floats), 0.0f);
-  }
-
-  // One decode pass: row i of `x` is the next token of slots[i]; returns the rows' outputs.
-  std::vector<float> Decode(absl::Span<const int32_t> slots, absl::Span<const float> x) {
-    const int rows = static_cast<int>(slots.size());
-    std::vector<float> out(static_cast<size_t>(rows) * kDModel, 0.0f);
-    const CpuPass pass{.rows = rows,
-                       .prefill = false,
-                       .pieces = {},
-                       .decode_slots = slots,
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  // One prefill pass of the rows of `x` for `slot`.
-  std::vector<float> Prefill(int32_t slot, absl::Span<const float> x) {
-    const int rows = static_cast<int>(x.size() / kDModel);
-    std::vector<float> out(x.size(), 0.0f);
-    const PrefillPiece piece{.slot = slot, .first_row = 0, .rows = rows};
-    const CpuPass pass{.rows = rows,
-                       .prefill = true,
-                       .pieces = {&piece, 1},
-                       .decode_slots = {},
-                       .states = states.data(),
-                       .state_floats = state_floats};
-    layers.layers[0].mixer->Forward(x.data(), pass, out.data());
-    return out;
-  }
-
-  // Every row of `x` a decode step of `slot`, one after another.
-  std::vector<float> Steps(int32_t slot, absl::Span<const float> x) {
-    std::vector<float> out;
-    for (size_t r = 0; r < x.size() / kDModel; ++r) {
-      const std::vector<float> row = Decode({&slot, 1}, x.subspan(r * kDModel, kDModel));
-      out.insert(out.end(), row.begin(), row.end());
-    }
-    return out;
-  }
-
-  std::vector<float> State(int32_t slot) const {
-    const auto begin = states.begin() + slot * state_floats;
-    return {begin, begin + state_floats};
-  }
-
-  SlidingWindowAttentionParams params;
-  Model model;
-  BackendOptions options;
-  CpuWorkspace workspace;
-  CpuLayers layers;
-  int64_t state_floats = 0;
-  std::vector<float> states;
+      : CpuMixerHarness(LayersConfig({Layer(SwaMixer(p))}), slots, seed,
+                        BackendOptions{}.prefill_chunk_size, /*max_rows=*/64) {}
 };
 
 // y = W x + b in double, W [out, in] row-major.
@@ -248,7 +167,7 @@ TEST(SlidingWindowAttentionTest, StepsAndPrefillEqualTheDenseWindow) {
                                 c.rope_base, ", tokens ", tokens));
       const SlidingWindowAttentionParams p = Swa(c.window, c.rotary_dim, c.rope_base);
       Mixer mixer(p, 2, 3);
-      const std::vector<float> x = RandomRows(tokens, 11);
+      const std::vector<float> x = RandomRows(kDModel, tokens, 11);
       const std::vector<double> dense =
           DenseWindowAttention(p, mixer.model.weights.layers[0], x);
       EXPECT_LE(RelativeError(mixer.Steps(0, x), dense), 1e-5);
@@ -266,7 +185,7 @@ TEST(SlidingWindowAttentionTest, StepsAndPrefillEqualTheDenseWindow) {
 TEST(SlidingWindowAttentionTest, TheDenseCheckSeesTheWindowsEdge) {
   const SlidingWindowAttentionParams p = Swa(4, 4, 10);
   Mixer mixer(p, 1, 3);
-  const std::vector<float> x = RandomRows(9, 11);
+  const std::vector<float> x = RandomRows(kDModel, 9, 11);
   SlidingWindowAttentionParams wider = p;
   wider.window = 5;
   EXPECT_GT(RelativeError(mixer.Steps(0, x),
@@ -278,7 +197,7 @@ TEST(SlidingWindowAttentionTest, TheDenseCheckSeesTheWindowsEdge) {
 // outputs and state.
 TEST(SlidingWindowAttentionTest, ChunkedPrefillIsBitwiseTheSteps) {
   const SlidingWindowAttentionParams p = Swa(5, 6, 100);
-  const std::vector<float> x = RandomRows(23, 5);
+  const std::vector<float> x = RandomRows(kDModel, 23, 5);
   Mixer steps(p, 1, 9);
   const std::vector<float> want = steps.Steps(0, x);
   for (const std::vector<int>& chunks : std::vector<std::vector<int>>{
@@ -306,11 +225,11 @@ TEST(SlidingWindowAttentionTest, ABatchOfSlotsStepsEachAsAlone) {
   Mixer alone(p, 3, 4);
   const std::vector<int> history = {2, 4, 11};
   for (int32_t slot = 0; slot < 3; ++slot) {
-    const std::vector<float> x = RandomRows(history[static_cast<size_t>(slot)], 20 + slot);
+    const std::vector<float> x = RandomRows(kDModel, history[static_cast<size_t>(slot)], 20 + slot);
     batched.Prefill(slot, x);
     alone.Prefill(slot, x);
   }
-  const std::vector<float> next = RandomRows(3, 30);
+  const std::vector<float> next = RandomRows(kDModel, 3, 30);
   const std::vector<int32_t> slots = {2, 0, 1};
   const std::vector<float> got = batched.Decode(slots, next);
   for (size_t i = 0; i < slots.size(); ++i) {
