@@ -43,7 +43,9 @@ int64_t GatedLinearAttentionChunkScratchFloats(int chunk, int64_t k_dim);
 // pairs within the block one by one. Token i's q and k are at q + i·ld_qk and k + i·ld_qk, its v
 // at v + i·ld_v, its log gates at gk + i·ld_g (channel c's at c · g_step); its output goes to
 // o + i·ld_o. Each gk ≥ −1e4
-// (the kind's floor keeps the cumulative sums finite). With `rotation` (n ≤ kMaxTurns), token i
+// (the kind's floor keeps the cumulative sums finite). With one gate for every channel (g_step 0)
+// and no rotation, the pairs' decays factor out: A = (Q Kᵀ) ⊙ exp(b_i − b_j) on Gemm. With
+// `rotation` (n ≤ kMaxTurns), token i
 // of the chunk is i steps after the state's frame: its scores use R_i q_i and R_j k_j, the carried
 // S is read by R_(i+1) q_i, and the state leaves as R_−n S plus R_(j−n+1) k_j vᵀ's.
 void GatedLinearAttentionChunk(int n, int64_t k_dim, int64_t v_dim, const float* q, const float* k,
