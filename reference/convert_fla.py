@@ -9,9 +9,10 @@ model.safetensors or pytorch_model.bin (their ForCausalLM's state_dict). DIR hol
 tokenizer: tokenizer.model (the Llama/Mistral SentencePiece model fla-hub's checkpoints use;
 config tokenizer "sentencepiece") or a byte-level BPE in GPT-2's files (vocab.json + merges.txt or
 tokenizer.json, as GPT-NeoX's; "gpt2_bpe"). Without --tokenizer, SRC's own tokenizer files are
-used; a checkpoint with neither is refused, since a model directory without its tokenizer cannot
-serve text. DST gets config.json (the "layers" schema), model.safetensors (in the checkpoint's
-dtype when that is F32, F16 or BF16, else F32) and the tokenizer.
+used; when SRC has none either, the model gets tokenizer "none" and serves token ids only (prompts
+as ids, generations as ids: docs/model-format.md). DST gets config.json (the "layers" schema),
+model.safetensors (in the checkpoint's dtype when that is F32, F16 or BF16, else F32) and the
+tokenizer.
 
 Families: `gated_deltanet` (fla's GatedDeltaNetForCausalLM), `delta_net` (DeltaNetForCausalLM),
 `gla` (GLAForCausalLM), `retnet` (RetNetForCausalLM) and `mamba2` (Mamba2ForCausalLM) convert;
@@ -545,16 +546,21 @@ def main(argv=None):
     parser.add_argument("--out", required=True, help="the linserve model directory to write")
     parser.add_argument("--tokenizer",
                         help="tokenizer.model (SentencePiece), or GPT-2-format vocab.json + "
-                             "merges.txt or tokenizer.json. Default: the checkpoint's own")
+                             "merges.txt or tokenizer.json. Default: the checkpoint's own, or "
+                             "none (token ids only) when it has none")
     args = parser.parse_args(argv)
     try:
         where = args.tokenizer if args.tokenizer is not None else args.checkpoint
         found = find_tokenizer(where)
-        if found is None:
+        if found is None and args.tokenizer is not None:
             raise ConvertError(
-                f"{'--tokenizer ' if args.tokenizer is not None else ''}{where}: holds no "
-                f"tokenizer (tokenizer.model, vocab.json + merges.txt or tokenizer.json); pass "
-                f"--tokenizer DIR")
+                f"--tokenizer {where}: holds no tokenizer (tokenizer.model, vocab.json + "
+                f"merges.txt or tokenizer.json)")
+        if found is None:
+            print(f"convert_fla.py: note: {where} holds no tokenizer (tokenizer.model, vocab.json "
+                  f"+ merges.txt or tokenizer.json): the model gets tokenizer \"none\" and serves "
+                  f"token ids; pass --tokenizer DIR for text", file=sys.stderr)
+            found = ("none", [], None, -1)
         kind, files, sp_model, max_id = found
         config, tensors = read_checkpoint(args.checkpoint)
         linserve, out = convert(config, tensors, tokenizer=kind)

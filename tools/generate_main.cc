@@ -1,6 +1,7 @@
 // linserve-generate: the offline generator. Loads a model directory, feeds the prompt through the
 // CPU backend's chunked prefill, then samples and decodes one token at a time, streaming the text
-// to stdout as soon as each UTF-8 character is complete. Diagnostics and timing go to stderr.
+// to stdout as soon as each UTF-8 character is complete (a model without a tokenizer: the ids,
+// space-separated). Diagnostics and timing go to stderr.
 // Exit status: 0 on success, 1 on any error (bad flag, unreadable model, ...).
 #include <algorithm>
 #include <chrono>
@@ -15,11 +16,12 @@
 #include "absl/flags/reflection.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "model/backend/backend.h"
-#include "model/model.h"
 #include "model/backend/sampler.h"
+#include "model/model.h"
 #include "model/tokenizer/tokenizer.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -30,6 +32,9 @@ ABSL_FLAG(std::string, model, LINSERVE_DEFAULT_MODEL_DIR,
 ABSL_FLAG(std::string, prompt, "",
           "Text to continue. The model's bos_token_id, if it has one, is put in front; an empty "
           "prompt is allowed only then.");
+ABSL_FLAG(std::vector<std::string>, token_ids, {},
+          "The prompt as token ids (ID,ID,...) instead of --prompt's text; the only prompt a "
+          "model without a tokenizer takes. The bos_token_id is put in front as for text.");
 ABSL_FLAG(int32_t, max_new_tokens, 256, "Tokens to generate, in [0, 1048576].");
 ABSL_FLAG(float, temperature, 1.0f,
           "Sampling temperature, >= 0; 0 = greedy (argmax, no randomness).");
@@ -91,6 +96,32 @@ SamplingParams SamplingFromFlags() {
   return p;
 }
 
+// The prompt --prompt or --token_ids gives (without the BOS).
+absl::StatusOr<std::vector<TokenId>> PromptFromFlags(const Tokenizer& tokenizer) {
+  const std::vector<std::string> ids = absl::GetFlag(FLAGS_token_ids);
+  if (ids.empty()) {
+    absl::StatusOr<std::vector<TokenId>> encoded = tokenizer.Encode(absl::GetFlag(FLAGS_prompt));
+    if (!encoded.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--prompt: ", encoded.status().message()));
+    }
+    return encoded;
+  }
+  if (!absl::GetFlag(FLAGS_prompt).empty()) {
+    return absl::InvalidArgumentError("give --prompt or --token_ids, not both");
+  }
+  std::vector<TokenId> out;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    int32_t id = -1;
+    if (!absl::SimpleAtoi(ids[i], &id) || id < 0 || id >= tokenizer.vocab_size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--token_ids[", i, "] = \"", ids[i], "\" is not a token id in [0, vocab_size) = [0, ",
+          tokenizer.vocab_size(), ")"));
+    }
+    out.push_back(id);
+  }
+  return out;
+}
+
 void Emit(const std::string& text) {
   if (text.empty()) return;
   std::fwrite(text.data(), 1, text.size(), stdout);
@@ -119,13 +150,9 @@ absl::Status Generate() {
 
   std::vector<TokenId> prompt;
   if (config.bos_token_id >= 0) prompt.push_back(config.bos_token_id);
-  absl::StatusOr<std::vector<TokenId>> encoded =
-      (*model)->tokenizer->Encode(absl::GetFlag(FLAGS_prompt));
-  if (!encoded.ok()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--prompt: ", encoded.status().message()));
-  }
-  prompt.insert(prompt.end(), encoded->begin(), encoded->end());
+  absl::StatusOr<std::vector<TokenId>> given = PromptFromFlags(*(*model)->tokenizer);
+  if (!given.ok()) return given.status();
+  prompt.insert(prompt.end(), given->begin(), given->end());
   if (prompt.empty()) {
     return absl::InvalidArgumentError(
         "--prompt is empty and the model has no bos_token_id to start from");
@@ -167,13 +194,14 @@ absl::Status Generate() {
   Sampler sampler(sampling);
   sampler.Observe(prompt);
   StreamingDetokenizer detokenizer(*(*model)->tokenizer);
+  const bool ids_only = !(*model)->tokenizer->has_text();
   const bool stop_at_eos = absl::GetFlag(FLAGS_stop_at_eos);
   const auto decode_start = std::chrono::steady_clock::now();
   int64_t generated = 0;
   while (generated < max_new_tokens) {
     const TokenId token = sampler.Sample(logits);
     if (stop_at_eos && token == config.eos_token_id) break;
-    Emit(detokenizer.Push(token));
+    Emit(ids_only ? absl::StrCat(generated == 0 ? "" : " ", token) : detokenizer.Push(token));
     ++generated;
     if (generated == max_new_tokens) break;
     const DecodeItem item{*slot, token};
@@ -200,7 +228,8 @@ namespace {
 
 constexpr char kUsage[] =
     "Generates text with a linear-attention model on the CPU, streaming it to stdout.\n"
-    "Usage: linserve-generate [--model DIR] --prompt TEXT [sampling flags]\n"
+    "Usage: linserve-generate [--model DIR] (--prompt TEXT | --token_ids ID,...) [sampling "
+    "flags]\n"
     "Exit status: 0 on success, 1 on any error.";
 
 // --help lists this program's flags (absl's own --help filters by file name and exits 1).

@@ -37,10 +37,11 @@ constexpr std::array<EnumName<PositionEmbedding>, 3> kPositionNames = {{
     {PositionEmbedding::kSinusoidal, "sinusoidal"},
     {PositionEmbedding::kNone, "none"},
 }};
-constexpr std::array<EnumName<TokenizerKind>, 3> kTokenizerNames = {{
+constexpr std::array<EnumName<TokenizerKind>, 4> kTokenizerNames = {{
     {TokenizerKind::kByte, "byte"},
     {TokenizerKind::kSentencePiece, "sentencepiece"},
     {TokenizerKind::kGpt2Bpe, "gpt2_bpe"},
+    {TokenizerKind::kNone, "none"},
 }};
 
 constexpr std::array<EnumName<WeightFileFormat>, 2> kWeightFormatNames = {{

@@ -23,8 +23,8 @@ namespace linserve {
 
 enum class NormPlacement { kPre, kPost };              // "pre" | "post"
 enum class PositionEmbedding { kLearned, kSinusoidal, kNone };   // "learned" | "sinusoidal" | "none"
-// "byte" | "sentencepiece" | "gpt2_bpe"
-enum class TokenizerKind { kByte, kSentencePiece, kGpt2Bpe };
+// "byte" | "sentencepiece" | "gpt2_bpe" | "none" (ids only: model/tokenizer/no_tokenizer.h)
+enum class TokenizerKind { kByte, kSentencePiece, kGpt2Bpe, kNone };
 // How model.safetensors stores the projection matrices (every Linear's weight and lm_head):
 // "float" (F32, F16 or BF16) or "int8" (I8 plus "<name>.scales", docs/model-format.md).
 enum class WeightFileFormat { kFloat, kInt8 };

@@ -8,6 +8,7 @@
 #include "model/tokenizer/byte_tokenizer.h"
 #include "model/tokenizer/gpt2_bpe_files.h"
 #include "model/tokenizer/gpt2_bpe_tokenizer.h"
+#include "model/tokenizer/no_tokenizer.h"
 #include "model/tokenizer/sentencepiece_tokenizer.h"
 
 namespace linserve {
@@ -44,6 +45,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& conf
       }
       return std::make_unique<Gpt2BpeTokenizer>(*std::move(vocab), config.vocab_size);
     }
+    case TokenizerKind::kNone:
+      return std::make_unique<NoTokenizer>(config.vocab_size);
   }
   return absl::InvalidArgumentError("unknown tokenizer kind");
 }

@@ -13,7 +13,8 @@
 namespace linserve {
 
 // Loads the tokenizer a model directory names in its config: tokenizer.model for SentencePiece;
-// tokenizer.json, else vocab.json + merges.txt, for gpt2_bpe (gpt2_bpe_files.h).
+// tokenizer.json, else vocab.json + merges.txt, for gpt2_bpe (gpt2_bpe_files.h); nothing for
+// byte and none.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const ModelConfig& config,
                                                          const std::string& model_dir);
 

@@ -1,6 +1,7 @@
-// Tokenizer: text <-> token ids, the interface. Three implementations: ByteTokenizer (one id per
-// byte, plus specials), SentencePieceTokenizer (Debian's libsentencepiece) and Gpt2BpeTokenizer
-// (GPT-2's byte-level BPE); LoadTokenizer (load_tokenizer.h) picks one.
+// Tokenizer: text <-> token ids, the interface. Four implementations: ByteTokenizer (one id per
+// byte, plus specials), SentencePieceTokenizer (Debian's libsentencepiece), Gpt2BpeTokenizer
+// (GPT-2's byte-level BPE) and NoTokenizer (a model without one: ids only); LoadTokenizer
+// (load_tokenizer.h) picks one.
 #ifndef LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 #define LINSERVE_MODEL_TOKENIZER_TOKENIZER_H_
 
@@ -25,6 +26,9 @@ class Tokenizer {
   static constexpr size_t kNoTokenLimit = std::numeric_limits<size_t>::max();
 
   virtual int32_t vocab_size() const = 0;
+  // False for NoTokenizer: no id stands for text, Encode always fails, and the server serves
+  // token ids only (no text prompts, stop strings or structured output).
+  virtual bool has_text() const { return true; }
   // Encodes text without adding BOS/EOS. Invalid UTF-8 is an error for SentencePiece and GPT-2
   // BPE. Time and memory grow with the text: callers serving untrusted text use EncodeAtMost.
   absl::StatusOr<std::vector<TokenId>> Encode(std::string_view text) const {

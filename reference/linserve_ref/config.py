@@ -18,7 +18,7 @@ NORMS = ("pre", "post")
 ACTIVATIONS = ("gelu", "gelu_tanh", "relu")
 FEATURE_MAPS = ("elu_plus_one", "relu", "exp", "favor_plus")
 POSITIONS = ("learned", "sinusoidal", "none")
-TOKENIZERS = ("byte", "sentencepiece", "gpt2_bpe")
+TOKENIZERS = ("byte", "sentencepiece", "gpt2_bpe", "none")
 GATED_ACTIVATIONS = ("silu", "gelu", "sigmoid")
 
 # Byte tokenizer: ids 0..255 are the bytes, ids >= 256 are specials.

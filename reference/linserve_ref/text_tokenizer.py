@@ -52,6 +52,9 @@ def load_tokenizer(config, model_dir=None, tokenizer_model=None):
     """The tokenizer `config` names; SentencePiece reads tokenizer_model or model_dir's file."""
     if config["tokenizer"] == "byte":
         return ByteTokenizer(config["vocab_size"])
+    if config["tokenizer"] == "none":
+        raise ValueError("the model has no tokenizer (tokenizer \"none\"): its ids stand for no "
+                         "text")
     path = tokenizer_model or os.path.join(model_dir, "tokenizer.model")
     tok = SentencePieceTokenizer(path)
     if tok.vocab_size != config["vocab_size"]:

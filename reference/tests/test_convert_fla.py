@@ -512,13 +512,44 @@ class ConvertFlaTest(unittest.TestCase):
 
         self.refused(tied, "'lm_head.weight' differs from the embedding", different_head)
 
-    def test_no_tokenizer_is_refused(self):
+    def test_a_checkpoint_without_a_tokenizer_serves_token_ids(self):
         src = os.path.join(self.tmp.name, "src")
-        fla_authors.make_checkpoint(src, fla_authors.small_config(num_hidden_layers=1), 1)
-        rc, err = run_main(["--checkpoint", src, "--out", os.path.join(self.tmp.name, "o")])
+        dst = os.path.join(self.tmp.name, "o")
+        config = fla_authors.small_config(num_hidden_layers=1)
+        theirs = fla_authors.make_checkpoint(src, config, 1).eval()
+        rc, err = run_main(["--checkpoint", src, "--out", dst])
+        self.assertEqual(rc, 0, err)
+        self.assertIn("tokenizer \"none\"", err)
+        with open(os.path.join(dst, "config.json"), encoding="utf-8") as f:
+            cfg = json.load(f)
+        self.assertEqual(cfg["tokenizer"], "none")
+        self.assertEqual(sorted(os.listdir(dst)), ["config.json", "model.safetensors"])
+        # An explicit --tokenizer that holds none is still an error.
+        rc, err = run_main(["--checkpoint", src, "--out", dst, "--tokenizer", src])
         self.assertEqual(rc, 1)
-        self.assertIn("holds no tokenizer", err)
+        self.assertIn("--tokenizer " + src + ": holds no tokenizer", err)
         self.assertIsInstance(checkpoint.ConvertError("x"), ValueError)
+        # linserve-generate takes the prompt as ids and writes fla's greedy ids.
+        prompt = [5, 17, 300, 2]
+        sequence = torch.tensor([[cfg["bos_token_id"]] + prompt])
+        fla_tokens, gaps = [], []
+        with torch.no_grad():
+            for _ in range(16):
+                logits = theirs(sequence)[0][0, -1]
+                top = torch.topk(logits, 2).values
+                gaps.append((top[0] - top[1]).item() / logits.abs().max().item())
+                fla_tokens.append(int(logits.argmax()))
+                sequence = torch.cat([sequence, torch.tensor([[fla_tokens[-1]]])], dim=1)
+        self.assertGreater(min(gaps), 1e-4)  # no near tie that fp32 rounding could flip
+        if GENERATE_BIN is None:
+            self.skipTest("no --generate-bin given: the C++ comparison is skipped")
+        cmd = [GENERATE_BIN, f"--model={dst}", f"--token_ids={','.join(map(str, prompt))}",
+               "--temperature=0", "--max_new_tokens=16", "--stop_at_eos=false", "--threads=1"]
+        out = subprocess.run(cmd, capture_output=True, check=True, text=True).stdout
+        self.assertEqual([int(t) for t in out.split()], fla_tokens)
+        text = subprocess.run(cmd[:2] + ["--prompt=hi"], capture_output=True, text=True)
+        self.assertEqual(text.returncode, 1)
+        self.assertIn("--prompt: this model has no tokenizer", text.stderr)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,8 @@
 converted it: a random checkpoint of each (fla_authors.py: Gated DeltaNet, DeltaNet, GLA, RetNet,
 Mamba-2) converts, a linserve process serves the directory, and a greedy completion of 24 tokens
 over the OpenAI-compatible HTTP API (POST /v1/completions) and over gRPC (linserve-cli generate)
-is the text of fla's own 24 greedy tokens.
+is the text of fla's own 24 greedy tokens. A checkpoint converted without a tokenizer serves
+token ids: the same completion over both APIs, prompt and answer as ids, is fla's 24 greedy ids.
 
     test_fla_serving.py --server-bin PATH/linserve --cli-bin PATH/linserve-cli [unittest args]
 """
@@ -17,6 +18,7 @@ import sys
 import tempfile
 import time
 import unittest
+import urllib.error
 import urllib.request
 
 import torch
@@ -146,6 +148,64 @@ class FlaServingTest(unittest.TestCase):
                 capture_output=True, text=True, timeout=120)
             self.assertEqual(cli.returncode, 0, cli.stderr + server.server_log())
             self.assertEqual(cli.stdout, text)
+
+
+class FlaTokenIdsTest(unittest.TestCase):
+    def setUp(self):
+        torch.set_num_threads(2)
+        self.tmp = tempfile.TemporaryDirectory()
+        self.addCleanup(self.tmp.cleanup)
+
+    def test_a_checkpoint_without_a_tokenizer_serves_token_ids(self):
+        src = os.path.join(self.tmp.name, "src")
+        dst = os.path.join(self.tmp.name, "ids")
+        theirs = fla_authors.make_checkpoint(src, FAMILIES["mamba2"], seed=5).eval()
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+            rc = convert_fla.main(["--checkpoint", src, "--out", dst])
+        self.assertEqual(rc, 0, err.getvalue())
+        ours = export.load_model_dir(dst).eval()
+        self.assertEqual(ours.config["tokenizer"], "none")
+        prompt = [int(i) for i in torch.randint(3, 2048, (40,),
+                                                generator=torch.Generator().manual_seed(5))]
+        fla_tokens, gaps = [], []
+        with torch.no_grad():
+            sequence = torch.tensor([[ours.config["bos_token_id"]] + prompt])
+            for _ in range(NEW_TOKENS):
+                logits = theirs(sequence)[0][0, -1]
+                top = torch.topk(logits, 2).values
+                gaps.append((top[0] - top[1]).item() / logits.abs().max().item())
+                fla_tokens.append(int(logits.argmax()))
+                sequence = torch.cat([sequence, torch.tensor([[fla_tokens[-1]]])], dim=1)
+        self.assertGreater(min(gaps), 1e-4)  # no near tie that fp32 rounding could flip
+        work = os.path.join(self.tmp.name, "server")
+        os.makedirs(work)
+        with Server(dst, work) as server:
+            model_id = server.http_json("/v1/models")["data"][0]["id"]
+            body = {"model": model_id, "prompt": prompt, "max_tokens": NEW_TOKENS,
+                    "temperature": 0, "ignore_eos": True}
+            completion = server.http_json("/v1/completions", body)
+            choice = completion["choices"][0]
+            self.assertEqual(choice["text"], "")
+            self.assertEqual(choice["prompt_token_ids"], prompt)
+            self.assertEqual(choice["token_ids"], fla_tokens, server.server_log())
+            with self.assertRaises(urllib.error.HTTPError) as refused:
+                server.http_json("/v1/completions", {**body, "prompt": "ROMEO:"})
+            self.assertEqual(refused.exception.code, 400)
+            self.assertIn("no tokenizer", json.load(refused.exception)["error"]["message"])
+            cli = subprocess.run(
+                [CLI_BIN, f"--target={server.grpc}", f"--token={TOKEN}", "generate",
+                 f"--token-ids={','.join(map(str, prompt))}", f"--max-new-tokens={NEW_TOKENS}",
+                 "--temperature=0", "--ignore-eos", "--format=jsonl"],
+                capture_output=True, text=True, timeout=120)
+            self.assertEqual(cli.returncode, 0, cli.stderr + server.server_log())
+            ids = [token.get("id", 0) for line in cli.stdout.splitlines()
+                   for token in json.loads(line).get("tokens", [])]
+            self.assertEqual(ids, fla_tokens)
+            info = subprocess.run([CLI_BIN, f"--target={server.grpc}", f"--token={TOKEN}",
+                                   "detokenize", "5"], capture_output=True, text=True, timeout=60)
+            self.assertNotEqual(info.returncode, 0)
+            self.assertIn("no tokenizer", info.stderr)
 
 
 if __name__ == "__main__":

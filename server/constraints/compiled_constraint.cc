@@ -115,6 +115,12 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
     const ConstraintSpec& spec, std::shared_ptr<const TokenVocabulary> vocabulary,
     const ConstraintLimits& limits, absl::string_view field) {
   if (auto status = ValidateConstraintLimits(limits); !status.ok()) return status;
+  if (vocabulary->trie().size() == 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": no token of this model stands for text (a model without a tokenizer: "
+                     "config.json tokenizer \"none\"), so no text can be constrained"));
+  }
   if (spec.text.size() > static_cast<size_t>(limits.max_text_bytes)) {
     return absl::InvalidArgumentError(absl::StrCat(field, ": ", spec.text.size(),
                                                    " bytes, above max_text_bytes (",

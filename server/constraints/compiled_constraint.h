@@ -68,7 +68,8 @@ class CompiledConstraint {
 // Compiles `spec` for `vocabulary` within `limits`. Errors are INVALID_ARGUMENT and begin with
 // `field` (the request field that carried the spec, e.g. "constraint.json_schema"), then say
 // what is wrong and where: an unsupported schema keyword by name and JSON pointer, a regex or
-// grammar syntax error by byte offset, a limit by its name and value.
+// grammar syntax error by byte offset, a limit by its name and value, a vocabulary with no token
+// that stands for text (a model without a tokenizer).
 absl::StatusOr<std::shared_ptr<const CompiledConstraint>> CompileConstraint(
     const ConstraintSpec& spec, std::shared_ptr<const TokenVocabulary> vocabulary,
     const ConstraintLimits& limits, absl::string_view field);

@@ -112,6 +112,12 @@ absl::Status ValidateGenerateRequest(const GenerateRequest& request, const Reque
     return Invalid("stop", absl::StrCat(request.stop.size(), " stop strings exceed the limit of ",
                                         limits.max_stop_strings));
   }
+  if (!request.stop.empty() && config.tokenizer == TokenizerKind::kNone) {
+    return Invalid("stop",
+                   "this model has no tokenizer (config.json tokenizer \"none\"): its "
+                   "tokens stand for no text, so no stop string can match; use "
+                   "stop_token_ids");
+  }
   for (size_t i = 0; i < request.stop.size(); ++i) {
     const std::string& stop = request.stop[i];
     if (stop.empty()) return Invalid(absl::StrCat("stop[", i, "]"), "must not be empty");

@@ -94,8 +94,15 @@ grpc::ServerUnaryReactor* LinServeService::Detokenize(grpc::CallbackServerContex
                      absl::StrCat("token_ids: ", request->token_ids_size(),
                                   " ids exceed the limit of ", max_ids, " (max_prompt_tokens)")));
   }
+  const Tokenizer& tokenizer = *env_.engine().model().tokenizer;
+  if (!tokenizer.has_text()) {
+    return call.Finish(grpc::Status(
+        grpc::StatusCode::FAILED_PRECONDITION,
+        "token_ids: this model has no tokenizer (config.json tokenizer \"none\"): its tokens "
+        "stand for no text"));
+  }
   const std::vector<TokenId> ids(request->token_ids().begin(), request->token_ids().end());
-  absl::StatusOr<std::string> text = env_.engine().model().tokenizer->Decode(ids);
+  absl::StatusOr<std::string> text = tokenizer.Decode(ids);
   if (!text.ok()) {
     return call.Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                                     absl::StrCat("token_ids: ", text.status().message())));

@@ -404,6 +404,14 @@ absl::StatusOr<OpenAiRequest> ParseOpenAiRequest(OpenAiEndpoint endpoint, absl::
   if (absl::Status s = ParseLogprobs(j, endpoint, context.limits, out); !s.ok()) return s;
   if (absl::Status s = CheckWholeAnswer(out); !s.ok()) return s;
 
+  if (JsonMember(j, "return_token_ids") != nullptr) {
+    absl::StatusOr<bool> return_token_ids = JsonBool(j, "return_token_ids");
+    if (!return_token_ids.ok()) return return_token_ids.status();
+    out.return_token_ids = *return_token_ids;
+  } else {
+    out.return_token_ids = !context.tokenizer->has_text();
+  }
+
   absl::StatusOr<bool> ignore_eos = JsonBool(j, "ignore_eos");
   if (!ignore_eos.ok()) return ignore_eos.status();
   out.generate.ignore_eos = *ignore_eos;

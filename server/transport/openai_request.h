@@ -35,6 +35,10 @@ struct OpenAiRequest {
   // Completions' echo: the prompt's text (and with logprobs its tokens' logprobs, from the
   // engine's prompt_logprobs) comes before the completion's.
   bool echo = false;
+  // vLLM's return_token_ids: each choice carries the ids of its generated tokens (token_ids)
+  // and the prompt's (prompt_token_ids: the choice's on completions, the response's on chat).
+  // Default: false; true for a model without a tokenizer, whose text is always empty.
+  bool return_token_ids = false;
   // Whether each token's logprob is reported, and with how many alternatives.
   bool logprobs = false;
   int32_t top_logprobs = 0;
@@ -67,8 +71,8 @@ struct OpenAiContext {
 };
 
 // Parses a request body. Unknown fields are ignored (as OpenAI does); null means unset. Beyond
-// OpenAI's fields: top_k, min_p, repetition_penalty, guided_json, guided_regex, guided_grammar
-// (vLLM's names), ignore_eos, and session_id (continue a server-side session, POST
+// OpenAI's fields: top_k, min_p, repetition_penalty, guided_json, guided_regex, guided_grammar,
+// return_token_ids (vLLM's names), ignore_eos, and session_id (continue a server-side session, POST
 // /v1/sessions). The constraint (response_format or one guided_* field, at most one of them) is
 // compiled here, on the caller's thread, through context.constraints; its errors name the field
 // that carried it ("response_format.json_schema.schema: ...").

@@ -69,6 +69,9 @@ OpenAiResponse::OpenAiResponse(const OpenAiRequest& request, std::string id, int
       include_usage_(request.include_usage),
       logprobs_(request.logprobs),
       top_logprobs_(request.top_logprobs),
+      return_token_ids_(request.return_token_ids),
+      prompt_token_ids_(request.return_token_ids ? request.generate.prompt
+                                                 : std::vector<TokenId>()),
       session_id_(request.generate.session_id.has_value()
                       ? std::optional<std::string>(request.generate.session_id->value)
                       : std::nullopt),
@@ -122,16 +125,35 @@ json OpenAiResponse::EmptyLogprobs() const {
               {"text_offset", json::array()}};
 }
 
+std::string OpenAiResponse::TokenName(TokenId id) const {
+  return tokenizer_.has_text() ? tokenizer_.TokenBytes(id) : absl::StrCat("token_id:", id);
+}
+
+void OpenAiResponse::AddTokenIds(Choice& choice, absl::Span<const EmittedToken> tokens,
+                                 json& chunk) {
+  json ids = json::array();
+  for (const EmittedToken& t : tokens) {
+    if (!t.echoed) ids.push_back(t.token.id);
+  }
+  json& first = chunk["choices"][0];
+  first["token_ids"] = std::move(ids);
+  if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
+    if (!std::exchange(sent_prompt_ids_, true)) chunk["prompt_token_ids"] = prompt_token_ids_;
+  } else if (!std::exchange(choice.sent_prompt_ids, true)) {
+    first["prompt_token_ids"] = prompt_token_ids_;
+  }
+}
+
 void OpenAiResponse::AddLogprobs(Choice& choice, absl::Span<const EmittedToken> tokens,
                                  json& logprobs) {
   for (const EmittedToken& t : tokens) {
-    const std::string piece = tokenizer_.TokenBytes(t.token.id);
+    const std::string piece = TokenName(t.token.id);
     const size_t alternatives =
         std::min<size_t>(t.token.top_logprobs.size(), static_cast<size_t>(top_logprobs_));
     if (endpoint_ == OpenAiEndpoint::kChatCompletions) {
       json top = json::array();
       for (size_t i = 0; i < alternatives; ++i) {
-        const std::string alt = tokenizer_.TokenBytes(t.token.top_logprobs[i].token);
+        const std::string alt = TokenName(t.token.top_logprobs[i].token);
         top.push_back(
             {{"token", alt}, {"logprob", t.token.top_logprobs[i].logprob}, {"bytes", Bytes(alt)}});
       }
@@ -142,7 +164,7 @@ void OpenAiResponse::AddLogprobs(Choice& choice, absl::Span<const EmittedToken> 
     } else {
       json top = json::object();
       for (size_t i = 0; i < alternatives; ++i) {
-        top[tokenizer_.TokenBytes(t.token.top_logprobs[i].token)] = t.token.top_logprobs[i].logprob;
+        top[TokenName(t.token.top_logprobs[i].token)] = t.token.top_logprobs[i].logprob;
       }
       logprobs["tokens"].push_back(piece);
       logprobs["token_logprobs"].push_back(t.no_logprob ? json(nullptr) : json(t.token.logprob));
@@ -189,8 +211,9 @@ std::string OpenAiResponse::StreamTokens(int32_t index, absl::Span<const Emitted
   Choice& c = choices_[static_cast<size_t>(index)];
   std::string text;
   for (const EmittedToken& t : tokens) text += t.text;
-  if (text.empty() && !logprobs_) return "";
-  if (!logprobs_ && (c.sent_role || endpoint_ == OpenAiEndpoint::kCompletions)) {
+  if (text.empty() && !logprobs_ && !return_token_ids_) return "";
+  if (!logprobs_ && !return_token_ids_ &&
+      (c.sent_role || endpoint_ == OpenAiEndpoint::kCompletions)) {
     c.text_offset += static_cast<int64_t>(text.size());
     return TextEvent(c, text);
   }
@@ -216,7 +239,9 @@ std::string OpenAiResponse::StreamTokens(int32_t index, absl::Span<const Emitted
               {"logprobs", std::move(logprobs)},
               {"finish_reason", nullptr}};
   }
-  return Event(Chunk(std::move(choice)));
+  json chunk = Chunk(std::move(choice));
+  if (return_token_ids_) AddTokenIds(c, tokens, chunk);
+  return Event(chunk);
 }
 
 std::string OpenAiResponse::StreamChoiceEnd(int32_t index) {
@@ -238,7 +263,9 @@ std::string OpenAiResponse::StreamChoiceEnd(int32_t index) {
               {"logprobs", nullptr},
               {"finish_reason", FinishReasonName(result.reason)}};
   }
-  return Event(Chunk(std::move(choice)));
+  json chunk = Chunk(std::move(choice));
+  if (return_token_ids_) AddTokenIds(c, {}, chunk);
+  return Event(chunk);
 }
 
 std::string OpenAiResponse::StreamEnd() const {
@@ -260,7 +287,10 @@ std::string OpenAiResponse::StreamError(const absl::Status& status) {
 void OpenAiResponse::Append(int32_t index, absl::Span<const EmittedToken> tokens) {
   Choice& c = choices_[static_cast<size_t>(index)];
   if (logprobs_) AddLogprobs(c, tokens, c.logprobs);
-  for (const EmittedToken& t : tokens) c.text += t.text;
+  for (const EmittedToken& t : tokens) {
+    c.text += t.text;
+    if (return_token_ids_ && !t.echoed) c.token_ids.push_back(t.token.id);
+  }
 }
 
 std::string OpenAiResponse::Finish() const {
@@ -277,6 +307,10 @@ std::string OpenAiResponse::Finish() const {
     } else {
       choice["text"] = text;
     }
+    if (return_token_ids_) {
+      choice["token_ids"] = c.token_ids;
+      if (!chat) choice["prompt_token_ids"] = prompt_token_ids_;
+    }
     choices.push_back(std::move(choice));
   }
   json response = {{"id", id_},
@@ -285,6 +319,7 @@ std::string OpenAiResponse::Finish() const {
                    {"model", model_id_},
                    {"choices", std::move(choices)},
                    {"usage", Usage()}};
+  if (return_token_ids_ && chat) response["prompt_token_ids"] = prompt_token_ids_;
   if (session_id_.has_value()) response["session_id"] = *session_id_;
   return Dump(response);
 }

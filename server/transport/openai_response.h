@@ -27,6 +27,8 @@ struct EmittedToken {
   // An echoed prompt token with no logprob (nothing before it was fed by the request): its
   // token_logprobs and top_logprobs entries are null.
   bool no_logprob = false;
+  // A token of the echoed prompt (completions' echo), not a generated one: not in token_ids.
+  bool echoed = false;
 };
 
 // What a request of n choices used: the prompt once, the choices' tokens summed, the session's
@@ -48,8 +50,8 @@ class OpenAiResponse {
   // Records that `choice` ended with `result` (OK); says whether every choice has.
   bool EndChoice(int32_t choice, const GenerationResult& result);
 
-  // Streaming: the events for `tokens` of `choice` ("" when they carry neither text nor
-  // logprobs).
+  // Streaming: the events for `tokens` of `choice` ("" when they carry neither text, logprobs
+  // nor token ids).
   std::string StreamTokens(int32_t choice, absl::Span<const EmittedToken> tokens);
   // Streaming: `choice`'s last chunk (its finish_reason; EndChoice first).
   std::string StreamChoiceEnd(int32_t choice);
@@ -69,9 +71,11 @@ class OpenAiResponse {
     std::string text_event_prefix;
     std::string text_event_suffix;
     bool sent_role = false;
+    bool sent_prompt_ids = false;  // streamed completions: prompt_token_ids went out
     int64_t text_offset = 0;
     std::string text;  // whole responses: the text so far
     nlohmann::json logprobs;
+    std::vector<TokenId> token_ids;  // whole responses with return_token_ids: generated so far
     std::optional<GenerationResult> result;  // once it ended
   };
   nlohmann::json Chunk(nlohmann::json choice) const;
@@ -84,11 +88,20 @@ class OpenAiResponse {
   void AddLogprobs(Choice& choice, absl::Span<const EmittedToken> tokens,
                    nlohmann::json& logprobs);
   nlohmann::json EmptyLogprobs() const;
+  // How a logprobs entry names token `id`: its bytes, or "token_id:<id>" when the model has no
+  // tokenizer (vLLM's spelling for tokens shown as ids).
+  std::string TokenName(TokenId id) const;
+  // With return_token_ids: adds token_ids (the generated ones of `tokens`) to a streamed chunk of
+  // `choice`, and prompt_token_ids when they were not sent yet.
+  void AddTokenIds(Choice& choice, absl::Span<const EmittedToken> tokens, nlohmann::json& chunk);
 
   const OpenAiEndpoint endpoint_;
   const bool include_usage_;
   const bool logprobs_;
   const int32_t top_logprobs_;
+  const bool return_token_ids_;
+  const std::vector<TokenId> prompt_token_ids_;  // with return_token_ids only
+  bool sent_prompt_ids_ = false;                 // streamed chat: prompt_token_ids went out
   const std::optional<std::string> session_id_;
   const int32_t session_choice_;  // whose session_tokens the usage reports
   const std::string id_;

@@ -152,7 +152,8 @@ class OpenAiServer::Impl {
                                .logprob = t.logprob.value_or(0.0f),
                                .top_logprobs = t.top_logprobs};
           exchange_->pending.emplace_back(
-              choice_, EmittedToken{std::move(token), t.text, !t.logprob.has_value()});
+              choice_, EmittedToken{std::move(token), t.text, !t.logprob.has_value(),
+                                    /*echoed=*/true});
         }
         post = !std::exchange(exchange_->flush_posted, true);
       }

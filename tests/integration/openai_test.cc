@@ -447,6 +447,64 @@ TEST_F(OpenAiTest, StructuredOutputGivesValidJson) {
   EXPECT_EQ(Json::parse(ignoring->body)["error"]["param"], "ignore_eos") << ignoring->body;
 }
 
+// A model without a tokenizer (config tokenizer "none") serves token-id prompts: the ids come
+// back (return_token_ids by default), equal to a byte-tokenizer twin's (same weights) greedy
+// tokens, whole and streamed; what needs text is refused naming the field.
+TEST_F(OpenAiTest, AModelWithoutATokenizerServesTokenIds) {
+  ModelConfig config = TinyConfig();
+  config.tokenizer = TokenizerKind::kNone;
+  const Model ids_only = MakeRandomModel(config, 5);
+  Api api(ids_only, 4);
+  Api twin(model_, 4);
+  const Json request = {{"model", "tiny"},
+                        {"prompt", {104, 105, 33}},
+                        {"max_tokens", 9},
+                        {"temperature", 0},
+                        {"ignore_eos", true}};
+  httplib::Result whole = api.Post("/v1/completions", request);
+  ASSERT_TRUE(whole);
+  ASSERT_EQ(whole->status, 200) << whole->body;
+  const Json choice = Json::parse(whole->body)["choices"][0];
+  EXPECT_EQ(choice["text"], "");
+  EXPECT_EQ(choice["prompt_token_ids"], Json({104, 105, 33}));
+  ASSERT_EQ(choice["token_ids"].size(), 9u) << whole->body;
+  Json asked = request;
+  asked["return_token_ids"] = true;
+  httplib::Result reference = twin.Post("/v1/completions", asked);
+  ASSERT_TRUE(reference);
+  ASSERT_EQ(reference->status, 200) << reference->body;
+  EXPECT_EQ(choice["token_ids"], Json::parse(reference->body)["choices"][0]["token_ids"]);
+
+  Json stream = request;
+  stream["stream"] = true;
+  httplib::Result streamed = api.Post("/v1/completions", stream);
+  ASSERT_TRUE(streamed);
+  ASSERT_EQ(streamed->status, 200) << streamed->body;
+  Json ids = Json::array();
+  for (const std::string& event : Events(streamed->body)) {
+    if (event == "[DONE]") continue;
+    const Json chunk = Json::parse(event);
+    for (const Json& id : chunk["choices"][0]["token_ids"]) ids.push_back(id);
+  }
+  EXPECT_EQ(ids, choice["token_ids"]) << streamed->body;
+
+  struct Case {
+    std::string field;
+    Json value;
+  };
+  for (const Case& c : std::vector<Case>{{"prompt", "hi"},
+                                         {"stop", "x"},
+                                         {"guided_regex", "a+"},
+                                         {"response_format", {{"type", "json_object"}}}}) {
+    Json bad = request;
+    bad[c.field] = c.value;
+    httplib::Result refused = api.Post("/v1/completions", bad);
+    ASSERT_TRUE(refused);
+    EXPECT_EQ(refused->status, 400) << c.field;
+    EXPECT_EQ(Json::parse(refused->body)["error"]["param"], c.field) << refused->body;
+  }
+}
+
 TEST_F(OpenAiTest, BearerTokensAreRequiredWhenConfigured) {
   Api api(model_, 4, {{.tenant = "alice", .token = "secret-a"}});
   httplib::Result without = api.Post("/v1/completions", Completion(2, false));

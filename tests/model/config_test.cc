@@ -135,6 +135,13 @@ TEST(ConfigTest, EnumNamesRoundTrip) {
   EXPECT_EQ(ToString(NormPlacement::kPost), "post");
   EXPECT_EQ(ToString(TokenizerKind::kSentencePiece), "sentencepiece");
   EXPECT_EQ(ToString(TokenizerKind::kGpt2Bpe), "gpt2_bpe");
+  EXPECT_EQ(ToString(TokenizerKind::kNone), "none");
+  // Without a tokenizer no byte ids are needed: any vocabulary size is one.
+  nlohmann::json small = With("tokenizer", "none");
+  small["vocab_size"] = 3;
+  absl::StatusOr<ModelConfig> none = Parse(small);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->tokenizer, TokenizerKind::kNone);
 }
 
 TEST(ConfigTest, RejectsTextThatIsNotAJsonObject) {

@@ -90,7 +90,7 @@ TEST(RandomModelTest, WriteModelDirectoryFailsWhereNothingCanBeCreated) {
 TEST(RandomModelDeathTest, SentencePieceConfigsCannotBeBuiltInMemory) {
   ModelConfig c = TinyConfig();
   c.tokenizer = TokenizerKind::kSentencePiece;
-  EXPECT_DEATH(MakeRandomModel(c, 1), "only byte-tokenizer configs");
+  EXPECT_DEATH(MakeRandomModel(c, 1), "only byte-tokenizer and tokenizer-less configs");
 }
 
 TEST(RandomModelDeathTest, InvalidConfigsAbortWithTheReason) {

@@ -121,6 +121,26 @@ TEST(ByteTokenizerTest, VocabularyBelow256IsRejected) {
   EXPECT_THAT(t.status().message(), AllOf(HasSubstr("vocab_size >= 256"), HasSubstr("200")));
 }
 
+TEST(NoTokenizerTest, IdsStandForNoTextAndTextIsRefused) {
+  ModelConfig c = TinyConfig();
+  c.tokenizer = TokenizerKind::kNone;
+  c.vocab_size = 50;  // no 256 byte ids needed
+  absl::StatusOr<std::unique_ptr<Tokenizer>> t = LoadTokenizer(c, "/nonexistent");
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_FALSE((*t)->has_text());
+  EXPECT_EQ((*t)->vocab_size(), 50);
+  absl::StatusOr<std::vector<TokenId>> ids = (*t)->Encode("hello");
+  ASSERT_FALSE(ids.ok());
+  EXPECT_EQ(ids.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ids.status().message(),
+              AllOf(HasSubstr("no tokenizer"), HasSubstr("\"none\""), HasSubstr("token ids")));
+  EXPECT_FALSE((*t)->Encode("").ok());
+  EXPECT_EQ((*t)->TokenBytes(7), "");
+  EXPECT_EQ((*t)->Decode({0, 7, 49}).value(), "");
+  EXPECT_THAT((*t)->Decode({50}).status().message(), HasSubstr("token id 50 at position 0"));
+  EXPECT_TRUE(ByteTokenizerFor(256)->has_text());
+}
+
 // ---- Streaming detokenisation ----
 
 TEST(StreamingDetokenizerTest, HoldsMultiByteCharactersUntilComplete) {

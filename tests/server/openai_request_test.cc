@@ -11,6 +11,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "model/tokenizer/no_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/constraints/compiled_constraint.h"
 #include "server/constraints/token_vocabulary.h"
@@ -105,6 +106,28 @@ TEST(ChatTemplateTest, TheBundledModelHasOne) {
   ASSERT_TRUE(t->has_value());
   EXPECT_EQ((*t)->Apply({{"user", std::nullopt, "Hark"}}), "ROMEO:\nHark\n\nJULIET:\n");
   EXPECT_FALSE(ChatTemplate::Load("/nonexistent")->has_value());
+}
+
+TEST_F(OpenAiRequestTest, ReturnTokenIds) {
+  EXPECT_FALSE(Completion({{"prompt", "a"}})->return_token_ids);
+  EXPECT_TRUE(Completion({{"prompt", "a"}, {"return_token_ids", true}})->return_token_ids);
+  EXPECT_TRUE(Chat({{"return_token_ids", true}})->return_token_ids);
+  EXPECT_FALSE(Completion({{"prompt", "a"}, {"return_token_ids", nullptr}})->return_token_ids);
+  EXPECT_EQ(ParamOf(Completion({{"prompt", "a"}, {"return_token_ids", 1}})), "return_token_ids");
+}
+
+// A model without a tokenizer: prompts are token ids, and the ids come back by default.
+TEST_F(OpenAiRequestTest, AModelWithoutATokenizerTakesTokenIds) {
+  NoTokenizer none(260);
+  context_.tokenizer = &none;
+  absl::StatusOr<OpenAiRequest> ids = Completion({{"prompt", {5, 6}}});
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(ids->generate.prompt, ElementsAre(5, 6));
+  EXPECT_TRUE(ids->return_token_ids);
+  EXPECT_FALSE(Completion({{"prompt", {5}}, {"return_token_ids", false}})->return_token_ids);
+  absl::StatusOr<OpenAiRequest> text = Completion({{"prompt", "ab"}});
+  EXPECT_EQ(ParamOf(text), "prompt");
+  EXPECT_THAT(text.status().message(), HasSubstr("no tokenizer"));
 }
 
 TEST_F(OpenAiRequestTest, CompletionPrompts) {
@@ -513,6 +536,88 @@ TEST(OpenAiResponseTest, ChoicesHaveTheirIndexAndTheUsageCountsThePromptOnce) {
   EXPECT_EQ(answer["usage"]["prompt_tokens"], 7);
   EXPECT_EQ(answer["usage"]["completion_tokens"], 1 + 2 + 3);
   EXPECT_EQ(answer["usage"]["total_tokens"], 7 + 6);
+}
+
+EmittedToken Emitted(TokenId id, std::string text, bool echoed = false) {
+  EmittedToken t;
+  t.token.id = id;
+  t.text = std::move(text);
+  t.echoed = echoed;
+  return t;
+}
+
+// return_token_ids: the generated ids (never an echoed prompt's) on every chunk and in the whole
+// answer, the prompt's once per choice (completions) or per response (chat).
+TEST(OpenAiResponseTest, TokenIdsComeWithTheTextWhenAskedFor) {
+  ByteTokenizer tokenizer(260);
+  for (OpenAiEndpoint endpoint : {OpenAiEndpoint::kCompletions, OpenAiEndpoint::kChatCompletions}) {
+    const bool chat = endpoint == OpenAiEndpoint::kChatCompletions;
+    OpenAiRequest request;
+    request.endpoint = endpoint;
+    request.return_token_ids = true;
+    request.generate.prompt = {104, 105};
+    request.generate.n = 2;
+    OpenAiResponse streamed(request, "x", 100, "m", tokenizer);
+    OpenAiResponse whole(request, "x", 100, "m", tokenizer);
+    const EmittedToken echoed = Emitted(104, "h", /*echoed=*/true);
+    const EmittedToken a = Emitted(97, "a");
+    const EmittedToken special = Emitted(257, "");  // no text, still its own chunk
+    std::vector<json> chunks;
+    for (const auto& [choice, tokens] : std::vector<std::pair<int32_t, std::vector<EmittedToken>>>{
+             {0, {echoed, a}}, {1, {special}}, {0, {special}}}) {
+      const std::string event = streamed.StreamTokens(choice, tokens);
+      ASSERT_FALSE(event.empty());
+      chunks.push_back(json::parse(event.substr(6)));
+      whole.Append(choice, tokens);
+    }
+    EXPECT_EQ(chunks[0]["choices"][0]["token_ids"], json({97}));
+    EXPECT_EQ(chunks[1]["choices"][0]["token_ids"], json({257}));
+    EXPECT_EQ(chunks[2]["choices"][0]["token_ids"], json({257}));
+    if (chat) {
+      EXPECT_EQ(chunks[0]["prompt_token_ids"], json({104, 105}));
+      EXPECT_FALSE(chunks[1].contains("prompt_token_ids"));
+    } else {
+      EXPECT_EQ(chunks[0]["choices"][0]["prompt_token_ids"], json({104, 105}));
+      EXPECT_EQ(chunks[1]["choices"][0]["prompt_token_ids"], json({104, 105}));
+      EXPECT_FALSE(chunks[2]["choices"][0].contains("prompt_token_ids"));
+    }
+    GenerationResult result;
+    result.reason = FinishReason::kLength;
+    for (int32_t choice : {0, 1}) {
+      streamed.EndChoice(choice, result);
+      whole.EndChoice(choice, result);
+    }
+    const json end = json::parse(streamed.StreamChoiceEnd(1).substr(6));
+    EXPECT_EQ(end["choices"][0]["token_ids"], json::array());
+    const json answer = json::parse(whole.Finish());
+    EXPECT_EQ(answer["choices"][0]["token_ids"], json({97, 257}));
+    EXPECT_EQ(answer["choices"][1]["token_ids"], json({257}));
+    if (chat) {
+      EXPECT_EQ(answer["prompt_token_ids"], json({104, 105}));
+    } else {
+      EXPECT_EQ(answer["choices"][1]["prompt_token_ids"], json({104, 105}));
+    }
+  }
+  // Not asked for: no ids, and a token without text sends nothing.
+  OpenAiRequest plain;
+  OpenAiResponse response(plain, "x", 100, "m", tokenizer);
+  EXPECT_EQ(response.StreamTokens(0, {Emitted(257, "")}), "");
+}
+
+// Without a tokenizer, logprobs name tokens "token_id:<id>" (their bytes would all be empty).
+TEST(OpenAiResponseTest, LogprobsNameTokensByIdWithoutATokenizer) {
+  NoTokenizer tokenizer(300);
+  OpenAiRequest request;
+  request.logprobs = true;
+  request.top_logprobs = 1;
+  OpenAiResponse response(request, "x", 100, "m", tokenizer);
+  GeneratedToken token{.id = 42, .logprob = -0.5f, .top_logprobs = {{.token = 7, .logprob = -1}}};
+  response.Append(0, {EmittedToken{token, ""}});
+  GenerationResult result;
+  response.EndChoice(0, result);
+  const json answer = json::parse(response.Finish());
+  EXPECT_EQ(answer["choices"][0]["logprobs"]["tokens"], json({"token_id:42"}));
+  EXPECT_EQ(answer["choices"][0]["logprobs"]["top_logprobs"][0].begin().key(), "token_id:7");
 }
 
 TEST(OpenAiResponseTest, ACompletedConstraintIsAStop) {

@@ -104,6 +104,16 @@ TEST_F(ValidateGenerateRequestTest, NamesEveryInvalidField) {
   ExpectInvalid([](auto& r) { r.top_logprobs = -1; }, "top_logprobs", "[0, 20]");
 }
 
+// A model without a tokenizer generates no text: a stop string could never match.
+TEST_F(ValidateGenerateRequestTest, StopStringsNeedATokenizer) {
+  config_.tokenizer = TokenizerKind::kNone;
+  EXPECT_TRUE(ValidateGenerateRequest(Valid(), limits_, config_).ok());
+  GenerateRequest ids = Valid();
+  ids.stop_token_ids = {5};
+  EXPECT_TRUE(ValidateGenerateRequest(ids, limits_, config_).ok());
+  ExpectInvalid([](auto& r) { r.stop = {"x"}; }, "stop", "use stop_token_ids");
+}
+
 TEST(RequestLimitsTest, RejectsNonPositiveLimits) {
   RequestLimits limits;
   EXPECT_TRUE(ValidateRequestLimits(limits).ok());

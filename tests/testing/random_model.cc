@@ -164,9 +164,9 @@ ModelWeights MakeRandomWeights(const ModelConfig& config, uint64_t seed) {
 }
 
 Model MakeRandomModel(const ModelConfig& config, uint64_t seed) {
-  if (config.tokenizer != TokenizerKind::kByte) {
-    Die("only byte-tokenizer configs can be built in memory (a SentencePiece model needs a "
-        "tokenizer.model: use WriteModelDirectory and LoadModel)");
+  if (config.tokenizer != TokenizerKind::kByte && config.tokenizer != TokenizerKind::kNone) {
+    Die("only byte-tokenizer and tokenizer-less configs can be built in memory (a SentencePiece "
+        "model needs a tokenizer.model: use WriteModelDirectory and LoadModel)");
   }
   Model model;
   model.config = config;

@@ -39,9 +39,10 @@ ModelConfig TinyGatedDeltaNetConfig();
 // (untied) or d_model^1/4 (tied): a peaked but not one-hot softmax.
 ModelWeights MakeRandomWeights(const ModelConfig& config, uint64_t seed);
 
-// A complete in-memory model: MakeRandomWeights, the byte tokenizer, directory "" and the
-// fingerprint LoadModel would compute after WriteModelDirectory(dir, config, weights) with F32.
-// Aborts with a message when `config` is invalid or not a byte-tokenizer config.
+// A complete in-memory model: MakeRandomWeights, the byte tokenizer (or none, for tokenizer
+// "none"), directory "" and the fingerprint LoadModel would compute after
+// WriteModelDirectory(dir, config, weights) with F32. Aborts with a message when `config` is
+// invalid or names a tokenizer that needs files.
 Model MakeRandomModel(const ModelConfig& config, uint64_t seed);
 
 // Writes DIR/config.json and DIR/model.safetensors (weights stored as `dtype`: F32, F16 or

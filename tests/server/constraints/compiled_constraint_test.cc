@@ -13,6 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/tokenizer/byte_tokenizer.h"
+#include "model/tokenizer/no_tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "server/constraints/grammar_matcher.h"
 #include "tests/server/constraints/json_schema_cases.h"
@@ -164,6 +165,20 @@ TEST(CompiledConstraintTest, ErrorsNameTheField) {
   EXPECT_THAT(std::string(regex.status().message()), ::testing::StartsWith("constraint.regex: "));
   auto object = CompileConstraint({ConstraintKind::kJsonObject, "x"}, Bytes(), {}, "c");
   EXPECT_THAT(object.status().message(), ::testing::HasSubstr("json_object takes no text"));
+}
+
+// A model without a tokenizer: no token stands for text, so nothing can be constrained.
+TEST(CompiledConstraintTest, AVocabularyWithoutTextIsRefused) {
+  auto vocabulary = TokenVocabulary::Create(NoTokenizer(300), 2);
+  for (const ConstraintSpec& spec : {ConstraintSpec{ConstraintKind::kRegex, "a"},
+                                     ConstraintSpec{ConstraintKind::kJsonObject, ""}}) {
+    auto compiled = CompileConstraint(spec, vocabulary, {}, "constraint.regex");
+    ASSERT_FALSE(compiled.ok());
+    EXPECT_EQ(compiled.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(compiled.status().message()),
+                ::testing::AllOf(::testing::StartsWith("constraint.regex: "),
+                                 ::testing::HasSubstr("without a tokenizer")));
+  }
 }
 
 }  // namespace
