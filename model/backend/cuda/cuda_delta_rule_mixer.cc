@@ -90,30 +90,10 @@ class CudaDeltaRuleMixer final : public CudaProjectedMixer {
     rule.state = state;
     rule.slot_stride = pass.state_floats;
     rule.out = out;
+    LINSERVE_RETURN_IF_ERROR(ShortConv(s, pass, conv_, in, history, cuda::DType::kF32, qkv));
     if (pass.prefill == nullptr) {
-      cuda::DecodeShortConvArgs conv;
-      conv.shape = conv_;
-      conv.a = in;
-      conv.slots = ws.device_rows.slots;
-      conv.state = state;
-      conv.slot_stride = pass.state_floats;
-      conv.layer_offset = history;
-      conv.rows = pass.rows;
-      conv.out_dtype = cuda::DType::kF32;
-      conv.out = qkv;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeShortConv(s, conv));
       return cuda::LaunchDecodeGatedDeltaRule(s, rule, ws.device_rows.slots, pass.rows);
     }
-    cuda::PrefillShortConvArgs conv;
-    conv.shape = conv_;
-    conv.a = in;
-    conv.tables = *pass.prefill;
-    conv.state = state;
-    conv.slot_stride = pass.state_floats;
-    conv.layer_offset = history;
-    conv.out_dtype = cuda::DType::kF32;
-    conv.out = qkv;
-    LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillShortConv(s, conv));
     return cuda::LaunchPrefillGatedDeltaRule(s, rule, *pass.prefill);
   }
 

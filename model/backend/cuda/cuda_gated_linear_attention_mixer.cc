@@ -89,38 +89,14 @@ class CudaGatedLinearAttentionMixer final : public CudaProjectedMixer {
     rows.state = state;
     rows.slot_stride = pass.state_floats;
     rows.out = out;
-    const int64_t history = state_offset_ + p_.HistoryOffset();
-    if (pass.prefill == nullptr) {
-      if (p_.short_conv) {
-        float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kConvOut));
-        cuda::DecodeShortConvArgs conv;
-        conv.shape = conv_;
-        conv.a = in;
-        conv.slots = ws.device_rows.slots;
-        conv.state = state;
-        conv.slot_stride = pass.state_floats;
-        conv.layer_offset = history;
-        conv.rows = pass.rows;
-        conv.out_dtype = cuda::DType::kF32;
-        conv.out = qkv;
-        LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeShortConv(s, conv));
-        rows.qkv = qkv;
-      }
-      return cuda::LaunchDecodeGatedLinearAttention(s, rows, ws.device_rows.slots, pass.rows);
-    }
     if (p_.short_conv) {
       float* qkv = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kConvOut));
-      cuda::PrefillShortConvArgs conv;
-      conv.shape = conv_;
-      conv.a = in;
-      conv.tables = *pass.prefill;
-      conv.state = state;
-      conv.slot_stride = pass.state_floats;
-      conv.layer_offset = history;
-      conv.out_dtype = cuda::DType::kF32;
-      conv.out = qkv;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillShortConv(s, conv));
+      LINSERVE_RETURN_IF_ERROR(ShortConv(s, pass, conv_, in, state_offset_ + p_.HistoryOffset(),
+                                         cuda::DType::kF32, qkv));
       rows.qkv = qkv;
+    }
+    if (pass.prefill == nullptr) {
+      return cuda::LaunchDecodeGatedLinearAttention(s, rows, ws.device_rows.slots, pass.rows);
     }
     return cuda::LaunchPrefillGatedLinearAttention(s, rows, *pass.prefill);
   }

@@ -79,30 +79,10 @@ class CudaMamba2 final : public CudaProjectedMixer {
     rows.out = out;
     const int64_t history = state_offset_ + p_.HistoryOffset();
     const float* a = in + p_.InnerDim();  // xBC follows z in each row
+    LINSERVE_RETURN_IF_ERROR(ShortConv(s, pass, conv_, a, history, cuda::DType::kF32, xbc));
     if (pass.prefill == nullptr) {
-      cuda::DecodeShortConvArgs conv;
-      conv.shape = conv_;
-      conv.a = a;
-      conv.slots = ws.device_rows.slots;
-      conv.state = state;
-      conv.slot_stride = pass.state_floats;
-      conv.layer_offset = history;
-      conv.rows = pass.rows;
-      conv.out_dtype = cuda::DType::kF32;
-      conv.out = xbc;
-      LINSERVE_RETURN_IF_ERROR(cuda::LaunchDecodeShortConv(s, conv));
       return cuda::LaunchDecodeMamba2(s, rows, ws.device_rows.slots, pass.rows);
     }
-    cuda::PrefillShortConvArgs conv;
-    conv.shape = conv_;
-    conv.a = a;
-    conv.tables = *pass.prefill;
-    conv.state = state;
-    conv.slot_stride = pass.state_floats;
-    conv.layer_offset = history;
-    conv.out_dtype = cuda::DType::kF32;
-    conv.out = xbc;
-    LINSERVE_RETURN_IF_ERROR(cuda::LaunchPrefillShortConv(s, conv));
     return cuda::LaunchPrefillMamba2(s, rows, *pass.prefill);
   }
 

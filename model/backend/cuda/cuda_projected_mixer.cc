@@ -49,4 +49,33 @@ absl::Status CudaProjectedMixer::Forward(cudaStream_t s, const CudaPass& pass) {
   return gemm_.Linear(s, dtype_, out, out_weight_, ws.act.proj, pass.rows, d_model_, core_columns_);
 }
 
+absl::Status CudaProjectedMixer::ShortConv(cudaStream_t stream, const CudaPass& pass,
+                                           const cuda::ShortConvShape& shape, const float* a,
+                                           int64_t layer_offset, cuda::DType out_dtype, void* out) {
+  float* state = static_cast<float*>(pass.workspace->state);
+  if (pass.prefill == nullptr) {
+    cuda::DecodeShortConvArgs args;
+    args.shape = shape;
+    args.a = a;
+    args.slots = pass.workspace->device_rows.slots;
+    args.state = state;
+    args.slot_stride = pass.state_floats;
+    args.layer_offset = layer_offset;
+    args.rows = pass.rows;
+    args.out_dtype = out_dtype;
+    args.out = out;
+    return cuda::LaunchDecodeShortConv(stream, args);
+  }
+  cuda::PrefillShortConvArgs args;
+  args.shape = shape;
+  args.a = a;
+  args.tables = *pass.prefill;
+  args.state = state;
+  args.slot_stride = pass.state_floats;
+  args.layer_offset = layer_offset;
+  args.out_dtype = out_dtype;
+  args.out = out;
+  return cuda::LaunchPrefillShortConv(stream, args);
+}
+
 }  // namespace linserve

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/short_conv.h"
 #include "model/backend/cuda/cuda_layer.h"
 
 namespace linserve {
@@ -40,6 +41,13 @@ class CudaProjectedMixer : public CudaMixer {
   // `out`.
   virtual absl::Status Core(cudaStream_t stream, const CudaPass& pass, const float* in,
                             void* out) = 0;
+  // For cores with a short convolution (kernels/cuda/short_conv.h): `shape` over the pass's rows
+  // `a` into `out` (`out_dtype`), each slot's history at `layer_offset` of its state (fp32:
+  // CheckCudaStatePrecision) read and moved on. One launch for a decode pass; a prefill pass's
+  // launches cover all its pieces.
+  static absl::Status ShortConv(cudaStream_t stream, const CudaPass& pass,
+                                const cuda::ShortConvShape& shape, const float* a,
+                                int64_t layer_offset, cuda::DType out_dtype, void* out);
 
   const cuda::DType dtype_;
   const int64_t state_offset_;

@@ -29,31 +29,7 @@ class CudaShortConv final : public CudaProjectedMixer {
  private:
   // `a`: in_proj's rows (u | g, fp32); `gated`: out_proj's input (T).
   absl::Status Core(cudaStream_t s, const CudaPass& pass, const float* a, void* gated) override {
-    const CudaWorkspace& ws = *pass.workspace;
-    if (pass.prefill == nullptr) {
-      cuda::DecodeShortConvArgs args;
-      args.shape = shape_;
-      args.a = a;
-      args.slots = ws.device_rows.slots;
-      args.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
-      args.slot_stride = pass.state_floats;
-      args.layer_offset = state_offset_;
-      args.rows = pass.rows;
-      args.out_dtype = dtype_;
-      args.out = gated;
-      return cuda::LaunchDecodeShortConv(s, args);
-    }
-    // Every session of the pass in the same launches.
-    cuda::PrefillShortConvArgs args;
-    args.shape = shape_;
-    args.a = a;
-    args.tables = *pass.prefill;
-    args.state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
-    args.slot_stride = pass.state_floats;
-    args.layer_offset = state_offset_;
-    args.out_dtype = dtype_;
-    args.out = gated;
-    return cuda::LaunchPrefillShortConv(s, args);
+    return ShortConv(s, pass, shape_, a, state_offset_, dtype_, gated);
   }
 
   cuda::ShortConvShape shape_;
