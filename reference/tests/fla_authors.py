@@ -805,3 +805,20 @@ def make_checkpoint(directory, config, seed, weights="model.safetensors", dtype=
         torch.save(state, os.path.join(directory, weights))
     model.load_state_dict({k: v.double() for k, v in state.items()}, strict=False)
     return model
+
+
+def greedy(model, ids, steps):
+    """(the `steps` tokens fla's `model` picks greedily after `ids`, one forward of the whole
+    sequence per token as fla's generate does without a cache; the smallest gap between a step's
+    two best logits relative to its largest magnitude: a gap far above fp32 rounding means no pick
+    is a tie that another backend's rounding could flip)."""
+    tokens, gaps = [], []
+    sequence = torch.tensor([list(ids)])
+    with torch.no_grad():
+        for _ in range(steps):
+            logits = model(sequence)[0][0, -1]
+            top = torch.topk(logits, 2).values
+            gaps.append((top[0] - top[1]).item() / logits.abs().max().item())
+            tokens.append(int(logits.argmax()))
+            sequence = torch.cat([sequence, torch.tensor([[tokens[-1]]])], dim=1)
+    return tokens, min(gaps)

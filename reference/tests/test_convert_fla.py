@@ -361,18 +361,8 @@ class ConvertFlaTest(unittest.TestCase):
         tokenizer = load_tokenizer(ours.config, dst)
         prompt = "ROMEO:\nBut soft, what light through yonder window breaks?\n"
         ids = [ours.config["bos_token_id"]] + tokenizer.encode(prompt)
-        fla_tokens, gaps = [], []
-        with torch.no_grad():
-            sequence = torch.tensor([ids])
-            for _ in range(64):
-                logits, _ = theirs(sequence)
-                top = torch.topk(logits[0, -1], 2).values
-                gaps.append((top[0] - top[1]).item() / logits[0, -1].abs().max().item())
-                token = int(logits[0, -1].argmax())
-                fla_tokens.append(token)
-                sequence = torch.cat([sequence, torch.tensor([[token]])], dim=1)
-        # No pick is a near tie, so that an fp32 backend's rounding cannot flip it.
-        self.assertGreater(min(gaps), 1e-4)
+        fla_tokens, gap = fla_authors.greedy(theirs, ids, 64)
+        self.assertGreater(gap, 1e-4)  # no near tie that fp32 rounding could flip
         params = SamplingParams(seed=0, temperature=0)
         ours_float = export.load_model_dir(dst).eval()
         got, text = generate.generate(ours_float, tokenizer, prompt, params, max_new_tokens=64,
@@ -531,16 +521,8 @@ class ConvertFlaTest(unittest.TestCase):
         self.assertIsInstance(checkpoint.ConvertError("x"), ValueError)
         # linserve-generate takes the prompt as ids and writes fla's greedy ids.
         prompt = [5, 17, 300, 2]
-        sequence = torch.tensor([[cfg["bos_token_id"]] + prompt])
-        fla_tokens, gaps = [], []
-        with torch.no_grad():
-            for _ in range(16):
-                logits = theirs(sequence)[0][0, -1]
-                top = torch.topk(logits, 2).values
-                gaps.append((top[0] - top[1]).item() / logits.abs().max().item())
-                fla_tokens.append(int(logits.argmax()))
-                sequence = torch.cat([sequence, torch.tensor([[fla_tokens[-1]]])], dim=1)
-        self.assertGreater(min(gaps), 1e-4)  # no near tie that fp32 rounding could flip
+        fla_tokens, gap = fla_authors.greedy(theirs, [cfg["bos_token_id"]] + prompt, 16)
+        self.assertGreater(gap, 1e-4)  # no near tie that fp32 rounding could flip
         if GENERATE_BIN is None:
             self.skipTest("no --generate-bin given: the C++ comparison is skipped")
         cmd = [GENERATE_BIN, f"--model={dst}", f"--token_ids={','.join(map(str, prompt))}",

@@ -124,13 +124,7 @@ class FlaServingTest(unittest.TestCase):
         tokenizer = load_tokenizer(ours.config, dst)
         # fla's greedy tokens, and the reference's text of them.
         ids = [ours.config["bos_token_id"]] + tokenizer.encode(PROMPT)
-        fla_tokens = []
-        with torch.no_grad():
-            sequence = torch.tensor([ids])
-            for _ in range(NEW_TOKENS):
-                logits, _ = theirs(sequence)
-                fla_tokens.append(int(logits[0, -1].argmax()))
-                sequence = torch.cat([sequence, torch.tensor([[fla_tokens[-1]]])], dim=1)
+        fla_tokens, _ = fla_authors.greedy(theirs, ids, NEW_TOKENS)
         got, text = generate.generate(ours, tokenizer, PROMPT, SamplingParams(seed=0, temperature=0),
                                       max_new_tokens=NEW_TOKENS, stop_at_eos=False)
         self.assertEqual(got, fla_tokens)
@@ -168,16 +162,9 @@ class FlaTokenIdsTest(unittest.TestCase):
         self.assertEqual(ours.config["tokenizer"], "none")
         prompt = [int(i) for i in torch.randint(3, 2048, (40,),
                                                 generator=torch.Generator().manual_seed(5))]
-        fla_tokens, gaps = [], []
-        with torch.no_grad():
-            sequence = torch.tensor([[ours.config["bos_token_id"]] + prompt])
-            for _ in range(NEW_TOKENS):
-                logits = theirs(sequence)[0][0, -1]
-                top = torch.topk(logits, 2).values
-                gaps.append((top[0] - top[1]).item() / logits.abs().max().item())
-                fla_tokens.append(int(logits.argmax()))
-                sequence = torch.cat([sequence, torch.tensor([[fla_tokens[-1]]])], dim=1)
-        self.assertGreater(min(gaps), 1e-4)  # no near tie that fp32 rounding could flip
+        fla_tokens, gap = fla_authors.greedy(
+            theirs, [ours.config["bos_token_id"]] + prompt, NEW_TOKENS)
+        self.assertGreater(gap, 1e-4)  # no near tie that fp32 rounding could flip
         work = os.path.join(self.tmp.name, "server")
         os.makedirs(work)
         with Server(dst, work) as server:
