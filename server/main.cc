@@ -140,6 +140,13 @@ int Run(const sigset_t& signals) {
                (*backend)->device() == DeviceKind::kCuda ? "cuda" : "cpu",
                (*backend)->slot_capacity(), absl::FormatDuration(absl::Now() - load_start));
 
+  if (!(*model)->tokenizer->has_text()) {
+    spdlog::info(
+        "the model has no tokenizer (config.json tokenizer \"none\"): prompts and "
+        "generations are token ids; text prompts, chat, stop strings and constraints "
+        "are refused");
+  }
+
   if (absl::Status s = ApplySchedulerFlags((*backend)->device(), engine_options.scheduler);
       !s.ok()) {
     spdlog::error("{}", s.ToString());
