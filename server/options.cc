@@ -28,7 +28,7 @@ ABSL_FLAG(std::string, weight_precision, "auto",
 // Default: fp32.
 ABSL_FLAG(std::string, state_precision, "fp32",
           "Storage of the recurrent state in the slot pool: fp32, or bf16 (CUDA only, models whose "
-          "mixer kinds all allow it, as docs/model-format.md says of each: S and z in bf16, "
+          "mixer kinds all allow it, as docs/model-format.md says of each: the state in bf16, "
           "accumulated in fp32, half the state memory and traffic). Exported, imported, "
           "snapshotted and persisted states stay fp32.");
 // Default: 127.0.0.1 (loopback only, as llama.cpp's server; images pass --host=0.0.0.0).

@@ -27,8 +27,9 @@ __device__ __forceinline__ float Silu(float x) { return __fdiv_rn(x, __fadd_rn(1
 
 // One token (`row` of the pass) of head `h` on S (null: a padding row, zero state, no write).
 // Shared memory: B and C (state_size each).
-__device__ __forceinline__ void Token(const Mamba2Rows& args, int64_t row, int h, float* s,
-                                      float* b, float* c) {
+template <typename S>
+__device__ __forceinline__ void Token(const Mamba2Rows& args, int64_t row, int h, S* s, float* b,
+                                      float* c) {
   const Mamba2Shape& shape = args.shape;
   const int pd = shape.head_dim;
   const int ns = shape.state_size;
@@ -55,10 +56,10 @@ __device__ __forceinline__ void Token(const Mamba2Rows& args, int64_t row, int h
     const float v = __fmul_rn(dt, x);
     float out = 0.0f;
     for (int n = 0; n < ns; ++n) {
-      float* cell = s != nullptr ? s + static_cast<int64_t>(n) * pd + j : nullptr;
-      const float snj = cell != nullptr ? __fmul_rn(*cell, alpha) : 0.0f;
+      S* cell = s != nullptr ? s + static_cast<int64_t>(n) * pd + j : nullptr;
+      const float snj = cell != nullptr ? __fmul_rn(ToFloat(*cell), alpha) : 0.0f;
       const float next = __fadd_rn(snj, __fmul_rn(b[n], v));
-      if (cell != nullptr) *cell = next;
+      if (cell != nullptr) *cell = FromFloat<S>(next);
       out = __fadd_rn(out, __fmul_rn(next, c[n]));
     }
     const float d = shape.d[shape.d_has_hdim ? static_cast<int64_t>(h) * pd + j : h];
@@ -67,28 +68,31 @@ __device__ __forceinline__ void Token(const Mamba2Rows& args, int64_t row, int h
   __syncthreads();  // B and C are free for the next token
 }
 
-__device__ __forceinline__ float* HeadState(const Mamba2Rows& args, int32_t slot, int h) {
+template <typename S>
+__device__ __forceinline__ S* HeadState(const Mamba2Rows& args, int32_t slot, int h) {
   if (slot < 0) return nullptr;
-  return args.state + static_cast<int64_t>(slot) * args.slot_stride + args.layer_offset +
-         static_cast<int64_t>(h) * args.shape.state_size * args.shape.head_dim;
+  return static_cast<S*>(args.state) + static_cast<int64_t>(slot) * args.slot_stride +
+         args.layer_offset + static_cast<int64_t>(h) * args.shape.state_size * args.shape.head_dim;
 }
 
 // Grid (rows, heads).
+template <typename S>
 __global__ void __launch_bounds__(kThreads)
     DecodeMamba2Kernel(Mamba2Rows args, const int32_t* slots) {
   extern __shared__ float smem[];
   const int64_t row = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
-  Token(args, row, h, HeadState(args, slots[row], h), smem, smem + args.shape.state_size);
+  Token(args, row, h, HeadState<S>(args, slots[row], h), smem, smem + args.shape.state_size);
 }
 
 // Grid (pieces, heads): a piece's tokens in order.
+template <typename S>
 __global__ void __launch_bounds__(kThreads)
     PrefillMamba2Kernel(Mamba2Rows args, PrefillTables tables) {
   extern __shared__ float smem[];
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
-  float* s = HeadState(args, piece.slot, h);
+  S* s = HeadState<S>(args, piece.slot, h);
   const int end = piece.first_row + piece.rows;
   for (int row = piece.first_row; row < end; ++row) {
     Token(args, row, h, s, smem, smem + args.shape.state_size);
@@ -140,6 +144,12 @@ size_t SharedBytes(const Mamba2Shape& shape) {
   return 2 * static_cast<size_t>(shape.state_size) * sizeof(float);
 }
 
+absl::Status CheckStateDType(DType dtype) {
+  if (dtype == DType::kF32 || dtype == DType::kBf16) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("mamba2: state_dtype ", DTypeName(dtype), " is not fp32 or bf16"));
+}
+
 absl::Status LaunchNorm(cudaStream_t stream, const Mamba2Rows& args, int rows) {
   if (rows <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
@@ -178,9 +188,15 @@ absl::Status CheckMamba2Shape(const Mamba2Shape& shape) {
 absl::Status LaunchDecodeMamba2(cudaStream_t stream, const Mamba2Rows& args, const int32_t* slots,
                                 int rows) {
   LINSERVE_RETURN_IF_ERROR(CheckMamba2Shape(args.shape));
+  LINSERVE_RETURN_IF_ERROR(CheckStateDType(args.state_dtype));
   if (rows <= 0) return absl::OkStatus();
-  DecodeMamba2Kernel<<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.heads)),
-                       kThreads, SharedBytes(args.shape), stream>>>(args, slots);
+  const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.heads));
+  if (args.state_dtype == DType::kBf16) {
+    DecodeMamba2Kernel<__nv_bfloat16>
+        <<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, slots);
+  } else {
+    DecodeMamba2Kernel<float><<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, slots);
+  }
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("DecodeMamba2Kernel", __FILE__, __LINE__));
   return LaunchNorm(stream, args, rows);
 }
@@ -188,10 +204,16 @@ absl::Status LaunchDecodeMamba2(cudaStream_t stream, const Mamba2Rows& args, con
 absl::Status LaunchPrefillMamba2(cudaStream_t stream, const Mamba2Rows& args,
                                  const PrefillTables& tables) {
   LINSERVE_RETURN_IF_ERROR(CheckMamba2Shape(args.shape));
+  LINSERVE_RETURN_IF_ERROR(CheckStateDType(args.state_dtype));
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
-  PrefillMamba2Kernel<<<dim3(static_cast<unsigned>(tables.piece_count),
-                             static_cast<unsigned>(args.shape.heads)),
-                        kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+  const dim3 grid(static_cast<unsigned>(tables.piece_count),
+                  static_cast<unsigned>(args.shape.heads));
+  if (args.state_dtype == DType::kBf16) {
+    PrefillMamba2Kernel<__nv_bfloat16>
+        <<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+  } else {
+    PrefillMamba2Kernel<float><<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+  }
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("PrefillMamba2Kernel", __FILE__, __LINE__));
   return LaunchNorm(stream, args, tables.rows);
 }

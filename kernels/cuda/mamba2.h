@@ -9,7 +9,9 @@
 // runs that step token by token, not the CPU's chunked form.
 //
 // State layout (the same as StateBlob and the CPU backend): per head S (state_size × head_dim
-// fp32, row-major) at state + slot · slot_stride + layer_offset.
+// elements of state_dtype, row-major) at state + slot · slot_stride + layer_offset. With a bf16
+// state (--state_precision=bf16) each element is widened on load, updated in fp32 and rounded to
+// nearest even on store, once per token (prefill too: it runs the scan per token).
 #ifndef LINSERVE_KERNELS_CUDA_MAMBA2_H_
 #define LINSERVE_KERNELS_CUDA_MAMBA2_H_
 
@@ -45,7 +47,8 @@ struct Mamba2Shape {
 constexpr int kMaxMamba2Dim = 1024;
 
 // INVALID_ARGUMENT unless the dims are in [1, kMaxMamba2Dim], groups divides heads, the vectors
-// are given (norm with rmsnorm) and dt_min ≤ dt_max.
+// are given (norm with rmsnorm) and dt_min ≤ dt_max. The launchers also refuse a state_dtype other
+// than kF32 or kBf16.
 absl::Status CheckMamba2Shape(const Mamba2Shape& shape);
 
 struct Mamba2Rows {
@@ -55,9 +58,10 @@ struct Mamba2Rows {
   int64_t in_stride = 0;
   // [rows, d_inner + 2·groups·state_size]: x | B | C after the convolution.
   const float* xbc = nullptr;
-  float* state = nullptr;
-  int64_t slot_stride = 0;   // floats per slot
-  int64_t layer_offset = 0;  // floats from a slot's start to this layer's S
+  void* state = nullptr;            // elements of state_dtype
+  DType state_dtype = DType::kF32;  // kF32 or kBf16
+  int64_t slot_stride = 0;          // elements per slot
+  int64_t layer_offset = 0;         // elements from a slot's start to this layer's S
   float* y = nullptr;        // fp32 [rows, d_inner]: the scan's output
   DType out_dtype = DType::kF32;
   void* out = nullptr;  // T [rows, d_inner]: the norm's output, out_proj's input

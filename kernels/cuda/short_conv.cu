@@ -42,7 +42,7 @@ __device__ __forceinline__ float GatedSilu(float c, const float* a, const ShortC
   return __fmul_rn(y, LoadA(a, shape, row, static_cast<int64_t>(shape.channels) + ch));
 }
 
-template <typename T>
+template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortConvArgs args) {
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
@@ -51,34 +51,38 @@ __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortCon
   const int64_t row = blockIdx.y;
   if (ch >= channels) return;
   const int slot = args.slots[row];
-  float* history = slot >= 0 ? args.state + static_cast<int64_t>(slot) * args.slot_stride +
-                                   args.layer_offset + ch
-                             : nullptr;
+  S* history = slot >= 0
+                   ? static_cast<S*>(args.state) + static_cast<int64_t>(slot) * args.slot_stride +
+                         args.layer_offset + ch
+                   : nullptr;
   const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
   const float u = LoadA(args.a, shape, row, ch);
   // History row j holds u_{t−(kernel−1)+j}; after the step row j − 1 does, and u is row
   // kernel − 2. This thread alone reads and writes this channel of the slot's rows.
   float c = 0.0f;
   for (int j = 0; j + 1 < kernel; ++j) {
-    const float h = history != nullptr ? history[static_cast<int64_t>(j) * channels] : 0.0f;
-    c = __fadd_rn(c, __fmul_rn(w[j], h));
+    const S h =
+        history != nullptr ? history[static_cast<int64_t>(j) * channels] : FromFloat<S>(0.0f);
+    c = __fadd_rn(c, __fmul_rn(w[j], ToFloat(h)));
     if (history != nullptr && j > 0) history[static_cast<int64_t>(j - 1) * channels] = h;
   }
   c = __fadd_rn(c, __fmul_rn(w[kernel - 1], u));
-  if (history != nullptr) history[static_cast<int64_t>(kernel - 2) * channels] = u;
+  if (history != nullptr) history[static_cast<int64_t>(kernel - 2) * channels] = FromFloat<S>(u);
   static_cast<T*>(args.out)[row * channels + ch] =
       FromFloat<T>(GatedSilu(c, args.a, shape, row, ch));
 }
 
 // The layer's state of a piece's slot.
-__device__ __forceinline__ float* PieceState(const PrefillShortConvArgs& args,
-                                             const PrefillPiece& piece) {
-  return args.state + static_cast<int64_t>(piece.slot) * args.slot_stride + args.layer_offset;
+template <typename S>
+__device__ __forceinline__ S* PieceState(const PrefillShortConvArgs& args,
+                                         const PrefillPiece& piece) {
+  return static_cast<S*>(args.state) + static_cast<int64_t>(piece.slot) * args.slot_stride +
+         args.layer_offset;
 }
 
 // Pass row `row` (grid y), channel ch: its piece's token t; taps before the piece come from the
 // piece's state (row kernel − 1 + p for position p < 0), the rest from the piece's own rows of a.
-template <typename T>
+template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortConvArgs args) {
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
@@ -88,13 +92,14 @@ __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortC
   if (ch >= channels) return;
   const PrefillPiece piece = args.tables.pieces[PieceOfRow(args.tables, static_cast<int>(row))];
   const float* a = args.a + static_cast<int64_t>(piece.first_row) * Stride(shape);
-  const float* state = PieceState(args, piece);
+  const S* state = PieceState<S>(args, piece);
   const int64_t t = row - piece.first_row;
   const float* w = shape.weight + static_cast<int64_t>(ch) * kernel;
   float c = 0.0f;
   for (int j = 0; j < kernel; ++j) {
     const int64_t p = t - (kernel - 1) + j;
-    const float u = p >= 0 ? LoadA(a, shape, p, ch) : state[(kernel - 1 + p) * channels + ch];
+    const float u =
+        p >= 0 ? LoadA(a, shape, p, ch) : ToFloat(state[(kernel - 1 + p) * channels + ch]);
     c = __fadd_rn(c, __fmul_rn(w[j], u));
   }
   static_cast<T*>(args.out)[row * channels + ch] = FromFloat<T>(GatedSilu(c, a, shape, t, ch));
@@ -103,6 +108,7 @@ __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortC
 // After a piece (grid y) of n rows: state row r holds u at position n − (kernel − 1) + r, from a
 // when that is inside the piece, else the old state row n + r. That row is above r, so
 // ascending r reads it before this thread overwrites it.
+template <typename S>
 __global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillShortConvArgs args) {
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
@@ -110,17 +116,23 @@ __global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillS
   if (ch >= channels) return;
   const PrefillPiece piece = args.tables.pieces[blockIdx.y];
   const float* a = args.a + static_cast<int64_t>(piece.first_row) * Stride(shape);
-  float* state = PieceState(args, piece);
+  S* state = PieceState<S>(args, piece);
   for (int r = 0; r + 1 < shape.kernel; ++r) {
     const int64_t p = static_cast<int64_t>(piece.rows) - (shape.kernel - 1) + r;
     state[static_cast<int64_t>(r) * channels + ch] =
-        p >= 0 ? LoadA(a, shape, p, ch)
+        p >= 0 ? FromFloat<S>(LoadA(a, shape, p, ch))
                : state[(piece.rows + static_cast<int64_t>(r)) * channels + ch];
   }
 }
 
 unsigned ChannelBlocks(int channels) {
   return static_cast<unsigned>((channels + kThreads - 1) / kThreads);
+}
+
+absl::Status CheckStateDType(DType dtype, absl::string_view what) {
+  if (dtype == DType::kF32 || dtype == DType::kBf16) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat(what, ": state_dtype ", DTypeName(dtype), " is not fp32 or bf16"));
 }
 
 }  // namespace
@@ -147,20 +159,26 @@ absl::Status CheckShortConvShape(const ShortConvShape& shape) {
 
 absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArgs& args) {
   if (absl::Status status = CheckShortConvShape(args.shape); !status.ok()) return status;
+  LINSERVE_RETURN_IF_ERROR(CheckStateDType(args.state_dtype, "short_conv decode"));
   if (args.rows <= 0) return absl::OkStatus();
   if (args.rows > kMaxGridY) {
     return absl::InvalidArgumentError(
         absl::StrCat("short_conv decode: ", args.rows, " rows > ", kMaxGridY));
   }
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    DecodeShortConvKernel<T>
-        <<<dim3(ChannelBlocks(args.shape.channels), args.rows), kThreads, 0, stream>>>(args);
+    const dim3 grid(ChannelBlocks(args.shape.channels), args.rows);
+    if (args.state_dtype == DType::kBf16) {
+      DecodeShortConvKernel<T, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(args);
+    } else {
+      DecodeShortConvKernel<T, float><<<grid, kThreads, 0, stream>>>(args);
+    }
     return LaunchStatus("DecodeShortConvKernel", __FILE__, __LINE__);
   });
 }
 
 absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvArgs& args) {
   if (absl::Status status = CheckShortConvShape(args.shape); !status.ok()) return status;
+  LINSERVE_RETURN_IF_ERROR(CheckStateDType(args.state_dtype, "short_conv prefill"));
   const PrefillTables& t = args.tables;
   if (t.rows <= 0 || t.piece_count <= 0) return absl::OkStatus();
   if (t.rows > kMaxGridY) {
@@ -168,12 +186,23 @@ absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvA
         absl::StrCat("short_conv prefill: ", t.rows, " rows > ", kMaxGridY));
   }
   const unsigned channel_blocks = ChannelBlocks(args.shape.channels);
+  const bool bf16 = args.state_dtype == DType::kBf16;
   const absl::Status outputs = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    PrefillShortConvKernel<T><<<dim3(channel_blocks, t.rows), kThreads, 0, stream>>>(args);
+    const dim3 grid(channel_blocks, t.rows);
+    if (bf16) {
+      PrefillShortConvKernel<T, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(args);
+    } else {
+      PrefillShortConvKernel<T, float><<<grid, kThreads, 0, stream>>>(args);
+    }
     return LaunchStatus("PrefillShortConvKernel", __FILE__, __LINE__);
   });
   if (!outputs.ok()) return outputs;
-  ShortConvAdvanceStateKernel<<<dim3(channel_blocks, t.piece_count), kThreads, 0, stream>>>(args);
+  const dim3 pieces(channel_blocks, t.piece_count);
+  if (bf16) {
+    ShortConvAdvanceStateKernel<__nv_bfloat16><<<pieces, kThreads, 0, stream>>>(args);
+  } else {
+    ShortConvAdvanceStateKernel<float><<<pieces, kThreads, 0, stream>>>(args);
+  }
   return LaunchStatus("ShortConvAdvanceStateKernel", __FILE__, __LINE__);
 }
 

@@ -10,7 +10,9 @@
 // results differ only in expf's last ulp.
 //
 // State layout (the same as StateBlob and as the CPU backend): the last kernel − 1 values of u
-// (bias included), oldest first: (kernel − 1) rows of `channels` fp32, at
+// (bias included), oldest first: (kernel − 1) rows of `channels` elements of state_dtype (fp32,
+// or bf16 with --state_precision=bf16: u is rounded to nearest even when stored, and a prefill's
+// taps inside its piece read u unrounded), at
 //   state + slot * slot_stride + layer_offset.
 // u before a session's first token is zero (a fresh slot's state is zero).
 #ifndef LINSERVE_KERNELS_CUDA_SHORT_CONV_H_
@@ -46,16 +48,18 @@ constexpr int kMinShortConvKernel = 2;
 constexpr int kMaxShortConvKernel = 64;
 
 // INVALID_ARGUMENT unless channels >= 1, kMinShortConvKernel <= kernel <= kMaxShortConvKernel,
-// the weight is given and a_stride is 0 or wide enough.
+// the weight is given and a_stride is 0 or wide enough. The launchers also refuse a state_dtype
+// other than kF32 or kBf16.
 absl::Status CheckShortConvShape(const ShortConvShape& shape);
 
 struct DecodeShortConvArgs {
   ShortConvShape shape;
   const float* a = nullptr;        // [rows, a_stride]: u | g
   const int32_t* slots = nullptr;  // [rows]; a negative slot is padding: zero state, no write
-  float* state = nullptr;
-  int64_t slot_stride = 0;   // floats per slot
-  int64_t layer_offset = 0;  // floats from a slot's start to this layer's state
+  void* state = nullptr;           // elements of state_dtype
+  DType state_dtype = DType::kF32;  // kF32 or kBf16
+  int64_t slot_stride = 0;          // elements per slot
+  int64_t layer_offset = 0;         // elements from a slot's start to this layer's state
   int rows = 0;
   DType out_dtype = DType::kF32;
   void* out = nullptr;  // T [rows, channels]
@@ -70,7 +74,8 @@ struct PrefillShortConvArgs {
   const float* a = nullptr;  // [tables.rows, a_stride]: the pass's rows
   PrefillTables tables;      // the pass's sessions (device tables; prefill_pieces.h)
   // The state pool: piece p's layer state at tables.pieces[p].slot · slot_stride + layer_offset.
-  float* state = nullptr;
+  void* state = nullptr;            // elements of state_dtype
+  DType state_dtype = DType::kF32;  // kF32 or kBf16
   int64_t slot_stride = 0;
   int64_t layer_offset = 0;
   DType out_dtype = DType::kF32;

@@ -28,9 +28,9 @@ int64_t StateElementBytes(StatePrecision precision);
 // The CPU backend stores fp32 only: bf16 is INVALID_ARGUMENT naming the flag.
 absl::Status CheckCpuStatePrecision(StatePrecision requested);
 // The CUDA backend stores fp32 for every model, and bf16 when every layer's mixer kind says it
-// may (MixerKind::bf16_state: linear_attention and taylor_linear_attention, their S and z
-// accumulated in fp32 in the kernels); otherwise INVALID_ARGUMENT naming the flag, the layer,
-// its kind and the kinds that may.
+// may (MixerKind::bf16_state: linear_attention, taylor_linear_attention, short_conv and mamba2,
+// their state accumulated in fp32 in the kernels); otherwise INVALID_ARGUMENT naming the flag, the
+// layer, its kind and the kinds that may.
 absl::Status CheckCudaStatePrecision(StatePrecision requested, const ModelConfig& config);
 
 }  // namespace linserve

@@ -108,6 +108,7 @@ MixerKind MakeKind() {
       "state_size)";
   k.locate_state = LocateState;
   k.check_state = CheckState;
+  k.bf16_state = true;
   return k;
 }
 

@@ -58,6 +58,7 @@ MixerKind MakeKind() {
       "row-major";
   k.locate_state = LocateState;
   k.check_state = CheckState;
+  k.bf16_state = true;
   return k;
 }
 

@@ -1013,6 +1013,55 @@ TEST(CudaKernelsTest, DecodeShortConvMatchesCpu) {
   }
 }
 
+// A bf16 history (--state_precision=bf16): the step reads it widened, convolves in fp32 with the
+// current u unrounded, and stores u rounded to nearest even; the rows it only moves stay bitwise.
+TEST(CudaKernelsTest, DecodeShortConvBf16StateStoresRoundedInputs) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  for (const ConvCase& c : kConvCases) {
+    SCOPED_TRACE(c.name);
+    const int rows = 3;
+    const std::vector<int32_t> slot_of_row = {2, 0, -1};  // + one padding row
+    const int64_t slot_floats = static_cast<int64_t>(c.kernel - 1) * c.channels;
+    const TypedArray state =
+        Upload(RandomFloats(static_cast<size_t>(3 * slot_floats), 35), DType::kBf16);
+    const ConvInputs in = MakeConvInputs(c, rows, 36);
+    std::vector<float> expect_states = state.rounded;
+    std::vector<float> expect_out(static_cast<size_t>(2) * c.channels);
+    for (int r = 0; r < 2; ++r) {
+      ConvStep(c, in, r, expect_states.data() + slot_of_row[r] * slot_floats,
+               expect_out.data() + static_cast<size_t>(r) * c.channels);
+    }
+    for (float& e : expect_states) e = gpu_test::RoundBf16(e);
+
+    DeviceArray<float> a(in.a), in_bias(in.in_bias), weight(in.weight), conv_bias(in.conv_bias);
+    DeviceArray<int32_t> slot_dev(slot_of_row);
+    DeviceArray<uint8_t> out(static_cast<size_t>(rows) * c.channels * sizeof(float));
+    cuda::DecodeShortConvArgs args;
+    args.shape = ConvShape(c, in_bias, weight, conv_bias);
+    args.a = a.get();
+    args.slots = slot_dev.get();
+    args.state = state.bytes.get();
+    args.state_dtype = DType::kBf16;
+    args.slot_stride = slot_floats;
+    args.rows = rows;
+    args.out_dtype = DType::kF32;
+    args.out = out.get();
+    ASSERT_TRUE(cuda::LaunchDecodeShortConv(nullptr, args).ok());
+    std::vector<float> got = ToFloats(out, DType::kF32, static_cast<size_t>(rows) * c.channels);
+    got.resize(expect_out.size());
+    EXPECT_LE(RelativeError(got, expect_out), kFp32Tolerance);
+    EXPECT_EQ(ToFloats(state.bytes, DType::kBf16, expect_states.size()), expect_states);
+  }
+  const DeviceArray<float> taps(std::vector<float>(2));
+  cuda::DecodeShortConvArgs half;
+  half.shape.channels = 1;
+  half.shape.kernel = 2;
+  half.shape.weight = taps.get();
+  half.state_dtype = DType::kF16;
+  EXPECT_THAT(cuda::LaunchDecodeShortConv(nullptr, half).message(),
+              testing::HasSubstr("state_dtype fp16 is not fp32 or bf16"));
+}
+
 // Pieces of 1, 2, 5 and 70 tokens fed one after the other into one non-zero state (so pieces
 // shorter than kernel − 1 keep older state rows), each against the CPU's token-by-token steps.
 TEST(CudaKernelsTest, PrefillShortConvMatchesRecurrence) {

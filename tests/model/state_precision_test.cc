@@ -14,7 +14,7 @@
 #include "model/backend/cpu/cpu_backend.h"
 #include "model/backend/slot_pool.h"
 #include "model/layers/linear_attention.h"
-#include "model/layers/taylor_linear_attention.h"
+#include "model/layers/sliding_window_attention.h"
 #include "model/model.h"
 #include "tests/testing/random_model.h"
 
@@ -56,26 +56,26 @@ TEST(StatePrecisionTest, TheCpuBackendRefusesABf16StateNamingTheFlag) {
                         "bf16 is for --device=cuda"));
 }
 
-TEST(StatePrecisionTest, CudaTakesBf16OnlyWhenEveryMixerIsLinearAttention) {
+TEST(StatePrecisionTest, CudaTakesBf16OnlyWhenEveryMixerAllowsIt) {
   EXPECT_TRUE(CheckCudaStatePrecision(StatePrecision::kFp32, TinyBasedConfig()).ok());
   EXPECT_TRUE(CheckCudaStatePrecision(StatePrecision::kBf16, TinyConfig()).ok());
-  // TinyBasedConfig has short_conv and sliding-window layers: refused, naming the first one.
+  // TinyBasedConfig has sliding-window layers (a ring's counters): refused, naming the first.
   const ModelConfig based_config = TinyBasedConfig();
   size_t first = 0;
-  while (based_config.layers[first].mixer.kind == TaylorLinearAttentionKind().name) ++first;
+  while (based_config.layers[first].mixer.kind != SlidingWindowAttentionKind().name) ++first;
   const absl::Status based = CheckCudaStatePrecision(StatePrecision::kBf16, based_config);
   EXPECT_EQ(based.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(based.message()),
               HasSubstr("state_precision bf16: layer " + std::to_string(first) + "'s mixer is " +
                         based_config.layers[first].mixer.kind));
   EXPECT_THAT(std::string(based.message()), HasSubstr("(use --state_precision=fp32)"));
-  // Its Taylor layers alone are accepted.
-  ModelConfig taylor = based_config;
-  std::erase_if(taylor.layers, [](const LayerSpec& layer) {
-    return layer.mixer.kind != TaylorLinearAttentionKind().name;
+  // Its Taylor and short_conv layers alone are accepted.
+  ModelConfig rest = based_config;
+  std::erase_if(rest.layers, [](const LayerSpec& layer) {
+    return layer.mixer.kind == SlidingWindowAttentionKind().name;
   });
-  ASSERT_FALSE(taylor.layers.empty());
-  EXPECT_TRUE(CheckCudaStatePrecision(StatePrecision::kBf16, taylor).ok());
+  ASSERT_FALSE(rest.layers.empty());
+  EXPECT_TRUE(CheckCudaStatePrecision(StatePrecision::kBf16, rest).ok());
 }
 
 TEST(StatePrecisionTest, ABf16StateFitsTwiceTheSlotsInTheSameBudget) {

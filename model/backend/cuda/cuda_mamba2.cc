@@ -68,12 +68,12 @@ class CudaMamba2 final : public CudaProjectedMixer {
   // `in`: in_proj's rows (fp32, without its bias); `out`: out_proj's input (T).
   absl::Status Core(cudaStream_t s, const CudaPass& pass, const float* in, void* out) override {
     const CudaWorkspace& ws = *pass.workspace;
-    float* state = static_cast<float*>(ws.state);  // fp32: CheckCudaStatePrecision
     float* xbc = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kConvOut));
     cuda::Mamba2Rows rows = rows_;
     rows.in = in;
     rows.xbc = xbc;
-    rows.state = state;
+    rows.state = ws.state;
+    rows.state_dtype = ws.state_dtype;
     rows.slot_stride = pass.state_floats;
     rows.y = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kScan));
     rows.out = out;

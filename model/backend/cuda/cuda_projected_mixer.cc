@@ -52,13 +52,15 @@ absl::Status CudaProjectedMixer::Forward(cudaStream_t s, const CudaPass& pass) {
 absl::Status CudaProjectedMixer::ShortConv(cudaStream_t stream, const CudaPass& pass,
                                            const cuda::ShortConvShape& shape, const float* a,
                                            int64_t layer_offset, cuda::DType out_dtype, void* out) {
-  float* state = static_cast<float*>(pass.workspace->state);
+  void* state = pass.workspace->state;
+  const cuda::DType state_dtype = pass.workspace->state_dtype;
   if (pass.prefill == nullptr) {
     cuda::DecodeShortConvArgs args;
     args.shape = shape;
     args.a = a;
     args.slots = pass.workspace->device_rows.slots;
     args.state = state;
+    args.state_dtype = state_dtype;
     args.slot_stride = pass.state_floats;
     args.layer_offset = layer_offset;
     args.rows = pass.rows;
@@ -71,6 +73,7 @@ absl::Status CudaProjectedMixer::ShortConv(cudaStream_t stream, const CudaPass& 
   args.a = a;
   args.tables = *pass.prefill;
   args.state = state;
+  args.state_dtype = state_dtype;
   args.slot_stride = pass.state_floats;
   args.layer_offset = layer_offset;
   args.out_dtype = out_dtype;

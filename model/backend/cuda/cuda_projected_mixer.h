@@ -42,8 +42,8 @@ class CudaProjectedMixer : public CudaMixer {
   virtual absl::Status Core(cudaStream_t stream, const CudaPass& pass, const float* in,
                             void* out) = 0;
   // For cores with a short convolution (kernels/cuda/short_conv.h): `shape` over the pass's rows
-  // `a` into `out` (`out_dtype`), each slot's history at `layer_offset` of its state (fp32:
-  // CheckCudaStatePrecision) read and moved on. One launch for a decode pass; a prefill pass's
+  // `a` into `out` (`out_dtype`), each slot's history at `layer_offset` of its state (in the
+  // pool's element type) read and moved on. One launch for a decode pass; a prefill pass's
   // launches cover all its pieces.
   static absl::Status ShortConv(cudaStream_t stream, const CudaPass& pass,
                                 const cuda::ShortConvShape& shape, const float* a,
