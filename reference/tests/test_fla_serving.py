@@ -143,13 +143,6 @@ class FlaServingTest(unittest.TestCase):
             self.assertEqual(cli.returncode, 0, cli.stderr + server.server_log())
             self.assertEqual(cli.stdout, text)
 
-
-class FlaTokenIdsTest(unittest.TestCase):
-    def setUp(self):
-        torch.set_num_threads(2)
-        self.tmp = tempfile.TemporaryDirectory()
-        self.addCleanup(self.tmp.cleanup)
-
     def test_a_checkpoint_without_a_tokenizer_serves_token_ids(self):
         src = os.path.join(self.tmp.name, "src")
         dst = os.path.join(self.tmp.name, "ids")
