@@ -13,10 +13,11 @@
 #                                           WHAT: all (default: tests, bench, kernels, peers),
 #                                           tests, bench (125M shape, then the Based and the
 #                                           Gated DeltaNet shapes at batches 1, 64, 256),
-#                                           kernels (issue 29: per-kernel times under nsys at
-#                                           batches 1, 64, 256 of the three shapes beside their
-#                                           floors, bench/gpu/
-#                                           kernel_report.py; writes gpu_kernels.md), peers,
+#                                           kernels (issues 29, 40: per-kernel times under a
+#                                           profiler at batches 1, 64, 256 and of a 2048-token
+#                                           prefill, every shape, beside their floors,
+#                                           bench/gpu/kernel_report.py; writes
+#                                           gpu_kernels.md), peers,
 #                                           served (issue 9: gpu_bench's
 #                                           engine-alone decode next to linserve --device=cuda
 #                                           driven by linserve-loadtest; writes gpu_serving.md)
@@ -208,9 +209,9 @@ served() {
     --command "bench/run_gpu.sh run build/gpu-bundle.tar.xz served" | tee "$out/gpu_serving.md"
 }
 
-# Issue 29 in this call: gpu_bench --profile_batch for each shape and batch under a profiler, its
-# per-kernel times, and kernel_report.py's table of each kernel's time per step against its
-# floor; writes $out/gpu_kernels.md. The profiler: nsys (kernels only, CUDA graphs traced node by
+# Issue 29 in this call: gpu_bench --profile_batch for each shape and batch under a profiler (and,
+# issue 40, --profile_prefill=2048 for each shape), its per-kernel times, and kernel_report.py's
+# table of each kernel's time per step (or prefill) against its floor; writes $out/gpu_kernels.md. The profiler: nsys (kernels only, CUDA graphs traced node by
 # node, 50 steps) where it is installed; else Nsight Compute (ncu), which times each launch alone
 # (graph nodes too) at the card's own clocks and without flushing caches, over fewer steps since
 # it serializes every launch (the device machines' image has ncu but no working nsys).
@@ -226,30 +227,36 @@ kernels() {
     return 1
   fi
   local pairs=() shape b
+  # One profiled gpu_bench run: profile NAME NSYS_STEPS NCU_STEPS GPU_BENCH_FLAGS...
+  profile() {
+    local name=$1 nsys_steps=$2 ncu_steps=$3
+    shift 3
+    local bench=("$bundle/bin/gpu_bench" "$@" --json_out="$out/$name.json")
+    if [[ -n $nsys ]]; then
+      "$nsys" profile --trace=cuda --cuda-graph-trace=node --capture-range=cudaProfilerApi \
+        --capture-range-end=stop --force-overwrite=true --output="$out/$name" \
+        "${bench[@]}" --profile_steps="$nsys_steps" >"$out/$name.log" 2>&1 || {
+        cat "$out/$name.log" >&2; return 1; }
+      "$nsys" stats --report cuda_gpu_kern_sum --format csv --force-export=true \
+        --output="$out/$name" "$out/$name.nsys-rep" >>"$out/$name.log" 2>&1 || {
+        cat "$out/$name.log" >&2; return 1; }
+      pairs+=("$out/$name.json=$(ls "$out/$name"*kern_sum*.csv | head -1)")
+    else
+      "$ncu" --profile-from-start off --clock-control none --cache-control none \
+        --metrics gpu__time_duration.sum --force-overwrite --export "$out/$name" \
+        "${bench[@]}" --profile_steps="$ncu_steps" >"$out/$name.log" 2>&1 || {
+        cat "$out/$name.log" >&2; return 1; }
+      "$ncu" --import "$out/$name.ncu-rep" --csv \
+        >"$out/$name.csv" 2>>"$out/$name.log" || { cat "$out/$name.log" >&2; return 1; }
+      pairs+=("$out/$name.json=$out/$name.csv")
+    fi
+  }
   for shape in 125m based gated_delta_net gla retnet mamba2; do
     for b in 1 64 256; do
-      local name=kernels_${shape}_$b
-      local bench=("$bundle/bin/gpu_bench" --shape="$shape" --profile_batch="$b"
-        --json_out="$out/$name.json")
-      if [[ -n $nsys ]]; then
-        "$nsys" profile --trace=cuda --cuda-graph-trace=node --capture-range=cudaProfilerApi \
-          --capture-range-end=stop --force-overwrite=true --output="$out/$name" \
-          "${bench[@]}" --profile_steps=50 >"$out/$name.log" 2>&1 || {
-          cat "$out/$name.log" >&2; return 1; }
-        "$nsys" stats --report cuda_gpu_kern_sum --format csv --force-export=true \
-          --output="$out/$name" "$out/$name.nsys-rep" >>"$out/$name.log" 2>&1 || {
-          cat "$out/$name.log" >&2; return 1; }
-        pairs+=("$out/$name.json=$(ls "$out/$name"*kern_sum*.csv | head -1)")
-      else
-        "$ncu" --profile-from-start off --clock-control none --cache-control none \
-          --metrics gpu__time_duration.sum --force-overwrite --export "$out/$name" \
-          "${bench[@]}" --profile_steps=5 >"$out/$name.log" 2>&1 || {
-          cat "$out/$name.log" >&2; return 1; }
-        "$ncu" --import "$out/$name.ncu-rep" --csv \
-          >"$out/$name.csv" 2>>"$out/$name.log" || { cat "$out/$name.log" >&2; return 1; }
-        pairs+=("$out/$name.json=$out/$name.csv")
-      fi
+      profile "kernels_${shape}_$b" 50 5 --shape="$shape" --profile_batch="$b" || return 1
     done
+    # Issue 40: one 2048-token prefill's kernels against their floors.
+    profile "kernels_${shape}_prefill2048" 10 2 --shape="$shape" --profile_prefill=2048 || return 1
   done
   python3 "$root/bench/gpu/kernel_report.py" "${pairs[@]}" | tee "$out/gpu_kernels.md"
 }

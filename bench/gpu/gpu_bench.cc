@@ -16,7 +16,8 @@
 // With --profile_batch=B it only runs --profile_steps greedy decode steps at batch B between
 // cudaProfilerStart and cudaProfilerStop (for nsys --capture-range=cudaProfilerApi) and writes
 // that batch's kernel account to --json_out; bench/gpu/kernel_report.py sets the profile's
-// per-kernel times beside it (bench/run_gpu.sh does both).
+// per-kernel times beside it (bench/run_gpu.sh does both). --profile_prefill=N does the same for
+// --profile_steps prefills of one N-token prompt (PrefillKernelAccount).
 #include <cuda_profiler_api.h>
 #include <cuda_runtime_api.h>
 
@@ -44,9 +45,10 @@
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/small_batch_linear.h"
 #include "model/backend/cuda/cuda_backend.h"
-#include "model/model.h"
 #include "model/backend/sampler.h"
+#include "model/model.h"
 #include "nlohmann/json.hpp"
 #include "tests/testing/random_model.h"
 
@@ -65,10 +67,18 @@ ABSL_FLAG(std::string, shape, "125m",
 ABSL_FLAG(int, profile_batch, 0,
           "If > 0: only run --profile_steps decode steps at this batch inside "
           "cudaProfilerStart/Stop and write the batch's kernel account to --json_out.");
-ABSL_FLAG(int, profile_steps, 50, "Decode steps of a --profile_batch run, [1, 100000].");
+ABSL_FLAG(int, profile_prefill, 0,
+          "If > 0: only run --profile_steps prefills of a prompt of this many tokens inside "
+          "cudaProfilerStart/Stop and write their kernel account to --json_out.");
+ABSL_FLAG(int, profile_steps, 50,
+          "Decode steps of a --profile_batch run, or prefills of a --profile_prefill run, "
+          "[1, 100000].");
 
 namespace linserve {
 namespace {
+
+static_assert(kFusedEpilogueMaxRows == cuda::kSmallBatchLinearMaxRows,
+              "the kernel account's fused rows are the small-batch linear layer's");
 
 using bench::Clock;
 using bench::Median;
@@ -388,6 +398,28 @@ void ProfileDecode(CudaBackend& backend, int batch, int steps) {
   for (SlotId s : slots) backend.FreeSlot(s);
 }
 
+// --profile_prefill: `prefills` prefills of one `tokens`-token prompt (last-token logits) between
+// cudaProfilerStart and cudaProfilerStop, after one that warms the GEMM plans.
+void ProfilePrefill(CudaBackend& backend, const ModelConfig& config, int tokens, int prefills) {
+  absl::StatusOr<SlotId> slot = backend.AllocateSlot();
+  Die(slot.status(), "AllocateSlot");
+  std::vector<TokenId> prompt(static_cast<size_t>(tokens));
+  for (int i = 0; i < tokens; ++i) prompt[i] = static_cast<TokenId>((i * 7919) % config.vocab_size);
+  std::vector<float> logits(static_cast<size_t>(config.vocab_size));
+  auto prefill = [&]() {
+    Die(backend.ResetSlot(*slot), "ResetSlot");
+    Die(backend.Prefill(*slot, prompt, absl::MakeSpan(logits)), "Prefill");
+  };
+  prefill();
+  Die(cuda::CudaErrorToStatus(cudaProfilerStart(), "cudaProfilerStart", __FILE__, __LINE__),
+      "cudaProfilerStart");
+  for (int i = 0; i < prefills; ++i) prefill();
+  Die(cuda::CudaErrorToStatus(cudaDeviceSynchronize(), "sync", __FILE__, __LINE__), "sync");
+  Die(cuda::CudaErrorToStatus(cudaProfilerStop(), "cudaProfilerStop", __FILE__, __LINE__),
+      "cudaProfilerStop");
+  backend.FreeSlot(*slot);
+}
+
 bool WriteJson(const Json& out) {
   const std::string json_out = absl::GetFlag(FLAGS_json_out);
   if (json_out.empty()) return true;
@@ -433,16 +465,19 @@ int Main() {
     return 2;
   }
   const int profile_batch = absl::GetFlag(FLAGS_profile_batch);
+  const int profile_prefill = absl::GetFlag(FLAGS_profile_prefill);
   const int profile_steps = absl::GetFlag(FLAGS_profile_steps);
-  if (profile_batch < 0 || profile_steps < 1 || profile_steps > 100000) {
+  if (profile_batch < 0 || profile_prefill < 0 || (profile_batch > 0 && profile_prefill > 0) ||
+      profile_steps < 1 || profile_steps > 100000) {
     std::fprintf(stderr,
-                 "gpu_bench: --profile_batch = %d must be >= 0 and --profile_steps = %d in "
-                 "[1, 100000]\n",
-                 profile_batch, profile_steps);
+                 "gpu_bench: --profile_batch = %d and --profile_prefill = %d must be >= 0, not "
+                 "both > 0, and --profile_steps = %d in [1, 100000]\n",
+                 profile_batch, profile_prefill, profile_steps);
     return 2;
   }
-  const int max_batch =
-      profile_batch > 0 ? profile_batch : *std::max_element(batches.begin(), batches.end());
+  const int max_batch = profile_batch > 0     ? profile_batch
+                        : profile_prefill > 0 ? 1
+                                              : *std::max_element(batches.begin(), batches.end());
   absl::StatusOr<ModelConfig> parsed = shape == "based"             ? ConfigBased125M()
                                        : shape == "gated_delta_net" ? ConfigGatedDeltaNet125M()
                                        : shape == "gla"             ? ConfigGla125M()
@@ -469,6 +504,20 @@ int Main() {
 
   Json out;
   out["shape"] = shape;
+  if (profile_prefill > 0) {
+    ProfilePrefill(**backend, config, profile_prefill, profile_steps);
+    absl::StatusOr<std::vector<KernelCost>> account = PrefillKernelAccount(
+        config, profile_prefill, CudaPrefillSegment(options), options.prefill_chunk_size, element);
+    Die(account.status(), "kernel account");
+    out["device"] = (*backend)->device_description();
+    out["precision"] = precision;
+    out["tokens"] = profile_prefill;
+    out["steps"] = profile_steps;
+    out["bandwidth_bytes_per_s"] = floors.bandwidth;
+    out["gemm_flops_per_s"] = floors.flops;
+    out["kernels"] = AccountJson(*account, floors);
+    return WriteJson(out) ? 0 : 1;
+  }
   if (profile_batch > 0) {
     ProfileDecode(**backend, profile_batch, profile_steps);
     absl::StatusOr<std::vector<KernelCost>> account =
@@ -558,8 +607,8 @@ int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "gpu_bench [--batches=1,8,64,256,1024] [--prefill_lengths=2048,32768] "
       "[--positions=1024,16384,262144] [--precision=bf16] [--min_seconds=1] [--json_out=FILE] "
-      "[--shape=125m|based|gated_delta_net|gla|retnet|mamba2] [--profile_batch=B "
-      "--profile_steps=50]\n"
+      "[--shape=125m|based|gated_delta_net|gla|retnet|mamba2] [--profile_batch=B | "
+      "--profile_prefill=N] [--profile_steps=50]\n"
       "The CUDA backend on the 125M (or Based, or Gated DeltaNet) shape against the HBM and GEMM "
       "floors measured "
       "in the same run; markdown on stdout.");

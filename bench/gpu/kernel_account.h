@@ -1,6 +1,7 @@
-// KernelAccount: what each kernel of one CUDA decode step must move and compute, for a model shape
-// and a batch: the floor each kernel's measured time is read against (issue 29). Per kernel, summed
-// over the layers and launches of one step of `batch` rows:
+// KernelAccount: what each kernel of one CUDA decode step (or one prefill) must move and compute,
+// for a model shape and a batch (or a prompt): the floor each kernel's measured time is read
+// against (issues 29 and 40). Per kernel, summed over the layers and launches of one step of
+// `batch` rows (or one session's prefill of `tokens` rows):
 //   bytes   weights (matrices in the weights' type, read once per step: a GEMM's w, the rows the
 //           embedding gathers), state (fp32, each session's slice read and what the step
 //           rewrites), activations (fp32 or weight-type tensors between kernels, each read once
@@ -41,6 +42,28 @@ struct KernelCost {
   KernelBytes bytes;
   int64_t flops = 0;
 };
+
+// Rows up to which a step with 16-bit matrices runs what follows a projection in the
+// projection's own kernel (kernels/cuda/small_batch_linear.h's kSmallBatchLinearMaxRows;
+// gpu_bench asserts they agree): the account then has no "bias + activation" / "bias + gate" row
+// ("gemm fc1" writes the hidden rows in the weights' type instead of fp32 products), and the
+// residual add + norm after a mixer or MLP is counted in its output GEMM's row ("gemm o",
+// "gemm fc2", ...: bytes, no launch); only the first norm of a pre-norm model keeps its row.
+inline constexpr int64_t kFusedEpilogueMaxRows = 4;
+
+// Prefill floors of one session's `tokens` tokens of `config`, fed in passes of at most
+// `pass_rows` rows (the CUDA backend's prefill segment) and chunks of `chunk` tokens, with
+// matrices of `weight_element_bytes`: every projection a GEMM over all the tokens (its weights
+// read once per pass), each mixer's prefill kernels one row (its state read and written once per
+// pass; the linear attentions' FLOPs those of the chunked form, the recurrent kinds' their
+// recurrence's per token, the sliding window's a full window per token), the norms, activations
+// and embedding as in decode over `tokens` rows, and the LM head over the last token only (a
+// prefill's logits). INVALID_ARGUMENT as DecodeKernelAccount, and for tokens, pass_rows or
+// chunk < 1.
+absl::StatusOr<std::vector<KernelCost>> PrefillKernelAccount(const ModelConfig& config,
+                                                             int64_t tokens, int64_t pass_rows,
+                                                             int64_t chunk,
+                                                             int64_t weight_element_bytes);
 
 // Decode step floors of `config` (whose layers ParseModelConfig filled in) at `batch` rows, with
 // matrices of `weight_element_bytes` (2: bf16/fp16, 4: fp32), in the order the kernels first run.

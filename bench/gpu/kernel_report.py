@@ -1,19 +1,22 @@
 #!/usr/bin/env python3
-"""Per-kernel times of a CUDA decode step beside their floors (issue 29), as markdown.
+"""Per-kernel times of a CUDA decode step or prefill beside their floors (issues 29 and 40), as
+markdown.
 
   kernel_report.py ACCOUNT.json=KERNELS.csv [...]
 
 Each pair is one profiled run: ACCOUNT.json is `gpu_bench --profile_batch=B --json_out` (the
 batch's kernel account, bench/gpu/kernel_account.h, with each kernel's floor at the copy and GEMM
-rates measured in that run) and KERNELS.csv the same run's kernel times, from either profiler:
+rates measured in that run) or `gpu_bench --profile_prefill=N --json_out` (the prefill of an
+N-token prompt: its account has "tokens" where a decode step's has "batch", and its times are per
+prefill) and KERNELS.csv the same run's kernel times, from either profiler:
 `nsys stats --report cuda_gpu_kern_sum --format csv` (total time and instances per kernel name
 over its --profile_steps steps), or Nsight Compute's `ncu --import RUN.ncu-rep --csv --metrics
 gpu__time_duration.sum` (one row per kernel launch; summed here per name). Account rows that run
 the same CUDA kernels (every norm runs AddNormKernel) are one row here; the GEMMs (cuBLASLt's:
 gemm, cutlass, xmma, cublas or nvjet in the name; our SmallBatchLinearKernel) are one row too,
 since a profile's kernel names do not say which projection a GEMM computed; a kernel the account does not know lands in an "other"
-row. The per-step time is a kernel's total over the profiled steps divided by their number; "of
-floor" = floor / time (1.0 = at the floor).
+row. The per-step time is a kernel's total over the profiled steps (or prefills) divided by their
+number; "of floor" = floor / time (1.0 = at the floor).
 """
 import csv
 import json
@@ -94,8 +97,13 @@ def read_kernel_sum(path):
     return read_nsys_sum(lines), "nsys"
 
 
+def is_prefill(account):
+    return "tokens" in account
+
+
 def report(account, kernels):
     steps = account["steps"]
+    unit = "prefill" if is_prefill(account) else "step"
     groups = OrderedDict()  # pattern -> {names, launches, floor_us, ns, instances}
     for k in account["kernels"]:
         pattern = k["cuda_kernels"]
@@ -119,8 +127,8 @@ def report(account, kernels):
     if other["instances"]:
         groups["<other>"] = other
 
-    lines = ["| kernel | account rows / CUDA kernel launches per step | floor µs | µs per step | of floor |",
-             "|---|---|---|---|---|"]
+    lines = ["| kernel | account rows / CUDA kernel launches per %s | floor µs | µs per %s | of floor |"
+             % (unit, unit), "|---|---|---|---|---|"]
     total_floor = total_us = 0.0
     for pattern, g in groups.items():
         name = GEMM_ROW if pattern == "" else " + ".join(g["names"])
@@ -130,8 +138,8 @@ def report(account, kernels):
         of = "%.0f%%" % (100 * g["floor_us"] / us) if us > 0 and g["floor_us"] > 0 else "—"
         lines.append("| %s | %d / %.1f | %.2f | %.2f | %s |" % (
             name, g["launches"], g["instances"] / steps, g["floor_us"], us, of))
-    lines.append("| **step (kernels only)** | | %.2f | %.2f | %.0f%% |" % (
-        total_floor, total_us, 100 * total_floor / total_us if total_us else 0))
+    lines.append("| **%s (kernels only)** | | %.2f | %.2f | %.0f%% |" % (
+        unit, total_floor, total_us, 100 * total_floor / total_us if total_us else 0))
     return lines, total_floor, total_us
 
 
@@ -145,23 +153,34 @@ def main(argv):
         with open(account_path) as f:
             account = json.load(f)
         runs.append((account,) + read_kernel_sum(kernels_path))
-    runs.sort(key=lambda r: (r[0]["shape"], r[0]["batch"]))
-    print("## Per-kernel decode times against their floors\n")
-    print("%s, %s weights. GPU time per step from %s: kernels only (host gaps and graph "
-          "launch not counted). Floors from bench/gpu/kernel_account.h at this run's measured "
-          "copy and GEMM rates.\n" % (runs[0][0]["device"], runs[0][0]["precision"],
-                                      runs[0][2]))
-    print("| shape | batch | step ms | of floor |\n|---|---|---|---|")
-    tables = []
-    for account, kernels, _ in runs:
-        lines, floor_us, us = report(account, kernels)
-        print("| %s | %d | %.3f | %.0f%% |" % (account["shape"], account["batch"], us / 1e3,
-                                              100 * floor_us / us if us else 0))
-        tables.append(("\n### %s, batch %d (%d steps profiled)\n" %
-                       (account["shape"], account["batch"], account["steps"]), lines))
-    for title, lines in tables:
-        print(title)
-        print("\n".join(lines))
+    decode = sorted((r for r in runs if not is_prefill(r[0])),
+                    key=lambda r: (r[0]["shape"], r[0]["batch"]))
+    prefill = sorted((r for r in runs if is_prefill(r[0])),
+                     key=lambda r: (r[0]["shape"], r[0]["tokens"]))
+    for group, what, size, title in ((decode, "decode step", "batch", "decode"),
+                                     (prefill, "prefill", "tokens", "prefill")):
+        if not group:
+            continue
+        print("## Per-kernel %s times against their floors\n" % title)
+        print("%s, %s weights. GPU time per %s from %s: kernels only (host gaps and graph "
+              "launch not counted). Floors from bench/gpu/kernel_account.h at this run's measured "
+              "copy and GEMM rates.\n" % (group[0][0]["device"], group[0][0]["precision"],
+                                          what.split()[-1], group[0][2]))
+        print("| shape | %s | %s ms | of floor |\n|---|---|---|---|" % (size, what.split()[-1]))
+        tables = []
+        for account, kernels, _ in group:
+            lines, floor_us, us = report(account, kernels)
+            print("| %s | %d | %.3f | %.0f%% |" % (account["shape"], account[size], us / 1e3,
+                                                  100 * floor_us / us if us else 0))
+            label = ("batch %d (%d steps profiled)" % (account["batch"], account["steps"])
+                     if size == "batch" else
+                     "prefill of %d tokens (%d prefills profiled)" % (account["tokens"],
+                                                                      account["steps"]))
+            tables.append(("\n### %s, %s\n" % (account["shape"], label), lines))
+        for heading, lines in tables:
+            print(heading)
+            print("\n".join(lines))
+        print()
     return 0
 
 

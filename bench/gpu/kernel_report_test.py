@@ -128,6 +128,51 @@ class KernelReportTest(unittest.TestCase):
             self.assertIn("GPU time per step from Nsight Compute", text)
             self.assertEqual(text.split("\n| shape |", 1)[1], tables)
 
+    def test_prefill_beside_decode(self):
+        prefill = {
+            "shape": "125m", "device": "FAKE GPU", "precision": "bf16", "tokens": 2048, "steps": 2,
+            "kernels": [
+                {"name": "gemm qkv", "cuda_kernels": "", "launches": 1, "floor_us": 100.0},
+                {"name": "linear_attention prefill",
+                 "cuda_kernels": "FeatureMapsKernel|ChunkSumKernel|ChunkScanKernel|"
+                                 "ChunkOutputKernel|ChunkFinalKernel",
+                 "launches": 1, "floor_us": 20.0},
+                {"name": "lm head", "cuda_kernels": "", "launches": 1, "floor_us": 5.0},
+            ]}
+        kernels = ('"Time (%)","Total Time (ns)","Instances","Avg (ns)","Med (ns)","Min (ns)",'
+                   '"Max (ns)","StdDev (ns)","Name"\n'
+                   '50.0,600000,4,1,1,1,1,0,"sm90_xmma_gemm_bf16bf16_bf16f32_f32_tn_n"\n'
+                   '20.0,100000,2,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::'
+                   'ChunkOutputKernel<__nv_bfloat16, float>(int)"\n'
+                   '20.0,60000,2,1,1,1,1,0,"void linserve::cuda::(anonymous namespace)::'
+                   'FeatureMapsKernel(int)"\n')
+        with tempfile.TemporaryDirectory() as tmp:
+            pairs = []
+            for name, account, csv_text in (("d", ACCOUNT, KERN_SUM), ("p", prefill, kernels)):
+                a = os.path.join(tmp, name + ".json")
+                k = os.path.join(tmp, name + ".csv")
+                with open(a, "w") as f:
+                    json.dump(account, f)
+                with open(k, "w") as f:
+                    f.write(csv_text)
+                pairs.append(a + "=" + k)
+            out = io.StringIO()
+            with redirect_stdout(out):
+                self.assertEqual(kernel_report.main(["kernel_report.py"] + pairs), 0)
+        text = out.getvalue()
+        self.assertIn("## Per-kernel decode times against their floors", text)
+        self.assertIn("| based | 2 | 0.033 | 26% |", text)
+        self.assertIn("## Per-kernel prefill times against their floors", text)
+        self.assertIn("GPU time per prefill from nsys", text)
+        # Per prefill: GEMMs 300 µs against 105; the attention's two kernels 80 µs against 20.
+        self.assertIn("| shape | tokens | prefill ms | of floor |", text)
+        self.assertIn("| 125m | 2048 | 0.380 | 33% |", text)
+        self.assertIn("### 125m, prefill of 2048 tokens (2 prefills profiled)", text)
+        self.assertIn("| gemm (every projection and the LM head) | 2 / 2.0 | 105.00 | 300.00 | "
+                      "35% |", text)
+        self.assertIn("| linear_attention prefill | 1 / 2.0 | 20.00 | 80.00 | 25% |", text)
+        self.assertIn("| **prefill (kernels only)** | | 125.00 | 380.00 | 33% |", text)
+
     def test_usage(self):
         with redirect_stdout(io.StringIO()):
             self.assertEqual(kernel_report.main(["kernel_report.py", "no-pair"]), 2)

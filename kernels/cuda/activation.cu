@@ -5,44 +5,17 @@
 // epilogue cannot replace this.) The ffn's is a flat grid-stride loop; the gated MLP's (value ⊙
 // act(gate), the two halves of one fc1 row) strides over rows in y and columns in x, so that a
 // block streams a contiguous run of both halves without a division per element. Both are purely
-// elementwise and memory-bound.
+// elementwise and memory-bound. At a few rows of 16-bit weights the small-batch linear layer
+// computes the same values in its epilogue instead (Gemm::LinearActivation), one launch fewer.
 #include <algorithm>
 
+#include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
 namespace linserve::cuda {
 namespace {
-
-// 1 / (1 + exp(−x))
-__device__ __forceinline__ float Sigmoid(float x) {
-  return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
-}
-
-// Written with _rn intrinsics in the CPU kernels' order of operations (they are built without
-// FMA contraction), so that only erff/tanhf/expf themselves differ from the CPU's.
-__device__ __forceinline__ float Activate(float x, ActivationKind activation) {
-  switch (activation) {
-    case ActivationKind::kGelu: {
-      const float e = erff(__fmul_rn(x, 0.70710678118654752f));
-      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, e));
-    }
-    case ActivationKind::kGeluTanh: {
-      constexpr float kSqrt2OverPi = 0.79788456080286536f;
-      const float x3 = __fmul_rn(__fmul_rn(x, x), x);
-      const float inner = __fmul_rn(kSqrt2OverPi, __fadd_rn(x, __fmul_rn(0.044715f, x3)));
-      return __fmul_rn(__fmul_rn(0.5f, x), __fadd_rn(1.0f, tanhf(inner)));
-    }
-    case ActivationKind::kRelu:
-      return x > 0.0f ? x : 0.0f;
-    case ActivationKind::kSilu:
-      return __fmul_rn(x, Sigmoid(x));
-    case ActivationKind::kSigmoid:
-      return Sigmoid(x);
-  }
-  return x;
-}
 
 template <typename T>
 __global__ void BiasActivationKernel(const float* __restrict__ in, const float* __restrict__ bias,
@@ -52,9 +25,7 @@ __global__ void BiasActivationKernel(const float* __restrict__ in, const float* 
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
-    float v = in[i];
-    if (bias != nullptr) v = __fadd_rn(v, bias[i % cols]);
-    out[i] = FromFloat<T>(Activate(v, activation));
+    out[i] = FromFloat<T>(BiasActivate(in[i], bias, i % cols, activation));
   }
 }
 
@@ -69,14 +40,7 @@ __global__ void BiasGateKernel(const float* __restrict__ in, const float* __rest
     T* out_row = out + r * width;
     for (int64_t c = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; c < width;
          c += column_stride) {
-      float v = value[c];
-      float g = gate[c];
-      if (bias != nullptr) {
-        v = __fadd_rn(v, bias[c]);
-        g = __fadd_rn(g, bias[width + c]);
-      }
-      // act(gate) · value, the CPU's GatedProduct's order.
-      out_row[c] = FromFloat<T>(__fmul_rn(Activate(g, activation), v));
+      out_row[c] = FromFloat<T>(BiasGate(value[c], gate[c], bias, c, width, activation));
     }
   }
 }

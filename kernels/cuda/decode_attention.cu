@@ -216,19 +216,24 @@ absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArg
                                        static_cast<size_t>(args.shape.head_dim) +
                                        2 * static_cast<size_t>(args.shape.feature_dim) +
                                        kMaxVec * kThreads);
-  return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    auto launch = [&](auto kernel) -> absl::Status {
-      if (smem > 48 * 1024) {
-        LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-            kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      }
-      kernel<<<dim3(args.shape.heads, args.rows), kThreads, smem, stream>>>(args);
-      return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);
-    };
-    if (args.state_dtype == DType::kBf16) {
-      return launch(DecodeAttentionKernel<T, __nv_bfloat16>);
+  const dim3 grid(args.shape.heads, args.rows);
+  // Each launch names its kernel (a profile's and the emulation's launch log's name).
+  auto allow_shared = [&](auto kernel) -> absl::Status {
+    if (smem > 48 * 1024) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     }
-    return launch(DecodeAttentionKernel<T, float>);
+    return absl::OkStatus();
+  };
+  return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    if (args.state_dtype == DType::kBf16) {
+      LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, __nv_bfloat16>));
+      DecodeAttentionKernel<T, __nv_bfloat16><<<grid, kThreads, smem, stream>>>(args);
+    } else {
+      LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, float>));
+      DecodeAttentionKernel<T, float><<<grid, kThreads, smem, stream>>>(args);
+    }
+    return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);
   });
 }
 

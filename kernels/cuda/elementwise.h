@@ -68,6 +68,20 @@ absl::Status LaunchBiasActivation(cudaStream_t stream, const float* in, const fl
                                   int64_t rows, int64_t cols, ActivationKind activation,
                                   DType dtype, void* out);
 
+// What follows an MLP's first linear layer, fc1 (Gemm::LinearActivation): its bias and
+// activation, or its gate. The hidden rows are written in the weights' type.
+struct ActivationEpilogue {
+  // false: hidden[r, c] = T(act(y[r, c] + bias[c])) for the product y = x · fc1ᵀ, [rows, cols].
+  // true: fc1 holds 2·cols rows, value rows then gate rows, and hidden[r, c] =
+  // T(act(y[r, cols + c] + bias[cols + c]) · (y[r, c] + bias[c])) (LaunchBiasGate's).
+  // Default: false.
+  bool gate = false;
+  // Default: gelu.
+  ActivationKind activation = ActivationKind::kGelu;
+  // fp32 [cols] (gate: [2·cols]). Default: none.
+  const float* bias = nullptr;
+};
+
 // The gated MLP's hidden rows: in holds `rows` rows of 2·width floats (value, then gate) and bias
 // (optional) 2·width; with a = in[r] + bias, out[r, c] = T(a[c] · act(a[width + c])) (act one
 // of LaunchBiasActivation's).

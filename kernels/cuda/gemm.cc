@@ -63,6 +63,10 @@ absl::StatusOr<std::unique_ptr<Gemm>> Gemm::Create(size_t workspace_bytes) {
   auto workspace = DeviceBuffer::Allocate(workspace_bytes, "the cuBLASLt workspace");
   if (!workspace.ok()) return workspace.status();
   gemm->workspace_ = *std::move(workspace);
+  auto arrivals = DeviceBuffer::Allocate(sizeof(unsigned), "the fused add + norm's counter");
+  if (!arrivals.ok()) return arrivals.status();
+  gemm->arrivals_ = *std::move(arrivals);
+  LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemset(gemm->arrivals_.data(), 0, sizeof(unsigned)));
   return gemm;
 }
 
@@ -150,6 +154,34 @@ absl::Status Gemm::Linear(cudaStream_t stream, DType dtype, const void* x, const
                      &beta, y, (*plan)->y_layout, y, (*plan)->y_layout, &(*plan)->algo,
                      workspace_.data(), workspace_.size(), stream));
   return absl::OkStatus();
+}
+
+absl::Status Gemm::LinearActivation(cudaStream_t stream, DType dtype, const void* x, const void* w,
+                                    int64_t m, int64_t cols, int64_t k,
+                                    const ActivationEpilogue& epilogue, float* scratch,
+                                    void* hidden) {
+  if (SmallBatchLinearApplies(dtype, x, w, m, k)) {
+    return LaunchSmallBatchLinearActivation(stream, dtype, x, w, m, cols, k, epilogue, hidden);
+  }
+  LINSERVE_RETURN_IF_ERROR(
+      Linear(stream, dtype, x, w, scratch, m, epilogue.gate ? 2 * cols : cols, k));
+  if (epilogue.gate) {
+    return LaunchBiasGate(stream, scratch, epilogue.bias, m, cols, epilogue.activation, dtype,
+                          hidden);
+  }
+  return LaunchBiasActivation(stream, scratch, epilogue.bias, m, cols, epilogue.activation, dtype,
+                              hidden);
+}
+
+absl::Status Gemm::LinearAddNorm(cudaStream_t stream, DType dtype, const void* x, const void* w,
+                                 float* y, int64_t m, int64_t n, int64_t k, AddNormArgs then) {
+  then.delta = y;
+  if (SmallBatchLinearApplies(dtype, x, w, m, k)) {
+    return LaunchSmallBatchLinearAddNorm(stream, dtype, x, w, y, m, n, k, then,
+                                         arrivals_.as<unsigned>());
+  }
+  LINSERVE_RETURN_IF_ERROR(Linear(stream, dtype, x, w, y, m, n, k));
+  return LaunchAddNorm(stream, then);
 }
 
 }  // namespace linserve::cuda

@@ -5,7 +5,8 @@
 //
 // A few rows of 16-bit inputs (small_batch_linear.h: m ≤ 4, k a multiple of 8, 16-byte aligned
 // operands) go to our own kernel instead, which reads the weights once at batch 1–4 where
-// cuBLASLt's small-batch kernels cost several times that.
+// cuBLASLt's small-batch kernels cost several times that, and which also finishes an MLP's
+// first layer in the same launch (LinearActivation).
 //
 // Why cuBLASLt and a plan cache: a decode step issues ~4 GEMMs per layer whose shapes repeat
 // every step, so the matmul descriptors, layouts and the heuristic's algorithm choice are built
@@ -26,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace linserve::cuda {
 
@@ -43,6 +45,22 @@ class Gemm {
   absl::Status Linear(cudaStream_t stream, DType dtype, const void* x, const void* w, float* y,
                       int64_t m, int64_t n, int64_t k, bool accumulate = false);
 
+  // An MLP's first layer: hidden (the weights' type, [m, cols]) = the epilogue (elementwise.h)
+  // of x · wᵀ, w [cols, k] ([2·cols, k] with a gate). A few rows of 16-bit inputs
+  // (SmallBatchLinearApplies) take one fused launch; otherwise the product goes through
+  // `scratch` (fp32 [m, cols], [m, 2·cols] with a gate) into LaunchBiasActivation /
+  // LaunchBiasGate. Both write bitwise the same hidden rows.
+  absl::Status LinearActivation(cudaStream_t stream, DType dtype, const void* x, const void* w,
+                                int64_t m, int64_t cols, int64_t k,
+                                const ActivationEpilogue& epilogue, float* scratch, void* hidden);
+
+  // y = x · wᵀ (fp32 [m, n]), then the residual add + norm `then` over it (elementwise.h; its
+  // delta is set to y here, and then.rows must be m, then.d n, then.dtype dtype). A few rows of
+  // 16-bit inputs take one launch (LaunchSmallBatchLinearAddNorm); otherwise Linear, then
+  // LaunchAddNorm. Both write bitwise the same rows.
+  absl::Status LinearAddNorm(cudaStream_t stream, DType dtype, const void* x, const void* w,
+                             float* y, int64_t m, int64_t n, int64_t k, AddNormArgs then);
+
  private:
   struct Plan;
   using PlanKey = std::tuple<int64_t, int64_t, int64_t, int, bool, int, int, int>;
@@ -52,6 +70,7 @@ class Gemm {
 
   cublasLtHandle_t handle_ = nullptr;
   DeviceBuffer workspace_;
+  DeviceBuffer arrivals_;  // LinearAddNorm's counter (one unsigned, zero between launches)
   std::map<PlanKey, std::unique_ptr<Plan>> plans_;
 };
 

@@ -37,7 +37,11 @@ namespace {
 
 constexpr int kThreads = 512;
 constexpr int kArgmaxThreads = 512;
-constexpr int kArgmaxUnroll = 4;  // ids a thread loads at once in ArgmaxOfRow
+constexpr int kArgmaxUnroll = 4;  // ids a thread loads at once in FoldSegment
+// A split row (ArgmaxSplits): about this many blocks for the whole batch (an H200 has 132 SMs,
+// each holding 4 blocks of kArgmaxThreads), and segments of at least 2 ids per thread.
+constexpr int kArgmaxBlocks = 256;
+constexpr int kArgmaxMinSegment = 2 * kArgmaxThreads;
 constexpr int kBuckets = 256;
 constexpr double kMassScale = 1152921504606846976.0;  // 2^60
 constexpr double kMinusInf = -static_cast<double>(INFINITY);
@@ -676,8 +680,24 @@ __device__ __forceinline__ void Emit(const SampleArgs& args, int row, int slot, 
 // A thread reads kArgmaxUnroll of its ids before folding them (in ascending order, so the fold
 // is the same): a row is one long chain of dependent loads otherwise, which kept a single row
 // (batch 1) at 23 µs on an H200 (bench/results/gpu.md).
+// A small batch's row is split into args.argmax_splits segments, one block each (grid y): each
+// folds its segment the same way and publishes (first allowed id, largest value, lowest id
+// holding it); the row's last block to arrive combines them — the lowest first allowed id, the
+// largest value, the lowest id holding it: the whole row's fold, whatever the segments — and
+// picks. Only a batch of few rows is split, where one block per row leaves most SMs idle.
+
+// One segment's fold; every thread of the block gets it. top_id INT_MAX: no allowed non-NaN
+// value in the segment (top is then -inf); first_allowed INT_MAX: no allowed token.
+template <typename T>
+struct SegmentFold {
+  int first_allowed;
+  T top;
+  int top_id;
+};
+
 template <typename T, typename Value>
-__device__ int ArgmaxOfRow(const RowView& view, Value value, T* scratch, int* iscratch) {
+__device__ SegmentFold<T> FoldSegment(const RowView& view, Value value, int begin, int end,
+                                      T* scratch, int* iscratch) {
   T best = -static_cast<T>(INFINITY);
   int best_id = INT_MAX;
   int first_allowed = INT_MAX;
@@ -690,24 +710,70 @@ __device__ int ArgmaxOfRow(const RowView& view, Value value, T* scratch, int* is
     }
   };
   const int stride = static_cast<int>(blockDim.x);
-  int t = threadIdx.x;
-  for (; t + (kArgmaxUnroll - 1) * stride < view.vocab; t += kArgmaxUnroll * stride) {
+  int t = begin + static_cast<int>(threadIdx.x);
+  for (; t + (kArgmaxUnroll - 1) * stride < end; t += kArgmaxUnroll * stride) {
     T l[kArgmaxUnroll];
 #pragma unroll
     for (int u = 0; u < kArgmaxUnroll; ++u) l[u] = value(t + u * stride);
 #pragma unroll
     for (int u = 0; u < kArgmaxUnroll; ++u) fold(t + u * stride, l[u]);
   }
-  for (; t < view.vocab; t += stride) fold(t, value(t));
-  first_allowed = BlockMin(first_allowed, iscratch, INT_MAX);
-  // No allowed token (a mask the caller refuses): token 0, as the host.
-  if (first_allowed == INT_MAX) return 0;
-  if (isnan(value(first_allowed))) return first_allowed;
-  const T top = BlockMax(best, scratch, -static_cast<T>(INFINITY));
-  return BlockMin(best_id != INT_MAX && best == top ? best_id : INT_MAX, iscratch, INT_MAX);
+  for (; t < end; t += stride) fold(t, value(t));
+  SegmentFold<T> out;
+  out.first_allowed = BlockMin(first_allowed, iscratch, INT_MAX);
+  out.top = BlockMax(best, scratch, -static_cast<T>(INFINITY));
+  out.top_id =
+      BlockMin(best_id != INT_MAX && best == out.top ? best_id : INT_MAX, iscratch, INT_MAX);
+  return out;
 }
 
-// Greedy rows (temperature 0); the other rows are SampleKernel's.
+// The row's pick from the whole row's fold. No allowed token (a mask the caller refuses):
+// token 0, as the host.
+template <typename T, typename Value>
+__device__ int PickOfFold(const SegmentFold<T>& fold, Value value) {
+  if (fold.first_allowed == INT_MAX) return 0;
+  if (isnan(value(fold.first_allowed))) return fold.first_allowed;
+  return fold.top_id;
+}
+
+template <typename T, typename Value>
+__device__ void ArgmaxOfRow(const SampleArgs& args, const RowView& view, int row, int slot,
+                            Value value, T* scratch, int* iscratch) {
+  const int splits = static_cast<int>(gridDim.y);
+  const int segment = (view.vocab + splits - 1) / splits;
+  const int begin = min(view.vocab, static_cast<int>(blockIdx.y) * segment);
+  const SegmentFold<T> fold =
+      FoldSegment<T>(view, value, begin, min(view.vocab, begin + segment), scratch, iscratch);
+  if (splits == 1) {
+    Emit(args, row, slot, PickOfFold(fold, value));
+    return;
+  }
+  if (threadIdx.x != 0) return;
+  ArgmaxPartial* partials = args.argmax.partials + static_cast<int64_t>(row) * kMaxArgmaxSplits;
+  partials[blockIdx.y] =
+      ArgmaxPartial{static_cast<double>(fold.top), fold.top_id, fold.first_allowed};
+  // The partial is visible device-wide before the arrival that counts it.
+  __threadfence();
+  if (atomicAdd(&args.argmax.arrivals[row], 1u) != static_cast<unsigned>(splits - 1)) return;
+  __threadfence();
+  args.argmax.arrivals[row] = 0;  // ready for the next launch (and graph replay)
+  SegmentFold<double> whole{INT_MAX, -static_cast<double>(INFINITY), INT_MAX};
+  for (int s = 0; s < splits; ++s) {
+    // volatile: the other blocks' writes, never a stale cached copy.
+    const volatile ArgmaxPartial& p = partials[s];
+    const double top = p.top;
+    const int top_id = p.top_id;
+    whole.first_allowed = min(whole.first_allowed, static_cast<int>(p.first_allowed));
+    if (top_id == INT_MAX) continue;
+    if (top > whole.top || (top == whole.top && top_id < whole.top_id)) {
+      whole.top = top;
+      whole.top_id = top_id;
+    }
+  }
+  Emit(args, row, slot, PickOfFold(whole, value));
+}
+
+// Greedy rows (temperature 0); the other rows are SampleKernel's. Grid (rows, argmax_splits).
 __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) {
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
@@ -716,11 +782,13 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) 
   const int slot = args.slots[row];
   if (slot < 0 || args.state.params[slot].temperature != 0.0f) return;
   const RowView view = ViewOfRow(args, row, slot);
-  const int token =
-      view.Adjusted()
-          ? ArgmaxOfRow<double>(view, [&](int t) { return view.Penalised(t); }, dscratch, iscratch)
-          : ArgmaxOfRow<float>(view, [&](int t) { return view.logits[t]; }, fscratch, iscratch);
-  Emit(args, row, slot, token);
+  if (view.Adjusted()) {
+    ArgmaxOfRow<double>(
+        args, view, row, slot, [&](int t) { return view.Penalised(t); }, dscratch, iscratch);
+  } else {
+    ArgmaxOfRow<float>(
+        args, view, row, slot, [&](int t) { return view.logits[t]; }, fscratch, iscratch);
+  }
 }
 
 // Rows with a temperature (steps 3 to 8); greedy rows are ArgmaxKernel's.
@@ -760,13 +828,26 @@ absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
     return absl::InvalidArgumentError(absl::StrCat("sampling: logits_stride ", args.logits_stride,
                                                    " is neither 0 nor >= vocab ", args.vocab));
   }
+  if (args.argmax_splits < 1 || args.argmax_splits > kMaxArgmaxSplits ||
+      (args.argmax_splits > 1 && (args.rows > kArgmaxSplitRows || args.argmax.partials == nullptr ||
+                                  args.argmax.arrivals == nullptr))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sampling: argmax_splits ", args.argmax_splits, " is not in [1, ", kMaxArgmaxSplits,
+        "], or splits ", args.rows, " rows (at most ", kArgmaxSplitRows, ") without scratch"));
+  }
   if (args.any_greedy) {
-    ArgmaxKernel<<<args.rows, kArgmaxThreads, 0, stream>>>(args);
+    ArgmaxKernel<<<dim3(args.rows, args.argmax_splits), kArgmaxThreads, 0, stream>>>(args);
     LINSERVE_RETURN_IF_ERROR(LaunchStatus("ArgmaxKernel", __FILE__, __LINE__));
   }
   if (!args.any_sampled) return absl::OkStatus();
   SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
   return LaunchStatus("SampleKernel", __FILE__, __LINE__);
+}
+
+int ArgmaxSplits(int rows, int vocab) {
+  if (rows < 1 || rows > kArgmaxSplitRows) return 1;
+  const int by_segment = (vocab + kArgmaxMinSegment - 1) / kArgmaxMinSegment;
+  return std::max(1, std::min({kMaxArgmaxSplits, kArgmaxBlocks / rows, by_segment}));
 }
 
 absl::Status LaunchStartSampling(cudaStream_t stream, const SamplerSlots& state, int32_t slot,

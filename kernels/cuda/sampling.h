@@ -1,11 +1,11 @@
 // On-device sampling: one token per decode row from the logits the LM head just wrote, so that
 // only token ids cross PCIe. Greedy rows take a one-pass argmax (ArgmaxKernel, one block per
-// row, ties to the lowest id as the host's fold); the other rows the full algorithm
-// (SampleKernel), on a candidate set when it holds every cut. A row whose parameters apply no
-// penalty never reads the seen counts, and one without logit biases never reads its biases. It
-// implements model/backend/sampler.h's algorithm step for step (the token mask, logit biases,
-// penalties, greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF walk in
-// ascending id order, one MT19937-64 draw per non-greedy call), in double like the host
+// row or, in a small batch, per segment of a row; ties to the lowest id as the host's fold); the
+// other rows the full algorithm (SampleKernel), on a candidate set when it holds every cut. A row
+// whose parameters apply no penalty never reads the seen counts, and one without logit biases never
+// reads its biases. It implements model/backend/sampler.h's algorithm step for step (the token
+// mask, logit biases, penalties, greedy, temperature, top-k, softmax, min-p, top-p, the inverse-CDF
+// walk in ascending id order, one MT19937-64 draw per non-greedy call), in double like the host
 // Sampler. Given the same logits and seed it returns the host Sampler's token except when a
 // cumulative sum lands within rounding (~1e-16) of top_p or of the random draw, since sums are
 // formed in a different order.
@@ -59,6 +59,26 @@ struct SamplerSlots {
   int32_t* biases = nullptr;               // [slots, LogitBiasEntries(vocab)]
 };
 
+// The argmax of a small batch's greedy rows splits each row over several blocks (sampling.cu):
+// one block per row left all but one SM idle at batch 1 (23 µs for a 50k-token row on an H200,
+// bench/results/gpu.md). Each block publishes its segment's fold in an ArgmaxPartial and the
+// row's last block to arrive combines them.
+inline constexpr int kMaxArgmaxSplits = 32;
+// Most rows of a launch that may be split.
+inline constexpr int kArgmaxSplitRows = 128;
+struct ArgmaxPartial {
+  double top;             // the segment's largest allowed non-NaN value
+  int32_t top_id;         // the lowest id holding it; INT_MAX: none
+  int32_t first_allowed;  // INT_MAX: none
+};
+struct ArgmaxScratch {
+  ArgmaxPartial* partials = nullptr;  // [kArgmaxSplitRows, kMaxArgmaxSplits]
+  uint32_t* arrivals = nullptr;       // [kArgmaxSplitRows]: zero before and after every launch
+};
+// Blocks per greedy row for a launch of `rows` rows over `vocab` logits: about 256 blocks in
+// all, segments of at least 1024 ids, at most kMaxArgmaxSplits; 1 above kArgmaxSplitRows rows.
+int ArgmaxSplits(int rows, int vocab);
+
 struct SampleArgs {
   const float* logits = nullptr;   // [rows, logits_stride]: the first vocab columns are read
   // [rows], distinct; a negative slot is padding (a decode graph's bucket): no pick, no count
@@ -77,6 +97,11 @@ struct SampleArgs {
   bool any_greedy = true;
   // Default: true.
   bool any_sampled = true;
+  // Blocks per greedy row, 1 ..= kMaxArgmaxSplits (ArgmaxSplits' choice); above 1, needs
+  // `argmax` and at most kArgmaxSplitRows rows. The picks are the same for every value.
+  // Default: 1.
+  int argmax_splits = 1;
+  ArgmaxScratch argmax;
 };
 absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args);
 

@@ -1,11 +1,12 @@
 // Sliding-window attention: one block per (token, head). A block holds its query (bias added)
 // and the output accumulator in shared memory and walks the query's keys oldest first in tiles
 // of kTile: each warp scores keys (lanes split the dims; the rotation by the key's distance is
-// read from a table of cos and sin the launch fills first), the tile's scores update the running
-// max and sum (online softmax, fp32), and each thread adds the tile's weighted values to its
-// columns of the accumulator, reading a value row contiguously across the block. A key is a ring
-// entry of the slot's state (stored without bias) or a row of the q/k/v projection (bias added as
-// it is read).
+// read from a table of cos and sin filled once per layer: recomputing it in every decode step cost
+// a launch of 3.5 µs per layer on an H200, bench/results/gpu.md), the tile's scores update the
+// running max and sum (online softmax, fp32), and each thread adds the tile's weighted values to
+// its columns of the accumulator, reading a value row contiguously across the block. A key is a
+// ring entry of the slot's state (stored without bias) or a row of the q/k/v projection (bias added
+// as it is read).
 //
 // Writes to the ring come after every read of the old ring: in decode each (row, head) block is
 // the only reader of its head's part of the entry it overwrites, so it writes after a barrier;
@@ -40,7 +41,7 @@ struct Geometry {
   const float* sin_table = nullptr;  // [window, half]
 };
 
-Geometry MakeGeometry(const SlidingWindowShape& s, const float* table) {
+Geometry MakeGeometry(const SlidingWindowShape& s, const float* table) {  // table: may be null
   Geometry g;
   g.heads = s.heads;
   g.head_dim = s.head_dim;
@@ -329,19 +330,13 @@ __global__ void AdvancePiecesKernel(PrefillParams p) {
           piece.rows);
 }
 
-// Fills `table` (SlidingWindowRotationFloats(shape) floats) for this shape.
-absl::Status FillRotationTable(cudaStream_t stream, const SlidingWindowShape& shape, float* table) {
-  const int64_t entries = SlidingWindowRotationFloats(shape) / 2;
-  if (entries == 0) return absl::OkStatus();
-  if (table == nullptr) {
+// The rotation table's presence: a rotary shape needs one.
+absl::Status CheckRotation(const SlidingWindowShape& shape, const float* table) {
+  if (table == nullptr && SlidingWindowRotationFloats(shape) > 0) {
     return absl::InvalidArgumentError(
-        "sliding_window_attention: no scratch for the rotation table (rotation is null)");
+        "sliding_window_attention: rotation is null (LaunchSlidingWindowRotationTable's table)");
   }
-  const int threads = 256;
-  const unsigned blocks = static_cast<unsigned>((entries + threads - 1) / threads);
-  const Geometry g = MakeGeometry(shape, table);
-  RotationTableKernel<<<blocks, threads, 0, stream>>>(g, shape.window, table);
-  return LaunchStatus("SlidingWindowRotationTableKernel", __FILE__, __LINE__);
+  return absl::OkStatus();
 }
 
 template <typename Kernel>
@@ -380,6 +375,19 @@ int64_t SlidingWindowRotationFloats(const SlidingWindowShape& shape) {
   return 2 * static_cast<int64_t>(shape.window) * (shape.rotary_dim / 2);
 }
 
+absl::Status LaunchSlidingWindowRotationTable(cudaStream_t stream, const SlidingWindowShape& shape,
+                                              float* table) {
+  LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(shape));
+  const int64_t entries = SlidingWindowRotationFloats(shape) / 2;
+  if (entries == 0) return absl::OkStatus();
+  LINSERVE_RETURN_IF_ERROR(CheckRotation(shape, table));
+  const int threads = 256;
+  const unsigned blocks = static_cast<unsigned>((entries + threads - 1) / threads);
+  const Geometry g = MakeGeometry(shape, table);
+  RotationTableKernel<<<blocks, threads, 0, stream>>>(g, shape.window, table);
+  return LaunchStatus("SlidingWindowRotationTableKernel", __FILE__, __LINE__);
+}
+
 absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowDecodeArgs& args) {
   LINSERVE_RETURN_IF_ERROR(CheckSlidingWindowShape(args.shape));
   if (args.rows <= 0) return absl::OkStatus();
@@ -392,7 +400,7 @@ absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowD
   p.slot_stride = args.slot_stride;
   p.layer_offset = args.layer_offset;
   p.out = args.out;
-  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
+  LINSERVE_RETURN_IF_ERROR(CheckRotation(args.shape, args.rotation));
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeKernel<T>, smem));
@@ -419,7 +427,7 @@ absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindow
   p.slot_stride = args.slot_stride;
   p.layer_offset = args.layer_offset;
   p.out = args.out;
-  LINSERVE_RETURN_IF_ERROR(FillRotationTable(stream, args.shape, args.rotation));
+  LINSERVE_RETURN_IF_ERROR(CheckRotation(args.shape, args.rotation));
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillKernel<T>, smem));

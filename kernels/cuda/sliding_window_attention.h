@@ -11,8 +11,9 @@
 //
 // A score is q · RoPE_{−distance}(k) / √head_dim (GPT-NeoX rotation of the first rotary_dim
 // dims), the cos and sin of distance · base^(−2i / rotary_dim) computed in double and rounded to
-// fp32, as the CPU backend does: each launch first fills a table of them for distances
-// 0 … window − 1 in the caller's scratch (`rotation`). The softmax over a query's window is taken
+// fp32, as the CPU backend does: a table of them for distances 0 … window − 1, which depends on
+// the shape alone, is filled once (LaunchSlidingWindowRotationTable) and read by every launch
+// (`rotation`). The softmax over a query's window is taken
 // in tiles of keys (online, max-subtracted, fp32), so any window up to 65536 runs in a fixed
 // shared-memory footprint.
 #ifndef LINSERVE_KERNELS_CUDA_SLIDING_WINDOW_ATTENTION_H_
@@ -44,15 +45,20 @@ constexpr int kMaxSlidingWindowHeadDim = 4096;
 // rotary_dim is even and in [0, head_dim].
 absl::Status CheckSlidingWindowShape(const SlidingWindowShape& shape);
 
-// Floats of the rotation table's scratch: cos and sin, window × rotary_dim / 2 each.
+// Floats of the rotation table: cos and sin, window × rotary_dim / 2 each.
 int64_t SlidingWindowRotationFloats(const SlidingWindowShape& shape);
+
+// Fills `table` (SlidingWindowRotationFloats(shape) floats; nothing to fill, and null allowed,
+// when that is 0) for this shape, once: the decode and prefill launches read it.
+absl::Status LaunchSlidingWindowRotationTable(cudaStream_t stream, const SlidingWindowShape& shape,
+                                              float* table);
 
 struct SlidingWindowDecodeArgs {
   SlidingWindowShape shape;
   const float* qkv = nullptr;       // [rows, 3·H·Dh]
   const float* qkv_bias = nullptr;  // optional [3·H·Dh]
   const int32_t* slots = nullptr;   // [rows]; a negative slot is padding: zero state, no write
-  float* rotation = nullptr;        // scratch of SlidingWindowRotationFloats(shape)
+  const float* rotation = nullptr;  // LaunchSlidingWindowRotationTable's for this shape
   float* state = nullptr;
   int64_t slot_stride = 0;   // floats per slot
   int64_t layer_offset = 0;  // floats from a slot's start to this layer's slice
@@ -74,15 +80,15 @@ struct SlidingWindowPrefillArgs {
   float* state = nullptr;
   int64_t slot_stride = 0;
   int64_t layer_offset = 0;
-  float* rotation = nullptr;  // scratch of SlidingWindowRotationFloats(shape)
+  const float* rotation = nullptr;  // LaunchSlidingWindowRotationTable's for this shape
   DType out_dtype = DType::kF32;
   void* out = nullptr;  // T [tables.rows, H·Dh]
 };
 // Token i of a piece attends to the window − 1 tokens before it (the ring's newest, then the
 // piece's earlier tokens) and itself; then, in later launches (after every read of the old
 // rings), each ring takes its piece's last R tokens and count / next advance: each state is
-// bitwise the one feeding its tokens one by one leaves. Launches per layer: the rotation
-// table's, three, whatever the pieces.
+// bitwise the one feeding its tokens one by one leaves. Launches per layer: three, whatever the
+// pieces.
 absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindowPrefillArgs& args);
 
 }  // namespace linserve::cuda

@@ -9,7 +9,10 @@
 // every input row (read from L1/L2: the inputs are a few KB), and reduces across the warp.
 // Measured on the H200 against cuBLASLt (bench/results/gpu.md, "After the first fixes"):
 // the decode step ran 1.12–1.27× faster at 1–4 rows but 0.95× at 8, where each weight piece needs
-// 8 input loads from L1; hence the limit of 4.
+// 8 input loads from L1; hence the limit of 4. Its fused form also finishes an MLP's first layer
+// (bias, activation or gate, the hidden rows in the weights' type), or a projection into the
+// residual stream with the add + norm after it, which saves the elementwise kernel's launch and
+// the norms' per layer at these batches.
 #ifndef LINSERVE_KERNELS_CUDA_SMALL_BATCH_LINEAR_H_
 #define LINSERVE_KERNELS_CUDA_SMALL_BATCH_LINEAR_H_
 
@@ -19,6 +22,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/cuda/dtype.h"
+#include "kernels/cuda/elementwise.h"
 
 namespace linserve::cuda {
 
@@ -35,6 +39,23 @@ bool SmallBatchLinearApplies(DType dtype, const void* x, const void* w, int64_t 
 absl::Status LaunchSmallBatchLinear(cudaStream_t stream, DType dtype, const void* x,
                                     const void* w, float* y, int64_t m, int64_t n, int64_t k,
                                     bool accumulate);
+
+// The same product followed by an MLP's bias and activation or gate (elementwise.h's
+// ActivationEpilogue), in the one launch: hidden T [m, cols], w [cols, k] ([2·cols, k] with a
+// gate), bitwise what LaunchSmallBatchLinear then LaunchBiasActivation / LaunchBiasGate write.
+// The operands must satisfy SmallBatchLinearApplies.
+absl::Status LaunchSmallBatchLinearActivation(cudaStream_t stream, DType dtype, const void* x,
+                                              const void* w, int64_t m, int64_t cols, int64_t k,
+                                              const ActivationEpilogue& epilogue, void* hidden);
+
+// The product y = x · wᵀ (fp32 [m, n], stored) followed by the residual add + norm `then` over
+// it (then.delta == y, then.rows == m, then.d == n, then.dtype == dtype), in the one launch:
+// the block that finishes last runs the add + norm (add_norm.cuh), so the rows are bitwise what
+// LaunchSmallBatchLinear then LaunchAddNorm write. `arrivals`: one device counter, zero before
+// the launch and left zero after it; launches sharing it must not overlap.
+absl::Status LaunchSmallBatchLinearAddNorm(cudaStream_t stream, DType dtype, const void* x,
+                                           const void* w, float* y, int64_t m, int64_t n, int64_t k,
+                                           const AddNormArgs& then, unsigned* arrivals);
 
 }  // namespace linserve::cuda
 

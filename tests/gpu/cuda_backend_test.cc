@@ -4,13 +4,16 @@
 #include "model/backend/cuda/cuda_backend.h"
 
 #include <algorithm>
+#include <functional>
 #include <map>
-#include <set>
 #include <memory>
+#include <regex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "bench/gpu/kernel_account.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "model/backend/backend.h"
@@ -422,6 +425,145 @@ int64_t HostEnqueues() {
   return emu::HostEnqueues();
 #else
   return -1;
+#endif
+}
+
+// At a few rows of 16-bit weights a layer's projections carry what follows them in their own
+// launch (small_batch_linear.h): an MLP's first layer its activation or gate, and every output
+// projection the residual add + norm after it. So a decode step of a model with a GELU MLP and of
+// one with a gated MLP runs no elementwise kernel and one norm kernel (the first pre-norm) at 1
+// and 4 rows, and from 5 rows (cuBLASLt) one elementwise kernel per layer and a norm after every
+// mixer and MLP (launches counted under the emulation; the logits of both paths are
+// LogitsMatchCpuForEveryVariantAndPrecision's).
+TEST(CudaBackendTest, AFewRowsRunWhatFollowsAProjectionInItsLaunch) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  if (KernelRuns("AddNormKernel<T, kNorm, kCached>") < 0) {
+    GTEST_SKIP() << "launches are counted when emulated";
+  }
+  auto elementwise = [] {
+    return KernelRuns("BiasActivationKernel<T>") + KernelRuns("BiasGateKernel<T>");
+  };
+  auto norms = [] {
+    int64_t n = 0;
+    for (const char* cached : {"1", "2", "4", "8", "kAddNormMaxCached", "0"}) {
+      n += KernelRuns(absl::StrCat("AddNormKernel<T, kNorm, ", cached, ">").c_str());
+    }
+    return n;
+  };
+  for (const Variant& variant : ModelVariants()) {
+    if (variant.name != "pre_elu_sinusoidal_gelu" && variant.name != "rms_gated_silu_bias") {
+      continue;
+    }
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 12);
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kBf16;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    std::vector<DecodeItem> batch;
+    for (int s = 0; s < 5; ++s) batch.push_back({Allocate(*gpu), 3 + s});
+    const int64_t layers = variant.config.n_layers;
+    for (int rows : {1, 4, 5}) {
+      SCOPED_TRACE(testing::Message() << rows << " rows");
+      std::vector<float> logits(rows * variant.config.vocab_size);
+      const int64_t elementwise_before = elementwise();
+      const int64_t norms_before = norms();
+      ASSERT_TRUE(gpu->Decode(absl::MakeSpan(batch).first(rows), absl::MakeSpan(logits)).ok());
+      EXPECT_EQ(elementwise() - elementwise_before, rows <= 4 ? 0 : layers);
+      EXPECT_EQ(norms() - norms_before, rows <= 4 ? 1 : 1 + 2 * layers);
+    }
+  }
+}
+
+// A sliding window's rotation table depends on its shape alone: each window layer fills it once,
+// when the backend starts, and no prefill or decode step launches it again (it cost a launch per
+// layer and step on an H200, bench/results/gpu.md). Counted under the emulation.
+TEST(CudaBackendTest, TheRotationTableIsFilledOnceNotEveryStep) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  if (KernelRuns("RotationTableKernel") < 0) GTEST_SKIP() << "launches are counted when emulated";
+  for (const Variant& variant : ModelVariants()) {
+    if (variant.name != "window4_layer_norm_ffn") continue;
+    const Model model = MakeRandomModel(variant.config, 13);
+    const int64_t before = KernelRuns("RotationTableKernel");
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model);
+    ASSERT_NE(gpu, nullptr);
+    EXPECT_EQ(KernelRuns("RotationTableKernel") - before, variant.config.n_layers);
+    const SlotId slot = Allocate(*gpu);
+    const int64_t vocab = variant.config.vocab_size;
+    std::vector<float> logits(20 * vocab);
+    ASSERT_TRUE(gpu->Prefill(slot, RandomTokens(20, vocab, 5), absl::MakeSpan(logits)).ok());
+    for (int step = 0; step < 3; ++step) {
+      const DecodeItem item{slot, 7 + step};
+      ASSERT_TRUE(gpu->Decode({&item, 1}, absl::MakeSpan(logits).first(vocab)).ok());
+    }
+    EXPECT_EQ(KernelRuns("RotationTableKernel") - before, variant.config.n_layers);
+  }
+}
+
+// The kernel account (bench/gpu/kernel_account.h) names, by its rows' patterns, every kernel a
+// decode step and a prefill launch, for every variant: at 1–4 rows of bf16 weights (the fused
+// projections) and at 6, and for a 150-token prefill; so a profile on a GPU
+// (bench/gpu/kernel_report.py) puts no kernel under "other". Launches counted under the
+// emulation, matched as kernel_report.py matches a profile's names.
+TEST(CudaBackendTest, TheKernelAccountNamesEveryKernelAStepLaunches) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+#ifndef LINSERVE_CUDA_EMULATION
+  GTEST_SKIP() << "launches are counted when emulated";
+#else
+  // The kernels that ran during `run`, by name.
+  auto launched = [](const std::function<void()>& run) {
+    const std::map<std::string, int64_t> before = emu::KernelRunCounts();
+    run();
+    std::set<std::string> names;
+    for (const auto& [name, runs] : emu::KernelRunCounts()) {
+      const auto it = before.find(name);
+      if (runs > (it == before.end() ? 0 : it->second)) names.insert(name);
+    }
+    return names;
+  };
+  auto expect_named = [](const std::set<std::string>& names,
+                         const absl::StatusOr<std::vector<KernelCost>>& account) {
+    ASSERT_TRUE(account.ok()) << account.status();
+    for (const std::string& name : names) {
+      bool named = false;
+      for (const KernelCost& k : *account) {
+        const std::string pattern = k.cuda_kernels.empty()
+                                        ? "SmallBatchLinearKernel"  // kernel_report's GEMM names
+                                        : k.cuda_kernels;
+        named = named || std::regex_search(name, std::regex("\\b(" + pattern + ")\\b"));
+      }
+      EXPECT_TRUE(named) << name << " is in no row of the account";
+    }
+  };
+  for (const Variant& variant : ModelVariants()) {
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 14);
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kBf16;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    ASSERT_NE(gpu, nullptr);
+    const int64_t vocab = model.config.vocab_size;
+    std::vector<SlotId> slots;
+    for (int s = 0; s < 6; ++s) slots.push_back(Allocate(*gpu));
+    SamplingParams greedy;
+    greedy.temperature = 0.0f;
+    const std::set<std::string> prefill = launched([&] {
+      std::vector<float> logits(vocab);
+      ASSERT_TRUE(gpu->Prefill(slots[0], RandomTokens(150, vocab, 3), absl::MakeSpan(logits)).ok());
+    });
+    expect_named(prefill, PrefillKernelAccount(model.config, 150, 64, 64, 2));
+    for (SlotId slot : slots) ASSERT_TRUE(gpu->StartSampling(slot, greedy, 0, {}).ok());
+    for (int rows : {1, 4, 6}) {
+      SCOPED_TRACE(testing::Message() << rows << " rows");
+      const std::set<std::string> decode = launched([&] {
+        std::vector<DecodeItem> items;
+        for (int r = 0; r < rows; ++r) items.push_back({slots[r], 5 + r});
+        std::vector<TokenId> tokens(rows);
+        ASSERT_TRUE(gpu->DecodeAndSample(items, {.tokens = absl::MakeSpan(tokens)}).ok());
+      });
+      expect_named(decode, DecodeKernelAccount(model.config, rows, 2));
+    }
+  }
 #endif
 }
 

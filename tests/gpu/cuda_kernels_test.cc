@@ -430,6 +430,134 @@ TEST(CudaKernelsTest, BiasGateMatchesCpuGatedProduct) {
   }
 }
 
+// An MLP's first layer in one call (Gemm::LinearActivation) writes bitwise what the product
+// (Gemm::Linear) and then the elementwise kernel write, on either of its paths: one fused launch
+// for 1–4 rows of 16-bit types (a column count that leaves the last block part-empty), cuBLASLt
+// and the elementwise kernel otherwise (5 rows; fp32) — every activation, with the gate and
+// without, with fc1's bias and without.
+TEST(CudaKernelsTest, LinearActivationEqualsTheProductThenItsEpilogue) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(size_t{4} << 20);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const int64_t cols = 70, k = 96;
+  const cuda::ActivationKind kinds[] = {
+      cuda::ActivationKind::kGelu, cuda::ActivationKind::kGeluTanh, cuda::ActivationKind::kRelu,
+      cuda::ActivationKind::kSilu, cuda::ActivationKind::kSigmoid};
+  for (int64_t rows : {1, 2, 3, 4, 5}) {
+    for (DType dtype : kTypes) {
+      for (bool gate : {false, true}) {
+        const int64_t n = gate ? 2 * cols : cols;
+        TypedArray x = Upload(RandomFloats(static_cast<size_t>(rows * k), 31, 2.0f), dtype);
+        TypedArray w = Upload(RandomFloats(static_cast<size_t>(n * k), 32, 0.2f), dtype);
+        DeviceArray<float> bias(RandomFloats(static_cast<size_t>(n), 33));
+        DeviceArray<float> product(static_cast<size_t>(rows * n));
+        DeviceArray<float> scratch(static_cast<size_t>(rows * n));
+        ASSERT_TRUE(
+            (*gemm)
+                ->Linear(nullptr, dtype, x.bytes.get(), w.bytes.get(), product.get(), rows, n, k)
+                .ok());
+        for (cuda::ActivationKind kind : kinds) {
+          for (bool with_bias : {true, false}) {
+            SCOPED_TRACE(testing::Message()
+                         << rows << " rows " << cuda::DTypeName(dtype) << (gate ? " gate " : " ")
+                         << static_cast<int>(kind) << (with_bias ? " bias" : " no bias"));
+            const float* b = with_bias ? bias.get() : nullptr;
+            const size_t bytes = static_cast<size_t>(rows * cols) * cuda::DTypeSize(dtype);
+            DeviceArray<uint8_t> expect(bytes), got(bytes);
+            ASSERT_TRUE((gate ? cuda::LaunchBiasGate(nullptr, product.get(), b, rows, cols, kind,
+                                                     dtype, expect.get())
+                              : cuda::LaunchBiasActivation(nullptr, product.get(), b, rows, cols,
+                                                           kind, dtype, expect.get()))
+                            .ok());
+            const cuda::ActivationEpilogue epilogue{gate, kind, b};
+            ASSERT_TRUE((*gemm)
+                            ->LinearActivation(nullptr, dtype, x.bytes.get(), w.bytes.get(), rows,
+                                               cols, k, epilogue, scratch.get(), got.get())
+                            .ok());
+            EXPECT_EQ(got.Download(), expect.Download());
+          }
+        }
+      }
+    }
+  }
+}
+
+// A projection into the residual stream and the add + norm after it in one call
+// (Gemm::LinearAddNorm) write bitwise what Gemm::Linear then LaunchAddNorm write, on both paths:
+// one launch for 1–4 rows of 16-bit types (the last block to finish runs the norm; a width that
+// leaves the last block part-empty, and one over the 4096 held in registers), cuBLASLt and the
+// norm kernel otherwise — LayerNorm and RMSNorm, pre-norm (x += delta, the sum stored) and
+// post-norm (x = norm(x + delta)), with the projection's bias and without.
+TEST(CudaKernelsTest, LinearAddNormEqualsTheProductThenTheNorm) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  absl::StatusOr<std::unique_ptr<cuda::Gemm>> gemm = cuda::Gemm::Create(size_t{4} << 20);
+  ASSERT_TRUE(gemm.ok()) << gemm.status();
+  const int64_t k = 24;
+  for (const int64_t d : {100, 4104}) {
+    const std::vector<float> gamma = RandomFloats(static_cast<size_t>(d), 41);
+    const std::vector<float> beta = RandomFloats(static_cast<size_t>(d), 42);
+    const std::vector<float> bias = RandomFloats(static_cast<size_t>(d), 43);
+    DeviceArray<float> gamma_dev(gamma), beta_dev(beta), bias_dev(bias);
+    for (int64_t rows : {1, 3, 4, 5}) {
+      const std::vector<float> x0 = RandomFloats(static_cast<size_t>(rows * d), 44, 3.0f);
+      for (DType dtype : kTypes) {
+        TypedArray in = Upload(RandomFloats(static_cast<size_t>(rows * k), 45), dtype);
+        TypedArray w = Upload(RandomFloats(static_cast<size_t>(d * k), 46, 0.3f), dtype);
+        for (cuda::NormType norm : {cuda::NormType::kLayerNorm, cuda::NormType::kRmsNorm}) {
+          for (bool pre : {true, false}) {
+            for (bool with_bias : {true, false}) {
+              SCOPED_TRACE(testing::Message()
+                           << d << " wide, " << rows << " rows " << cuda::DTypeName(dtype)
+                           << (norm == cuda::NormType::kLayerNorm ? " layer_norm" : " rms_norm")
+                           << (pre ? " pre" : " post") << (with_bias ? " bias" : " no bias"));
+              // One set of outputs per path: the residual x, the product y, the normalised y_t.
+              struct Outputs {
+                DeviceArray<float> x, y;
+                DeviceArray<uint8_t> y_t;
+              };
+              auto run = [&](bool fused) {
+                Outputs o{
+                    DeviceArray<float>(x0), DeviceArray<float>(static_cast<size_t>(rows * d)),
+                    DeviceArray<uint8_t>(static_cast<size_t>(rows * d) * cuda::DTypeSize(dtype))};
+                cuda::AddNormArgs a;
+                a.x = o.x.get();
+                a.delta_bias = with_bias ? bias_dev.get() : nullptr;
+                (pre ? a.sum_out : a.y) = o.x.get();
+                a.norm = norm;
+                a.gamma = gamma_dev.get();
+                a.beta = beta_dev.get();
+                a.y_t = o.y_t.get();
+                a.rows = static_cast<int>(rows);
+                a.d = static_cast<int>(d);
+                a.dtype = dtype;
+                if (fused) {
+                  EXPECT_TRUE((*gemm)
+                                  ->LinearAddNorm(nullptr, dtype, in.bytes.get(), w.bytes.get(),
+                                                  o.y.get(), rows, d, k, a)
+                                  .ok());
+                } else {
+                  EXPECT_TRUE((*gemm)
+                                  ->Linear(nullptr, dtype, in.bytes.get(), w.bytes.get(), o.y.get(),
+                                           rows, d, k)
+                                  .ok());
+                  a.delta = o.y.get();
+                  EXPECT_TRUE(cuda::LaunchAddNorm(nullptr, a).ok());
+                }
+                return o;
+              };
+              const Outputs expect = run(false);
+              const Outputs got = run(true);
+              EXPECT_EQ(got.y.Download(), expect.y.Download());
+              EXPECT_EQ(got.x.Download(), expect.x.Download());
+              EXPECT_EQ(got.y_t.Download(), expect.y_t.Download());
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 struct AttentionCase {
   const char* name;
   cuda::FeatureMapKind gpu_map;
@@ -1198,6 +1326,13 @@ cuda::SlidingWindowShape WindowShape(const WindowCase& c) {
   return shape;
 }
 
+// The shape's rotation table, filled once as the backend's layer does (its Prepare).
+DeviceArray<float> RotationTable(const cuda::SlidingWindowShape& shape) {
+  DeviceArray<float> table(static_cast<size_t>(cuda::SlidingWindowRotationFloats(shape)));
+  EXPECT_TRUE(cuda::LaunchSlidingWindowRotationTable(nullptr, shape, table.get()).ok());
+  return table;
+}
+
 int64_t WindowSliceFloats(const WindowCase& c) {
   return static_cast<int64_t>(c.window - 1) * c.heads * 2 * c.head_dim + 2;
 }
@@ -1317,8 +1452,7 @@ TEST(CudaKernelsTest, SlidingWindowDecodeMatchesCpuStep) {
       SCOPED_TRACE(cuda::DTypeName(dtype));
       DeviceArray<float> qkv_dev(qkv), bias_dev(bias), state(states);
       DeviceArray<int32_t> slot_dev(slot_of_row);
-      DeviceArray<float> rotation(
-          static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+      DeviceArray<float> rotation = RotationTable(WindowShape(c));
       DeviceArray<uint8_t> out(static_cast<size_t>(rows * hd) * cuda::DTypeSize(dtype));
       cuda::SlidingWindowDecodeArgs args;
       args.shape = WindowShape(c);
@@ -1332,6 +1466,12 @@ TEST(CudaKernelsTest, SlidingWindowDecodeMatchesCpuStep) {
       args.rows = rows;
       args.out_dtype = dtype;
       args.out = out.get();
+      if (c.rotary_dim > 0) {  // without the table a rotary shape is refused, nothing written
+        cuda::SlidingWindowDecodeArgs no_table = args;
+        no_table.rotation = nullptr;
+        EXPECT_EQ(cuda::LaunchSlidingWindowDecode(nullptr, no_table).code(),
+                  absl::StatusCode::kInvalidArgument);
+      }
       ASSERT_TRUE(cuda::LaunchSlidingWindowDecode(nullptr, args).ok());
       std::vector<float> got = ToFloats(out, dtype, static_cast<size_t>(rows * hd));
       std::vector<float> expect_t = expect_out;
@@ -1368,8 +1508,7 @@ TEST(CudaKernelsTest, SlidingWindowPrefillMatchesTokenByToken) {
                               expect_out.data() + t * hd);
         }
         DeviceArray<float> qkv_dev(qkv), bias_dev(bias), slice(initial);
-        DeviceArray<float> rotation(
-            static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+        DeviceArray<float> rotation = RotationTable(WindowShape(c));
         DeviceArray<uint8_t> out(static_cast<size_t>(tokens * hd) * sizeof(float));
         const DeviceTables tables(OnePiece(tokens, 64));
         cuda::SlidingWindowPrefillArgs args;
@@ -1410,8 +1549,7 @@ TEST(CudaKernelsTest, SlidingWindowPrefillVarlenEqualsEachPieceAlone) {
     }
     const std::vector<float> qkv = RandomFloats(static_cast<size_t>(total * 3 * hd), 82, 0.7f);
     DeviceArray<float> qkv_dev(qkv), bias_dev(bias), together(initial), alone(initial);
-    DeviceArray<float> rotation(
-        static_cast<size_t>(cuda::SlidingWindowRotationFloats(WindowShape(c))));
+    DeviceArray<float> rotation = RotationTable(WindowShape(c));
     const size_t out_bytes = static_cast<size_t>(total * hd) * sizeof(float);
     DeviceArray<uint8_t> out_together(out_bytes), out_alone(out_bytes);
     cuda::SlidingWindowPrefillArgs args;
@@ -1682,8 +1820,9 @@ TEST(CudaKernelsTest, SamplerMatchesHostSamplerUnderTokenMasks) {
 // tie-break: exact ties at the top (lowest id wins), +0 against -0, the maximum on the last
 // token, every allowed logit -inf (the lowest allowed id), NaN on the first allowed token (the
 // host never replaces it) and elsewhere (never picked), masks, and penalties that move the
-// maximum. Only the argmax kernel runs (any_sampled false): a sampled row in the batch is left
-// alone, its token and counts untouched.
+// maximum; with one block per row and with rows split over 2 to kMaxArgmaxSplits blocks. Only
+// the argmax kernel runs (any_sampled false): a sampled row in the batch is left alone, its
+// token and counts untouched.
 TEST(CudaKernelsTest, ArgmaxMatchesHostGreedyOnEveryTieBreak) {
   LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
   constexpr int kVocab = 2053;
@@ -1770,37 +1909,69 @@ TEST(CudaKernelsTest, ArgmaxMatchesHostGreedyOnEveryTieBreak) {
   }
   DeviceArray<float> logits_dev(logits);
   DeviceArray<uint32_t> packed_dev(packed);
-  DeviceArray<int32_t> index_dev(index), slots_dev(slots), counts_dev(counts);
-  DeviceArray<int32_t> tokens_dev(std::vector<int32_t>(rows, -7));
+  DeviceArray<int32_t> index_dev(index), slots_dev(slots);
   DeviceArray<cuda::DeviceSamplingParams> params_dev(params);
   DeviceArray<cuda::Mt19937_64> rngs_dev(rows);
-  cuda::SampleArgs args;
-  args.logits = logits_dev.get();
-  args.slots = slots_dev.get();
-  args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
-  args.masks = {packed_dev.get(), index_dev.get(), kWords};
-  args.rows = rows;
-  args.vocab = kVocab;
-  args.tokens = tokens_dev.get();
-  args.any_sampled = false;
-  ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
-  const std::vector<int32_t> got = tokens_dev.Download();
-  const std::vector<int32_t> got_counts = counts_dev.Download();
-  for (int r = 0; r < rows; ++r) {
-    const size_t at = static_cast<size_t>(slots[r]) * kVocab;
-    if (r == sampled) {
-      EXPECT_EQ(got[r], -7) << "the sampled row is SampleKernel's";
-      EXPECT_TRUE(std::equal(got_counts.begin() + at, got_counts.begin() + at + kVocab,
-                             counts.begin() + at));
-      continue;
+  DeviceArray<cuda::ArgmaxPartial> partials(cuda::kArgmaxSplitRows * cuda::kMaxArgmaxSplits);
+  const std::vector<uint32_t> no_arrivals(cuda::kArgmaxSplitRows, 0);
+  DeviceArray<uint32_t> arrivals(no_arrivals);
+  // One block per row, and rows split in segments: 2 (the tie between 700 and the last token
+  // crosses them), 3 (ArgmaxSplits' choice here), kMaxArgmaxSplits (65 ids each: many segments
+  // without an allowed or a non-NaN token).
+  ASSERT_EQ(cuda::ArgmaxSplits(rows, kVocab), 3);
+  for (int splits : {1, 2, 3, cuda::kMaxArgmaxSplits}) {
+    SCOPED_TRACE(testing::Message() << splits << " blocks per row");
+    DeviceArray<int32_t> counts_dev(counts);
+    DeviceArray<int32_t> tokens_dev(std::vector<int32_t>(rows, -7));
+    cuda::SampleArgs args;
+    args.logits = logits_dev.get();
+    args.slots = slots_dev.get();
+    args.state = {params_dev.get(), counts_dev.get(), rngs_dev.get()};
+    args.masks = {packed_dev.get(), index_dev.get(), kWords};
+    args.rows = rows;
+    args.vocab = kVocab;
+    args.tokens = tokens_dev.get();
+    args.any_sampled = false;
+    args.argmax_splits = splits;
+    args.argmax = {partials.get(), arrivals.get()};
+    ASSERT_TRUE(cuda::LaunchSample(nullptr, args).ok());
+    const std::vector<int32_t> got = tokens_dev.Download();
+    const std::vector<int32_t> got_counts = counts_dev.Download();
+    EXPECT_EQ(arrivals.Download(), no_arrivals) << "the counters are left at zero";
+    for (int r = 0; r < rows; ++r) {
+      const size_t at = static_cast<size_t>(slots[r]) * kVocab;
+      if (r == sampled) {
+        EXPECT_EQ(got[r], -7) << "the sampled row is SampleKernel's";
+        EXPECT_TRUE(std::equal(got_counts.begin() + at, got_counts.begin() + at + kVocab,
+                               counts.begin() + at));
+        continue;
+      }
+      const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
+      Sampler sampler = host[r];
+      const TokenId expect = sampler.Sample(
+          absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * kVocab, kVocab), mask);
+      EXPECT_EQ(got[r], expect) << "row " << r << " case " << r % kCases;
+      ASSERT_GE(got[r], 0);
+      EXPECT_EQ(got_counts[at + got[r]], counts[at + got[r]] + 1) << "row " << r;
     }
-    const uint32_t* mask = masks[r].empty() ? nullptr : masks[r].data();
-    const TokenId expect = host[r].Sample(
-        absl::MakeConstSpan(logits).subspan(static_cast<size_t>(r) * kVocab, kVocab), mask);
-    EXPECT_EQ(got[r], expect) << "row " << r << " case " << r % kCases;
-    ASSERT_GE(got[r], 0);
-    EXPECT_EQ(got_counts[at + got[r]], counts[at + got[r]] + 1) << "row " << r;
   }
+  // Splitting needs the scratch, and at most kArgmaxSplitRows rows.
+  cuda::SampleArgs bad;
+  bad.logits = logits_dev.get();
+  bad.slots = slots_dev.get();
+  bad.rows = rows;
+  bad.vocab = kVocab;
+  bad.argmax_splits = 2;
+  EXPECT_EQ(cuda::LaunchSample(nullptr, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.argmax = {partials.get(), arrivals.get()};
+  bad.argmax_splits = cuda::kMaxArgmaxSplits + 1;
+  EXPECT_EQ(cuda::LaunchSample(nullptr, bad).code(), absl::StatusCode::kInvalidArgument);
+  bad.argmax_splits = 2;
+  bad.rows = cuda::kArgmaxSplitRows + 1;
+  EXPECT_EQ(cuda::LaunchSample(nullptr, bad).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(cuda::ArgmaxSplits(1, 50304), cuda::kMaxArgmaxSplits);
+  EXPECT_EQ(cuda::ArgmaxSplits(64, 50304), 4);
+  EXPECT_EQ(cuda::ArgmaxSplits(cuda::kArgmaxSplitRows + 1, 50304), 1);
 }
 
 // The device's logprobs equal the host's LogProbOf / TopLogprobsInto: the same alternatives in

@@ -38,15 +38,6 @@ using cuda::FormatBytes;
 
 // Decode rows are a grid dimension of the attention kernel (at most 65535).
 constexpr int32_t kMaxBatch = 1 << 15;
-// Tokens of one prefill pass through the layers; longer prompts are fed in such segments.
-constexpr int kPrefillSegment = 2048;
-
-// Prefill tokens per pass: about kPrefillSegment, a multiple of the chunk size.
-int PrefillSegment(const BackendOptions& options) {
-  return std::max(options.prefill_chunk_size,
-                  kPrefillSegment / options.prefill_chunk_size * options.prefill_chunk_size);
-}
-
 // A bf16 state element widened to the fp32 StateBlob (exact).
 float Bf16ToFloat(uint16_t bits) {
   const uint32_t wide = static_cast<uint32_t>(bits) << 16;
@@ -67,7 +58,7 @@ uint16_t FloatToBf16(float f) {
 
 // Rows of the activations: a decode batch's or a prefill pass's, whichever is more.
 int ActivationRows(const BackendOptions& options) {
-  return std::max(options.max_batch_size, PrefillSegment(options));
+  return std::max(options.max_batch_size, CudaPrefillSegment(options));
 }
 
 // What CreateCudaBackend sets up before the backend exists, in the order it does.
@@ -101,7 +92,7 @@ class CudaBackendImpl final : public CudaBackend {
         forward_(config_, WeightDType(options.weight_precision), weights_, ws_, *gemm_,
                  std::move(parts.layers)),
         sampler_(capacity, config.vocab_size, ws_),
-        prefill_(config_, options, PrefillSegment(options), forward_, ws_, pool_),
+        prefill_(config_, options, CudaPrefillSegment(options), forward_, ws_, pool_),
         step_done_(std::move(parts.step_done)),
         copy_stream_(std::move(parts.copy_stream)),
         read_staged_(std::move(parts.read_staged)),
@@ -114,9 +105,10 @@ class CudaBackendImpl final : public CudaBackend {
     for (int i = kSlotReads - 1; i >= 0; --i) free_read_buffers_.push_back(i);
   }
 
-  // Checks what the backend was given and waits for the uploads.
+  // Checks what the backend was given, prepares the layers and waits for both and the uploads.
   absl::Status Initialize() {
     LINSERVE_RETURN_IF_ERROR(forward_.Check());
+    LINSERVE_RETURN_IF_ERROR(forward_.Prepare(stream_.get()));
     return Synchronize();
   }
 
@@ -729,7 +721,7 @@ absl::StatusOr<DeviceParts> SetUpDevice(const Model& model, const BackendOptions
                                    .options = options,
                                    .dtype = dtype,
                                    .max_rows = ActivationRows(options),
-                                   .segment = PrefillSegment(options),
+                                   .segment = CudaPrefillSegment(options),
                                    .gemm = *parts.gemm,
                                    .scratch = scratch},
                                   parts.weights);
@@ -785,6 +777,12 @@ absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
       FormatBytes(use.state_pool_bytes), FormatBytes(use.sampler_bytes),
       FormatBytes(use.workspace_bytes));
   return std::unique_ptr<CudaBackend>(std::move(backend));
+}
+
+int CudaPrefillSegment(const BackendOptions& options) {
+  constexpr int kPrefillSegment = 2048;
+  return std::max(options.prefill_chunk_size,
+                  kPrefillSegment / options.prefill_chunk_size * options.prefill_chunk_size);
 }
 
 }  // namespace linserve

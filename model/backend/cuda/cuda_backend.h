@@ -91,6 +91,10 @@ class CudaBackend : public Backend {
 absl::StatusOr<std::unique_ptr<CudaBackend>> CreateCudaBackend(
     const Model& model, const BackendOptions& options, const CudaBackendOptions& cuda_options = {});
 
+// Tokens of one prefill pass through the layers under `options`: about 2048, a multiple of
+// prefill_chunk_size; longer prompts are fed in such passes.
+int CudaPrefillSegment(const BackendOptions& options);
+
 }  // namespace linserve
 
 #endif  // LINSERVE_MODEL_BACKEND_CUDA_CUDA_BACKEND_H_

@@ -37,6 +37,11 @@ absl::Status CudaForward::Check() const {
   return absl::OkStatus();
 }
 
+absl::Status CudaForward::Prepare(cudaStream_t s) {
+  for (CudaLayer& layer : layers_.layers) LINSERVE_RETURN_IF_ERROR(layer.mixer->Prepare(s));
+  return absl::OkStatus();
+}
+
 absl::Status CudaForward::EnqueueRowInputs(cudaStream_t s, int rows, const RowInputs& host,
                                            bool decode) {
   const RowInputs& dev = ws_.device_rows;
@@ -83,12 +88,10 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   const std::vector<CudaLayer>& layers = layers_.layers;
   const CudaPass pass{
       .rows = rows, .prefill = prefill, .workspace = &ws_, .state_floats = state_floats_};
-  if (pre) {
-    LINSERVE_RETURN_IF_ERROR(layers[0].norm1->Apply(s, act, rows, pre, nullptr, nullptr));
-  }
+  // Each mixer and MLP runs the norm after it (Gemm::LinearAddNorm).
+  if (pre) LINSERVE_RETURN_IF_ERROR(cuda::LaunchAddNorm(s, layers[0].norm1->Args(act, rows, pre)));
   for (size_t l = 0; l < layers.size(); ++l) {
     const CudaLayer& layer = layers[l];
-    LINSERVE_RETURN_IF_ERROR(layer.mixer->Forward(s, pass));
     const bool last = l + 1 == layers.size();
     // The norm after the layer in a pre-norm model: the next layer's first, or the final norm.
     const CudaNorm* next = !pre   ? nullptr
@@ -96,17 +99,13 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
                                   : layers[l + 1].norm1.get();
     if (layer.mlp == nullptr) {
       const CudaNorm& after = pre ? *next : *layer.norm1;
-      LINSERVE_RETURN_IF_ERROR(
-          after.Apply(s, act, rows, pre, act.proj, layer.mixer->output_bias()));
+      LINSERVE_RETURN_IF_ERROR(layer.mixer->Forward(s, pass, after.Args(act, rows, pre)));
       continue;
     }
     const CudaNorm& after_mixer = pre ? *layer.norm2 : *layer.norm1;
-    LINSERVE_RETURN_IF_ERROR(
-        after_mixer.Apply(s, act, rows, pre, act.proj, layer.mixer->output_bias()));
-    LINSERVE_RETURN_IF_ERROR(layer.mlp->Forward(s, ws_, rows));
+    LINSERVE_RETURN_IF_ERROR(layer.mixer->Forward(s, pass, after_mixer.Args(act, rows, pre)));
     const CudaNorm& after_mlp = pre ? *next : *layer.norm2;
-    LINSERVE_RETURN_IF_ERROR(
-        after_mlp.Apply(s, act, rows, pre, act.proj, layer.mlp->output_bias()));
+    LINSERVE_RETURN_IF_ERROR(layer.mlp->Forward(s, ws_, rows, after_mlp.Args(act, rows, pre)));
   }
   return absl::OkStatus();
 }

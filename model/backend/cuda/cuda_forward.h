@@ -30,6 +30,9 @@ class CudaForward {
 
   // INVALID_ARGUMENT unless the kernels can run every layer.
   absl::Status Check() const;
+  // After Check, once: enqueues on `stream` what the layers derive from their shapes
+  // (CudaMixer::Prepare).
+  absl::Status Prepare(cudaStream_t stream);
 
   // Copies the pinned row inputs `host` of `rows` rows to the device, with their sources for a
   // decode step (`decode`; see EnqueueLayers).

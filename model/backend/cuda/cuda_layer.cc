@@ -79,12 +79,10 @@ std::vector<CudaTensorGroup> CudaTensorGroups(const LayerSpec& spec) {
   return groups;
 }
 
-cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, const float* delta,
-                                   const float* delta_bias, int d_model, cuda::DType dtype) {
+cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, int d_model,
+                                   cuda::DType dtype) {
   cuda::AddNormArgs a;
   a.x = act.x;
-  a.delta = delta;
-  a.delta_bias = delta_bias;
   a.y_t = act.xt;
   a.rows = rows;
   a.d = d_model;

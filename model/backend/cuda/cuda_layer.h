@@ -4,7 +4,8 @@
 // mixer finds its slice of a slot's device state at its offset (ModelConfig::StateOffsets).
 //
 // The residual add is fused into the norm that follows it (one kernel), so a mixer or MLP
-// writes its output delta without its output bias and names that bias; the norm adds both.
+// writes its output delta without its output bias and runs that norm with the bias itself
+// (Gemm::LinearAddNorm: in the output projection's own launch where the rows are few).
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_LAYER_H_
 
@@ -53,34 +54,39 @@ class CudaNorm {
   virtual ~CudaNorm() = default;
   // The residual add and the norm over `rows` rows of act.x: with `pre` (pre-norm)
   // x += delta (+ delta_bias) and act.xt = norm(x); else x = norm(x + delta (+ delta_bias)) and
-  // act.xt its copy in T. `delta` may be null (nothing to add).
-  virtual absl::Status Apply(cudaStream_t stream, const Activations& act, int rows, bool pre,
-                             const float* delta, const float* delta_bias) const = 0;
+  // act.xt its copy in T. The delta and its bias are left unset (none: the norm alone) for the
+  // component whose output they are to set.
+  virtual cuda::AddNormArgs Args(const Activations& act, int rows, bool pre) const = 0;
 };
 
-// The fused add + norm kernel's arguments for CudaNorm::Apply's contract: the residual, delta and
-// outputs of `rows` rows of act in `pre` or post placement. The norm sets its own fields (norm,
-// gamma, beta, eps).
-cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, const float* delta,
-                                   const float* delta_bias, int d_model, cuda::DType dtype);
+// The fused add + norm kernel's arguments for CudaNorm::Args's contract: the residual and outputs
+// of `rows` rows of act in `pre` or post placement. The norm sets its own fields (norm, gamma,
+// beta, eps).
+cuda::AddNormArgs ResidualNormArgs(const Activations& act, int rows, bool pre, int d_model,
+                                   cuda::DType dtype);
 
 class CudaMixer {
  public:
   virtual ~CudaMixer() = default;
   // INVALID_ARGUMENT when the kernels cannot run this mixer's shape.
   virtual absl::Status Check() const = 0;
-  // Reads act.xt (T) for the pass's rows, advances the state slices of their slots and writes
-  // its output, less output_bias(), to act.proj.
-  virtual absl::Status Forward(cudaStream_t stream, const CudaPass& pass) = 0;
-  virtual const float* output_bias() const = 0;
+  // After Check, once, before any pass: enqueues on `stream` what the mixer derives from its
+  // shape alone into memory of its own (default: nothing).
+  virtual absl::Status Prepare(cudaStream_t /*stream*/) { return absl::OkStatus(); }
+  // Reads act.xt (T) for the pass's rows, advances the state slices of their slots, writes its
+  // output, less its output bias, to act.proj and runs `then` (the norm after it, CudaNorm::Args)
+  // with act.proj and that bias as its delta.
+  virtual absl::Status Forward(cudaStream_t stream, const CudaPass& pass,
+                               const cuda::AddNormArgs& then) = 0;
 };
 
 class CudaMlp {
  public:
   virtual ~CudaMlp() = default;
-  // Reads act.xt (T) for `rows` rows and writes mlp(xt), less output_bias(), to act.proj.
-  virtual absl::Status Forward(cudaStream_t stream, const CudaWorkspace& workspace, int rows) = 0;
-  virtual const float* output_bias() const = 0;
+  // Reads act.xt (T) for `rows` rows, writes mlp(xt), less its output bias, to act.proj and
+  // runs `then` (the norm after it) with act.proj and that bias as its delta.
+  virtual absl::Status Forward(cudaStream_t stream, const CudaWorkspace& workspace, int rows,
+                               const cuda::AddNormArgs& then) = 0;
 };
 
 struct CudaLayer {

@@ -5,7 +5,8 @@
 namespace linserve {
 namespace {
 
-// Scratch buffers (ScratchRole::kMlp indices): fc1's output (fp32) and the hidden rows (T).
+// Scratch buffers (ScratchRole::kMlp indices): fc1's output (fp32; unused where the product and
+// its activation are one launch, Gemm::LinearActivation) and the hidden rows (T).
 enum Buffer { kFc1, kHiddenT };
 
 class CudaTwoLayerMlp final : public CudaMlp {
@@ -20,30 +21,26 @@ class CudaTwoLayerMlp final : public CudaMlp {
         dtype_(context.dtype),
         d_model_(context.model.config.d_model),
         d_ff_(d_ff),
-        fc1_columns_(step == CudaMlpStep::kGate ? 2 * d_ff : d_ff),
         step_(step),
         activation_(activation) {
     const size_t rows = static_cast<size_t>(context.max_rows);
-    context.scratch.Reserve(ScratchRole::kMlp, kFc1, rows * fc1_columns_ * sizeof(float));
+    const size_t fc1_columns = static_cast<size_t>(step == CudaMlpStep::kGate ? 2 * d_ff : d_ff);
+    context.scratch.Reserve(ScratchRole::kMlp, kFc1, rows * fc1_columns * sizeof(float));
     context.scratch.Reserve(ScratchRole::kMlp, kHiddenT, rows * d_ff_ * cuda::DTypeSize(dtype_));
   }
 
-  absl::Status Forward(cudaStream_t s, const CudaWorkspace& ws, int rows) override {
+  absl::Status Forward(cudaStream_t s, const CudaWorkspace& ws, int rows,
+                       const cuda::AddNormArgs& then) override {
     float* a = static_cast<float*>(Scratch(ws, ScratchRole::kMlp, kFc1));
     void* hidden_t = Scratch(ws, ScratchRole::kMlp, kHiddenT);
-    LINSERVE_RETURN_IF_ERROR(
-        gemm_.Linear(s, dtype_, ws.act.xt, fc1_, a, rows, fc1_columns_, d_model_));
-    if (step_ == CudaMlpStep::kActivation) {
-      LINSERVE_RETURN_IF_ERROR(
-          cuda::LaunchBiasActivation(s, a, fc1_bias_, rows, d_ff_, activation_, dtype_, hidden_t));
-    } else {
-      LINSERVE_RETURN_IF_ERROR(
-          cuda::LaunchBiasGate(s, a, fc1_bias_, rows, d_ff_, activation_, dtype_, hidden_t));
-    }
-    return gemm_.Linear(s, dtype_, hidden_t, fc2_, ws.act.proj, rows, d_model_, d_ff_);
+    const cuda::ActivationEpilogue epilogue{step_ == CudaMlpStep::kGate, activation_, fc1_bias_};
+    LINSERVE_RETURN_IF_ERROR(gemm_.LinearActivation(s, dtype_, ws.act.xt, fc1_, rows, d_ff_,
+                                                    d_model_, epilogue, a, hidden_t));
+    cuda::AddNormArgs add_norm = then;
+    add_norm.delta_bias = fc2_bias_;
+    return gemm_.LinearAddNorm(s, dtype_, hidden_t, fc2_, ws.act.proj, rows, d_model_, d_ff_,
+                               add_norm);
   }
-
-  const float* output_bias() const override { return fc2_bias_; }
 
  private:
   const void* const fc1_;        // T
@@ -54,7 +51,6 @@ class CudaTwoLayerMlp final : public CudaMlp {
   const cuda::DType dtype_;
   const int64_t d_model_;
   const int64_t d_ff_;
-  const int64_t fc1_columns_;
   const CudaMlpStep step_;
   const cuda::ActivationKind activation_;
 };

@@ -39,14 +39,18 @@ CudaProjectedMixer::CudaProjectedMixer(const CudaLayerContext& context, int64_t 
                           rows * core_columns_ * cuda::DTypeSize(dtype_));
 }
 
-absl::Status CudaProjectedMixer::Forward(cudaStream_t s, const CudaPass& pass) {
+absl::Status CudaProjectedMixer::Forward(cudaStream_t s, const CudaPass& pass,
+                                         const cuda::AddNormArgs& then) {
   const CudaWorkspace& ws = *pass.workspace;
   float* in = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kIn));
   void* out = Scratch(ws, ScratchRole::kMixer, kOut);
   LINSERVE_RETURN_IF_ERROR(
       gemm_.Linear(s, dtype_, ws.act.xt, in_weight_, in, pass.rows, in_columns_, d_model_));
   LINSERVE_RETURN_IF_ERROR(Core(s, pass, in, out));
-  return gemm_.Linear(s, dtype_, out, out_weight_, ws.act.proj, pass.rows, d_model_, core_columns_);
+  cuda::AddNormArgs add_norm = then;
+  add_norm.delta_bias = out_bias_;
+  return gemm_.LinearAddNorm(s, dtype_, out, out_weight_, ws.act.proj, pass.rows, d_model_,
+                             core_columns_, add_norm);
 }
 
 absl::Status CudaProjectedMixer::ShortConv(cudaStream_t stream, const CudaPass& pass,

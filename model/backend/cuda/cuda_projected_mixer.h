@@ -2,7 +2,7 @@
 // CpuProjectedMixer is on the CPU). One GEMM of the pass's rows (act.xt) by the kind's input
 // projections, fused into one matrix, into fp32 scratch; a core that mixes positions over those
 // rows, advances each slot's slice of the state and writes its rows in the weights' type; the
-// output GEMM into act.proj, whose bias the following norm adds (CudaMixer::output_bias).
+// output GEMM into act.proj, with the following residual add + norm (which adds its bias).
 #ifndef LINSERVE_MODEL_BACKEND_CUDA_CUDA_PROJECTED_MIXER_H_
 #define LINSERVE_MODEL_BACKEND_CUDA_CUDA_PROJECTED_MIXER_H_
 
@@ -32,8 +32,8 @@ class CudaProjectedMixer : public CudaMixer {
                      int64_t in_columns, const void* out_weight, int64_t core_columns,
                      const float* out_bias);
 
-  absl::Status Forward(cudaStream_t stream, const CudaPass& pass) final;
-  const float* output_bias() const final { return out_bias_; }
+  absl::Status Forward(cudaStream_t stream, const CudaPass& pass,
+                       const cuda::AddNormArgs& then) final;
 
  protected:
   // Mixes the pass: `in` holds pass.rows rows of in_columns fp32 (the projections without their

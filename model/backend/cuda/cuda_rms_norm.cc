@@ -1,5 +1,5 @@
 // The CUDA implementation of the "rms_norm" norm (model/layers/rms_norm.h), fused with the
-// residual add before it (kernels/cuda/elementwise.h's LaunchAddNorm).
+// residual add before it (kernels/cuda/elementwise.h's AddNormArgs).
 
 #include "model/backend/cuda/cuda_layer.h"
 
@@ -17,13 +17,12 @@ class CudaRmsNorm final : public CudaNorm {
         d_model_(context.model.config.d_model),
         dtype_(context.dtype) {}
 
-  absl::Status Apply(cudaStream_t s, const Activations& act, int rows, bool pre, const float* delta,
-                     const float* delta_bias) const override {
-    cuda::AddNormArgs a = ResidualNormArgs(act, rows, pre, delta, delta_bias, d_model_, dtype_);
+  cuda::AddNormArgs Args(const Activations& act, int rows, bool pre) const override {
+    cuda::AddNormArgs a = ResidualNormArgs(act, rows, pre, d_model_, dtype_);
     a.norm = cuda::NormType::kRmsNorm;
     a.gamma = scale_;
     a.eps = eps_;
-    return cuda::LaunchAddNorm(s, a);
+    return a;
   }
 
  private:

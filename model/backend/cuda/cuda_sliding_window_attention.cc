@@ -1,19 +1,17 @@
 // The CUDA implementation of the "sliding_window_attention" mixer
 // (model/layers/sliding_window_attention.h): one fused q/k/v GEMM, the kernels of
 // kernels/cuda/sliding_window_attention.h on the layer's state slice (the ring of past keys and
-// values; one decode launch over the batch, the prefill launches once for a pass's sessions),
-// then o_proj.
+// values; one decode launch over the batch, the prefill launches once for a pass's sessions;
+// the rotation table filled once, at Prepare), then o_proj.
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/sliding_window_attention.h"
 #include "model/backend/cuda/cuda_projected_mixer.h"
 #include "model/layers/sliding_window_attention.h"
 
 namespace linserve {
 namespace {
-
-// Scratch buffer (ScratchRole::kMixer index): the rotation table.
-constexpr int kRotation = CudaProjectedMixer::kFirstCoreBuffer;
 
 class CudaSlidingWindowAttention final : public CudaProjectedMixer {
  public:
@@ -28,17 +26,25 @@ class CudaSlidingWindowAttention final : public CudaProjectedMixer {
     shape_.window = p.window;
     shape_.rotary_dim = p.rotary_dim;
     shape_.rope_base = p.rope_base;
-    context.scratch.Reserve(
-        ScratchRole::kMixer, kRotation,
-        static_cast<size_t>(cuda::SlidingWindowRotationFloats(shape_)) * sizeof(float));
   }
 
   absl::Status Check() const override { return cuda::CheckSlidingWindowShape(shape_); }
 
+  // The rotation table, once: it depends on the shape alone.
+  absl::Status Prepare(cudaStream_t s) override {
+    const int64_t floats = cuda::SlidingWindowRotationFloats(shape_);
+    if (floats == 0) return absl::OkStatus();
+    absl::StatusOr<cuda::DeviceBuffer> table = cuda::DeviceBuffer::Allocate(
+        static_cast<size_t>(floats) * sizeof(float), "a sliding window's rotation table");
+    if (!table.ok()) return table.status();
+    rotation_ = *std::move(table);
+    return cuda::LaunchSlidingWindowRotationTable(s, shape_, rotation_.as<float>());
+  }
+
  private:
   absl::Status Core(cudaStream_t s, const CudaPass& pass, const float* qkv, void* attn) override {
     const CudaWorkspace& ws = *pass.workspace;
-    float* rotation = static_cast<float*>(Scratch(ws, ScratchRole::kMixer, kRotation));
+    const float* rotation = rotation_.as<float>();  // null: no rotary dims
     if (pass.prefill == nullptr) {
       cuda::SlidingWindowDecodeArgs a;
       a.shape = shape_;
@@ -71,6 +77,7 @@ class CudaSlidingWindowAttention final : public CudaProjectedMixer {
 
   const float* const qkv_bias_;  // null: none
   cuda::SlidingWindowShape shape_;
+  cuda::DeviceBuffer rotation_;  // Prepare's table
 };
 
 }  // namespace

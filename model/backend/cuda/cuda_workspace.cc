@@ -103,6 +103,9 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   const size_t sampled_rows = static_cast<size_t>(options.max_batch_size);
   const std::array<size_t, 2> masks = ReserveMasks(work, sampled_rows, vocab);
   const size_t decode_picks = work.Reserve(sampled_rows * sizeof(int32_t));
+  const size_t argmax_partials = work.Reserve(static_cast<size_t>(cuda::kArgmaxSplitRows) *
+                                              cuda::kMaxArgmaxSplits * sizeof(cuda::ArgmaxPartial));
+  const size_t argmax_arrivals = work.Reserve(cuda::kArgmaxSplitRows * sizeof(uint32_t));
   const size_t read_staging = work.Reserve(kSlotReads * static_cast<size_t>(slot_bytes));
   const size_t count_bytes = static_cast<size_t>(CountArenaEntries(vocab)) * sizeof(int32_t);
   const size_t count_upload = work.Reserve(count_bytes);
@@ -168,6 +171,10 @@ absl::StatusOr<CudaWorkspace> AllocateWorkspace(const ModelConfig& config,
   ws.device_samples = SamplesAt(w, samples);
   ws.device_masks = MasksAt(w, masks);
   ws.decode_picks = reinterpret_cast<int32_t*>(w + decode_picks);
+  ws.argmax.partials = reinterpret_cast<cuda::ArgmaxPartial*>(w + argmax_partials);
+  ws.argmax.arrivals = reinterpret_cast<uint32_t*>(w + argmax_arrivals);
+  LINSERVE_CUDA_RETURN_IF_ERROR(
+      cudaMemset(ws.argmax.arrivals, 0, cuda::kArgmaxSplitRows * sizeof(uint32_t)));
   ws.read_staging = w + read_staging;
   ws.count_upload = reinterpret_cast<int32_t*>(w + count_upload);
 

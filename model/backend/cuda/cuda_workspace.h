@@ -114,6 +114,8 @@ struct CudaWorkspace {
   RowInputs device_rows;
   SampleBuffers device_samples;
   MaskBuffers device_masks;
+  // The split argmax's partials and arrival counters (kernels/cuda/sampling.h), zeroed here.
+  cuda::ArgmaxScratch argmax;
   // [max_batch_size]: the last decode step's picks, which the next step's launch-ahead rows read
   // (device_samples.tokens is overwritten by any sampling pass, a prefill's too).
   int32_t* decode_picks = nullptr;

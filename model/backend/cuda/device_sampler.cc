@@ -269,6 +269,8 @@ absl::Status DeviceSampler::EnqueueSampling(cudaStream_t s, const Variant& varia
   sample.tokens = dev.tokens;
   sample.any_greedy = variant.greedy;
   sample.any_sampled = variant.sampled;
+  sample.argmax_splits = cuda::ArgmaxSplits(rows, vocab_);
+  sample.argmax = ws_.argmax;
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchSample(s, sample));
   LINSERVE_CUDA_RETURN_IF_ERROR(cudaMemcpyAsync(host.samples.tokens, dev.tokens,
                                                 rows * sizeof(int32_t), cudaMemcpyDeviceToHost, s));

@@ -54,6 +54,11 @@ int64_t KernelRuns(const char* kernel) {
   return it == g_launch_log.end() ? 0 : it->second;
 }
 
+std::map<std::string, int64_t> KernelRunCounts() {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  return g_launch_log;
+}
+
 dim3 g_thread_idx, g_block_idx, g_block_dim, g_grid_dim;
 
 // Defined in fake_cuda_runtime.cc: records `op` when `stream` is being captured.

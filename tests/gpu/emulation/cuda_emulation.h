@@ -77,6 +77,8 @@ T atomicAdd(T* address, T value) {
   *address = old + value;
   return old;
 }
+// Blocks run one at a time, so every write is visible to the blocks after it.
+inline void __threadfence() {}
 // The sources are compiled with -ffp-contract=off, so plain operators round each step.
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

@@ -7,11 +7,15 @@
 #define LINSERVE_TESTS_GPU_EMULATION_LAUNCH_LOG_H_
 
 #include <cstdint>
+#include <map>
+#include <string>
 
 namespace emu {
 
 // Runs of the kernel named `kernel` (its name as written at the launch) so far.
 int64_t KernelRuns(const char* kernel);
+// Runs of every kernel that has run so far, by name.
+std::map<std::string, int64_t> KernelRunCounts();
 // Operations the host put on a stream itself so far, outside a capture: each kernel launch,
 // copy, memset and matmul, and each graph launch as one (whatever the graph holds).
 int64_t HostEnqueues();

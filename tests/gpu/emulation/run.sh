@@ -17,7 +17,8 @@ if [[ ! -f $build/build.ninja ]]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLINSERVE_CUDA=ON >/dev/null
 fi
 cmake --build "$build" --parallel "$(nproc)" --target linserve_testing linserve_model_compute \
-  linserve_model linserve_model_format linserve_model_layers linserve_tokenizer linserve_kernels_cpu
+  linserve_model linserve_model_format linserve_model_layers linserve_tokenizer linserve_kernels_cpu \
+  linserve_kernel_account
 
 # The compiler cache of scripts/build.sh, where there is ccache.
 launcher=()
@@ -74,6 +75,7 @@ for p in "${pids[@]}"; do wait "$p"; done
 
 libs=("$build/tests/testing/liblinserve_testing.a" /usr/lib/x86_64-linux-gnu/libgtest_main.a
       /usr/lib/x86_64-linux-gnu/libgmock.a /usr/lib/x86_64-linux-gnu/libgtest.a
+      "$build/bench/liblinserve_kernel_account.a"
       "$build/model/backend/liblinserve_model_compute.a" "$build/kernels/liblinserve_kernels_cpu.a"
       "$build/model/liblinserve_model.a" "$build/model/tokenizer/liblinserve_tokenizer.a"
       "$build/model/format/liblinserve_model_format.a" "$build/model/layers/liblinserve_model_layers.a"
