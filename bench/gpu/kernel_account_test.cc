@@ -27,6 +27,19 @@ const KernelCost* Find(const std::vector<KernelCost>& account, const std::string
   return nullptr;
 }
 
+// One single-block layer: vocab 10, d 4, one head of 4, φ 4 wide, d_ff 8, pre-norm.
+ModelConfig SingleBlockConfig() {
+  ModelConfig c;
+  c.vocab_size = 10;
+  c.d_model = 4;
+  c.n_layers = 1;
+  c.n_heads = 1;
+  c.head_dim = 4;
+  c.feature_dim = 4;
+  c.d_ff = 8;
+  return c;
+}
+
 bool Has(const std::vector<KernelCost>& account, const std::string& name) {
   for (const KernelCost& c : account) {
     if (c.name == name) return true;
@@ -51,14 +64,7 @@ void ExpectCost(const std::vector<KernelCost>& account, const std::string& name,
 // bf16 matrices (so what follows a projection is in its kernel: kFusedEpilogueMaxRows); every
 // figure below is worked by hand from kernel_account.h's rules.
 TEST(KernelAccountTest, SingleBlockLayerByHand) {
-  ModelConfig c;
-  c.vocab_size = 10;
-  c.d_model = 4;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.head_dim = 4;
-  c.feature_dim = 4;
-  c.d_ff = 8;
+  const ModelConfig c = SingleBlockConfig();
   absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(c, 2, 2);
   ASSERT_TRUE(got.ok()) << got.status();
   const std::vector<KernelCost>& a = *got;
@@ -402,14 +408,7 @@ TEST(KernelAccountTest, DeltaNetByHand) {
 }
 
 TEST(KernelAccountTest, RefusesBadArguments) {
-  ModelConfig c;
-  c.vocab_size = 10;
-  c.d_model = 4;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.head_dim = 4;
-  c.feature_dim = 4;
-  c.d_ff = 8;
+  const ModelConfig c = SingleBlockConfig();
   absl::StatusOr<std::vector<KernelCost>> zero = DecodeKernelAccount(c, 0, 2);
   EXPECT_EQ(zero.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(zero.status().message().find("batch"), std::string::npos);
@@ -430,14 +429,7 @@ TEST(KernelAccountTest, RefusesBadArguments) {
 // The single-block layer's prefill of 130 tokens in passes of 64 (3 passes: the weights and the
 // state read three times) and chunks of 16, bf16; every figure worked by hand.
 TEST(KernelAccountTest, SingleBlockPrefillByHand) {
-  ModelConfig c;
-  c.vocab_size = 10;
-  c.d_model = 4;
-  c.n_layers = 1;
-  c.n_heads = 1;
-  c.head_dim = 4;
-  c.feature_dim = 4;
-  c.d_ff = 8;
+  const ModelConfig c = SingleBlockConfig();
   absl::StatusOr<std::vector<KernelCost>> got = PrefillKernelAccount(c, 130, 64, 16, 2);
   ASSERT_TRUE(got.ok()) << got.status();
   const std::vector<KernelCost>& a = *got;
