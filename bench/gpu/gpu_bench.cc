@@ -77,8 +77,9 @@ ABSL_FLAG(int, profile_steps, 50,
 namespace linserve {
 namespace {
 
-static_assert(kFusedEpilogueMaxRows == cuda::kSmallBatchLinearMaxRows,
-              "the kernel account's fused rows are the small-batch linear layer's");
+static_assert(kFusedEpilogueMaxRows == cuda::kSmallBatchLinearMaxRows &&
+                  kFusedEpilogueKMultiple == cuda::kSmallBatchLinearKMultiple,
+              "the kernel account's fused projections are the small-batch linear layer's");
 
 using bench::Clock;
 using bench::Median;

@@ -39,14 +39,15 @@ class Account {
         w_(element),
         weight_reads_(step.prefill ? step.passes : 1),
         state_reads_(step.prefill ? step.passes : step.rows),
-        fused_(element == 2 && step.rows <= kFusedEpilogueMaxRows) {}
+        few_rows_(element == 2 && step.rows <= kFusedEpilogueMaxRows) {}
 
   // How many times a step reads the weights, and reads and writes a state slice.
   int64_t weight_reads() const { return weight_reads_; }
   int64_t state_reads() const { return state_reads_; }
 
-  // Whether what follows a projection runs in its kernel (kFusedEpilogueMaxRows).
-  bool fused() const { return fused_; }
+  // Whether what follows a projection of input width k runs in its kernel
+  // (kFusedEpilogueMaxRows, kFusedEpilogueKMultiple).
+  bool Fuses(int64_t k) const { return few_rows_ && k % kFusedEpilogueKMultiple == 0; }
 
   void Add(const std::string& name, const std::string& kernels, const KernelBytes& bytes,
            int64_t flops) {
@@ -73,6 +74,7 @@ class Account {
             int64_t out_element = kF32) {
     if (outputs < 0) outputs = n;
     last_gemm_ = absl::StrCat("gemm ", name);
+    last_gemm_fuses_ = Fuses(k);
     Add(last_gemm_, "",
         {.weights = weight_reads_ * n * k * w_,
          .activations = b_ * k * w_ + b_ * outputs * out_element},
@@ -80,18 +82,17 @@ class Account {
   }
 
   // A norm after a residual add (x += delta; y_t = norm(x)): reads x and delta, writes x and
-  // y_t; the first norm of a pre-norm model has no delta and writes only y_t.
-  // Fused (with a delta): the bytes join the last GEMM's row, whose kernel runs the norm.
-  void Norm(const std::string& kind, int64_t d, bool with_delta) {
-    const int64_t bytes = with_delta ? 3 * b_ * d * kF32 + b_ * d * w_ : b_ * d * kF32 + b_ * d * w_;
-    if (with_delta && fused_) {
+  // y_t. Fused (Fuses of the last GEMM's k): the bytes join the last GEMM's row, whose kernel
+  // runs the norm.
+  void Norm(const std::string& kind, int64_t d) {
+    const int64_t bytes = 3 * b_ * d * kF32 + b_ * d * w_;
+    if (last_gemm_fuses_) {
       for (KernelCost& c : costs_) {
         if (c.name == last_gemm_) c.bytes.activations += bytes;
       }
       return;
     }
-    Add(with_delta ? absl::StrCat(kind, " (+ residual add)") : kind, "AddNormKernel",
-        {.activations = bytes}, 0);
+    Add(absl::StrCat(kind, " (+ residual add)"), "AddNormKernel", {.activations = bytes}, 0);
   }
 
   // A linear attention over H heads of F features and head_dim values whose q and k are key_dim
@@ -122,7 +123,8 @@ class Account {
  private:
   const int64_t b_, w_;
   const int64_t weight_reads_, state_reads_;
-  const bool fused_;
+  const bool few_rows_;
+  bool last_gemm_fuses_ = false;
   std::string last_gemm_;  // the row of the last Gemm added
   std::vector<KernelCost> costs_;
 };
@@ -155,10 +157,14 @@ absl::StatusOr<std::vector<KernelCost>> Build(const ModelConfig& config, const S
       kernels("DecodeShortConvKernel", "PrefillShortConvKernel|ShortConvAdvanceStateKernel");
 
   const int64_t tables = config.position == PositionEmbedding::kLearned ? 2 : 1;
-  // Writes x (fp32) and, post-norm, the first GEMM's input in the weights' type too.
-  a.Add("embedding", "EmbedKernel",
-        {.weights = tables * b * d * w, .activations = b * d * kF32 + (pre ? 0 : b * d * w)}, 0);
-  if (pre && !layers.empty()) a.Norm(layers[0].norm.kind, d, /*with_delta=*/false);
+  // Writes x (fp32) and the first GEMM's input in the weights' type: post-norm a copy of x,
+  // pre-norm the first layer's norm of x, which the same kernel runs (reading x back).
+  const bool first_norm = pre && !layers.empty();
+  a.Add(first_norm ? absl::StrCat("embedding + ", layers.front().norm.kind) : "embedding",
+        "EmbedKernel",
+        {.weights = tables * b * d * w,
+         .activations = b * d * kF32 + (first_norm ? b * d * kF32 : 0) + b * d * w},
+        0);
   for (size_t l = 0; l < layers.size(); ++l) {
     const LayerSpec& layer = layers[l];
     const std::string& mixer = layer.mixer.kind;
@@ -279,17 +285,13 @@ absl::StatusOr<std::vector<KernelCost>> Build(const ModelConfig& config, const S
     const std::string& mlp = layer.mlp.kind;
     const bool last = l + 1 == layers.size();
     if (mlp == "none") {  // no MLP: the mixer's add goes into the next norm (post-norm: norm1)
-      a.Norm(!pre   ? layer.norm.kind
-             : last ? config.FinalNorm().kind
-                    : layers[l + 1].norm.kind,
-             d,
-             /*with_delta=*/true);
+      a.Norm(!pre ? layer.norm.kind : last ? config.FinalNorm().kind : layers[l + 1].norm.kind, d);
       continue;
     }
-    a.Norm(layer.norm.kind, d, /*with_delta=*/true);
+    a.Norm(layer.norm.kind, d);
     if (mlp == "ffn") {
       const int64_t ff = FfnParams::From(layer.mlp.params).d_ff;
-      if (a.fused()) {
+      if (a.Fuses(d)) {
         a.Gemm("fc1", ff, d, ff, w);
       } else {
         a.Gemm("fc1", ff, d);
@@ -299,7 +301,7 @@ absl::StatusOr<std::vector<KernelCost>> Build(const ModelConfig& config, const S
       a.Gemm("fc2", d, ff);
     } else if (mlp == "gated_mlp") {
       const int64_t ff = GatedMlpParams::From(layer.mlp.params).d_ff;
-      if (a.fused()) {
+      if (a.Fuses(d)) {
         a.Gemm("fc1", 2 * ff, d, ff, w);
       } else {
         a.Gemm("fc1", 2 * ff, d);
@@ -313,7 +315,7 @@ absl::StatusOr<std::vector<KernelCost>> Build(const ModelConfig& config, const S
     const std::string& next_norm = !pre   ? layer.norm.kind
                                    : last ? config.FinalNorm().kind
                                           : layers[l + 1].norm.kind;
-    a.Norm(next_norm, d, /*with_delta=*/true);
+    a.Norm(next_norm, d);
   }
   // Decode: every row's logits, then their picks; prefill: the last token's logits.
   const int64_t heads = step.prefill ? 1 : b;

@@ -43,13 +43,16 @@ struct KernelCost {
   int64_t flops = 0;
 };
 
-// Rows up to which a step with 16-bit matrices runs what follows a projection in the
-// projection's own kernel (kernels/cuda/small_batch_linear.h's kSmallBatchLinearMaxRows;
+// Rows up to which a step with 16-bit matrices runs what follows a projection whose input width is
+// a multiple of kFusedEpilogueKMultiple in the projection's own kernel
+// (kernels/cuda/small_batch_linear.h's kSmallBatchLinearMaxRows and kSmallBatchLinearKMultiple;
 // gpu_bench asserts they agree): the account then has no "bias + activation" / "bias + gate" row
 // ("gemm fc1" writes the hidden rows in the weights' type instead of fp32 products), and the
 // residual add + norm after a mixer or MLP is counted in its output GEMM's row ("gemm o",
-// "gemm fc2", ...: bytes, no launch); only the first norm of a pre-norm model keeps its row.
+// "gemm fc2", ...: bytes, no launch). At every batch a pre-norm model's first norm is in the
+// embedding's row ("embedding + layer_norm"), whose kernel runs it.
 inline constexpr int64_t kFusedEpilogueMaxRows = 4;
+inline constexpr int64_t kFusedEpilogueKMultiple = 8;
 
 // Prefill floors of one session's `tokens` tokens of `config`, fed in passes of at most
 // `pass_rows` rows (the CUDA backend's prefill segment) and chunks of `chunk` tokens, with

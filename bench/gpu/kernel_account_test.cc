@@ -61,8 +61,8 @@ void ExpectCost(const std::vector<KernelCost>& account, const std::string& name,
 }
 
 // One single-block layer (vocab 10, d 4, one head of 4, φ 4 wide, d_ff 8, pre-norm), batch 2,
-// bf16 matrices (so what follows a projection is in its kernel: kFusedEpilogueMaxRows); every
-// figure below is worked by hand from kernel_account.h's rules.
+// bf16 matrices (only fc2, whose input is d_ff = 8 wide, is wide enough for the fused projections:
+// kFusedEpilogueKMultiple); every figure below is worked by hand from kernel_account.h's rules.
 TEST(KernelAccountTest, SingleBlockLayerByHand) {
   const ModelConfig c = SingleBlockConfig();
   absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(c, 2, 2);
@@ -70,31 +70,33 @@ TEST(KernelAccountTest, SingleBlockLayerByHand) {
   const std::vector<KernelCost>& a = *got;
   std::vector<std::string> names;
   for (const KernelCost& k : a) names.push_back(k.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"embedding", "layer_norm", "gemm qkv",
-                                             "linear_attention decode", "gemm o", "gemm fc1",
-                                             "gemm fc2", "lm head", "sample"}));
-  // 2 rows × 4 bf16 gathered; x: 2 × 4 fp32.
-  ExpectCost(a, "embedding", 1, {.weights = 16, .activations = 32}, 0);
-  // Reads x (32), writes bf16 y (16).
-  ExpectCost(a, "layer_norm", 1, {.activations = 48}, 0);
+  EXPECT_EQ(names, (std::vector<std::string>{
+                       "embedding + layer_norm", "gemm qkv", "linear_attention decode", "gemm o",
+                       "layer_norm (+ residual add)", "gemm fc1", "bias + activation", "gemm fc2",
+                       "lm head", "sample"}));
+  // 2 rows × 4 bf16 gathered; x: 2 × 4 fp32 written; the first norm in the same kernel reads x
+  // (32) and writes bf16 y (16).
+  ExpectCost(a, "embedding + layer_norm", 1, {.weights = 16, .activations = 32 + 48}, 0);
   // w 12 × 4 bf16 = 96; x 2 × 4 bf16 = 16, y 2 × 12 fp32 = 96; 2·2·12·4.
   ExpectCost(a, "gemm qkv", 1, {.weights = 96, .activations = 112}, 192);
   // S and z: 1 head × 4 × (4 + 1) fp32 = 80 per session, read and written for 2 sessions;
   // q, k, v 2 × 12 fp32 = 96, o 2 × 4 bf16 = 16; 2 · 1 · 4 · (4·4 + 3).
   ExpectCost(a, "linear_attention decode", 1, {.state = 320, .activations = 112}, 152);
-  // The product (x 16 in, y 32 out) and the add + norm after it: x and delta read, x written
-  // (3 × 32), bf16 y (16).
-  ExpectCost(a, "gemm o", 1, {.weights = 32, .activations = 48 + 112}, 64);
-  // x 2 × 4 bf16 (16) in, the hidden rows 2 × 8 bf16 (32) out.
-  ExpectCost(a, "gemm fc1", 1, {.weights = 64, .activations = 48}, 128);
+  ExpectCost(a, "gemm o", 1, {.weights = 32, .activations = 48}, 64);
+  // x and delta read, x written (3 × 32), bf16 y (16): after o in its own kernel, after fc2 in
+  // fc2's.
+  ExpectCost(a, "layer_norm (+ residual add)", 1, {.activations = 112}, 0);
+  ExpectCost(a, "gemm fc1", 1, {.weights = 64, .activations = 80}, 128);
+  // fp32 in 2 × 8 (64), bf16 out (32).
+  ExpectCost(a, "bias + activation", 1, {.activations = 96}, 0);
   ExpectCost(a, "gemm fc2", 1, {.weights = 64, .activations = 64 + 112}, 128);
   // w 10 × 4 bf16 = 80; x 2 × 4 bf16 = 16; logits 2 × 10 fp32 = 80.
   ExpectCost(a, "lm head", 1, {.weights = 80, .activations = 16, .logits = 80}, 160);
   ExpectCost(a, "sample", 1, {.logits = 80}, 0);
   const KernelCost total = AccountTotal(a);
-  EXPECT_EQ(total.launches, 9);
+  EXPECT_EQ(total.launches, 10);
   EXPECT_EQ(total.bytes,
-            (KernelBytes{.weights = 352, .state = 320, .activations = 704, .logits = 160}));
+            (KernelBytes{.weights = 352, .state = 320, .activations = 832, .logits = 160}));
   EXPECT_EQ(total.flops, 824);
   // fp32 matrices double every weight byte, and fc1 writes fp32 products that the activation
   // kernel reads (fp32 in 2 × 8, 64; fp32 out, 64).
@@ -106,7 +108,7 @@ TEST(KernelAccountTest, SingleBlockLayerByHand) {
   // and the norms have their own rows: twice x and delta read, x written (3 × 32), fp32 y (32).
   ExpectCost(*fp32, "gemm o", 1, {.weights = 64, .activations = 32 + 32}, 64);
   ExpectCost(*fp32, "layer_norm (+ residual add)", 2, {.activations = 2 * 128}, 0);
-  EXPECT_EQ(AccountTotal(*fp32).launches, 12);
+  EXPECT_EQ(AccountTotal(*fp32).launches, 11);
   // So from kFusedEpilogueMaxRows + 1 rows in bf16: fp32 in 5 × 8 (160), bf16 out (80); x and
   // delta read, x written (3 × 80), bf16 y (40), twice.
   absl::StatusOr<std::vector<KernelCost>> five =
@@ -114,6 +116,47 @@ TEST(KernelAccountTest, SingleBlockLayerByHand) {
   ASSERT_TRUE(five.ok());
   ExpectCost(*five, "bias + activation", 1, {.activations = 240}, 0);
   ExpectCost(*five, "layer_norm (+ residual add)", 2, {.activations = 2 * 280}, 0);
+}
+
+// A single-block layer wide enough for the fused projections (every input width a multiple of
+// kFusedEpilogueKMultiple: vocab 10, d 8, one head of 8, φ 8 wide, d_ff 16), batch 2, bf16: fc1
+// writes the hidden rows itself, and o and fc2 carry the add + norm after them; by hand.
+TEST(KernelAccountTest, FusedProjectionsByHand) {
+  ModelConfig c = SingleBlockConfig();
+  c.d_model = 8;
+  c.head_dim = 8;
+  c.feature_dim = 8;
+  c.d_ff = 16;
+  absl::StatusOr<std::vector<KernelCost>> got = DecodeKernelAccount(c, 2, 2);
+  ASSERT_TRUE(got.ok()) << got.status();
+  const std::vector<KernelCost>& a = *got;
+  std::vector<std::string> names;
+  for (const KernelCost& k : a) names.push_back(k.name);
+  EXPECT_EQ(names, (std::vector<std::string>{"embedding + layer_norm", "gemm qkv",
+                                             "linear_attention decode", "gemm o", "gemm fc1",
+                                             "gemm fc2", "lm head", "sample"}));
+  // 2 rows × 8 bf16 gathered; x 2 × 8 fp32 written and read back, bf16 y (32).
+  ExpectCost(a, "embedding + layer_norm", 1, {.weights = 32, .activations = 64 + 64 + 32}, 0);
+  // w 24 × 8 bf16; x 2 × 8 bf16 in, 2 × 24 fp32 out.
+  ExpectCost(a, "gemm qkv", 1, {.weights = 384, .activations = 32 + 192}, 768);
+  // S and z 8 × 9 fp32 (288) per session, read and written; q, k, v 2 × 24 fp32 in, o 2 × 8 bf16
+  // out; 2 · 8 · (4 · 8 + 3).
+  ExpectCost(a, "linear_attention decode", 1, {.state = 1152, .activations = 192 + 32}, 560);
+  // The product (x 32 in, y 64 out) and the add + norm after it: x and delta read, x written
+  // (3 × 64), bf16 y (32).
+  ExpectCost(a, "gemm o", 1, {.weights = 128, .activations = 96 + 224}, 256);
+  // x 2 × 8 bf16 in, the hidden rows 2 × 16 bf16 out.
+  ExpectCost(a, "gemm fc1", 1, {.weights = 256, .activations = 32 + 64}, 512);
+  ExpectCost(a, "gemm fc2", 1, {.weights = 256, .activations = 64 + 64 + 224}, 512);
+  ExpectCost(a, "lm head", 1, {.weights = 160, .activations = 32, .logits = 80}, 320);
+  EXPECT_EQ(AccountTotal(a).launches, 8);
+  // From kFusedEpilogueMaxRows + 1 rows the norms and the activation have their own kernels.
+  absl::StatusOr<std::vector<KernelCost>> five =
+      DecodeKernelAccount(c, kFusedEpilogueMaxRows + 1, 2);
+  ASSERT_TRUE(five.ok());
+  EXPECT_TRUE(Has(*five, "layer_norm (+ residual add)"));
+  EXPECT_TRUE(Has(*five, "bias + activation"));
+  EXPECT_EQ(AccountTotal(*five).launches, 11);
 }
 
 // The Based kinds (short_conv, taylor_linear_attention, sliding_window_attention, rms_norm,
@@ -160,17 +203,15 @@ TEST(KernelAccountTest, BasedKindsByHand) {
   // Ring of 2 entries and the new one, k and v of 4 fp32 each: 3 · 2 · 4 · 4 = 96; q, k, v 12
   // fp32 (48) in, 4 bf16 (8) out; 4 · window 3 · 4.
   ExpectCost(a, "sliding_window_attention decode", 1, {.state = 96, .activations = 56}, 48);
-  // Pre-norm: the first norm has no residual add and its own kernel; the 2 per layer after it
-  // (each 3 × 16 + 8) are in the output projections' kernels (one row: kFusedEpilogueMaxRows).
-  ExpectCost(a, "rms_norm", 1, {.activations = 16 + 8}, 0);
-  EXPECT_FALSE(Has(a, "rms_norm (+ residual add)"));
-  // Taylor's and the window's: w 4 × 4 bf16 = 32; x 4 bf16 (8) in, y 4 fp32 (16) out; the norm.
-  ExpectCost(a, "gemm o", 2, {.weights = 64, .activations = 2 * (8 + 16 + 56)}, 64);
-  ExpectCost(a, "gemm fc2", 3, {.weights = 96, .activations = 3 * (8 + 16 + 56)}, 96);
-  // One row: fc1 and its gate are one kernel, x 4 bf16 (8) in, the hidden row 4 bf16 (8) out.
-  ExpectCost(a, "gemm fc1", 3, {.weights = 3 * 64, .activations = 3 * (8 + 8)}, 3 * 64);
-  EXPECT_FALSE(Has(a, "bias + gate"));
-  ExpectCost(a, "gemm conv_out", 1, {.weights = 32, .activations = 8 + 16 + 56}, 32);
+  // Pre-norm: the first norm is in the embedding's kernel; then 2 per layer, each 3 × 16 + 8 (d 4
+  // is too narrow for the fused projections).
+  EXPECT_TRUE(Has(a, "embedding + rms_norm"));
+  EXPECT_FALSE(Has(a, "rms_norm"));
+  ExpectCost(a, "rms_norm (+ residual add)", 6, {.activations = 6 * 56}, 0);
+  ExpectCost(a, "gemm fc1", 3, {.weights = 3 * 64, .activations = 3 * (8 + 32)}, 3 * 64);
+  // fp32 value and gate 8 (32) in, bf16 4 (8) out.
+  ExpectCost(a, "bias + gate", 3, {.activations = 3 * 40}, 0);
+  ExpectCost(a, "gemm conv_out", 1, {.weights = 32, .activations = 8 + 16}, 32);
 }
 
 // gpu_bench's two shapes parse and account as their layers say. 125M at batch 1, bf16: every
@@ -185,12 +226,12 @@ TEST(KernelAccountTest, BenchShapes) {
   EXPECT_EQ(total.bytes.weights, 2 * (12 * (4 * 768 * 768 + 2 * 768 * 3072) + 50257 * 768 + 768));
   EXPECT_EQ(total.bytes.state, 2 * linear->StateFloatsPerSlot() * 4);
   EXPECT_EQ(total.bytes.logits, 2 * 50257 * 4);
-  // Launches: the embedding, the first norm, 5 per layer (q/k/v, attention, o with its norm, fc1
-  // with its activation, fc2 with its norm), the head and the pick; 8 per layer from 5 rows.
-  EXPECT_EQ(total.launches, 2 + 12 * 5 + 2);
+  // Launches: the embedding with the first norm, 5 per layer (q/k/v, attention, o with its norm,
+  // fc1 with its activation, fc2 with its norm), the head and the pick; 8 per layer from 5 rows.
+  EXPECT_EQ(total.launches, 1 + 12 * 5 + 2);
   absl::StatusOr<std::vector<KernelCost>> a64 = DecodeKernelAccount(*linear, 64, 2);
   ASSERT_TRUE(a64.ok()) << a64.status();
-  EXPECT_EQ(AccountTotal(*a64).launches, 2 + 12 * 8 + 2);
+  EXPECT_EQ(AccountTotal(*a64).launches, 1 + 12 * 8 + 2);
 
   absl::StatusOr<ModelConfig> based = ConfigBased125M();
   ASSERT_TRUE(based.ok()) << based.status();
@@ -206,7 +247,7 @@ TEST(KernelAccountTest, BenchShapes) {
   EXPECT_EQ(launches("short_conv decode"), 7);
   EXPECT_EQ(launches("gemm qkv"), 5);
   EXPECT_EQ(launches("gemm conv_in"), 7);
-  EXPECT_EQ(launches("rms_norm"), 1);
+  EXPECT_FALSE(Has(*b, "rms_norm"));  // in the embedding's kernel
   EXPECT_EQ(launches("rms_norm (+ residual add)"), 24);
   EXPECT_EQ(launches("bias + gate"), 12);
   // Taylor: F = 1 + 16 + 256 = 273 features × (64 + 1) per head, 12 heads, read and written,
@@ -297,9 +338,7 @@ TEST(KernelAccountTest, GatedDeltaNetByHand) {
   // S: 2 heads × 2 × 3 fp32 = 48, read and written; in 10 + 2 + 2 + 6 = 20 fp32 (80), out 6
   // bf16 (12); 7 · 12.
   ExpectCost(a, "gated_delta_net decode", 1, {.state = 96, .activations = 92}, 84);
-  // With the add + norm after it (one row: kFusedEpilogueMaxRows): x, delta, sum fp32 and the
-  // normed row bf16, 3 × 16 + 8.
-  ExpectCost(a, "gemm o", 1, {.weights = 48, .activations = 12 + 16 + 56}, 48);
+  ExpectCost(a, "gemm o", 1, {.weights = 48, .activations = 12 + 16}, 48);
 }
 
 // gated_linear_attention, d 4, batch 1, bf16, by hand: 1 head, k 2, v 3, gate rank 2, the
@@ -332,8 +371,7 @@ TEST(KernelAccountTest, GatedLinearAttentionByHand) {
   // bf16 (6); 5 · 6 + 2 · 2 · 2.
   ExpectCost(a, "gated_linear_attention decode", 1, {.weights = 24, .state = 48, .activations = 54},
              38);
-  // With the add + norm after it (one row: kFusedEpilogueMaxRows), 3 × 16 + 8.
-  ExpectCost(a, "gemm o", 1, {.weights = 24, .activations = 6 + 16 + 56}, 24);
+  ExpectCost(a, "gemm o", 1, {.weights = 24, .activations = 6 + 16}, 24);
 }
 
 // mamba2 in Mamba's block (the MLP kind "none": no MLP and no second norm), d 4, batch 1, bf16,
@@ -366,12 +404,11 @@ TEST(KernelAccountTest, Mamba2WithoutAnMlpByHand) {
   // 5 · 12 + 3 · 4.
   ExpectCost(a, "mamba2 scan", 2, {.state = 192, .activations = 128}, 144);
   ExpectCost(a, "mamba2 norm", 2, {.activations = 2 * (32 + 8)}, 48);
-  // One norm per layer after its mixer (the next layer's, then the final norm), in the output
-  // projection's kernel (one row: kFusedEpilogueMaxRows): w 4 × 4 bf16; y in 8, out 16; then x,
-  // the delta and the sum (fp32) and the normed row (bf16). The first norm has its own.
-  ExpectCost(a, "gemm o", 2, {.weights = 64, .activations = 2 * (8 + 16 + 48 + 8)}, 64);
-  ExpectCost(a, "rms_norm", 1, {.activations = 16 + 8}, 0);
-  EXPECT_FALSE(Has(a, "rms_norm (+ residual add)"));
+  // One norm per layer after its mixer (the next layer's, then the final norm); each: x, the
+  // delta and the sum (fp32) and the normed row (bf16). The first norm is the embedding's: x
+  // written and read back (fp32), the normed row (bf16).
+  ExpectCost(a, "rms_norm (+ residual add)", 2, {.activations = 2 * (48 + 8)}, 0);
+  ExpectCost(a, "embedding + rms_norm", 1, {.weights = 8, .activations = 16 + 16 + 8}, 0);
 }
 
 // delta_net on the same kernels, d 4, batch 1, bf16: 1 head, k 2, v 3, conv 3, no β projection,
@@ -435,13 +472,14 @@ TEST(KernelAccountTest, SingleBlockPrefillByHand) {
   const std::vector<KernelCost>& a = *got;
   std::vector<std::string> names;
   for (const KernelCost& k : a) names.push_back(k.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"embedding", "layer_norm", "gemm qkv",
+  EXPECT_EQ(names, (std::vector<std::string>{"embedding + layer_norm", "gemm qkv",
                                              "linear_attention prefill", "gemm o",
                                              "layer_norm (+ residual add)", "gemm fc1",
                                              "bias + activation", "gemm fc2", "lm head"}));
-  // 130 rows × 4 bf16 gathered; x 130 × 4 fp32.
-  ExpectCost(a, "embedding", 1, {.weights = 1040, .activations = 2080}, 0);
-  ExpectCost(a, "layer_norm", 1, {.activations = 2080 + 1040}, 0);
+  // 130 rows × 4 bf16 gathered; x 130 × 4 fp32 written, read back by the first norm, which
+  // writes 130 × 4 bf16.
+  ExpectCost(a, "embedding + layer_norm", 1, {.weights = 1040, .activations = 2080 + 2080 + 1040},
+             0);
   // w 12 × 4 bf16 (96) three times; x 130 × 4 bf16 in, 130 × 12 fp32 out; 2 · 130 · 12 · 4.
   ExpectCost(a, "gemm qkv", 1, {.weights = 288, .activations = 1040 + 6240}, 12480);
   // S and z 4 × 5 fp32 (80), read and written per pass; q, k, v 130 × 12 fp32 in, o 130 × 4
@@ -463,7 +501,7 @@ TEST(KernelAccountTest, SingleBlockPrefillByHand) {
   ExpectCost(a, "gemm fc2", 1, {.weights = 192, .activations = 2080 + 2080}, 8320);
   // The last token's logits only: w 10 × 4 bf16 once, x 4 bf16, 10 fp32 logits.
   ExpectCost(a, "lm head", 1, {.weights = 80, .activations = 8, .logits = 40}, 80);
-  EXPECT_EQ(AccountTotal(a).launches, 11);
+  EXPECT_EQ(AccountTotal(a).launches, 10);
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Residual add + norm (LayerNorm or RMSNorm) of one row by a whole block, in device code: the body
-// of AddNormKernel (add_norm.cu, one block per row) and of the small-batch linear layer's fused
-// tail (small_batch_linear.cu), which runs it in the block that finishes last. Both run it with
-// kAddNormThreads threads and visit each thread's columns in the same order, so their rows are
-// bitwise the same.
+// of AddNormKernel (add_norm.cu, one block per row), of the small-batch linear layer's fused
+// tail (small_batch_linear.cu), which runs it in the block that finishes last, and of the
+// embedding's first pre-norm (embedding.cu). All run it with kAddNormThreads threads and visit
+// each thread's columns in the same order, so their rows are bitwise the same.
 //
 // r = x + delta + bias is formed, optionally
 // stored as the new residual, and normalised: the statistics (LayerNorm: the mean, then the
@@ -137,6 +137,22 @@ __device__ __forceinline__ void AddNormRow(const AddNormArgs& args, int64_t row,
       write(c, normalised(stored(c), args.gamma[c],
                           kNorm == NormType::kLayerNorm ? args.beta[c] : 0.0f));
     }
+  }
+}
+
+// AddNormRow for any args.norm and args.d, chosen at run time: the row held in registers up to
+// kAddNormThreads · kAddNormMaxCached values (the same bits as AddNormKernel's choice, since
+// every large enough kCached visits the same columns in the same order), re-read beyond.
+template <typename T, typename Delta = const float*>
+__device__ __forceinline__ void AddNormRowOfAnyWidth(const AddNormArgs& args, int64_t row,
+                                                     double* scratch) {
+  const bool cached = args.d <= kAddNormThreads * kAddNormMaxCached;
+  if (args.norm == NormType::kLayerNorm) {
+    cached ? AddNormRow<T, NormType::kLayerNorm, kAddNormMaxCached, Delta>(args, row, scratch)
+           : AddNormRow<T, NormType::kLayerNorm, 0, Delta>(args, row, scratch);
+  } else {
+    cached ? AddNormRow<T, NormType::kRmsNorm, kAddNormMaxCached, Delta>(args, row, scratch)
+           : AddNormRow<T, NormType::kRmsNorm, 0, Delta>(args, row, scratch);
   }
 }
 

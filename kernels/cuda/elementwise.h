@@ -21,26 +21,6 @@ enum class NormType { kLayerNorm, kRmsNorm };
 // out[i] = T(in[i]) for i < n, rounding to nearest even.
 absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DType dtype, void* out);
 
-struct EmbedArgs {
-  const int32_t* tokens = nullptr;     // [rows], each in [0, vocab)
-  // Launch-ahead: a row whose source is >= 0 embeds fed_tokens[source] (the previous decode
-  // step's picks, still on the device) instead of tokens[row]. nullptr: every row its token.
-  const int32_t* sources = nullptr;     // [rows]
-  const int32_t* fed_tokens = nullptr;
-  const int64_t* positions = nullptr;  // [rows], position index of each token
-  const void* table = nullptr;         // T [vocab, d]
-  PositionKind position = PositionKind::kNone;
-  const void* position_table = nullptr;  // T [max_position, d], learned only
-  int rows = 0;
-  int d = 0;
-  DType dtype = DType::kF32;
-  float* x = nullptr;   // fp32 [rows, d]: table[token] + position embedding
-  void* x_t = nullptr;  // optional T [rows, d] copy of x (the next GEMM's input)
-};
-// Sinusoidal: pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), computed
-// in double so that it stays exact at positions in the millions.
-absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args);
-
 struct AddNormArgs {
   // r = x + (delta + delta_bias) (delta_bias only with delta), per row of `d` floats.
   const float* x = nullptr;
@@ -60,6 +40,31 @@ struct AddNormArgs {
   DType dtype = DType::kF32;
 };
 absl::Status LaunchAddNorm(cudaStream_t stream, const AddNormArgs& args);
+
+struct EmbedArgs {
+  const int32_t* tokens = nullptr;  // [rows], each in [0, vocab)
+  // Launch-ahead: a row whose source is >= 0 embeds fed_tokens[source] (the previous decode
+  // step's picks, still on the device) instead of tokens[row]. nullptr: every row its token.
+  const int32_t* sources = nullptr;  // [rows]
+  const int32_t* fed_tokens = nullptr;
+  const int64_t* positions = nullptr;  // [rows], position index of each token
+  const void* table = nullptr;         // T [vocab, d]
+  PositionKind position = PositionKind::kNone;
+  const void* position_table = nullptr;  // T [max_position, d], learned only
+  int rows = 0;
+  int d = 0;
+  DType dtype = DType::kF32;
+  float* x = nullptr;   // fp32 [rows, d]: table[token] + position embedding
+  void* x_t = nullptr;  // optional T [rows, d] copy of x (the next GEMM's input)
+  // Pre-norm: the first layer's norm of the embedded rows in the same kernel (LaunchAddNorm's
+  // over x, no delta; its x, rows, d and dtype these). Default: none.
+  bool normalize = false;
+  AddNormArgs norm;
+};
+// Sinusoidal: pe[p, 2i] = sin(p / 10000^(2i/d)), pe[p, 2i+1] = cos(p / 10000^(2i/d)), computed
+// in double so that it stays exact at positions in the millions. With `normalize`, bitwise
+// LaunchEmbed then LaunchAddNorm(norm); INVALID_ARGUMENT when norm is not over these rows.
+absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args);
 
 // out[r, c] = T(act(in[r, c] + bias[c])), bias optional. gelu is the erf form, gelu_tanh the
 // tanh approximation 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), silu x·sigmoid(x), sigmoid

@@ -5,6 +5,10 @@
 // launch-ahead decode row reads its token from the previous step's picks on the device.
 // Sinusoidal positions are evaluated in double: p / 10000^(2i/d) with p in the millions loses
 // the phase in fp32, and the decode latency must stay flat (and correct) at position 256k+.
+// A pre-norm model's first norm runs in the same block once the row is written (add_norm.cuh,
+// with AddNormKernel's block size), one launch fewer a step.
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/add_norm.cuh"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
@@ -39,13 +43,24 @@ __global__ void EmbedKernel(EmbedArgs args) {
     x[c] = v;
     if (x_t != nullptr) x_t[c] = FromFloat<T>(v);
   }
+  if (!args.normalize) return;
+  __shared__ double scratch[32];
+  __syncthreads();  // the whole row of x, before the norm's threads read their columns of it
+  AddNormRowOfAnyWidth<T>(args.norm, row, scratch);
 }
 
 }  // namespace
 
 absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args) {
   if (args.rows <= 0) return absl::OkStatus();
-  const int threads = args.d >= 256 ? 256 : 128;
+  const AddNormArgs& n = args.norm;
+  if (args.normalize && (n.x != args.x || n.delta != nullptr || n.rows != args.rows ||
+                         n.d != args.d || n.dtype != args.dtype)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "LaunchEmbed: the norm must be over the embedded rows (x, no delta, rows ", args.rows,
+        ", d ", args.d, ", the table's type); got rows ", n.rows, ", d ", n.d));
+  }
+  const int threads = args.normalize ? kAddNormThreads : args.d >= 256 ? 256 : 128;
   return LINSERVE_DISPATCH_DTYPE(args.dtype, T, [&] {
     EmbedKernel<T><<<args.rows, threads, 0, stream>>>(args);
     return LaunchStatus("EmbedKernel", __FILE__, __LINE__);

@@ -23,6 +23,7 @@ template <typename T>
 struct alignas(16) Vec8 {
   T e[8];
 };
+static_assert(kSmallBatchLinearKMultiple == 8, "k is read in pieces of one Vec8");
 
 // What a warp does with its column's sums: store them in y (accumulating or not), or finish an
 // MLP's first layer into `hidden` (activation, or value ⊙ act(gate) over two weight rows), or
@@ -124,16 +125,8 @@ __device__ void AddNormWhenLast(const Operands& op) {
   __threadfence();
   if (threadIdx.x == 0) *op.arrivals = 0;
   // y through a volatile pointer: written by the other blocks, never a stale cached copy.
-  using Delta = const volatile float*;
-  const bool cached = op.norm.d <= kAddNormThreads * kAddNormMaxCached;
   for (int r = 0; r < kRows; ++r) {
-    if (op.norm.norm == NormType::kLayerNorm) {
-      cached ? AddNormRow<T, NormType::kLayerNorm, kAddNormMaxCached, Delta>(op.norm, r, scratch)
-             : AddNormRow<T, NormType::kLayerNorm, 0, Delta>(op.norm, r, scratch);
-    } else {
-      cached ? AddNormRow<T, NormType::kRmsNorm, kAddNormMaxCached, Delta>(op.norm, r, scratch)
-             : AddNormRow<T, NormType::kRmsNorm, 0, Delta>(op.norm, r, scratch);
-    }
+    AddNormRowOfAnyWidth<T, const volatile float*>(op.norm, r, scratch);
   }
 }
 
@@ -189,8 +182,9 @@ absl::Status CheckOperands(DType dtype, const void* x, const void* w, int64_t m,
 }  // namespace
 
 bool SmallBatchLinearApplies(DType dtype, const void* x, const void* w, int64_t m, int64_t k) {
-  return dtype != DType::kF32 && m >= 1 && m <= kSmallBatchLinearMaxRows && k % 8 == 0 &&
-         reinterpret_cast<uintptr_t>(x) % 16 == 0 && reinterpret_cast<uintptr_t>(w) % 16 == 0;
+  return dtype != DType::kF32 && m >= 1 && m <= kSmallBatchLinearMaxRows &&
+         k % kSmallBatchLinearKMultiple == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         reinterpret_cast<uintptr_t>(w) % 16 == 0;
 }
 
 absl::Status LaunchSmallBatchLinear(cudaStream_t stream, DType dtype, const void* x,

@@ -28,10 +28,12 @@ namespace linserve::cuda {
 
 // Most rows the kernel takes; more go to cuBLASLt, whose tiles then pay off.
 inline constexpr int64_t kSmallBatchLinearMaxRows = 4;
+// The kernel's input width k is a multiple of this (its 16-byte loads of 8 elements).
+inline constexpr int64_t kSmallBatchLinearKMultiple = 8;
 
 // Whether LaunchSmallBatchLinear takes these operands: a 16-bit element type, 1 ≤ m ≤
-// kSmallBatchLinearMaxRows, k a multiple of 8, and x and w 16-byte aligned (so that every row
-// of both is).
+// kSmallBatchLinearMaxRows, k a multiple of kSmallBatchLinearKMultiple, and x and w 16-byte
+// aligned (so that every row of both is).
 bool SmallBatchLinearApplies(DType dtype, const void* x, const void* w, int64_t m, int64_t k);
 
 // y = x · wᵀ (accumulate: y += x · wᵀ), dense row-major x [m, k], w [n, k], y fp32 [m, n]; the

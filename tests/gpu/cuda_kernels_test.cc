@@ -239,6 +239,43 @@ TEST(CudaKernelsTest, EmbeddingGatherAndPositions) {
       for (size_t i = 0; i < expect.size(); ++i) expect_t[i] = Round(dtype, expect[i]);
       EXPECT_LE(RelativeError(ToFloats(x_t, dtype, expect.size()), expect_t),
                 dtype == DType::kF32 ? 1e-6 : 1e-2);
+
+      // A pre-norm model's first norm in the same kernel: bitwise the embedding, then
+      // LaunchAddNorm over its rows (LayerNorm and RMSNorm).
+      const std::vector<float> gamma = RandomFloats(d, 15), beta = RandomFloats(d, 16);
+      DeviceArray<float> gamma_dev(gamma), beta_dev(beta);
+      for (cuda::NormType norm : {cuda::NormType::kLayerNorm, cuda::NormType::kRmsNorm}) {
+        auto run = [&](bool fused) {
+          DeviceArray<float> rx(static_cast<size_t>(rows) * d);
+          DeviceArray<uint8_t> ry(static_cast<size_t>(rows) * d * cuda::DTypeSize(dtype));
+          cuda::EmbedArgs e = args;
+          e.x = rx.get();
+          e.x_t = nullptr;
+          cuda::AddNormArgs n;
+          n.x = rx.get();
+          n.sum_out = rx.get();
+          n.norm = norm;
+          n.gamma = gamma_dev.get();
+          n.beta = beta_dev.get();
+          n.y_t = ry.get();
+          n.rows = rows;
+          n.d = d;
+          n.dtype = dtype;
+          if (fused) {
+            e.normalize = true;
+            e.norm = n;
+            EXPECT_TRUE(cuda::LaunchEmbed(nullptr, e).ok());
+          } else {
+            EXPECT_TRUE(cuda::LaunchEmbed(nullptr, e).ok());
+            EXPECT_TRUE(cuda::LaunchAddNorm(nullptr, n).ok());
+          }
+          return std::pair{rx.Download(), ry.Download()};
+        };
+        EXPECT_EQ(run(true), run(false));
+      }
+      cuda::EmbedArgs bad = args;
+      bad.normalize = true;  // a norm over no rows
+      EXPECT_EQ(cuda::LaunchEmbed(nullptr, bad).code(), absl::StatusCode::kInvalidArgument);
     }
   }
 }

@@ -78,6 +78,11 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   embed.dtype = dtype_;
   embed.x = act.x;
   embed.x_t = pre ? nullptr : act.xt;  // post-norm: the first GEMM reads x itself
+  const std::vector<CudaLayer>& layers = layers_.layers;
+  if (pre) {  // the first norm, in the embedding's kernel
+    embed.normalize = true;
+    embed.norm = layers[0].norm1->Args(act, rows, pre);
+  }
   LINSERVE_RETURN_IF_ERROR(cuda::LaunchEmbed(s, embed));
 
   // Per layer (docs/architecture.md §4), each residual add fused into the norm after it:
@@ -85,11 +90,9 @@ absl::Status CudaForward::EnqueueLayers(cudaStream_t s, int rows,
   //              normalising x for the next input;
   //   post-norm: x = norm1(x + mixer(x)); x = norm2(x + mlp(x)).
   // A layer without an MLP (kind "none") adds its mixer's output into the norm that follows it.
-  const std::vector<CudaLayer>& layers = layers_.layers;
   const CudaPass pass{
       .rows = rows, .prefill = prefill, .workspace = &ws_, .state_floats = state_floats_};
   // Each mixer and MLP runs the norm after it (Gemm::LinearAddNorm).
-  if (pre) LINSERVE_RETURN_IF_ERROR(cuda::LaunchAddNorm(s, layers[0].norm1->Args(act, rows, pre)));
   for (size_t l = 0; l < layers.size(); ++l) {
     const CudaLayer& layer = layers[l];
     const bool last = l + 1 == layers.size();
