@@ -20,7 +20,11 @@
 // large batch. z and the denominator φ(q)ᵀz' + eps are done in the same pass.
 // The slot index comes from a device array, so the batch may be any set of sessions, and the
 // whole step can be captured in a CUDA graph; negative slots are padding rows of a graph bucket
-// (computed from a zero state, never written).
+// (computed from a zero state, never written). It is read first, and each thread's first rows of
+// S and its z are loaded before q, k, v and φ, which do not need them, so that the state's
+// latency overlaps that prologue instead of following it (on an H200 this kernel took 6 µs a
+// layer at batch 1, a chain of dependent loads, and ran at 64% of its state's floor at batch
+// 256, bench/results/gpu.md; what the ordering gains is not yet measured).
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
@@ -86,21 +90,57 @@ __device__ __forceinline__ void StoreState(__nv_bfloat16* p, const float (&x)[kV
   }
 }
 
-// The S pass of one (head, row): kVec adjacent columns per thread. `partial` holds
-// kMaxVec × kThreads floats.
+// Rows of S a thread has in flight at once with kVec columns.
+template <int kVec>
+constexpr int kUnrollOf = kVec == 4 ? 4 : 8;
+
+// How the S pass splits a head's S among the block's threads: kVec adjacent columns per thread,
+// `width` threads across a row's vectors and `groups` row groups.
+template <int kVec>
+struct Tiling {
+  int vectors, width, groups, group, lane;
+  __device__ explicit Tiling(int dh) {
+    vectors = dh / kVec;
+    width = vectors < 64 ? vectors : 64;
+    groups = kThreads / width;
+    group = threadIdx.x / width;
+    lane = threadIdx.x % width;
+  }
+};
+
+// The rows of S this thread reads first in the S pass (v0 = 0, f0 = its group; zeros where it
+// reads none), loaded at the start of the kernel so that they are in flight while q, k, v and φ
+// are worked out: the pass's first loads no longer wait for that prologue.
+template <int kVec, typename S>
+__device__ __forceinline__ void LoadFirstRows(const AttentionShape& shape, const S* s_state,
+                                              float (&s)[kUnrollOf<kVec>][kVec]) {
+  const Tiling<kVec> t(shape.head_dim);
+  const int c = t.lane * kVec;
+#pragma unroll
+  for (int u = 0; u < kUnrollOf<kVec>; ++u) {
+    const int f = t.group + u * t.groups;
+    if (s_state != nullptr && t.group < t.groups && c < shape.head_dim && f < shape.feature_dim) {
+      LoadState<kVec>(s_state + static_cast<int64_t>(f) * shape.head_dim + c, s[u]);
+    } else {
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) s[u][j] = 0.0f;
+    }
+  }
+}
+
+// The S pass of one (head, row): kVec adjacent columns per thread, its first rows `first`
+// (LoadFirstRows'). `partial` holds kMaxVec × kThreads floats.
 template <int kVec, typename T, typename S>
 __device__ __forceinline__ void StreamState(const AttentionShape& shape, S* s_state,
-                                            const float* xv, const float* phi_q,
-                                            const float* phi_k, float den, float* partial,
-                                            T* out) {
-  constexpr int kUnroll = kVec == 4 ? 4 : 8;
+                                            const float (&first)[kUnrollOf<kVec>][kVec],
+                                            const float* xv, const float* phi_q, const float* phi_k,
+                                            float den, float* partial, T* out) {
+  constexpr int kUnroll = kUnrollOf<kVec>;
   const int dh = shape.head_dim;
   const int features = shape.feature_dim;
-  const int vectors = dh / kVec;
-  const int width = vectors < 64 ? vectors : 64;
-  const int groups = kThreads / width;
-  const int group = threadIdx.x / width;
-  const int lane = threadIdx.x % width;
+  const Tiling<kVec> t(dh);
+  const int vectors = t.vectors, width = t.width, groups = t.groups, group = t.group;
+  const int lane = t.lane;
   for (int v0 = 0; v0 < vectors; v0 += width) {
     const int c = (v0 + lane) * kVec;
     float num[kVec];
@@ -112,10 +152,14 @@ __device__ __forceinline__ void StreamState(const AttentionShape& shape, S* s_st
       for (int j = 0; j < kVec; ++j) v[j] = xv[c + j];
       for (int f0 = group; f0 < features; f0 += kUnroll * groups) {
         float s[kUnroll][kVec];
+        const bool prefetched = v0 == 0 && f0 == group;
 #pragma unroll
         for (int u = 0; u < kUnroll; ++u) {
           const int f = f0 + u * groups;
-          if (s_state != nullptr && f < features) {
+          if (prefetched) {
+#pragma unroll
+            for (int j = 0; j < kVec; ++j) s[u][j] = first[u][j];
+          } else if (s_state != nullptr && f < features) {
             LoadState<kVec>(s_state + static_cast<int64_t>(f) * dh + c, s[u]);
           } else {
 #pragma unroll
@@ -153,13 +197,13 @@ __device__ __forceinline__ void StreamState(const AttentionShape& shape, S* s_st
   }
 }
 
-template <typename T, typename S>
-__global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentionArgs args) {
-  extern __shared__ float smem[];
-  __shared__ float scratch[32];
+// One (head, row) of the step, with kVec columns per thread in the S pass: the state's first
+// loads (LoadFirstRows and this thread's first z) go out before the q/k/v loads and φ, which do
+// not need them, so that the prologue and the state's latency overlap.
+template <int kVec, typename T, typename S>
+__device__ __forceinline__ void Attend(const DecodeAttentionArgs& args, int head, int64_t row,
+                                       S* s_state, float* smem, float* scratch) {
   const AttentionShape& shape = args.shape;
-  const int head = blockIdx.x;
-  const int64_t row = blockIdx.y;
   const int dk = shape.key_dim;
   const int dh = shape.head_dim;
   const int features = shape.feature_dim;
@@ -169,10 +213,41 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
   float* phi_q = xv + dh;
   float* phi_k = phi_q + features;
   float* partial = phi_k + features;  // [kMaxVec × kThreads]
+  S* z_state = s_state == nullptr ? nullptr : s_state + static_cast<int64_t>(features) * dh;
+
+  float first[kUnrollOf<kVec>][kVec];
+  LoadFirstRows<kVec>(shape, s_state, first);
+  const bool has_z = z_state != nullptr && static_cast<int>(threadIdx.x) < features;
+  const float z_first = has_z ? ToFloat(z_state[threadIdx.x]) : 0.0f;
 
   LoadHeadQkv(shape, args.qkv, args.qkv_bias, row, head, xq, xk, xv);
   BlockFeatureMap(shape, xq, phi_q, scratch);
   BlockFeatureMap(shape, xk, phi_k, scratch);
+
+  float den_part = 0.0f;
+  for (int f = threadIdx.x; f < features; f += blockDim.x) {
+    float z = phi_k[f];
+    if (z_state != nullptr) {
+      z += f == static_cast<int>(threadIdx.x) ? z_first : ToFloat(z_state[f]);
+      z_state[f] = FromFloat<S>(z);
+    }
+    den_part += phi_q[f] * z;
+  }
+  const float den = BlockSum(den_part, scratch) + shape.eps;
+
+  T* out = static_cast<T*>(args.out) + row * shape.heads * dh + static_cast<int64_t>(head) * dh;
+  StreamState<kVec>(shape, s_state, first, xv, phi_q, phi_k, den, partial, out);
+}
+
+template <typename T, typename S>
+__global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentionArgs args) {
+  extern __shared__ float smem[];
+  __shared__ float scratch[32];
+  const AttentionShape& shape = args.shape;
+  const int head = blockIdx.x;
+  const int64_t row = blockIdx.y;
+  const int dh = shape.head_dim;
+  const int features = shape.feature_dim;
 
   const int slot = args.slots[row];
   S* s_state = nullptr;
@@ -180,25 +255,14 @@ __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentio
     s_state = static_cast<S*>(args.state) + static_cast<int64_t>(slot) * args.slot_stride +
               args.layer_offset + static_cast<int64_t>(head) * features * (dh + 1);
   }
-  S* z_state = s_state == nullptr ? nullptr : s_state + static_cast<int64_t>(features) * dh;
-
-  float den_part = 0.0f;
-  for (int f = threadIdx.x; f < features; f += blockDim.x) {
-    const float z = (z_state != nullptr ? ToFloat(z_state[f]) : 0.0f) + phi_k[f];
-    if (z_state != nullptr) z_state[f] = FromFloat<S>(z);
-    den_part += phi_q[f] * z;
-  }
-  const float den = BlockSum(den_part, scratch) + shape.eps;
-
-  T* out = static_cast<T*>(args.out) + row * shape.heads * dh + static_cast<int64_t>(head) * dh;
   // Every row of S starts on a kMaxVec-element boundary when the head's first one does.
   const bool vectorized =
       dh % kMaxVec == 0 &&
       reinterpret_cast<uintptr_t>(s_state) % (kMaxVec * sizeof(S)) == 0;  // null: padding row
   if (vectorized) {
-    StreamState<kMaxVec>(shape, s_state, xv, phi_q, phi_k, den, partial, out);
+    Attend<kMaxVec, T>(args, head, row, s_state, smem, scratch);
   } else {
-    StreamState<1>(shape, s_state, xv, phi_q, phi_k, den, partial, out);
+    Attend<1, T>(args, head, row, s_state, smem, scratch);
   }
 }
 
