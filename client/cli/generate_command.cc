@@ -22,7 +22,8 @@ class GenerateCommand : public Command {
   std::string description() const override {
     return "The words of PROMPT, joined by spaces, are the prompt; with no PROMPT or \"-\" it is "
            "read from stdin (all of it). --token-ids gives the prompt as token ids instead. The "
-           "text is written to stdout as it arrives. With --session the generation continues "
+           "text is written to stdout as it arrives (a model without a tokenizer has none: its "
+           "token ids then, space-separated). With --session the generation continues "
            "that session (see `sessions create`); otherwise the server uses an ephemeral one. "
            "--json-schema, --json-object, --regex or --grammar constrain the text (structured "
            "output); with --usage, CONSTRAINT_COMPLETE says the document was completed.";
@@ -72,8 +73,15 @@ class GenerateCommand : public Command {
     if (session_choice_) request.set_session_choice(*session_choice_);
     if (prompt_logprobs_) request.set_prompt_logprobs(*prompt_logprobs_);
     if (absl::Status s = generation_.Apply(request); !s.ok()) return s;
+    // Only a prompt of ids can reach a model without a tokenizer, whose text is always empty.
+    bool ids_as_text = false;
+    if (!*jsonl && !token_ids_.empty()) {
+      absl::StatusOr<v1::GetModelInfoResponse> info = context.client.GetModelInfo();
+      if (!info.ok()) return info.status();
+      ids_as_text = info->model().tokenizer() == "none";
+    }
     absl::StatusOr<GenerationResult> result =
-        StreamGeneration(context, request, generation_, *jsonl);
+        StreamGeneration(context, request, generation_, *jsonl, ids_as_text);
     if (!result.ok()) return result.status();
     if (!*jsonl && context.io.out_is_terminal) context.io.out << "\n";
     return absl::OkStatus();

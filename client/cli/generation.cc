@@ -138,9 +138,11 @@ std::string FinishReasonName(v1::FinishReason reason) {
 
 absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
                                                   const v1::GenerateRequest& request,
-                                                  const GenerationFlags& flags, bool jsonl) {
+                                                  const GenerationFlags& flags, bool jsonl,
+                                                  bool ids_as_text) {
   Io& io = context.io;
   GenerationResult result;
+  bool first_id = true;
   v1::GenerateResponse& last = result.last;
   const absl::Status status = context.client.Generate(
       request,
@@ -159,6 +161,12 @@ absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
             io.err << "\n";
           }
           io.out << response.text();
+          if (ids_as_text) {
+            for (const v1::GeneratedToken& token : response.tokens()) {
+              io.out << (first_id ? "" : " ") << token.id();
+              first_id = false;
+            }
+          }
           for (const v1::GeneratedToken& token : response.tokens()) {
             if (request.top_logprobs() == 0) break;
             io.err << absl::StrFormat("token %d logprob %.4f top", token.id(), token.logprob());

@@ -66,10 +66,13 @@ struct GenerationResult {
 
 // Streams one generation: text (or JSON lines) to io.out as it arrives, per-token logprobs to
 // io.err in text mode when top_logprobs > 0 (and the prompt's, first, with prompt_logprobs),
-// then the usage line when flags.usage. Returns the call's error when it fails.
+// then the usage line when flags.usage. With `ids_as_text` (a model without a tokenizer, whose
+// text is always empty) text mode writes the generated token ids instead, space-separated.
+// Returns the call's error when it fails.
 absl::StatusOr<GenerationResult> StreamGeneration(CommandContext& context,
                                                   const v1::GenerateRequest& request,
-                                                  const GenerationFlags& flags, bool jsonl);
+                                                  const GenerationFlags& flags, bool jsonl,
+                                                  bool ids_as_text = false);
 
 // "LENGTH", "STOP", "EOS", "CANCELLED", "CONSTRAINT_COMPLETE".
 std::string FinishReasonName(v1::FinishReason reason);

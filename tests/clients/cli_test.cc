@@ -114,6 +114,32 @@ TEST_F(CliTest, GenerateStreamsTheSameTextFromEveryKindOfPrompt) {
             r.out);
 }
 
+// A model without a tokenizer has no text: a generation from --token-ids prints its token ids in
+// text format, space-separated — the ids --format=jsonl carries.
+TEST(CliWithoutATokenizerTest, GenerateInTextFormatPrintsTheTokenIds) {
+  ModelConfig config = TinyConfig();
+  config.tokenizer = TokenizerKind::kNone;
+  absl::StatusOr<std::unique_ptr<ToolServer>> server = ToolServer::Start({}, config);
+  ASSERT_TRUE(server.ok()) << server.status();
+  const std::vector<std::string> args = {"--target=" + (*server)->target(),
+                                         "generate",
+                                         "--seed=3",
+                                         "--max-new-tokens=7",
+                                         "--ignore-eos",
+                                         "--token-ids=5,9,12"};
+  const ProcessResult text = RunCli(args);
+  ASSERT_EQ(text.exit_code, 0) << Describe(text);
+  std::vector<std::string> jsonl_args = args;
+  jsonl_args.push_back("--format=jsonl");
+  const ProcessResult jsonl = RunCli(jsonl_args);
+  ASSERT_EQ(jsonl.exit_code, 0) << Describe(jsonl);
+  const std::vector<Generation> generations = ParseJsonl(jsonl.out);
+  ASSERT_EQ(generations.size(), 1u) << jsonl.out;
+  EXPECT_EQ(generations[0].text, "");
+  ASSERT_EQ(generations[0].ids.size(), 7u) << jsonl.out;
+  EXPECT_EQ(text.out, absl::StrJoin(generations[0].ids, " "));
+}
+
 TEST_F(CliTest, JsonlCarriesEveryTokenWithLogprobs) {
   const std::vector<std::string> args = {"generate", "--temperature=0", "--max-new-tokens=10",
                                          "--top-logprobs=2", "To be"};

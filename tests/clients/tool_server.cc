@@ -9,10 +9,9 @@
 namespace linserve::testing {
 
 absl::StatusOr<std::unique_ptr<ToolServer>> ToolServer::Start(
-    const std::vector<std::string>& extra_flags) {
+    const std::vector<std::string>& extra_flags, const ModelConfig& config) {
   std::unique_ptr<ToolServer> server(new ToolServer());
   const std::string model = server->dir_.Join("model");
-  const ModelConfig config = TinyConfig();
   if (absl::Status s = WriteModelDirectory(model, config, MakeRandomWeights(config, 1)); !s.ok()) {
     return s;
   }

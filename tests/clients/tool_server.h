@@ -10,18 +10,20 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "model/format/config.h"
 #include "tests/clients/process.h"
 #include "tests/integration/server_process.h"
+#include "tests/testing/random_model.h"
 #include "tests/testing/scoped_temp_dir.h"
 
 namespace linserve::testing {
 
 class ToolServer {
  public:
-  // Writes TinyConfig() with MakeRandomWeights(seed 1) to a temporary directory and starts
-  // linserve on it with `extra_flags` added. Errors carry the server's log.
+  // Writes `config` (default TinyConfig()) with MakeRandomWeights(seed 1) to a temporary
+  // directory and starts linserve on it with `extra_flags` added. Errors carry the server's log.
   static absl::StatusOr<std::unique_ptr<ToolServer>> Start(
-      const std::vector<std::string>& extra_flags = {});
+      const std::vector<std::string>& extra_flags = {}, const ModelConfig& config = TinyConfig());
 
   // "127.0.0.1:PORT".
   std::string target() const;
