@@ -9,7 +9,8 @@
 //                state read and written) / the device-to-device copy bandwidth;
 //   FLOP floor = matrix FLOPs / a large bf16 cuBLASLt GEMM's rate (prefill only).
 // Sections: floors; decode tokens/s at each batch size (greedy DecodeAndSample, so only token
-// ids cross PCIe), plus batch 1 without CUDA graphs and batch 64 with top-k/top-p sampling;
+// ids cross PCIe), plus batch 1 without CUDA graphs, batch 64 with top-k/top-p sampling, and
+// batches 1 and 64 with every kernel launched only after the one before (dependent_launch.h);
 // prefill tokens/s; per-token latency at far positions; the per-kernel floors of a decode step
 // (kernel_account.h) at each batch size. bench/gpu/peers.py measures the peers and
 // bench/gpu/report.py merges both JSON files into bench/results/gpu.md.
@@ -43,6 +44,7 @@
 #include "bench/gpu/bench_shapes.h"
 #include "bench/gpu/kernel_account.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/device_memory.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/small_batch_linear.h"
@@ -572,6 +574,26 @@ int Main() {
     absl::StatusOr<std::unique_ptr<CudaBackend>> no_graphs = CreateCudaBackend(model, small, eager);
     Die(no_graphs.status(), "CreateCudaBackend (no graphs)");
     out["decode_no_graphs"] = MeasureDecode(**no_graphs, floors, 1, greedy, "no graphs");
+  }
+  {
+    // Every kernel started only once the one before has finished (kernels/cuda/
+    // dependent_launch.h): what launching them as programmatic dependents gains, same run.
+    cuda::SetDependentLaunch(false);
+    BackendOptions serialized_options = options;
+    serialized_options.max_batch_size = sampling_batch;
+    serialized_options.max_slots = sampling_batch + 1;
+    serialized_options.state_memory_budget_bytes = (sampling_batch + 1) * slot_bytes;
+    absl::StatusOr<std::unique_ptr<CudaBackend>> serialized =
+        CreateCudaBackend(model, serialized_options);
+    Die(serialized.status(), "CreateCudaBackend (serialized launches)");
+    Json rows = Json::array();
+    rows.push_back(MeasureDecode(**serialized, floors, 1, greedy, "serialized launches"));
+    if (sampling_batch > 1) {
+      rows.push_back(
+          MeasureDecode(**serialized, floors, sampling_batch, greedy, "serialized launches"));
+    }
+    out["decode_serialized"] = rows;
+    cuda::SetDependentLaunch(true);
   }
 
   std::printf("\n## Prefill (one session, last-token logits)\n\n");

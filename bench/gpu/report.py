@@ -72,7 +72,8 @@ def main():
         w(f"| {row['batch']} | {fmt(row['tokens_per_s'])} | {row['step_ms_mean']:.3f} | "
           f"{row['floor_ms']:.3f} | {100 * row['fraction_of_floor']:.0f}% | {ref_cell} | "
           f"{ratio_cell} |")
-    extra = [ours.get("decode_no_graphs"), ours.get("decode_sampling")]
+    extra = ([ours.get("decode_no_graphs"), ours.get("decode_sampling")] +
+             ours.get("decode_serialized", []))
     w("")
     w("| variant | batch | tokens/s | step ms | of floor |\n|---|---|---|---|---|")
     for row in extra:

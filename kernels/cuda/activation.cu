@@ -11,6 +11,7 @@
 
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -21,6 +22,7 @@ template <typename T>
 __global__ void BiasActivationKernel(const float* __restrict__ in, const float* __restrict__ bias,
                                      int64_t rows, int64_t cols, ActivationKind activation,
                                      T* __restrict__ out) {
+  AfterPriorKernel();
   const int64_t n = rows * cols;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
@@ -33,6 +35,7 @@ template <typename T>
 __global__ void BiasGateKernel(const float* __restrict__ in, const float* __restrict__ bias,
                                int64_t rows, int64_t width, ActivationKind activation,
                                T* __restrict__ out) {
+  AfterPriorKernel();
   const int64_t column_stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
     const float* value = in + r * 2 * width;
@@ -55,8 +58,8 @@ absl::Status LaunchBiasActivation(cudaStream_t stream, const float* in, const fl
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 8192);
   return LINSERVE_DISPATCH_DTYPE(dtype, T, [&] {
-    BiasActivationKernel<T><<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        in, bias, rows, cols, activation, static_cast<T*>(out));
+    LaunchDependent(BiasActivationKernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream, in,
+                    bias, rows, cols, activation, static_cast<T*>(out));
     return LaunchStatus("BiasActivationKernel", __FILE__, __LINE__);
   });
 }
@@ -68,8 +71,8 @@ absl::Status LaunchBiasGate(cudaStream_t stream, const float* in, const float* b
   const dim3 grid(static_cast<unsigned>(std::min<int64_t>((width + kThreads - 1) / kThreads, 64)),
                   static_cast<unsigned>(std::min<int64_t>(rows, 65535)));
   return LINSERVE_DISPATCH_DTYPE(dtype, T, [&] {
-    BiasGateKernel<T>
-        <<<grid, kThreads, 0, stream>>>(in, bias, rows, width, activation, static_cast<T*>(out));
+    LaunchDependent(BiasGateKernel<T>, grid, kThreads, 0, stream, in, bias, rows, width, activation,
+                    static_cast<T*>(out));
     return LaunchStatus("BiasGateKernel", __FILE__, __LINE__);
   });
 }

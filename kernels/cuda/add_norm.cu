@@ -3,6 +3,7 @@
 // written directly in the next GEMM's input type.
 #include "kernels/cuda/add_norm.cuh"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -11,6 +12,7 @@ namespace {
 
 template <typename T, NormType kNorm, int kCached>
 __global__ void __launch_bounds__(kAddNormThreads) AddNormKernel(AddNormArgs args) {
+  AfterPriorKernel();
   __shared__ double scratch[32];
   AddNormRow<T, kNorm, kCached>(args, blockIdx.x, scratch);
 }
@@ -19,17 +21,18 @@ template <typename T, NormType kNorm>
 void Launch(cudaStream_t stream, const AddNormArgs& args) {
   const int per_thread = (args.d + kAddNormThreads - 1) / kAddNormThreads;
   if (per_thread <= 1) {
-    AddNormKernel<T, kNorm, 1><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, 1>, args.rows, kAddNormThreads, 0, stream, args);
   } else if (per_thread <= 2) {
-    AddNormKernel<T, kNorm, 2><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, 2>, args.rows, kAddNormThreads, 0, stream, args);
   } else if (per_thread <= 4) {
-    AddNormKernel<T, kNorm, 4><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, 4>, args.rows, kAddNormThreads, 0, stream, args);
   } else if (per_thread <= 8) {
-    AddNormKernel<T, kNorm, 8><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, 8>, args.rows, kAddNormThreads, 0, stream, args);
   } else if (per_thread <= kAddNormMaxCached) {
-    AddNormKernel<T, kNorm, kAddNormMaxCached><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, kAddNormMaxCached>, args.rows, kAddNormThreads, 0,
+                    stream, args);
   } else {
-    AddNormKernel<T, kNorm, 0><<<args.rows, kAddNormThreads, 0, stream>>>(args);
+    LaunchDependent(AddNormKernel<T, kNorm, 0>, args.rows, kAddNormThreads, 0, stream, args);
   }
 }
 

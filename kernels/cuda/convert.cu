@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -13,6 +14,7 @@ namespace {
 
 template <typename T>
 __global__ void ConvertKernel(const float* __restrict__ in, int64_t n, T* __restrict__ out) {
+  AfterPriorKernel();
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += stride) {
@@ -28,8 +30,8 @@ absl::Status LaunchConvert(cudaStream_t stream, const float* in, int64_t n, DTyp
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65536);
   return LINSERVE_DISPATCH_DTYPE(dtype, T, [&] {
-    ConvertKernel<T>
-        <<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(in, n, static_cast<T*>(out));
+    LaunchDependent(ConvertKernel<T>, static_cast<unsigned>(blocks), kThreads, 0, stream, in, n,
+                    static_cast<T*>(out));
     return LaunchStatus("ConvertKernel", __FILE__, __LINE__);
   });
 }

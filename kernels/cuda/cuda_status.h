@@ -56,7 +56,7 @@ absl::StatusOr<int> CudaDeviceCount(std::string* reason = nullptr);
     }                                                                     \
   } while (false)
 
-// After a <<<...>>> launch: returns the launch error, if any, naming the kernel.
+// After a launch (LaunchDependent): returns the launch error, if any, naming the kernel.
 #define LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED(kernel_name)                   \
   do {                                                                       \
     if (absl::Status linserve_launch_status_ =                               \

@@ -29,6 +29,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/feature_map.cuh"
 #include "kernels/cuda/linear_attention.h"
 
@@ -241,6 +242,7 @@ __device__ __forceinline__ void Attend(const DecodeAttentionArgs& args, int head
 
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) DecodeAttentionKernel(DecodeAttentionArgs args) {
+  AfterPriorKernel();
   extern __shared__ float smem[];
   __shared__ float scratch[32];
   const AttentionShape& shape = args.shape;
@@ -292,10 +294,10 @@ absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArg
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     if (args.state_dtype == DType::kBf16) {
       LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, __nv_bfloat16>));
-      DecodeAttentionKernel<T, __nv_bfloat16><<<grid, kThreads, smem, stream>>>(args);
+      LaunchDependent(DecodeAttentionKernel<T, __nv_bfloat16>, grid, kThreads, smem, stream, args);
     } else {
       LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, float>));
-      DecodeAttentionKernel<T, float><<<grid, kThreads, smem, stream>>>(args);
+      LaunchDependent(DecodeAttentionKernel<T, float>, grid, kThreads, smem, stream, args);
     }
     return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);
   });

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/delta_rule.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/prefill_pieces.cuh"
 
@@ -115,6 +116,7 @@ __device__ __forceinline__ SharedLayout Shared(const GatedDeltaRuleShape& shape)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     DecodeGatedDeltaRuleKernel(GatedDeltaRuleRows args, const int32_t* slots) {
+  AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const int64_t row = blockIdx.x;
   const int vh = static_cast<int>(blockIdx.y);
@@ -125,6 +127,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     PrefillGatedDeltaRuleKernel(GatedDeltaRuleRows args, PrefillTables tables) {
+  AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int vh = static_cast<int>(blockIdx.y);
@@ -166,9 +169,9 @@ absl::Status LaunchDecodeGatedDeltaRule(cudaStream_t stream, const GatedDeltaRul
   LINSERVE_RETURN_IF_ERROR(CheckGatedDeltaRuleShape(args.shape));
   if (rows <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    DecodeGatedDeltaRuleKernel<T>
-        <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.v_heads)), kThreads,
-           SharedBytes(args.shape), stream>>>(args, slots);
+    LaunchDependent(DecodeGatedDeltaRuleKernel<T>,
+                    dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.v_heads)),
+                    kThreads, SharedBytes(args.shape), stream, args, slots);
     return LaunchStatus("DecodeGatedDeltaRuleKernel", __FILE__, __LINE__);
   });
 }
@@ -178,9 +181,10 @@ absl::Status LaunchPrefillGatedDeltaRule(cudaStream_t stream, const GatedDeltaRu
   LINSERVE_RETURN_IF_ERROR(CheckGatedDeltaRuleShape(args.shape));
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    PrefillGatedDeltaRuleKernel<T><<<dim3(static_cast<unsigned>(tables.piece_count),
-                                          static_cast<unsigned>(args.shape.v_heads)),
-                                     kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+    LaunchDependent(
+        PrefillGatedDeltaRuleKernel<T>,
+        dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.v_heads)),
+        kThreads, SharedBytes(args.shape), stream, args, tables);
     return LaunchStatus("PrefillGatedDeltaRuleKernel", __FILE__, __LINE__);
   });
 }

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/add_norm.cuh"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/elementwise.h"
 
@@ -18,6 +19,7 @@ namespace {
 
 template <typename T>
 __global__ void EmbedKernel(EmbedArgs args) {
+  AfterPriorKernel();
   const int row = blockIdx.x;
   const int d = args.d;
   const int32_t source = args.sources == nullptr ? -1 : args.sources[row];
@@ -62,7 +64,7 @@ absl::Status LaunchEmbed(cudaStream_t stream, const EmbedArgs& args) {
   }
   const int threads = args.normalize ? kAddNormThreads : args.d >= 256 ? 256 : 128;
   return LINSERVE_DISPATCH_DTYPE(args.dtype, T, [&] {
-    EmbedKernel<T><<<args.rows, threads, 0, stream>>>(args);
+    LaunchDependent(EmbedKernel<T>, args.rows, threads, 0, stream, args);
     return LaunchStatus("EmbedKernel", __FILE__, __LINE__);
   });
 }

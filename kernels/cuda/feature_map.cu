@@ -3,6 +3,7 @@
 // computing it once here beats recomputing it in the product kernels). The decode path does
 // not use this: it evaluates φ inside its fused kernel.
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/feature_map.cuh"
 #include "kernels/cuda/linear_attention.h"
 
@@ -14,6 +15,7 @@ constexpr int kThreads = 128;
 __global__ void __launch_bounds__(kThreads)
     FeatureMapsKernel(AttentionShape shape, const float* qkv, const float* qkv_bias, float* phi_q,
                       float* phi_k) {
+  AfterPriorKernel();
   extern __shared__ float smem[];
   __shared__ float scratch[32];
   const int head = blockIdx.x;
@@ -46,8 +48,8 @@ absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
     LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
         FeatureMapsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   }
-  FeatureMapsKernel<<<dim3(shape.heads, rows), kThreads, smem, stream>>>(shape, qkv, qkv_bias,
-                                                                         phi_q, phi_k);
+  LaunchDependent(FeatureMapsKernel, dim3(shape.heads, rows), kThreads, smem, stream, shape, qkv,
+                  qkv_bias, phi_q, phi_k);
   return LaunchStatus("FeatureMapsKernel", __FILE__, __LINE__);
 }
 

@@ -6,6 +6,7 @@
 // values are contiguous across the warp, so each row of S is read in 128-byte pieces.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gated_linear_attention.h"
 #include "kernels/cuda/prefill_pieces.cuh"
@@ -152,6 +153,7 @@ __device__ __forceinline__ SharedLayout Shared(const GatedLinearAttentionShape& 
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     DecodeGatedLinearAttentionKernel(GatedLinearAttentionRows args, const int32_t* slots) {
+  AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const int64_t row = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
@@ -163,6 +165,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
     PrefillGatedLinearAttentionKernel(GatedLinearAttentionRows args, PrefillTables tables) {
+  AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
@@ -214,9 +217,9 @@ absl::Status LaunchDecodeGatedLinearAttention(cudaStream_t stream,
   LINSERVE_RETURN_IF_ERROR(CheckGatedLinearAttentionShape(args.shape));
   if (rows <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    DecodeGatedLinearAttentionKernel<T>
-        <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.heads)), kThreads,
-           SharedBytes(args.shape), stream>>>(args, slots);
+    LaunchDependent(DecodeGatedLinearAttentionKernel<T>,
+                    dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.heads)),
+                    kThreads, SharedBytes(args.shape), stream, args, slots);
     return LaunchStatus("DecodeGatedLinearAttentionKernel", __FILE__, __LINE__);
   });
 }
@@ -227,9 +230,10 @@ absl::Status LaunchPrefillGatedLinearAttention(cudaStream_t stream,
   LINSERVE_RETURN_IF_ERROR(CheckGatedLinearAttentionShape(args.shape));
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    PrefillGatedLinearAttentionKernel<T>
-        <<<dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.heads)),
-           kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+    LaunchDependent(
+        PrefillGatedLinearAttentionKernel<T>,
+        dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.heads)),
+        kThreads, SharedBytes(args.shape), stream, args, tables);
     return LaunchStatus("PrefillGatedLinearAttentionKernel", __FILE__, __LINE__);
   });
 }

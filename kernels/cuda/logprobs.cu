@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/logprobs.h"
 #include "kernels/cuda/row_masks.cuh"
@@ -63,6 +64,7 @@ __device__ Candidate BlockBest(Candidate c, Candidate* scratch) {
 }
 
 __global__ void TopLogprobsKernel(TopLogprobsArgs args) {
+  AfterPriorKernel();
   __shared__ float float_scratch[32];
   __shared__ double double_scratch[32];
   __shared__ Candidate candidate_scratch[32];
@@ -120,7 +122,7 @@ absl::Status LaunchTopLogprobs(cudaStream_t stream, const TopLogprobsArgs& args)
                                                    args.logits_stride, " is neither 0 nor >= vocab ",
                                                    args.vocab));
   }
-  TopLogprobsKernel<<<args.rows, kThreads, 0, stream>>>(args);
+  LaunchDependent(TopLogprobsKernel, args.rows, kThreads, 0, stream, args);
   return LaunchStatus("TopLogprobsKernel", __FILE__, __LINE__);
 }
 

@@ -5,6 +5,7 @@
 // of one row.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/mamba2.h"
 #include "kernels/cuda/prefill_pieces.cuh"
@@ -79,6 +80,7 @@ __device__ __forceinline__ S* HeadState(const Mamba2Rows& args, int32_t slot, in
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     DecodeMamba2Kernel(Mamba2Rows args, const int32_t* slots) {
+  AfterPriorKernel();
   extern __shared__ float smem[];
   const int64_t row = blockIdx.x;
   const int h = static_cast<int>(blockIdx.y);
@@ -89,6 +91,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
     PrefillMamba2Kernel(Mamba2Rows args, PrefillTables tables) {
+  AfterPriorKernel();
   extern __shared__ float smem[];
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
@@ -103,6 +106,7 @@ __global__ void __launch_bounds__(kThreads)
 // one row, written in T.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) Mamba2NormKernel(Mamba2Rows args) {
+  AfterPriorKernel();
   __shared__ float reduce[32];
   const Mamba2Shape& shape = args.shape;
   const int64_t row = blockIdx.x;
@@ -153,9 +157,9 @@ absl::Status CheckStateDType(DType dtype) {
 absl::Status LaunchNorm(cudaStream_t stream, const Mamba2Rows& args, int rows) {
   if (rows <= 0) return absl::OkStatus();
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    Mamba2NormKernel<T>
-        <<<dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.groups)), kThreads, 0,
-           stream>>>(args);
+    LaunchDependent(Mamba2NormKernel<T>,
+                    dim3(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.groups)),
+                    kThreads, 0, stream, args);
     return LaunchStatus("Mamba2NormKernel", __FILE__, __LINE__);
   });
 }
@@ -192,10 +196,11 @@ absl::Status LaunchDecodeMamba2(cudaStream_t stream, const Mamba2Rows& args, con
   if (rows <= 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>(rows), static_cast<unsigned>(args.shape.heads));
   if (args.state_dtype == DType::kBf16) {
-    DecodeMamba2Kernel<__nv_bfloat16>
-        <<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, slots);
+    LaunchDependent(DecodeMamba2Kernel<__nv_bfloat16>, grid, kThreads, SharedBytes(args.shape),
+                    stream, args, slots);
   } else {
-    DecodeMamba2Kernel<float><<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, slots);
+    LaunchDependent(DecodeMamba2Kernel<float>, grid, kThreads, SharedBytes(args.shape), stream,
+                    args, slots);
   }
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("DecodeMamba2Kernel", __FILE__, __LINE__));
   return LaunchNorm(stream, args, rows);
@@ -209,10 +214,11 @@ absl::Status LaunchPrefillMamba2(cudaStream_t stream, const Mamba2Rows& args,
   const dim3 grid(static_cast<unsigned>(tables.piece_count),
                   static_cast<unsigned>(args.shape.heads));
   if (args.state_dtype == DType::kBf16) {
-    PrefillMamba2Kernel<__nv_bfloat16>
-        <<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+    LaunchDependent(PrefillMamba2Kernel<__nv_bfloat16>, grid, kThreads, SharedBytes(args.shape),
+                    stream, args, tables);
   } else {
-    PrefillMamba2Kernel<float><<<grid, kThreads, SharedBytes(args.shape), stream>>>(args, tables);
+    LaunchDependent(PrefillMamba2Kernel<float>, grid, kThreads, SharedBytes(args.shape), stream,
+                    args, tables);
   }
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("PrefillMamba2Kernel", __FILE__, __LINE__));
   return LaunchNorm(stream, args, tables.rows);

@@ -26,6 +26,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear_attention.h"
 
@@ -87,6 +88,7 @@ __device__ __forceinline__ float ChunkDelta(const PrefillGeometry& g, const Pref
 __global__ void __launch_bounds__(kThreads)
     ChunkSumKernel(PrefillGeometry g, PrefillTables tables, const float* qkv,
                    const float* qkv_bias, const float* phi_k, float* carries) {
+  AfterPriorKernel();
   const int head = blockIdx.x;
   const PrefillChunk c = tables.chunks[blockIdx.y];
   if (c.carry_out < 0) return;  // a piece's last chunk: step 5
@@ -101,6 +103,7 @@ __global__ void __launch_bounds__(kThreads)
 template <typename S>
 __global__ void ChunkScanKernel(PrefillGeometry g, PrefillTables tables, float* carries,
                                 const S* state) {
+  AfterPriorKernel();
   const int64_t e = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const PrefillPiece p = tables.pieces[blockIdx.y];
   if (e >= g.layer_state || p.chunks < 2) return;
@@ -143,6 +146,7 @@ __global__ void __launch_bounds__(kThreads)
     ChunkOutputKernel(PrefillGeometry g, PrefillTables tables, float eps, const float* qkv,
                       const float* qkv_bias, const float* phi_q, const float* phi_k,
                       const float* carries, const S* state, T* out) {
+  AfterPriorKernel();
   extern __shared__ float smem[];
   const int head = blockIdx.x;
   const PrefillChunk c = tables.chunks[blockIdx.y];
@@ -213,6 +217,7 @@ template <typename S>
 __global__ void __launch_bounds__(kThreads)
     ChunkFinalKernel(PrefillGeometry g, PrefillTables tables, const float* qkv,
                      const float* qkv_bias, const float* phi_k, const float* carries, S* state) {
+  AfterPriorKernel();
   const int head = blockIdx.x;
   const PrefillPiece p = tables.pieces[blockIdx.y];
   const PrefillChunk c = tables.chunks[p.first_chunk + p.chunks - 1];
@@ -234,12 +239,12 @@ absl::Status LaunchChunks(cudaStream_t stream, const PrefillAttentionArgs& args,
   const dim3 chunk_grid(g.heads, t.chunk_count);
   const dim3 piece_grid(g.heads, t.piece_count);
   if (t.carries > 0) {
-    ChunkSumKernel<<<chunk_grid, kThreads, 0, stream>>>(g, t, args.qkv, args.qkv_bias, phi_k,
-                                                        carries);
+    LaunchDependent(ChunkSumKernel, chunk_grid, kThreads, 0, stream, g, t, args.qkv, args.qkv_bias,
+                    phi_k, carries);
     LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkSumKernel");
     const int64_t scan_blocks = (g.layer_state + kThreads - 1) / kThreads;
-    ChunkScanKernel<S><<<dim3(static_cast<unsigned>(scan_blocks), t.piece_count), kThreads, 0,
-                         stream>>>(g, t, carries, state);
+    LaunchDependent(ChunkScanKernel<S>, dim3(static_cast<unsigned>(scan_blocks), t.piece_count),
+                    kThreads, 0, stream, g, t, carries, state);
     LINSERVE_CUDA_RETURN_IF_LAUNCH_FAILED("ChunkScanKernel");
   }
   const size_t smem = sizeof(float) * (static_cast<size_t>(g.chunk) * g.chunk + g.chunk +
@@ -250,13 +255,13 @@ absl::Status LaunchChunks(cudaStream_t stream, const PrefillAttentionArgs& args,
           ChunkOutputKernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
           static_cast<int>(smem)));
     }
-    ChunkOutputKernel<T, S><<<chunk_grid, kThreads, smem, stream>>>(
-        g, t, args.shape.eps, args.qkv, args.qkv_bias, phi_q, phi_k, carries, state,
-        static_cast<T*>(args.out));
+    LaunchDependent(ChunkOutputKernel<T, S>, chunk_grid, kThreads, smem, stream, g, t,
+                    args.shape.eps, args.qkv, args.qkv_bias, phi_q, phi_k, carries, state,
+                    static_cast<T*>(args.out));
     return LaunchStatus("ChunkOutputKernel", __FILE__, __LINE__);
   }));
-  ChunkFinalKernel<S><<<piece_grid, kThreads, 0, stream>>>(g, t, args.qkv, args.qkv_bias, phi_k,
-                                                           carries, state);
+  LaunchDependent(ChunkFinalKernel<S>, piece_grid, kThreads, 0, stream, g, t, args.qkv,
+                  args.qkv_bias, phi_k, carries, state);
   return LaunchStatus("ChunkFinalKernel", __FILE__, __LINE__);
 }
 

@@ -28,6 +28,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/row_masks.cuh"
 #include "kernels/cuda/sampling.h"
@@ -775,6 +776,7 @@ __device__ void ArgmaxOfRow(const SampleArgs& args, const RowView& view, int row
 
 // Greedy rows (temperature 0); the other rows are SampleKernel's. Grid (rows, argmax_splits).
 __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) {
+  AfterPriorKernel();
   __shared__ float fscratch[32];
   __shared__ double dscratch[32];
   __shared__ int iscratch[32];
@@ -793,6 +795,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) ArgmaxKernel(SampleArgs args) 
 
 // Rows with a temperature (steps 3 to 8); greedy rows are ArgmaxKernel's.
 __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
+  AfterPriorKernel();
   __shared__ SharedState sh;
   __shared__ Candidates candidates;
   const int row = blockIdx.x;
@@ -804,6 +807,7 @@ __global__ void __launch_bounds__(kThreads) SampleKernel(SampleArgs args) {
 
 __global__ void StartSamplingKernel(SamplerSlots state, int32_t slot,
                                     DeviceSamplingParams params, uint64_t seed) {
+  AfterPriorKernel();
   if (threadIdx.x != 0) return;  // one warp, one worker: the seeding is sequential
   state.params[slot] = params;
   state.rngs[slot].Seed(seed);
@@ -811,6 +815,7 @@ __global__ void StartSamplingKernel(SamplerSlots state, int32_t slot,
 
 __global__ void CountTokensKernel(const int32_t* tokens, int n, int vocab, int32_t slot,
                                   int32_t* seen_counts) {
+  AfterPriorKernel();
   int32_t* counts = seen_counts + static_cast<int64_t>(slot) * vocab;
   for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
     atomicAdd(&counts[tokens[i]], 1);
@@ -836,11 +841,12 @@ absl::Status LaunchSample(cudaStream_t stream, const SampleArgs& args) {
         "], or splits ", args.rows, " rows (at most ", kArgmaxSplitRows, ") without scratch"));
   }
   if (args.any_greedy) {
-    ArgmaxKernel<<<dim3(args.rows, args.argmax_splits), kArgmaxThreads, 0, stream>>>(args);
+    LaunchDependent(ArgmaxKernel, dim3(args.rows, args.argmax_splits), kArgmaxThreads, 0, stream,
+                    args);
     LINSERVE_RETURN_IF_ERROR(LaunchStatus("ArgmaxKernel", __FILE__, __LINE__));
   }
   if (!args.any_sampled) return absl::OkStatus();
-  SampleKernel<<<args.rows, kThreads, 0, stream>>>(args);
+  LaunchDependent(SampleKernel, args.rows, kThreads, 0, stream, args);
   return LaunchStatus("SampleKernel", __FILE__, __LINE__);
 }
 
@@ -852,7 +858,7 @@ int ArgmaxSplits(int rows, int vocab) {
 
 absl::Status LaunchStartSampling(cudaStream_t stream, const SamplerSlots& state, int32_t slot,
                                  const DeviceSamplingParams& params, uint64_t seed) {
-  StartSamplingKernel<<<1, 32, 0, stream>>>(state, slot, params, seed);
+  LaunchDependent(StartSamplingKernel, 1, 32, 0, stream, state, slot, params, seed);
   return LaunchStatus("StartSamplingKernel", __FILE__, __LINE__);
 }
 
@@ -861,7 +867,8 @@ absl::Status LaunchCountTokens(cudaStream_t stream, const int32_t* tokens, int n
   if (n <= 0) return absl::OkStatus();
   constexpr int kCountThreads = 256;
   const int blocks = std::min((n + kCountThreads - 1) / kCountThreads, 1024);
-  CountTokensKernel<<<blocks, kCountThreads, 0, stream>>>(tokens, n, vocab, slot, seen_counts);
+  LaunchDependent(CountTokensKernel, blocks, kCountThreads, 0, stream, tokens, n, vocab, slot,
+                  seen_counts);
   return LaunchStatus("CountTokensKernel", __FILE__, __LINE__);
 }
 

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/prefill_pieces.cuh"
 #include "kernels/cuda/short_conv.h"
@@ -44,6 +45,7 @@ __device__ __forceinline__ float GatedSilu(float c, const float* a, const ShortC
 
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) DecodeShortConvKernel(DecodeShortConvArgs args) {
+  AfterPriorKernel();
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
   const int kernel = shape.kernel;
@@ -84,6 +86,7 @@ __device__ __forceinline__ S* PieceState(const PrefillShortConvArgs& args,
 // piece's state (row kernel − 1 + p for position p < 0), the rest from the piece's own rows of a.
 template <typename T, typename S>
 __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortConvArgs args) {
+  AfterPriorKernel();
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
   const int kernel = shape.kernel;
@@ -110,6 +113,7 @@ __global__ void __launch_bounds__(kThreads) PrefillShortConvKernel(PrefillShortC
 // ascending r reads it before this thread overwrites it.
 template <typename S>
 __global__ void __launch_bounds__(kThreads) ShortConvAdvanceStateKernel(PrefillShortConvArgs args) {
+  AfterPriorKernel();
   const ShortConvShape& shape = args.shape;
   const int channels = shape.channels;
   const int ch = blockIdx.x * blockDim.x + threadIdx.x;
@@ -168,9 +172,9 @@ absl::Status LaunchDecodeShortConv(cudaStream_t stream, const DecodeShortConvArg
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     const dim3 grid(ChannelBlocks(args.shape.channels), args.rows);
     if (args.state_dtype == DType::kBf16) {
-      DecodeShortConvKernel<T, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(args);
+      LaunchDependent(DecodeShortConvKernel<T, __nv_bfloat16>, grid, kThreads, 0, stream, args);
     } else {
-      DecodeShortConvKernel<T, float><<<grid, kThreads, 0, stream>>>(args);
+      LaunchDependent(DecodeShortConvKernel<T, float>, grid, kThreads, 0, stream, args);
     }
     return LaunchStatus("DecodeShortConvKernel", __FILE__, __LINE__);
   });
@@ -190,18 +194,18 @@ absl::Status LaunchPrefillShortConv(cudaStream_t stream, const PrefillShortConvA
   const absl::Status outputs = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     const dim3 grid(channel_blocks, t.rows);
     if (bf16) {
-      PrefillShortConvKernel<T, __nv_bfloat16><<<grid, kThreads, 0, stream>>>(args);
+      LaunchDependent(PrefillShortConvKernel<T, __nv_bfloat16>, grid, kThreads, 0, stream, args);
     } else {
-      PrefillShortConvKernel<T, float><<<grid, kThreads, 0, stream>>>(args);
+      LaunchDependent(PrefillShortConvKernel<T, float>, grid, kThreads, 0, stream, args);
     }
     return LaunchStatus("PrefillShortConvKernel", __FILE__, __LINE__);
   });
   if (!outputs.ok()) return outputs;
   const dim3 pieces(channel_blocks, t.piece_count);
   if (bf16) {
-    ShortConvAdvanceStateKernel<__nv_bfloat16><<<pieces, kThreads, 0, stream>>>(args);
+    LaunchDependent(ShortConvAdvanceStateKernel<__nv_bfloat16>, pieces, kThreads, 0, stream, args);
   } else {
-    ShortConvAdvanceStateKernel<float><<<pieces, kThreads, 0, stream>>>(args);
+    LaunchDependent(ShortConvAdvanceStateKernel<float>, pieces, kThreads, 0, stream, args);
   }
   return LaunchStatus("ShortConvAdvanceStateKernel", __FILE__, __LINE__);
 }

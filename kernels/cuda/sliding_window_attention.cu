@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/prefill_pieces.cuh"
 #include "kernels/cuda/sliding_window_attention.h"
@@ -97,6 +98,7 @@ __device__ __forceinline__ Key KeyAt(const Geometry& g, const HeadKeys& keys, in
 // The rotation table: cos and sin of distance · base^(−2i / rotary_dim) for every distance a
 // query sees, in double rounded to fp32 (the CPU's table).
 __global__ void RotationTableKernel(Geometry g, int window, float* table) {
+  AfterPriorKernel();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   const int64_t entries = static_cast<int64_t>(window) * g.half;
   if (n >= entries) return;
@@ -200,6 +202,7 @@ struct DecodeParams {
 // Block (row, head): the attention of the row's token, then its k and v into entry next.
 template <typename T>
 __global__ void __launch_bounds__(kThreads, 1) DecodeKernel(DecodeParams p) {
+  AfterPriorKernel();
   const Geometry& g = p.g;
   const int64_t row = blockIdx.x;
   const int head = blockIdx.y;
@@ -260,6 +263,7 @@ __device__ __forceinline__ PieceRow RowOfPiece(const PrefillParams& p, int row) 
 // entries (none once i >= R) and the piece's tokens max(0, i − R) … i.
 template <typename T>
 __global__ void __launch_bounds__(kThreads) PrefillKernel(PrefillParams p) {
+  AfterPriorKernel();
   const Geometry& g = p.g;
   const int row = blockIdx.x;
   const int head = blockIdx.y;
@@ -286,6 +290,7 @@ __global__ void __launch_bounds__(kThreads) PrefillKernel(PrefillParams p) {
 // Block (pass row, head): a row among its piece's last min(rows, R) goes, as token t, into entry
 // (next + t) mod R of its slot. Reads next; the counters move in the launch after.
 __global__ void __launch_bounds__(kCopyThreads) WriteRingKernel(PrefillParams p) {
+  AfterPriorKernel();
   const Geometry& g = p.g;
   const PieceRow r = RowOfPiece(p, static_cast<int>(blockIdx.x));
   const int t = r.i;
@@ -316,6 +321,7 @@ __device__ __forceinline__ void Advance(const Geometry& g, float* slice, int tok
 // One token for each of `rows` slices: slot slots[r] of `state`, skipping negative ones.
 __global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, int64_t slot_stride,
                               int64_t layer_offset, int rows) {
+  AfterPriorKernel();
   const int r = blockIdx.x * blockDim.x + threadIdx.x;
   if (r >= rows || slots[r] < 0) return;
   Advance(g, state + static_cast<int64_t>(slots[r]) * slot_stride + layer_offset, 1);
@@ -323,6 +329,7 @@ __global__ void AdvanceKernel(Geometry g, float* state, const int32_t* slots, in
 
 // Each piece's rows for its slot's slice.
 __global__ void AdvancePiecesKernel(PrefillParams p) {
+  AfterPriorKernel();
   const int i = blockIdx.x * blockDim.x + threadIdx.x;
   if (i >= p.tables.piece_count) return;
   const PrefillPiece piece = p.tables.pieces[i];
@@ -384,7 +391,7 @@ absl::Status LaunchSlidingWindowRotationTable(cudaStream_t stream, const Sliding
   const int threads = 256;
   const unsigned blocks = static_cast<unsigned>((entries + threads - 1) / threads);
   const Geometry g = MakeGeometry(shape, table);
-  RotationTableKernel<<<blocks, threads, 0, stream>>>(g, shape.window, table);
+  LaunchDependent(RotationTableKernel, blocks, threads, 0, stream, g, shape.window, table);
   return LaunchStatus("SlidingWindowRotationTableKernel", __FILE__, __LINE__);
 }
 
@@ -404,13 +411,13 @@ absl::Status LaunchSlidingWindowDecode(cudaStream_t stream, const SlidingWindowD
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeKernel<T>, smem));
-    DecodeKernel<T><<<dim3(args.rows, args.shape.heads), kThreads, smem, stream>>>(p);
+    LaunchDependent(DecodeKernel<T>, dim3(args.rows, args.shape.heads), kThreads, smem, stream, p);
     return LaunchStatus("SlidingWindowDecodeKernel", __FILE__, __LINE__);
   });
   LINSERVE_RETURN_IF_ERROR(attended);
   if (p.g.ring == 0) return absl::OkStatus();  // the counters stay 0
-  AdvanceKernel<<<(args.rows + 127) / 128, 128, 0, stream>>>(
-      p.g, args.state, args.slots, args.slot_stride, args.layer_offset, args.rows);
+  LaunchDependent(AdvanceKernel, (args.rows + 127) / 128, 128, 0, stream, p.g, args.state,
+                  args.slots, args.slot_stride, args.layer_offset, args.rows);
   return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
 }
 
@@ -431,14 +438,14 @@ absl::Status LaunchSlidingWindowPrefill(cudaStream_t stream, const SlidingWindow
   const size_t smem = AttendSharedBytes(p.g);
   const absl::Status attended = LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillKernel<T>, smem));
-    PrefillKernel<T><<<dim3(t.rows, args.shape.heads), kThreads, smem, stream>>>(p);
+    LaunchDependent(PrefillKernel<T>, dim3(t.rows, args.shape.heads), kThreads, smem, stream, p);
     return LaunchStatus("SlidingWindowPrefillKernel", __FILE__, __LINE__);
   });
   LINSERVE_RETURN_IF_ERROR(attended);
   if (p.g.ring == 0) return absl::OkStatus();  // no ring; the counters stay 0
-  WriteRingKernel<<<dim3(t.rows, args.shape.heads), kCopyThreads, 0, stream>>>(p);
+  LaunchDependent(WriteRingKernel, dim3(t.rows, args.shape.heads), kCopyThreads, 0, stream, p);
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("SlidingWindowWriteRingKernel", __FILE__, __LINE__));
-  AdvancePiecesKernel<<<(t.piece_count + 127) / 128, 128, 0, stream>>>(p);
+  LaunchDependent(AdvancePiecesKernel, (t.piece_count + 127) / 128, 128, 0, stream, p);
   return LaunchStatus("SlidingWindowAdvanceKernel", __FILE__, __LINE__);
 }
 

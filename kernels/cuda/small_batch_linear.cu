@@ -5,11 +5,13 @@
 // kernels, so its hidden rows are bitwise theirs. The fused residual add + norm stores y, then
 // the block that finishes last (an arrival counter, self-resetting, so graph replays need no
 // reset) runs add_norm.cuh's AddNormRow over the m rows with AddNormKernel's block size: bitwise
-// AddNormKernel's rows.
+// AddNormKernel's rows. Each warp asks L2 for its weight rows before it waits for the kernel
+// before it (dependent_launch.cuh), so they stream in while that kernel finishes.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/activation.cuh"
 #include "kernels/cuda/add_norm.cuh"
 #include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/small_batch_linear.h"
 
@@ -135,6 +137,16 @@ __global__ void __launch_bounds__(kWarpsOf<kEpilogue> * 32) SmallBatchLinearKern
   const int lane = threadIdx.x & 31;
   const int64_t column =
       static_cast<int64_t>(blockIdx.x) * kWarpsOf<kEpilogue> + (threadIdx.x >> 5);
+  // The warp's weight rows into L2 while the kernel before still runs (dependent_launch.cuh).
+  if (column < op.n) {
+    const int64_t row_bytes = op.k * static_cast<int64_t>(sizeof(T));
+    const char* w = static_cast<const char*>(op.w);
+    PrefetchToL2(w + column * row_bytes, row_bytes, lane, 32);
+    if constexpr (kEpilogue == Epilogue::kGate) {
+      PrefetchToL2(w + (op.n + column) * row_bytes, row_bytes, lane, 32);
+    }
+  }
+  AfterPriorKernel();
   // A whole warp skips: the shuffles below stay within live warps. Every block arrives.
   if (column < op.n) Columns<T, kRows, kEpilogue>(op, column, lane);
   if constexpr (kEpilogue == Epilogue::kAddNorm) AddNormWhenLast<T, kRows>(op);
@@ -148,16 +160,20 @@ absl::Status Launch(cudaStream_t stream, const Operands& op, int64_t m) {
   const unsigned blocks = static_cast<unsigned>((op.n + kBlockWarps - 1) / kBlockWarps);
   switch (m) {
     case 1:
-      SmallBatchLinearKernel<T, 1, kEpilogue><<<blocks, kBlockWarps * 32, 0, stream>>>(op);
+      LaunchDependent(SmallBatchLinearKernel<T, 1, kEpilogue>, blocks, kBlockWarps * 32, 0, stream,
+                      op);
       break;
     case 2:
-      SmallBatchLinearKernel<T, 2, kEpilogue><<<blocks, kBlockWarps * 32, 0, stream>>>(op);
+      LaunchDependent(SmallBatchLinearKernel<T, 2, kEpilogue>, blocks, kBlockWarps * 32, 0, stream,
+                      op);
       break;
     case 3:
-      SmallBatchLinearKernel<T, 3, kEpilogue><<<blocks, kBlockWarps * 32, 0, stream>>>(op);
+      LaunchDependent(SmallBatchLinearKernel<T, 3, kEpilogue>, blocks, kBlockWarps * 32, 0, stream,
+                      op);
       break;
     case 4:
-      SmallBatchLinearKernel<T, 4, kEpilogue><<<blocks, kBlockWarps * 32, 0, stream>>>(op);
+      LaunchDependent(SmallBatchLinearKernel<T, 4, kEpilogue>, blocks, kBlockWarps * 32, 0, stream,
+                      op);
       break;
   }
   return LaunchStatus("SmallBatchLinearKernel", __FILE__, __LINE__);

@@ -12,10 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "bench/gpu/kernel_account.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "model/backend/backend.h"
 #include "model/backend/sampler.h"
 #include "model/backend/state_precision.h"
@@ -348,6 +350,84 @@ TEST(CudaBackendTest, CudaGraphsGiveBitwiseTheEagerResults) {
     EXPECT_EQ(la, lb) << "step " << step << ", batch " << batch_size;
   }
   for (int s = 0; s < 24; ++s) EXPECT_EQ(Read(*graphs, a[s]).state, Read(*eager, b[s]).state);
+}
+
+// Runs of kernels launched as programmatic dependents so far: the emulation's count; -1 on a GPU.
+int64_t DependentKernelRuns() {
+#ifdef LINSERVE_CUDA_EMULATION
+  return emu::DependentKernelRuns();
+#else
+  return -1;
+#endif
+}
+
+// Programmatic dependent launch (kernels/cuda/dependent_launch.cuh) changes when a kernel may
+// start, never what it computes: for every variant, a prefill, graph-replayed decode steps of 1
+// and 6 rows (the fused small-batch kernels and cuBLASLt's), greedy and sampled picks and the
+// states after them are bitwise the same with it off, where each kernel starts only after the one
+// before has finished. On a GPU this is the check that no kernel touches memory before it waits
+// for its predecessor; under the emulation, which runs launches one after another and aborts when
+// a dependent kernel's thread does not wait, it counts that the kernels launched as dependents
+// only while it was on.
+TEST(CudaBackendTest, DependentLaunchesGiveBitwiseTheSerializedResults) {
+  LINSERVE_SKIP_WITHOUT_CUDA_DEVICE();
+  struct Run {
+    std::vector<float> logits;
+    std::vector<TokenId> picks;
+    std::vector<std::vector<float>> states;
+    int64_t dependent_runs = 0;
+  };
+  auto run = [](const Model& model, bool dependent) {
+    cuda::SetDependentLaunch(dependent);
+    absl::Cleanup restore = [] { cuda::SetDependentLaunch(true); };
+    Run out;
+    const int64_t before = DependentKernelRuns();
+    BackendOptions options;
+    options.weight_precision = WeightPrecision::kBf16;
+    options.max_batch_size = 8;
+    std::unique_ptr<CudaBackend> gpu = MakeCuda(model, options);
+    if (gpu == nullptr) return out;
+    const int64_t vocab = model.config.vocab_size;
+    std::vector<SlotId> slots;
+    for (int s = 0; s < 6; ++s) slots.push_back(Allocate(*gpu));
+    out.logits.resize(vocab);
+    EXPECT_TRUE(
+        gpu->Prefill(slots[0], RandomTokens(40, vocab, 21), absl::MakeSpan(out.logits)).ok());
+    for (int s = 0; s < 6; ++s) {
+      SamplingParams params;
+      params.temperature = s < 3 ? 0.0f : 0.8f;
+      params.top_p = 0.9f;
+      params.seed = 100 + s;
+      EXPECT_TRUE(gpu->StartSampling(slots[s], params, 0, {}).ok());
+    }
+    TokenId next[6] = {1, 2, 3, 4, 5, 6};
+    for (int rows : {1, 6, 6, 1}) {
+      std::vector<DecodeItem> items;
+      for (int r = 0; r < rows; ++r) items.push_back({slots[r], next[r]});
+      std::vector<TokenId> picks(rows);
+      EXPECT_TRUE(gpu->DecodeAndSample(items, {.tokens = absl::MakeSpan(picks)}).ok());
+      for (int r = 0; r < rows; ++r) next[r] = picks[r];
+      out.picks.insert(out.picks.end(), picks.begin(), picks.end());
+    }
+    for (SlotId slot : slots) out.states.push_back(Read(*gpu, slot).state);
+    gpu.reset();
+    out.dependent_runs = DependentKernelRuns() - before;
+    return out;
+  };
+  for (const Variant& variant : ModelVariants()) {
+    SCOPED_TRACE(variant.name);
+    const Model model = MakeRandomModel(variant.config, 17);
+    const Run dependent = run(model, true);
+    const Run serialized = run(model, false);
+    ASSERT_FALSE(dependent.logits.empty());
+    EXPECT_EQ(dependent.logits, serialized.logits);
+    EXPECT_EQ(dependent.picks, serialized.picks);
+    EXPECT_EQ(dependent.states, serialized.states);
+    if (DependentKernelRuns() >= 0) {
+      EXPECT_GT(dependent.dependent_runs, 0);
+      EXPECT_EQ(serialized.dependent_runs, 0);
+    }
+  }
 }
 
 // Device sampling against the host Sampler on the very logits the device sampled from: two

@@ -20,6 +20,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/linear_attention.h"
 #include "kernels/cpu/short_conv.h"
+#include "kernels/cuda/dependent_launch.h"
 #include "kernels/cuda/elementwise.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/linear_attention.h"
@@ -30,6 +31,17 @@
 #include "kernels/cuda/sliding_window_attention.h"
 #include "model/backend/sampler.h"
 #include "tests/gpu/gpu_test_util.h"
+#ifdef LINSERVE_CUDA_EMULATION
+#include "tests/gpu/emulation/launch_log.h"
+
+namespace emu {  // cuda_emulation.h's, which only the kernels' sources include
+void Launch(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
+            std::function<void()> body, bool dependent);
+void WaitForPriorKernel();
+void LetNextKernelStart();
+extern dim3 g_thread_idx;
+}  // namespace emu
+#endif
 
 namespace linserve {
 namespace {
@@ -123,6 +135,52 @@ TEST(CudaKernelsTest, ConvertRoundsToNearestEvenLikeTheHost) {
     }
   }
 }
+
+#ifdef LINSERVE_CUDA_EMULATION
+// Every kernel launches as a programmatic dependent of the kernel before it while
+// cuda::DependentLaunchEnabled() (kernels/cuda/dependent_launch.cuh), and not when it is off; the
+// emulation checks the rule of every such launch that any test runs — each thread waits for the
+// kernel before it before it lets the next start and before it ends — and aborts otherwise.
+TEST(CudaKernelsTest, KernelsLaunchAsDependentsAndTheEmulationChecksTheirWait) {
+  DeviceArray<float> staging(std::vector<float>(300, 1.5f));
+  DeviceArray<uint8_t> out(300 * 2);
+  cudaStream_t stream = nullptr;
+  ASSERT_EQ(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), cudaSuccess);
+  auto dependent_runs_of_a_launch_on = [&](cudaStream_t s) {
+    const int64_t before = emu::DependentKernelRuns();
+    EXPECT_TRUE(cuda::LaunchConvert(s, staging.get(), 300, DType::kBf16, out.get()).ok());
+    return emu::DependentKernelRuns() - before;
+  };
+  EXPECT_TRUE(cuda::DependentLaunchEnabled());  // the default
+  EXPECT_EQ(dependent_runs_of_a_launch_on(stream), 1);
+  EXPECT_EQ(dependent_runs_of_a_launch_on(nullptr), 0);  // the legacy default stream
+  cuda::SetDependentLaunch(false);
+  EXPECT_EQ(dependent_runs_of_a_launch_on(stream), 0);
+  cuda::SetDependentLaunch(true);
+  EXPECT_EQ(cudaStreamDestroy(stream), cudaSuccess);
+
+  auto waits_then_lets_go = [] {
+    emu::WaitForPriorKernel();
+    emu::LetNextKernelStart();
+  };
+  emu::Launch("Waits", dim3(2), dim3(64), 0, nullptr, waits_then_lets_go, true);
+  EXPECT_DEATH(emu::Launch(
+                   "NeverWaits", dim3(1), dim3(32), 0, nullptr, [] {}, true),
+               "NeverWaits, launched as a programmatic dependent, ended without waiting");
+  EXPECT_DEATH(
+      emu::Launch(
+          "LetsGoFirst", dim3(1), dim3(32), 0, nullptr, [] { emu::LetNextKernelStart(); }, false),
+      "LetsGoFirst lets the next kernel start before it has waited");
+  // One thread that skips the wait is enough.
+  EXPECT_DEATH(emu::Launch(
+                   "OneSkips", dim3(1), dim3(64), 0, nullptr,
+                   [] {
+                     if (emu::g_thread_idx.x != 63) emu::WaitForPriorKernel();
+                   },
+                   true),
+               "OneSkips");
+}
+#endif
 
 // y = x · wᵀ with fp32 accumulation: against OpenBLAS on the same (rounded) inputs.
 TEST(CudaKernelsTest, LinearMatchesCpuGemm) {

@@ -40,10 +40,12 @@ namespace {
 
 std::mutex g_log_mutex;
 std::map<std::string, int64_t> g_launch_log;  // runs per kernel name
+int64_t g_dependent_runs = 0;
 
-void LogRun(const std::string& kernel) {
+void LogRun(const std::string& kernel, bool dependent) {
   std::lock_guard<std::mutex> lock(g_log_mutex);
   ++g_launch_log[kernel];
+  if (dependent) ++g_dependent_runs;
 }
 
 }  // namespace
@@ -57,6 +59,11 @@ int64_t KernelRuns(const char* kernel) {
 std::map<std::string, int64_t> KernelRunCounts() {
   std::lock_guard<std::mutex> lock(g_log_mutex);
   return g_launch_log;
+}
+
+int64_t DependentKernelRuns() {
+  std::lock_guard<std::mutex> lock(g_log_mutex);
+  return g_dependent_runs;
 }
 
 dim3 g_thread_idx, g_block_idx, g_block_dim, g_grid_dim;
@@ -73,6 +80,7 @@ struct Fiber {
   std::vector<char> stack;
   FiberState state = FiberState::kRunnable;
   unsigned index = 0;
+  bool waited = false;  // has called cudaGridDependencySynchronize
 };
 
 constexpr size_t kStackBytes = 256 * 1024;
@@ -87,6 +95,8 @@ std::vector<int> g_warp_arrivals;
 int g_block_arrivals = 0;
 int g_live = 0;
 unsigned g_blocks_run = 0;
+const char* g_kernel = nullptr;  // the running launch's kernel
+bool g_dependent = false;        // whether it was launched as a programmatic dependent
 
 void Yield() { emu_switch_stack(&g_fibers[g_current].sp, g_scheduler_sp); }
 
@@ -101,6 +111,13 @@ void ReleaseBlockBarrierIfComplete() {
 
 [[noreturn]] void FiberEntry() {
   (*g_body)();
+  if (g_dependent && !g_fibers[g_current].waited) {
+    std::fprintf(stderr,
+                 "emulation: a thread of %s, launched as a programmatic dependent, ended without "
+                 "waiting for the kernel before it (AfterPriorKernel)\n",
+                 g_kernel);
+    std::abort();
+  }
   g_fibers[g_current].state = FiberState::kDone;
   --g_live;
   ReleaseBlockBarrierIfComplete();  // an exited thread no longer holds a barrier back
@@ -134,6 +151,7 @@ void RunBlock(dim3 block, size_t shared_bytes, const std::function<void()>& body
     f.sp = sp;
     f.state = FiberState::kRunnable;
     f.index = static_cast<unsigned>(i);
+    f.waited = false;
   }
   // Between barriers the runnable threads run one after another, forwards in one block and
   // backwards in the next: a read of shared data without the barrier that orders it after its
@@ -178,20 +196,35 @@ void SyncWarp() {
   Yield();
 }
 
+void WaitForPriorKernel() { g_fibers[g_current].waited = true; }
+
+void LetNextKernelStart() {
+  if (!g_fibers[g_current].waited) {
+    std::fprintf(stderr,
+                 "emulation: a thread of %s lets the next kernel start before it has waited for "
+                 "the kernel before it\n",
+                 g_kernel);
+    std::abort();
+  }
+}
+
 void* DynamicSharedMemory() { return g_dynamic_shared.data(); }
 
 uint64_t* WarpExchange() { return &g_exchange[(g_thread_idx.x >> 5) * 32]; }
 
 void Launch(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-            std::function<void()> body) {
+            std::function<void()> body, bool dependent) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0 || grid.y > 65535 || grid.z > 65535 ||
       block.x == 0 || block.x > 1024 || shared_bytes > 227 * 1024) {
     std::fprintf(stderr, "emulation: invalid launch: grid (%u, %u, %u), block %u, %zu B shared\n",
                  grid.x, grid.y, grid.z, block.x, shared_bytes);
     std::abort();
   }
-  std::function<void()> run = [name = std::string(kernel), grid, block, shared_bytes, body] {
-    LogRun(name);
+  std::function<void()> run = [name = std::string(kernel), grid, block, shared_bytes, body,
+                               dependent] {
+    LogRun(name, dependent);
+    g_kernel = name.c_str();
+    g_dependent = dependent;
     g_grid_dim = grid;
     g_block_dim = block;
     for (unsigned z = 0; z < grid.z; ++z) {

@@ -1,5 +1,5 @@
 // CPU emulation of the CUDA execution model, force-included (-include) into the .cu sources of
-// kernels/cuda after translate_cu.py has rewritten their <<<...>>> launches into
+// kernels/cuda after translate_cu.py has rewritten their launches (LaunchDependent) into
 // emu::Launch(...) calls. Each CUDA thread of a block is a fiber on one OS thread; fibers
 // switch only at __syncthreads() and at warp shuffles, so shared memory and atomics need no
 // locking. See README.md for what this does and does not check.
@@ -33,9 +33,14 @@ void SyncWarp();
 void* DynamicSharedMemory();
 // Runs (or, while the stream is being captured, records) a launch of `kernel`: `body` once per
 // thread of every block, counted in the launch log (launch_log.h) when it runs. Aborts on
-// configurations CUDA would reject.
+// configurations CUDA would reject, and when a thread of a `dependent` launch (a programmatic
+// dependent of the kernel before it) ends without having waited for that kernel.
 void Launch(const char* kernel, dim3 grid, dim3 block, size_t shared_bytes, cudaStream_t stream,
-            std::function<void()> body);
+            std::function<void()> body, bool dependent = false);
+// The running thread waits for the kernel before it (nothing to wait for: launches run one after
+// another) / lets the next kernel start, which it may only do after it has waited.
+void WaitForPriorKernel();
+void LetNextKernelStart();
 uint64_t* WarpExchange();
 
 template <typename T>
@@ -79,6 +84,9 @@ T atomicAdd(T* address, T value) {
 }
 // Blocks run one at a time, so every write is visible to the blocks after it.
 inline void __threadfence() {}
+// Programmatic dependent launch (kernels/cuda/dependent_launch.cuh), checked by the emulator.
+inline void cudaGridDependencySynchronize() { ::emu::WaitForPriorKernel(); }
+inline void cudaTriggerProgrammaticLaunchCompletion() { ::emu::LetNextKernelStart(); }
 // The sources are compiled with -ffp-contract=off, so plain operators round each step.
 inline float __fadd_rn(float a, float b) { return a + b; }
 inline float __fsub_rn(float a, float b) { return a - b; }

@@ -16,6 +16,8 @@ namespace emu {
 int64_t KernelRuns(const char* kernel);
 // Runs of every kernel that has run so far, by name.
 std::map<std::string, int64_t> KernelRunCounts();
+// Runs so far of kernels launched as programmatic dependents (kernels/cuda/dependent_launch.cuh).
+int64_t DependentKernelRuns();
 // Operations the host put on a stream itself so far, outside a capture: each kernel launch,
 // copy, memset and matmul, and each graph launch as one (whatever the graph holds).
 int64_t HostEnqueues();
