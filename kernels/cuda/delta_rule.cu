@@ -2,13 +2,16 @@
 // value head of one session: q and k of its q/k head are normalised in shared memory, then each
 // thread takes columns j of S (j = thread, thread + kThreads, …): a first pass over the k_dim
 // rows forms (decay·S)ᵀk for its columns, a second writes S + k uᵀ and accumulates Sᵀq. Column
-// j's values are contiguous across the warp, so each row of S is read in 128-byte pieces.
+// j's values are contiguous across the warp, so each row of S is read in 128-byte pieces. A
+// prefill block keeps its head's S in shared memory for the piece where it fits
+// (resident_state.cuh).
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/delta_rule.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/prefill_pieces.cuh"
+#include "kernels/cuda/resident_state.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -105,11 +108,13 @@ struct SharedLayout {
   float* k;
   float* o;
   float* reduce;
+  float* state;  // a prefill block's resident state (resident_state.cuh), when it has room
 };
 
 __device__ __forceinline__ SharedLayout Shared(const GatedDeltaRuleShape& shape) {
   extern __shared__ float smem[];
-  return {smem, smem + shape.k_dim, smem + 2 * shape.k_dim, smem + 2 * shape.k_dim + shape.v_dim};
+  float* reduce = smem + 2 * shape.k_dim + shape.v_dim;
+  return {smem, smem + shape.k_dim, smem + 2 * shape.k_dim, reduce, reduce + 32};
 }
 
 // Grid (rows, v_heads).
@@ -123,19 +128,23 @@ __global__ void __launch_bounds__(kThreads)
   Token<T>(args, row, vh, HeadState(args, slots[row], vh), sh.q, sh.k, sh.o, sh.reduce);
 }
 
-// Grid (pieces, v_heads): a piece's tokens in order.
+// Grid (pieces, v_heads): a piece's tokens in order, on the head's state in shared memory when
+// `resident` (PrefillSharedBytes).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    PrefillGatedDeltaRuleKernel(GatedDeltaRuleRows args, PrefillTables tables) {
+    PrefillGatedDeltaRuleKernel(GatedDeltaRuleRows args, PrefillTables tables, bool resident) {
   AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int vh = static_cast<int>(blockIdx.y);
-  float* s = HeadState(args, piece.slot, vh);
+  const int64_t elements = static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim;
+  float* state = HeadState(args, piece.slot, vh);
+  float* s = LoadResidentState(state, resident ? sh.state : nullptr, elements);
   const int end = piece.first_row + piece.rows;
   for (int row = piece.first_row; row < end; ++row) {
     Token<T>(args, row, vh, s, sh.q, sh.k, sh.o, sh.reduce);
   }
+  StoreResidentState(state, s, elements);
 }
 
 size_t SharedBytes(const GatedDeltaRuleShape& shape) {
@@ -180,11 +189,20 @@ absl::Status LaunchPrefillGatedDeltaRule(cudaStream_t stream, const GatedDeltaRu
                                          const PrefillTables& tables) {
   LINSERVE_RETURN_IF_ERROR(CheckGatedDeltaRuleShape(args.shape));
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
+  bool resident = false;
+  const size_t smem = PrefillSharedBytes(SharedBytes(args.shape),
+                                         static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim,
+                                         sizeof(float), &resident);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    if (smem > kDefaultBlockSharedBytes) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          PrefillGatedDeltaRuleKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(smem)));
+    }
     LaunchDependent(
         PrefillGatedDeltaRuleKernel<T>,
         dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.v_heads)),
-        kThreads, SharedBytes(args.shape), stream, args, tables);
+        kThreads, smem, stream, args, tables, resident);
     return LaunchStatus("PrefillGatedDeltaRuleKernel", __FILE__, __LINE__);
   });
 }

@@ -3,13 +3,15 @@
 // (and with the rotation cos and sin of −θ_c) go to shared memory, then each thread takes columns
 // j of S (j = thread, thread + kThreads, …) and in one pass over the k_dim rows (by pairs (c,
 // c + k_dim/2) with the rotation) writes α_i (R S)_ij + k_i v_j and accumulates Sᵀq. Column j's
-// values are contiguous across the warp, so each row of S is read in 128-byte pieces.
+// values are contiguous across the warp, so each row of S is read in 128-byte pieces. A prefill
+// block keeps its head's S in shared memory for the piece where it fits (resident_state.cuh).
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/gated_linear_attention.h"
 #include "kernels/cuda/prefill_pieces.cuh"
+#include "kernels/cuda/resident_state.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -30,6 +32,7 @@ struct SharedLayout {
   float* sin;
   float* o;
   float* reduce;
+  float* state;  // a prefill block's resident state (resident_state.cuh), when it has room
 };
 
 // cos and sin of −θ_c = −base^(−2c/k_dim) for the k_dim/2 pairs, in double rounded to float (as
@@ -146,7 +149,9 @@ __device__ __forceinline__ SharedLayout Shared(const GatedLinearAttentionShape& 
   const int kd = shape.k_dim;
   const int half = kd / 2;
   float* o = smem + 3 * kd + 2 * half;
-  return {smem, smem + kd, smem + 2 * kd, smem + 3 * kd, smem + 3 * kd + half, o, o + shape.v_dim};
+  float* reduce = o + shape.v_dim;
+  return {smem, smem + kd, smem + 2 * kd, smem + 3 * kd, smem + 3 * kd + half,
+          o,    reduce,    reduce + 32};
 }
 
 // Grid (rows, heads).
@@ -161,18 +166,23 @@ __global__ void __launch_bounds__(kThreads)
   Token<T>(args, row, h, HeadState(args, slots[row], h), sh);
 }
 
-// Grid (pieces, heads): a piece's tokens in order.
+// Grid (pieces, heads): a piece's tokens in order, on the head's state in shared memory when
+// `resident` (PrefillSharedBytes).
 template <typename T>
 __global__ void __launch_bounds__(kThreads)
-    PrefillGatedLinearAttentionKernel(GatedLinearAttentionRows args, PrefillTables tables) {
+    PrefillGatedLinearAttentionKernel(GatedLinearAttentionRows args, PrefillTables tables,
+                                      bool resident) {
   AfterPriorKernel();
   const SharedLayout sh = Shared(args.shape);
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
-  float* s = HeadState(args, piece.slot, h);
+  const int64_t elements = static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim;
+  float* state = HeadState(args, piece.slot, h);
   FillTurn(args.shape, sh);
+  float* s = LoadResidentState(state, resident ? sh.state : nullptr, elements);
   const int end = piece.first_row + piece.rows;
   for (int row = piece.first_row; row < end; ++row) Token<T>(args, row, h, s, sh);
+  StoreResidentState(state, s, elements);
 }
 
 size_t SharedBytes(const GatedLinearAttentionShape& shape) {
@@ -229,11 +239,20 @@ absl::Status LaunchPrefillGatedLinearAttention(cudaStream_t stream,
                                                const PrefillTables& tables) {
   LINSERVE_RETURN_IF_ERROR(CheckGatedLinearAttentionShape(args.shape));
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
+  bool resident = false;
+  const size_t smem = PrefillSharedBytes(SharedBytes(args.shape),
+                                         static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim,
+                                         sizeof(float), &resident);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
+    if (smem > kDefaultBlockSharedBytes) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          PrefillGatedLinearAttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+          static_cast<int>(smem)));
+    }
     LaunchDependent(
         PrefillGatedLinearAttentionKernel<T>,
         dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.heads)),
-        kThreads, SharedBytes(args.shape), stream, args, tables);
+        kThreads, smem, stream, args, tables, resident);
     return LaunchStatus("PrefillGatedLinearAttentionKernel", __FILE__, __LINE__);
   });
 }

@@ -1,14 +1,16 @@
 // Mamba-2's scan and grouped gated RMSNorm (kernels/cuda/mamba2.h). A scan block of kThreads
 // threads owns one head of one session: B and C of its group go to shared memory, then each
 // thread takes columns j of S (j = thread, thread + kThreads, …) and in one pass over the
-// state_size rows writes a S_nj + B_n (dt x_j) and accumulates Sᵀ C. A norm block owns one group
-// of one row.
+// state_size rows writes a S_nj + B_n (dt x_j) and accumulates Sᵀ C. A prefill scan block keeps
+// its head's S in shared memory for the piece where it fits (resident_state.cuh). A norm block
+// owns one group of one row.
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_status.h"
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/mamba2.h"
 #include "kernels/cuda/prefill_pieces.cuh"
+#include "kernels/cuda/resident_state.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -87,19 +89,24 @@ __global__ void __launch_bounds__(kThreads)
   Token(args, row, h, HeadState<S>(args, slots[row], h), smem, smem + args.shape.state_size);
 }
 
-// Grid (pieces, heads): a piece's tokens in order.
+// Grid (pieces, heads): a piece's tokens in order, on the head's state in shared memory (after B
+// and C) when `resident` (PrefillSharedBytes).
 template <typename S>
 __global__ void __launch_bounds__(kThreads)
-    PrefillMamba2Kernel(Mamba2Rows args, PrefillTables tables) {
+    PrefillMamba2Kernel(Mamba2Rows args, PrefillTables tables, bool resident) {
   AfterPriorKernel();
   extern __shared__ float smem[];
   const PrefillPiece piece = tables.pieces[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y);
-  S* s = HeadState<S>(args, piece.slot, h);
+  const int64_t elements = static_cast<int64_t>(args.shape.state_size) * args.shape.head_dim;
+  S* state = HeadState<S>(args, piece.slot, h);
+  S* room = resident ? reinterpret_cast<S*>(smem + 2 * args.shape.state_size) : nullptr;
+  S* s = LoadResidentState(state, room, elements);
   const int end = piece.first_row + piece.rows;
   for (int row = piece.first_row; row < end; ++row) {
     Token(args, row, h, s, smem, smem + args.shape.state_size);
   }
+  StoreResidentState(state, s, elements);
 }
 
 // Grid (rows, groups): the gate and the grouped RMSNorm (model/layers/mamba2.h) of one group of
@@ -213,12 +220,25 @@ absl::Status LaunchPrefillMamba2(cudaStream_t stream, const Mamba2Rows& args,
   if (tables.rows <= 0 || tables.piece_count <= 0) return absl::OkStatus();
   const dim3 grid(static_cast<unsigned>(tables.piece_count),
                   static_cast<unsigned>(args.shape.heads));
+  const int64_t elements = static_cast<int64_t>(args.shape.state_size) * args.shape.head_dim;
+  bool resident = false;
+  const size_t smem =
+      PrefillSharedBytes(SharedBytes(args.shape), elements, DTypeSize(args.state_dtype), &resident);
+  auto allow_shared = [&](auto kernel) -> absl::Status {
+    if (smem > kDefaultBlockSharedBytes) {
+      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
+          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    }
+    return absl::OkStatus();
+  };
   if (args.state_dtype == DType::kBf16) {
-    LaunchDependent(PrefillMamba2Kernel<__nv_bfloat16>, grid, kThreads, SharedBytes(args.shape),
-                    stream, args, tables);
+    LINSERVE_RETURN_IF_ERROR(allow_shared(PrefillMamba2Kernel<__nv_bfloat16>));
+    LaunchDependent(PrefillMamba2Kernel<__nv_bfloat16>, grid, kThreads, smem, stream, args, tables,
+                    resident);
   } else {
-    LaunchDependent(PrefillMamba2Kernel<float>, grid, kThreads, SharedBytes(args.shape), stream,
-                    args, tables);
+    LINSERVE_RETURN_IF_ERROR(allow_shared(PrefillMamba2Kernel<float>));
+    LaunchDependent(PrefillMamba2Kernel<float>, grid, kThreads, smem, stream, args, tables,
+                    resident);
   }
   LINSERVE_RETURN_IF_ERROR(LaunchStatus("PrefillMamba2Kernel", __FILE__, __LINE__));
   return LaunchNorm(stream, args, tables.rows);
