@@ -194,11 +194,7 @@ absl::Status LaunchPrefillGatedDeltaRule(cudaStream_t stream, const GatedDeltaRu
                                          static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim,
                                          sizeof(float), &resident);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    if (smem > kDefaultBlockSharedBytes) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          PrefillGatedDeltaRuleKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem)));
-    }
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillGatedDeltaRuleKernel<T>, smem));
     LaunchDependent(
         PrefillGatedDeltaRuleKernel<T>,
         dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.v_heads)),

@@ -244,11 +244,7 @@ absl::Status LaunchPrefillGatedLinearAttention(cudaStream_t stream,
                                          static_cast<int64_t>(args.shape.k_dim) * args.shape.v_dim,
                                          sizeof(float), &resident);
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    if (smem > kDefaultBlockSharedBytes) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          PrefillGatedLinearAttentionKernel<T>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem)));
-    }
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillGatedLinearAttentionKernel<T>, smem));
     LaunchDependent(
         PrefillGatedLinearAttentionKernel<T>,
         dim3(static_cast<unsigned>(tables.piece_count), static_cast<unsigned>(args.shape.heads)),

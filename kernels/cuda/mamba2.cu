@@ -224,19 +224,12 @@ absl::Status LaunchPrefillMamba2(cudaStream_t stream, const Mamba2Rows& args,
   bool resident = false;
   const size_t smem =
       PrefillSharedBytes(SharedBytes(args.shape), elements, DTypeSize(args.state_dtype), &resident);
-  auto allow_shared = [&](auto kernel) -> absl::Status {
-    if (smem > kDefaultBlockSharedBytes) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    }
-    return absl::OkStatus();
-  };
   if (args.state_dtype == DType::kBf16) {
-    LINSERVE_RETURN_IF_ERROR(allow_shared(PrefillMamba2Kernel<__nv_bfloat16>));
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillMamba2Kernel<__nv_bfloat16>, smem));
     LaunchDependent(PrefillMamba2Kernel<__nv_bfloat16>, grid, kThreads, smem, stream, args, tables,
                     resident);
   } else {
-    LINSERVE_RETURN_IF_ERROR(allow_shared(PrefillMamba2Kernel<float>));
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(PrefillMamba2Kernel<float>, smem));
     LaunchDependent(PrefillMamba2Kernel<float>, grid, kThreads, smem, stream, args, tables,
                     resident);
   }

@@ -105,11 +105,14 @@ class CudaBackendImpl final : public CudaBackend {
     for (int i = kSlotReads - 1; i >= 0; --i) free_read_buffers_.push_back(i);
   }
 
-  // Checks what the backend was given, prepares the layers and waits for both and the uploads.
+  // Checks what the backend was given, prepares the layers and waits for both, the uploads and
+  // the arrival counters' cudaMemsets — those run on the legacy default stream, which the
+  // backend's non-blocking streams do not wait for, so the whole device is waited for.
   absl::Status Initialize() {
     LINSERVE_RETURN_IF_ERROR(forward_.Check());
     LINSERVE_RETURN_IF_ERROR(forward_.Prepare(stream_.get()));
-    return Synchronize();
+    LINSERVE_CUDA_RETURN_IF_ERROR(cudaDeviceSynchronize());
+    return absl::OkStatus();
   }
 
   DeviceKind device() const override { return DeviceKind::kCuda; }

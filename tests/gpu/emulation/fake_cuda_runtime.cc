@@ -192,6 +192,17 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+cudaError_t cudaGetDevice(int* device) {
+  *device = 0;
+  return cudaSuccess;
+}
+// An H100's or H200's limits, for the attributes the code reads.
+cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attribute, int device) {
+  if (device != 0) return cudaErrorInvalidDevice;
+  if (attribute != cudaDevAttrMaxSharedMemoryPerBlockOptin) return cudaErrorNotSupported;
+  *value = 227 * 1024;
+  return cudaSuccess;
+}
 cudaError_t cudaGetDeviceProperties_v2(cudaDeviceProp* properties, int) {
   std::memset(properties, 0, sizeof(*properties));
   std::strcpy(properties->name, "emulated CUDA device");
