@@ -32,6 +32,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/feature_map.cuh"
 #include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -284,19 +285,12 @@ absl::Status LaunchDecodeAttention(cudaStream_t stream, const DecodeAttentionArg
                                        kMaxVec * kThreads);
   const dim3 grid(args.shape.heads, args.rows);
   // Each launch names its kernel (a profile's and the emulation's launch log's name).
-  auto allow_shared = [&](auto kernel) -> absl::Status {
-    if (smem > 48 * 1024) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    }
-    return absl::OkStatus();
-  };
   return LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
     if (args.state_dtype == DType::kBf16) {
-      LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, __nv_bfloat16>));
+      LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeAttentionKernel<T, __nv_bfloat16>, smem));
       LaunchDependent(DecodeAttentionKernel<T, __nv_bfloat16>, grid, kThreads, smem, stream, args);
     } else {
-      LINSERVE_RETURN_IF_ERROR(allow_shared(DecodeAttentionKernel<T, float>));
+      LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(DecodeAttentionKernel<T, float>, smem));
       LaunchDependent(DecodeAttentionKernel<T, float>, grid, kThreads, smem, stream, args);
     }
     return LaunchStatus("DecodeAttentionKernel", __FILE__, __LINE__);

@@ -6,6 +6,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/feature_map.cuh"
 #include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -44,10 +45,7 @@ absl::Status LaunchFeatureMaps(cudaStream_t stream, const AttentionShape& shape,
   if (rows <= 0) return absl::OkStatus();
   const size_t smem = sizeof(float) * (2 * static_cast<size_t>(shape.key_dim) +
                                        2 * static_cast<size_t>(shape.feature_dim));
-  if (smem > 48 * 1024) {
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        FeatureMapsKernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  }
+  LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(FeatureMapsKernel, smem));
   LaunchDependent(FeatureMapsKernel, dim3(shape.heads, rows), kThreads, smem, stream, shape, qkv,
                   qkv_bias, phi_q, phi_k);
   return LaunchStatus("FeatureMapsKernel", __FILE__, __LINE__);

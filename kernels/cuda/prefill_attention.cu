@@ -29,6 +29,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/linear_attention.h"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace linserve::cuda {
 namespace {
@@ -250,11 +251,7 @@ absl::Status LaunchChunks(cudaStream_t stream, const PrefillAttentionArgs& args,
   const size_t smem = sizeof(float) * (static_cast<size_t>(g.chunk) * g.chunk + g.chunk +
                                        2 * static_cast<size_t>(g.chunk) * (kFeatureTile + 1));
   LINSERVE_RETURN_IF_ERROR(LINSERVE_DISPATCH_DTYPE(args.out_dtype, T, [&]() -> absl::Status {
-    if (smem > 48 * 1024) {
-      LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-          ChunkOutputKernel<T, S>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-          static_cast<int>(smem)));
-    }
+    LINSERVE_RETURN_IF_ERROR(AllowSharedBytes(ChunkOutputKernel<T, S>, smem));
     LaunchDependent(ChunkOutputKernel<T, S>, chunk_grid, kThreads, smem, stream, g, t,
                     args.shape.eps, args.qkv, args.qkv_bias, phi_q, phi_k, carries, state,
                     static_cast<T*>(args.out));

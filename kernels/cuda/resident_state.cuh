@@ -8,32 +8,12 @@
 #ifndef LINSERVE_KERNELS_CUDA_RESIDENT_STATE_CUH_
 #define LINSERVE_KERNELS_CUDA_RESIDENT_STATE_CUH_
 
-#include <cuda_runtime_api.h>
-
 #include <cstddef>
 #include <cstdint>
 
-#include "absl/status/status.h"
-#include "kernels/cuda/cuda_status.h"
+#include "kernels/cuda/shared_memory.cuh"
 
 namespace linserve::cuda {
-
-// A block's dynamic shared memory without the opt-in (cudaFuncAttributeMaxDynamicSharedMemorySize).
-inline constexpr size_t kDefaultBlockSharedBytes = 48 * 1024;
-
-// The current device's dynamic shared memory per block with the opt-in (227 KiB on an H100 or
-// H200); kDefaultBlockSharedBytes when it cannot be read.
-inline size_t MaxBlockSharedBytes() {
-  int device = 0;
-  int bytes = 0;
-  if (cudaGetDevice(&device) != cudaSuccess ||
-      cudaDeviceGetAttribute(&bytes, cudaDevAttrMaxSharedMemoryPerBlockOptin, device) !=
-          cudaSuccess) {
-    (void)cudaGetLastError();  // this failure, not the next launch's
-    return kDefaultBlockSharedBytes;
-  }
-  return static_cast<size_t>(bytes);
-}
 
 // The dynamic shared memory of a prefill block that needs `base` bytes of its own, with room for
 // `elements` elements of `element_bytes` each after them when that fits in MaxBlockSharedBytes()
@@ -43,16 +23,6 @@ inline size_t PrefillSharedBytes(size_t base, int64_t elements, size_t element_b
   const size_t with_state = base + static_cast<size_t>(elements) * element_bytes;
   *resident = with_state <= MaxBlockSharedBytes();
   return *resident ? with_state : base;
-}
-
-// Lets `kernel` launch with `bytes` of dynamic shared memory (the opt-in above 48 KiB).
-template <typename Kernel>
-absl::Status AllowSharedBytes(Kernel kernel, size_t bytes) {
-  if (bytes > kDefaultBlockSharedBytes) {
-    LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-        kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-  }
-  return absl::OkStatus();
 }
 
 // The state a piece's tokens work on: `room` (shared memory for `elements` elements) loaded from

@@ -19,6 +19,7 @@
 #include "kernels/cuda/dependent_launch.cuh"
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/prefill_pieces.cuh"
+#include "kernels/cuda/shared_memory.cuh"
 #include "kernels/cuda/sliding_window_attention.h"
 
 namespace linserve::cuda {
@@ -343,14 +344,6 @@ absl::Status CheckRotation(const SlidingWindowShape& shape, const float* table) 
     return absl::InvalidArgumentError(
         "sliding_window_attention: rotation is null (LaunchSlidingWindowRotationTable's table)");
   }
-  return absl::OkStatus();
-}
-
-template <typename Kernel>
-absl::Status AllowSharedBytes(Kernel kernel, size_t bytes) {
-  if (bytes <= 48 * 1024) return absl::OkStatus();
-  LINSERVE_CUDA_RETURN_IF_ERROR(cudaFuncSetAttribute(
-      kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
   return absl::OkStatus();
 }
 
